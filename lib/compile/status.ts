@@ -1,0 +1,44 @@
+// Status produced by compile for every input object, valid or not, in Gateway
+// API's condition vocabulary. The kube source writes it back; file mode logs it
+// and shows it in /config_dump.
+
+export interface Condition {
+  readonly type: string
+  readonly status: 'True' | 'False' | 'Unknown'
+  readonly reason: string
+  readonly message: string
+  readonly observedGeneration: number
+}
+
+/** Per-parent status of a Route (RouteParentStatus) or per-ancestor status of a policy (PolicyAncestorStatus). */
+export interface ParentStatus {
+  readonly parentRef: { readonly group: string; readonly kind: string; readonly namespace: string; readonly name: string; readonly sectionName: string | null; readonly port: number | null }
+  readonly controllerName: string
+  readonly conditions: readonly Condition[]
+}
+
+export interface ListenerStatus {
+  readonly name: string
+  readonly attachedRoutes: number
+  readonly supportedKinds: ReadonlyArray<{ readonly group: string; readonly kind: string }>
+  readonly conditions: readonly Condition[]
+}
+
+export interface ObjectStatus {
+  readonly kind: string
+  readonly apiVersion: string
+  readonly namespace: string
+  readonly name: string
+  readonly generation: number
+  /** Object-level conditions (GatewayClass, Gateway, Backend, invalid objects). */
+  readonly conditions: readonly Condition[]
+  /** Routes: per parent. Policies: per ancestor. Backend: per parent Gateway. Empty otherwise. */
+  readonly parents: readonly ParentStatus[]
+  /** Gateways only. */
+  readonly listeners: readonly ListenerStatus[]
+}
+
+export interface Status {
+  /** Keyed by `kind/namespace/name`. */
+  readonly objects: ReadonlyMap<string, ObjectStatus>
+}

@@ -1,0 +1,313 @@
+// The compiled RouteTable: everything the hot path needs, decided once at
+// compile time. Plain frozen data (plus RegExp) so `sallyport routes`,
+// /config_dump and golden tests can print it. The data path imports only these
+// types (`import type`), never config/ or the compile functions.
+//
+// Conventions: absent optional stages are `null` (test `!== null`), durations
+// are milliseconds, header names are lowercased.
+
+import type { ErrorCode } from '../errors.ts'
+import type {
+  ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy,
+} from '../resources/model.ts'
+
+export type { ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy }
+
+export interface RouteTable {
+  /** Monotonic compile counter (passed into compile). */
+  readonly version: number
+  /** ms since epoch; the `now` passed into compile. */
+  readonly builtAt: number
+  readonly gatewayClass: string
+  /** One entry per listening port. */
+  readonly ports: ReadonlyMap<number, PortEntry>
+  /** Resolved backends by Cluster.id. */
+  readonly clusters: ReadonlyMap<string, Cluster>
+  /** Client attribution: Pod IP → identity (issue 7). Empty when no Pods are known. */
+  readonly clients: ReadonlyMap<string, ClientIdentity>
+}
+
+export interface ClientIdentity {
+  readonly namespace: string
+  readonly serviceAccount: string
+  readonly pod: string
+}
+
+// ───────────────────────────── listeners ─────────────────────────────
+
+export type PortProtocol = 'HTTP' | 'HTTPS' | 'TCP' | 'TLS'
+
+/** A Gateway listener served on a port (several may share one port, distinguished by hostname). */
+export interface ListenerRef {
+  /** `namespace/name` of the Gateway. */
+  readonly gateway: string
+  readonly name: string
+  readonly hostname: string | null
+}
+
+export interface PortEntry {
+  readonly port: number
+  readonly protocol: PortProtocol
+  readonly listeners: readonly ListenerRef[]
+  /** HTTP and HTTPS ports (and TLS-terminate forwarding HTTP): host → virtual host. */
+  readonly http: HostIndex | null
+  /** HTTPS and TLS Terminate: server certificates selected by SNI. */
+  readonly serverTls: ServerTls | null
+  /** TCP ports: the TCPRoute served (one per port; more attached routes get Conflicted in status). */
+  readonly tcp: L4Route | null
+  /** TLS ports: routes by SNI (passthrough, or terminate then forward). */
+  readonly sni: SniIndex | null
+}
+
+export interface ServerCert {
+  /** Content hash of cert+key, for reuse of SecureContexts across tables. */
+  readonly id: string
+  /** Listener hostname this certificate serves (exact or `*.suffix`), null = any. */
+  readonly hostname: string | null
+  readonly certPem: string
+  /** Secret material: never printed (config dump replaces it). */
+  readonly keyPem: string
+}
+
+export interface ServerTls {
+  /** Exact SNI → cert. */
+  readonly exact: ReadonlyMap<string, ServerCert>
+  /** Wildcard certs, longest suffix first; suffix includes the leading dot. */
+  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly cert: ServerCert }>
+  /** Certificate of a listener without hostname; null if none. */
+  readonly fallback: ServerCert | null
+  /** Frontend client-certificate validation (Gateway.spec.tls.frontend); null = no client certs asked. */
+  readonly clientValidation: { readonly caPem: string; readonly required: boolean } | null
+  readonly alpn: readonly string[]
+}
+
+// ───────────────────────────── HTTP routing ─────────────────────────────
+
+export interface HostIndex {
+  /** Lowercased exact hostnames. */
+  readonly exact: ReadonlyMap<string, VirtualHost>
+  /** Wildcard hostnames, longest suffix first; `suffix` is '.example.com' for '*.example.com'. */
+  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly vhost: VirtualHost }>
+  /** Routes that accept any hostname; null if none. */
+  readonly fallback: VirtualHost | null
+}
+
+/**
+ * All matches applicable to one hostname pattern, ranked by Gateway API precedence.
+ * An exact vhost also carries (ranked after its own) the matches of the wildcard
+ * and catch-all routes that cover its hostname, so falling through is never needed.
+ */
+export interface VirtualHost {
+  readonly hostname: string
+  /** Path → matches with an Exact path match on it, in precedence order. */
+  readonly exactPaths: ReadonlyMap<string, readonly RouteMatch[]>
+  /** Segment tree of PathPrefix matches (the longest matching prefix is consulted first). */
+  readonly prefixes: PrefixNode
+  /** RegularExpression path matches, in precedence order. */
+  readonly regexes: readonly RouteMatch[]
+  /** True when some match of this vhost tests the query string (parse it only then). */
+  readonly needsQuery: boolean
+}
+
+export interface PrefixNode {
+  /** Next path segment → child. */
+  readonly children: ReadonlyMap<string, PrefixNode>
+  /** Matches whose prefix ends exactly at this node, in precedence order. */
+  readonly matches: readonly RouteMatch[]
+}
+
+export interface HeaderMatcher {
+  /** Lowercased. */
+  readonly name: string
+  readonly exact: string | null
+  readonly regex: RegExp | null
+}
+
+export interface PathMatcher {
+  readonly type: 'Exact' | 'PathPrefix' | 'RegularExpression'
+  readonly value: string
+  /** Anchored; only for RegularExpression. */
+  readonly regex: RegExp | null
+}
+
+export interface RouteMatch {
+  readonly path: PathMatcher
+  /** Uppercase method or null. */
+  readonly method: string | null
+  readonly headers: readonly HeaderMatcher[] | null
+  readonly query: readonly HeaderMatcher[] | null
+  readonly rule: RouteRule
+  /** Position in the precedence order (0 = highest); for explanations and tests. */
+  readonly rank: number
+}
+
+export interface RouteRef {
+  readonly kind: 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
+  readonly namespace: string
+  readonly name: string
+}
+
+export interface HeaderEdits {
+  /** Lowercased names. */
+  readonly set: ReadonlyArray<readonly [string, string]>
+  readonly add: ReadonlyArray<readonly [string, string]>
+  readonly remove: readonly string[]
+}
+
+export interface PathRewrite {
+  readonly type: 'ReplaceFullPath' | 'ReplacePrefixMatch'
+  readonly value: string
+}
+
+export interface Redirect {
+  readonly scheme: string | null
+  readonly hostname: string | null
+  readonly port: number | null
+  readonly path: PathRewrite | null
+  readonly statusCode: number
+}
+
+export interface Mirror {
+  readonly cluster: string | null
+  readonly percent: number
+}
+
+/** A fixed answer: invalid backends (500), no backends (500), or a policy denial. */
+export interface DirectResponse {
+  readonly status: number
+  readonly code: ErrorCode
+  readonly body: string
+}
+
+export interface RouteTimeouts {
+  readonly requestMs: number | null
+  readonly backendRequestMs: number | null
+  readonly connectMs: number | null
+  readonly idleMs: number | null
+}
+
+export interface WeightedCluster {
+  /** Cluster id; null when this backendRef could not be resolved (requests picked for it get 500). */
+  readonly cluster: string | null
+  readonly weight: number
+  /** Failover level (0 = primary). */
+  readonly priority: number
+  /** Per-backendRef header edits. */
+  readonly requestHeaders: HeaderEdits | null
+  readonly responseHeaders: HeaderEdits | null
+}
+
+export interface RouteRule {
+  /** Stable id, e.g. `httproute/ns/name/rule/0`; used in metrics, logs and dumps. */
+  readonly id: string
+  readonly route: RouteRef
+  readonly ruleIndex: number
+  readonly ruleName: string | null
+  /** Gateway `namespace/name` and listener name the rule was attached through (first one). */
+  readonly gateway: string
+  readonly requestHeaders: HeaderEdits | null
+  readonly responseHeaders: HeaderEdits | null
+  readonly redirect: Redirect | null
+  readonly rewriteHost: string | null
+  readonly rewritePath: PathRewrite | null
+  readonly mirrors: readonly Mirror[] | null
+  /** Set instead of backends when the rule answers by itself. */
+  readonly direct: DirectResponse | null
+  /** Weighted choices; null when `direct` or `redirect` answers. */
+  readonly backends: readonly WeightedCluster[] | null
+  /** Sum of backend weights (0: every request gets 500 per Gateway API). */
+  readonly totalWeight: number
+  readonly timeouts: RouteTimeouts
+  readonly retry: RetrySpec | null
+  /** Extensions at Route scope merged with Gateway scope (Backend scope lives on the Cluster). */
+  readonly extensions: readonly ExtensionSpec[] | null
+  /** Meshed route (GEP-3792): connect to endpoints with the gateway's mesh identity. */
+  readonly meshed: boolean
+  /** GRPCRoute rules: answer errors as gRPC status. */
+  readonly grpc: boolean
+}
+
+export interface RetrySpec {
+  readonly attempts: number
+  readonly codes: readonly number[]
+  readonly backoffMs: number | null
+  readonly policy: RetryPolicy | null
+}
+
+// ───────────────────────────── L4 routing ─────────────────────────────
+
+export interface L4Route {
+  readonly route: RouteRef
+  readonly backends: readonly WeightedCluster[]
+  readonly totalWeight: number
+  readonly idleMs: number | null
+  readonly connectMs: number | null
+}
+
+export interface SniIndex {
+  readonly exact: ReadonlyMap<string, L4Route>
+  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly route: L4Route }>
+  readonly fallback: L4Route | null
+  /** Passthrough forwards the raw TLS stream; Terminate decrypts with serverTls first. */
+  readonly mode: 'Passthrough' | 'Terminate'
+}
+
+// ───────────────────────────── upstream clusters ─────────────────────────────
+
+/** How to speak to a cluster's endpoints. 'HTTP' over TLS negotiates h2/http1.1 by ALPN. */
+export type UpstreamProtocol = 'HTTP' | 'HTTP11' | 'HTTP2' | 'H2C' | 'MCP' | 'TCP' | 'TLS'
+
+export interface Endpoint {
+  /** IP literal, hostname to resolve, or unix socket path. */
+  readonly host: string
+  readonly port: number
+  readonly kind: 'ip' | 'hostname' | 'unix'
+  readonly weight: number
+  readonly zone: string | null
+}
+
+export interface ClusterTls {
+  /** SNI to send (never an IP literal); null: none. */
+  readonly servername: string | null
+  /** Name verified against the certificate (SNI, validation hostname or Backend hostname). */
+  readonly verifyHostname: string | null
+  /** PEM bundle replacing system trust; null: system CAs. */
+  readonly caPem: string | null
+  readonly subjectAltNames: ReadonlyArray<{ readonly type: 'Hostname' | 'URI'; readonly value: string }>
+  readonly certPem: string | null
+  /** Secret material: never printed. */
+  readonly keyPem: string | null
+  readonly insecureSkipVerify: boolean
+  readonly spkiPins: readonly string[]
+  readonly crlPem: string | null
+  readonly minVersion: 'TLSv1.2' | 'TLSv1.3'
+  /** ALPN offered; empty: none. */
+  readonly alpn: readonly string[]
+  /** sha256 over every field above: part of the pool key, so rotation gets new pools. */
+  readonly identityHash: string
+}
+
+export interface Cluster {
+  /** `Backend/ns/name:port` or `Service/ns/name:port`. */
+  readonly id: string
+  readonly kind: 'Backend' | 'Service'
+  readonly namespace: string
+  readonly name: string
+  readonly port: number
+  readonly protocol: UpstreamProtocol
+  /** External hostname: sent as Host/:authority and used for SNI. null for Services/IPs. */
+  readonly hostname: string | null
+  readonly endpoints: readonly Endpoint[]
+  readonly tls: ClusterTls | null
+  /** MCP path (default /mcp) when protocol is MCP. */
+  readonly mcpPath: string | null
+  readonly extensions: readonly ExtensionSpec[] | null
+  readonly lb: LoadBalancerPolicy | null
+  readonly circuitBreaker: CircuitBreakerPolicy | null
+  readonly healthCheck: { readonly active: ActiveHealthCheck | null; readonly passive: PassiveHealthCheck | null } | null
+  /** Envoy Gateway Backend `fallback`. */
+  readonly fallback: boolean
+  /** Region label of the Backend, if any. */
+  readonly region: string | null
+  readonly enableIPv6: boolean
+}

@@ -1,0 +1,82 @@
+// One error class, one table of stable codes, one place that maps a code to an
+// HTTP status. Foreign errors (undici, node:net, node:tls) are normalized at the
+// upstream/ boundary and kept as `cause`.
+
+export const ErrorCode = {
+  // request path
+  NO_ROUTE: 'SP_ERR_NO_ROUTE',
+  BACKEND_INVALID: 'SP_ERR_BACKEND_INVALID',
+  NO_HEALTHY_UPSTREAM: 'SP_ERR_NO_HEALTHY_UPSTREAM',
+  UPSTREAM_CONNECT: 'SP_ERR_UPSTREAM_CONNECT',
+  UPSTREAM_TLS: 'SP_ERR_UPSTREAM_TLS',
+  UPSTREAM_TIMEOUT: 'SP_ERR_UPSTREAM_TIMEOUT',
+  UPSTREAM_RESET: 'SP_ERR_UPSTREAM_RESET',
+  UPSTREAM_PROTOCOL: 'SP_ERR_UPSTREAM_PROTOCOL',
+  REQUEST_TIMEOUT: 'SP_ERR_REQUEST_TIMEOUT',
+  CLIENT_ABORTED: 'SP_ERR_CLIENT_ABORTED',
+  BAD_REQUEST: 'SP_ERR_BAD_REQUEST',
+  HEADERS_TOO_LARGE: 'SP_ERR_HEADERS_TOO_LARGE',
+  BODY_TOO_LARGE: 'SP_ERR_BODY_TOO_LARGE',
+  LOOP_DETECTED: 'SP_ERR_LOOP_DETECTED',
+  FORBIDDEN: 'SP_ERR_FORBIDDEN',
+  RATE_LIMITED: 'SP_ERR_RATE_LIMITED',
+  OVERLOADED: 'SP_ERR_OVERLOADED',
+  EXTENSION_FAILED: 'SP_ERR_EXTENSION_FAILED',
+  SHUTTING_DOWN: 'SP_ERR_SHUTTING_DOWN',
+  INTERNAL: 'SP_ERR_INTERNAL',
+  // side loop
+  CONFIG_READ: 'SP_ERR_CONFIG_READ',
+  CONFIG_PARSE: 'SP_ERR_CONFIG_PARSE',
+  CONFIG_INVALID: 'SP_ERR_CONFIG_INVALID',
+  LISTEN: 'SP_ERR_LISTEN',
+  USAGE: 'SP_ERR_USAGE',
+} as const
+export type ErrorCode = typeof ErrorCode[keyof typeof ErrorCode]
+
+const STATUS: Record<ErrorCode, number> = {
+  SP_ERR_NO_ROUTE: 404,
+  SP_ERR_BACKEND_INVALID: 500,
+  SP_ERR_NO_HEALTHY_UPSTREAM: 503,
+  SP_ERR_UPSTREAM_CONNECT: 503,
+  SP_ERR_UPSTREAM_TLS: 502,
+  SP_ERR_UPSTREAM_TIMEOUT: 504,
+  SP_ERR_UPSTREAM_RESET: 502,
+  SP_ERR_UPSTREAM_PROTOCOL: 502,
+  SP_ERR_REQUEST_TIMEOUT: 504,
+  SP_ERR_CLIENT_ABORTED: 499, // logged only; the client is gone
+  SP_ERR_BAD_REQUEST: 400,
+  SP_ERR_HEADERS_TOO_LARGE: 431,
+  SP_ERR_BODY_TOO_LARGE: 413,
+  SP_ERR_LOOP_DETECTED: 508,
+  SP_ERR_FORBIDDEN: 403,
+  SP_ERR_RATE_LIMITED: 429,
+  SP_ERR_OVERLOADED: 503,
+  SP_ERR_EXTENSION_FAILED: 500,
+  SP_ERR_SHUTTING_DOWN: 503,
+  SP_ERR_INTERNAL: 500,
+  SP_ERR_CONFIG_READ: 500,
+  SP_ERR_CONFIG_PARSE: 500,
+  SP_ERR_CONFIG_INVALID: 500,
+  SP_ERR_LISTEN: 500,
+  SP_ERR_USAGE: 500,
+}
+
+/** The HTTP status a code answers with; the only code → status mapping. */
+export function statusOf(code: ErrorCode): number {
+  return STATUS[code]
+}
+
+export class SallyportError extends Error {
+  readonly code: ErrorCode
+  readonly status: number
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'SallyportError'
+    this.code = code
+    this.status = STATUS[code]
+  }
+}
+
+export function isSallyportError(err: unknown): err is SallyportError {
+  return err instanceof SallyportError
+}

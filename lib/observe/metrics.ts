@@ -1,0 +1,33 @@
+// Prometheus metrics (prom-client). One registry per process; `serve --workers N`
+// aggregates the workers' registries in the primary (AggregatorRegistry).
+// Names follow sallyport_<what>_<unit>; labels come from a fixed set.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+export const registry = new Registry()
+collectDefaultMetrics({ register: registry, prefix: 'sallyport_process_' })
+
+// ── side loop ──
+export const configReloads = new Counter({
+  name: 'sallyport_config_reloads_total', help: 'Configuration snapshots compiled and swapped in.',
+  labelNames: ['source'] as const, registers: [registry],
+})
+export const configReloadFailures = new Counter({
+  name: 'sallyport_config_reload_failures_total', help: 'Configuration reloads that kept the previous table (unreadable source, compile or listener failure).',
+  labelNames: ['source', 'reason'] as const, registers: [registry],
+})
+export const configInvalidObjects = new Gauge({
+  name: 'sallyport_config_invalid_objects', help: 'Objects dropped from the current snapshot because they failed validation.',
+  labelNames: ['kind'] as const, registers: [registry],
+})
+export const tableBuiltAt = new Gauge({
+  name: 'sallyport_route_table_built_timestamp_seconds', help: 'When the serving route table was compiled (unix seconds); age = time() - this.',
+  registers: [registry],
+})
+export const tableVersion = new Gauge({
+  name: 'sallyport_route_table_version', help: 'Version counter of the serving route table.', registers: [registry],
+})
+export const compileDuration = new Histogram({
+  name: 'sallyport_config_compile_duration_seconds', help: 'Time to compile a snapshot into a route table.',
+  buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers: [registry],
+})

@@ -1,0 +1,27 @@
+// A configuration problem is a value, not an exception: it names where the bad
+// input is (file, document, kind, object, field) so `sallyport validate`, logs and
+// status conditions can all say the same thing.
+
+import type { SourceRef } from './meta.ts'
+
+export interface ConfigProblem {
+  readonly source: SourceRef
+  /** Kind as written ('' when the document has none). */
+  readonly kind: string
+  /** '' when unknown or cluster-scoped. */
+  readonly namespace: string
+  /** '' when the document has no name. */
+  readonly name: string
+  /** Dotted path from the object root, e.g. `spec.rules[0].matches[1].path.value`; '' for the whole object. */
+  readonly field: string
+  readonly message: string
+  /** 'error' drops the object; 'warning' keeps it (e.g. insecureSkipVerify). */
+  readonly severity: 'error' | 'warning'
+}
+
+/** `FILE:DOC: KIND NS/NAME: FIELD: MESSAGE`, the line format of `sallyport validate`. */
+export function formatProblem(p: ConfigProblem): string {
+  const obj = p.namespace === '' ? p.name : `${p.namespace}/${p.name}`
+  const field = p.field === '' ? '' : `${p.field}: `
+  return `${p.source.file}:${p.source.doc}: ${p.kind || '<no kind>'} ${obj || '<no name>'}: ${field}${p.message}`
+}

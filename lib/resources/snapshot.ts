@@ -1,0 +1,45 @@
+// A Snapshot is the whole valid configuration at one moment: every object that
+// passed validation, normalized to the internal model, plus the problems of the
+// objects that did not. Sources build it; compile() reads it; nobody mutates it.
+
+import type {
+  Backend, BackendTLSPolicy, BackendTrafficPolicy, ClusterTrustBundle, ConfigMap, EgressExtension,
+  EndpointSlice, Gateway, GatewayClass, GRPCRoute, HTTPRoute, Namespace, Pod, ReferenceGrant,
+  Secret, Service, TCPRoute, TLSRoute,
+} from './model.ts'
+import type { ConfigProblem } from './problem.ts'
+
+/** Maps keyed by `namespace/name` (or `name` for cluster-scoped kinds). */
+export interface Snapshot {
+  readonly gatewayClasses: ReadonlyMap<string, GatewayClass>
+  readonly gateways: ReadonlyMap<string, Gateway>
+  readonly httpRoutes: ReadonlyMap<string, HTTPRoute>
+  readonly grpcRoutes: ReadonlyMap<string, GRPCRoute>
+  readonly tcpRoutes: ReadonlyMap<string, TCPRoute>
+  readonly tlsRoutes: ReadonlyMap<string, TLSRoute>
+  readonly referenceGrants: ReadonlyMap<string, ReferenceGrant>
+  readonly backends: ReadonlyMap<string, Backend>
+  readonly backendTLSPolicies: ReadonlyMap<string, BackendTLSPolicy>
+  readonly backendTrafficPolicies: ReadonlyMap<string, BackendTrafficPolicy>
+  readonly egressExtensions: ReadonlyMap<string, EgressExtension>
+  readonly secrets: ReadonlyMap<string, Secret>
+  readonly configMaps: ReadonlyMap<string, ConfigMap>
+  readonly services: ReadonlyMap<string, Service>
+  /** EndpointSlices keyed by `namespace/name` of the slice. */
+  readonly endpointSlices: ReadonlyMap<string, EndpointSlice>
+  readonly namespaces: ReadonlyMap<string, Namespace>
+  readonly pods: ReadonlyMap<string, Pod>
+  readonly clusterTrustBundles: ReadonlyMap<string, ClusterTrustBundle>
+  /** Problems of objects that were dropped (errors) or kept with a caveat (warnings). */
+  readonly problems: readonly ConfigProblem[]
+}
+
+export function emptySnapshot(): Snapshot {
+  return {
+    gatewayClasses: new Map(), gateways: new Map(), httpRoutes: new Map(), grpcRoutes: new Map(),
+    tcpRoutes: new Map(), tlsRoutes: new Map(), referenceGrants: new Map(), backends: new Map(),
+    backendTLSPolicies: new Map(), backendTrafficPolicies: new Map(), egressExtensions: new Map(),
+    secrets: new Map(), configMaps: new Map(), services: new Map(), endpointSlices: new Map(),
+    namespaces: new Map(), pods: new Map(), clusterTrustBundles: new Map(), problems: [],
+  }
+}
