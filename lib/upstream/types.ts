@@ -1,0 +1,82 @@
+// The contract between the request path (listeners/, router/) and the upstream
+// layer (pools, TLS, protocols). The router decides *what* to send and *which*
+// cluster; upstream/ decides *how*: which endpoint, which pooled connection,
+// which protocol on the wire. Errors cross this boundary only as SallyportError
+// with a stable code (the original kept as `cause`).
+
+import type { Duplex, Readable } from 'node:stream'
+import type { SallyportError } from '../errors.ts'
+import type { Cluster, RouteTable } from '../compile/table.ts'
+
+/** Header values as both node:http and undici accept them; names lowercased, no hop-by-hop headers. */
+export type OutgoingHeaders = Record<string, string | string[]>
+
+export interface UpstreamTimeouts {
+  /** TCP+TLS connect; null = the default (10 s). */
+  readonly connectMs: number | null
+  /** Until the response headers arrive (HTTPRoute backendRequest); null = none beyond the overall request timeout. */
+  readonly headersMs: number | null
+  /** Max silence on an established exchange (body bytes either way); null = the default (5 min). */
+  readonly idleMs: number | null
+}
+
+export interface UpstreamRequest {
+  readonly cluster: Cluster
+  readonly method: string
+  /** Path and query exactly as they go on the wire. */
+  readonly path: string
+  /** Host / :authority to send (the Backend's hostname for ExternalHostname backends). */
+  readonly authority: string
+  readonly headers: OutgoingHeaders
+  /** null: no request body. Streamed with backpressure; never buffered by upstream/. */
+  readonly body: Readable | null
+  readonly timeouts: UpstreamTimeouts
+  /** Aborted when the client goes away or the route timeout fires: the upstream exchange is cancelled. */
+  readonly signal: AbortSignal
+  /**
+   * Tunnel request: 'websocket' etc. for HTTP/1.1 Upgrade, or the RFC 8441 :protocol of
+   * an HTTP/2 extended CONNECT. null for ordinary requests.
+   */
+  readonly upgrade: string | null
+  /** For hash-based balancing and metrics. */
+  readonly clientAddress: string
+}
+
+export interface UpstreamResponse {
+  readonly status: number
+  /** Lowercased names; hop-by-hop headers already removed. */
+  readonly headers: OutgoingHeaders
+  /** Streamed; destroy it to cancel. */
+  readonly body: Readable
+  /** `host:port` of the endpoint that answered (access log, metrics). */
+  readonly endpoint: string
+  /** 'h1' | 'h2' | 'h2c': what was spoken on the wire. */
+  readonly protocol: string
+}
+
+export interface UpstreamTunnel {
+  /** 101 for HTTP/1.1 Upgrade, 200 for extended CONNECT; other statuses come as onResponse. */
+  readonly status: number
+  readonly headers: OutgoingHeaders
+  /** Raw bidirectional stream to the upstream after the handshake. */
+  readonly stream: Duplex
+  readonly endpoint: string
+}
+
+/** Callbacks of one forwarded request; exactly one of onResponse / onTunnel / onError is called once. */
+export interface UpstreamHandler {
+  onResponse(res: UpstreamResponse): void
+  onTunnel(tunnel: UpstreamTunnel): void
+  onError(err: SallyportError): void
+}
+
+/** Pool registry: outlives route tables; keyed by (endpoint, protocol, TLS identity hash). */
+export interface Upstreams {
+  // hot path
+  forward(req: UpstreamRequest, handler: UpstreamHandler): void
+  /** After a swap: keep pools the new table references, drain and close the rest. */
+  retain(table: RouteTable): void
+  /** Pool statistics for /config_dump and metrics. */
+  stats(): ReadonlyArray<{ readonly key: string; readonly cluster: string; readonly protocol: string; readonly connected: number; readonly pending: number; readonly running: number }>
+  close(): Promise<void>
+}
