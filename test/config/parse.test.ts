@@ -1,0 +1,55 @@
+import t from 'tap'
+import { parseManifests } from '../../lib/config/parse.ts'
+
+t.test('multi-document YAML keeps document positions, skipping empty ones', async (t) => {
+  const r = parseManifests('a.yaml', 'kind: A\n---\n---\n# only a comment\n---\nkind: B\n')
+  t.same(r.problems, [])
+  t.same(r.docs.map((d) => [d.source.doc, (d.doc as { kind: string }).kind]), [[0, 'A'], [3, 'B']])
+  t.equal(r.docs[0]?.source.file, 'a.yaml')
+})
+
+t.test('a YAML syntax error names the file and the line and drops the whole file', async (t) => {
+  const text = 'kind: A\n---\nkind: B\nmetadata:\n  name: x\n  labels: a: b\n'
+  const r = parseManifests('dir/b.yaml', text)
+  t.same(r.docs, [])
+  t.equal(r.problems.length, 1)
+  const p = r.problems[0]
+  t.equal(p?.source.file, 'dir/b.yaml')
+  t.equal(p?.source.doc, 1)
+  t.equal(p?.severity, 'error')
+  t.match(p?.message, /^line 6\b/)
+})
+
+t.test('duplicate keys are a syntax error with the line of the second key', async (t) => {
+  const r = parseManifests('c.yml', 'kind: A\nmetadata: {}\nkind: B\n')
+  t.match(r.problems[0]?.message, /^line 3, column 1: Map keys must be unique/)
+})
+
+t.test('kind: List is unwrapped, in YAML and in JSON', async (t) => {
+  const yaml = parseManifests('l.yaml', 'kind: List\nitems:\n- kind: A\n- kind: B\n---\nkind: C\n')
+  t.same(yaml.docs.map((d) => [d.source.doc, (d.doc as { kind: string }).kind]), [[0, 'A'], [1, 'B'], [2, 'C']])
+  const json = parseManifests('l.json', JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [{ kind: 'A' }, { kind: 'B' }] }))
+  t.same(json.docs.map((d) => [d.source.doc, (d.doc as { kind: string }).kind]), [[0, 'A'], [1, 'B']])
+})
+
+t.test('JSON: one object; errors give a line and never quote the input', async (t) => {
+  const ok = parseManifests('o.JSON', '{"kind":"A"}')
+  t.same(ok.docs, [{ source: { file: 'o.JSON', doc: 0 }, doc: { kind: 'A' } }])
+  const bad = parseManifests('s.json', '{\n "kind": "Secret",\n "data": {"k": "c2VjcmV0"} ]\n}')
+  t.equal(bad.docs.length, 0)
+  t.match(bad.problems[0]?.message, /^line 3\b.*invalid JSON/)
+  t.notMatch(bad.problems[0]?.message, /c2VjcmV0/)
+})
+
+t.test('empty files are empty, not errors', async (t) => {
+  t.same(parseManifests('e.yaml', ''), { docs: [], problems: [] })
+  t.same(parseManifests('e.json', '  \n'), { docs: [], problems: [] })
+})
+
+t.test('alias bombs are refused', async (t) => {
+  const lines = ['a: &a [x, x, x, x, x, x, x, x, x, x]']
+  for (let i = 0; i < 8; i++) lines.push(`${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [*${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}]`)
+  const r = parseManifests('bomb.yaml', lines.join('\n') + '\n')
+  t.equal(r.docs.length, 0)
+  t.match(r.problems[0]?.message, /^line \d+/)
+})
