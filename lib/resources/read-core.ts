@@ -1,0 +1,132 @@
+// Core and discovery kinds sallyport reads for references and endpoints:
+// Secret, ConfigMap, Service, EndpointSlice, Namespace, Pod, ClusterTrustBundle.
+
+import type { SourceRef } from './meta.ts'
+import type { ClusterTrustBundle, ConfigMap, EndpointSlice, Namespace, Pod, Secret, Service, ServicePort } from './model.ts'
+import {
+  type Fields, boolAt, isFields, listAt, nonEmptyAt, numberAt, objectAt, stringMapAt, stringsAt, textAt,
+} from './read-fields.ts'
+import { apiVersionOf, readMeta } from './read-meta.ts'
+
+type CoreObject = Secret | ConfigMap | Service | EndpointSlice | Namespace | Pod | ClusterTrustBundle
+
+/** Normalize a core/discovery kind; null for any other kind. */
+export function readCore(doc: Fields, kind: string, source: SourceRef): CoreObject | null {
+  const apiVersion = apiVersionOf(doc)
+  switch (kind) {
+    case 'Secret': return readSecret(doc, apiVersion, source)
+    case 'ConfigMap': {
+      // binaryData is ignored: CA bundles and CRLs we read are PEM text.
+      return { kind, apiVersion, meta: readMeta(doc, kind), source, data: stringMapAt(doc, 'data') }
+    }
+    case 'Service': return readService(doc, apiVersion, source)
+    case 'EndpointSlice': return readEndpointSlice(doc, apiVersion, source)
+    case 'Namespace': return { kind, apiVersion, meta: readMeta(doc, kind), source }
+    case 'Pod': return readPod(doc, apiVersion, source)
+    case 'ClusterTrustBundle': {
+      const spec = objectAt(doc, 'spec')
+      return { kind, apiVersion, meta: readMeta(doc, kind), source, signerName: nonEmptyAt(spec, 'signerName'), trustBundle: textAt(spec, 'trustBundle') ?? '' }
+    }
+    default: return null
+  }
+}
+
+/** data is base64 (as the API stores it); stringData is plain text and wins on a shared key, as the API server merges it. */
+function readSecret(doc: Fields, apiVersion: string, source: SourceRef): Secret {
+  const data: Record<string, Buffer> = {}
+  const encoded = stringMapAt(doc, 'data')
+  for (const key of Object.keys(encoded)) data[key] = Buffer.from((encoded[key] as string).replace(/\s+/g, ''), 'base64')
+  const plain = stringMapAt(doc, 'stringData')
+  for (const key of Object.keys(plain)) data[key] = Buffer.from(plain[key] as string, 'utf8')
+  return { kind: 'Secret', apiVersion, meta: readMeta(doc, 'Secret'), source, type: textAt(doc, 'type') ?? 'Opaque', data }
+}
+
+function readService(doc: Fields, apiVersion: string, source: SourceRef): Service {
+  const spec = objectAt(doc, 'spec')
+  const ports: ServicePort[] = listAt(spec, 'ports').map((p) => {
+    const target = p['targetPort']
+    return {
+      name: textAt(p, 'name') ?? '',
+      port: numberAt(p, 'port') ?? 0,
+      targetPort: typeof target === 'number' || typeof target === 'string' ? target : null,
+      protocol: textAt(p, 'protocol') ?? 'TCP',
+      appProtocol: nonEmptyAt(p, 'appProtocol'),
+    }
+  })
+  return {
+    kind: 'Service',
+    apiVersion,
+    meta: readMeta(doc, 'Service'),
+    source,
+    type: textAt(spec, 'type') ?? 'ClusterIP',
+    // Kept as written: "None" marks a headless Service.
+    clusterIP: nonEmptyAt(spec, 'clusterIP'),
+    externalName: nonEmptyAt(spec, 'externalName'),
+    ports,
+    selector: stringMapAt(spec, 'selector'),
+  }
+}
+
+const ADDRESS_TYPES = new Set(['IPv4', 'IPv6', 'FQDN'])
+
+/**
+ * discovery.k8s.io/v1 EndpointSlice. Conditions follow the API's reading of
+ * absent values: ready unknown → ready; serving unknown → same as ready;
+ * terminating unknown → not terminating.
+ */
+function readEndpointSlice(doc: Fields, apiVersion: string, source: SourceRef): EndpointSlice {
+  const meta = readMeta(doc, 'EndpointSlice')
+  const addressType = textAt(doc, 'addressType')
+  const endpoints = listAt(doc, 'endpoints').map((e) => {
+    const c = objectAt(e, 'conditions')
+    const ready = boolAt(c, 'ready') ?? true
+    return {
+      addresses: stringsAt(e, 'addresses'),
+      ready,
+      serving: boolAt(c, 'serving') ?? ready,
+      terminating: boolAt(c, 'terminating') ?? false,
+      zone: nonEmptyAt(e, 'zone'),
+    }
+  })
+  const ports = listAt(doc, 'ports').map((p) => ({
+    name: textAt(p, 'name') ?? '',
+    port: numberAt(p, 'port'),
+    protocol: textAt(p, 'protocol') ?? 'TCP',
+    appProtocol: nonEmptyAt(p, 'appProtocol'),
+  }))
+  return {
+    kind: 'EndpointSlice',
+    apiVersion,
+    meta,
+    source,
+    serviceName: meta.labels['kubernetes.io/service-name'] ?? null,
+    addressType: (addressType !== null && ADDRESS_TYPES.has(addressType) ? addressType : 'IPv4') as EndpointSlice['addressType'],
+    endpoints,
+    ports,
+  }
+}
+
+function readPod(doc: Fields, apiVersion: string, source: SourceRef): Pod {
+  const spec = objectAt(doc, 'spec')
+  const status = objectAt(doc, 'status')
+  const ips: string[] = []
+  const raw = status === null ? undefined : status['podIPs']
+  if (Array.isArray(raw)) {
+    for (const item of raw) {
+      const ip = isFields(item) ? textAt(item, 'ip') : null
+      if (ip !== null && ip !== '') ips.push(ip)
+    }
+  }
+  const single = nonEmptyAt(status, 'podIP')
+  if (ips.length === 0 && single !== null) ips.push(single)
+  return {
+    kind: 'Pod',
+    apiVersion,
+    meta: readMeta(doc, 'Pod'),
+    source,
+    podIPs: ips,
+    // spec.serviceAccount is the deprecated spelling of the same field.
+    serviceAccountName: nonEmptyAt(spec, 'serviceAccountName') ?? nonEmptyAt(spec, 'serviceAccount') ?? 'default',
+    nodeName: nonEmptyAt(spec, 'nodeName'),
+  }
+}
