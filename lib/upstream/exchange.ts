@@ -1,0 +1,170 @@
+// One forwarded request across its attempts: the state shared by the registry
+// (endpoint choice, connect fallback), the protocol pools (h1/h2) and the
+// response body. It guarantees the UpstreamHandler contract — exactly one of
+// onResponse / onTunnel / onError, once — and records the metrics at the end.
+
+import { performance } from 'node:perf_hooks'
+import { Readable, type Duplex } from 'node:stream'
+import { ErrorCode, SallyportError } from '../errors.ts'
+import type { Cluster } from '../compile/table.ts'
+import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
+import { connectReason, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
+import {
+  upstreamActiveRequests, upstreamConnectErrors, upstreamRequestDuration, upstreamTlsHandshakeErrors,
+} from '../observe/upstream-metrics.ts'
+
+/** A protocol-level attempt (one undici dispatch or one h2 stream) the exchange can cancel. */
+export interface Attempt {
+  /** Tear the upstream exchange down (RST_STREAM / socket reset). */
+  cancel(reason: Error): void
+  /** The response body consumer wants more. */
+  resume(): void
+}
+
+/** Called by the exchange when a connect failure may move to the next endpoint. */
+export interface Redispatcher {
+  redispatch(ex: Exchange): boolean
+}
+
+export class Exchange {
+  readonly req: UpstreamRequest
+  readonly cluster: Cluster
+  readonly #handler: UpstreamHandler
+  readonly #redispatcher: Redispatcher
+  readonly #started: number
+  /** `host:port` of the endpoint of the current attempt. */
+  endpoint = ''
+  /** Index into cluster.endpoints of the current attempt. */
+  endpointIndex = 0
+  /** Endpoints tried so far (connect fallback tries each at most once). */
+  tried = 0
+  /** True once request bytes may have left: never retried after this point. */
+  sent = false
+  #attempt: Attempt | null = null
+  #answered = false
+  #finished = false
+  #body: ResponseBody | null = null
+
+  constructor(req: UpstreamRequest, handler: UpstreamHandler, redispatcher: Redispatcher) {
+    this.req = req
+    this.cluster = req.cluster
+    this.#handler = handler
+    this.#redispatcher = redispatcher
+    this.#started = performance.now()
+    upstreamActiveRequests.inc({ backend: req.cluster.id })
+    req.signal.addEventListener('abort', this)
+  }
+
+  get answered(): boolean {
+    return this.#answered
+  }
+
+  get aborted(): boolean {
+    return this.req.signal.aborted
+  }
+
+  setAttempt(attempt: Attempt | null): void {
+    this.#attempt = attempt
+  }
+
+  /** AbortSignal listener (an object, so no closure per request). */
+  handleEvent(): void {
+    const reason = new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted by the client or the route timeout', { cause: this.req.signal.reason })
+    const attempt = this.#attempt
+    if (attempt !== null) attempt.cancel(reason)
+    if (!this.#answered) {
+      this.#answered = true
+      this.#handler.onError(reason)
+      this.finish(reason.code)
+    } else if (this.#body !== null) {
+      this.#body.destroy(reason)
+    }
+  }
+
+  // hot path
+  respond(status: number, headers: OutgoingHeaders, attempt: Attempt, protocol: string): ResponseBody | null {
+    if (this.#answered) {
+      attempt.cancel(new SallyportError(ErrorCode.CLIENT_ABORTED, 'exchange already answered'))
+      return null
+    }
+    this.#answered = true
+    const body = new ResponseBody(this, attempt, status)
+    this.#body = body
+    this.#handler.onResponse({ status, headers, body, endpoint: this.endpoint, protocol })
+    return body
+  }
+
+  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): void {
+    if (this.#answered) {
+      stream.destroy()
+      return
+    }
+    this.#answered = true
+    this.#attempt = null
+    this.finish(String(status))
+    this.#handler.onTunnel({ status, headers, stream, endpoint: this.endpoint })
+  }
+
+  /** A failure before the response started. Connect failures of unsent requests move to the next endpoint. */
+  fail(err: unknown): void {
+    if (this.#answered) return
+    const error = normalizeUpstreamError(err, this.req.signal, this.endpoint)
+    this.#count(error)
+    if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.#redispatcher.redispatch(this)) return
+    this.#answered = true
+    this.#attempt = null
+    this.#handler.onError(error)
+    this.finish(error.code)
+  }
+
+  /** A failure after the response started: the body errors. */
+  failBody(err: unknown): void {
+    const body = this.#body
+    if (body === null) return this.fail(err)
+    body.destroy(normalizeUpstreamError(err, this.req.signal, this.endpoint))
+  }
+
+  #count(error: SallyportError): void {
+    if (error.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: this.cluster.id, reason: connectReason(error) })
+    else if (error.code === ErrorCode.UPSTREAM_TLS) upstreamTlsHandshakeErrors.inc({ backend: this.cluster.id, reason: tlsReason(error) })
+  }
+
+  /** End of the exchange: metrics, and the abort listener goes. Idempotent. */
+  finish(code: string): void {
+    if (this.#finished) return
+    this.#finished = true
+    this.req.signal.removeEventListener('abort', this)
+    const backend = this.cluster.id
+    upstreamActiveRequests.dec({ backend })
+    upstreamRequestDuration.observe({ backend, code }, (performance.now() - this.#started) / 1000)
+  }
+}
+
+/**
+ * The response body handed to the request path. Backpressure: push() returning
+ * false pauses the upstream (undici controller / h2 stream); _read resumes it.
+ * Destroying it before the end cancels the upstream exchange.
+ */
+export class ResponseBody extends Readable {
+  readonly #exchange: Exchange
+  readonly #attempt: Attempt
+  readonly #status: number
+
+  constructor(exchange: Exchange, attempt: Attempt, status: number) {
+    super({ highWaterMark: 64 * 1024 })
+    this.#exchange = exchange
+    this.#attempt = attempt
+    this.#status = status
+  }
+
+  override _read(): void {
+    this.#attempt.resume()
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    if (!this.readableEnded) this.#attempt.cancel(err ?? new SallyportError(ErrorCode.CLIENT_ABORTED, 'response body destroyed'))
+    this.#exchange.setAttempt(null)
+    this.#exchange.finish(err === null ? String(this.#status) : err instanceof SallyportError ? err.code : ErrorCode.UPSTREAM_RESET)
+    callback(err)
+  }
+}

@@ -1,0 +1,154 @@
+// HTTP/1.1 upstream: one undici Pool per key, driven with dispatch() and a
+// handler object (undici 8 handler API: onRequestStart / onResponseStart /
+// onResponseData / onResponseEnd / onResponseError, controller pause/resume/abort).
+// Connections come from our Connector (resolution, address fallback, TLS built
+// once per pool); the first one may be a socket already negotiated by the ALPN
+// probe (alpn-pool.ts).
+
+import { Pool, type Dispatcher } from 'undici'
+import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
+import type { IncomingHttpHeaders } from 'undici/types/header.js'
+import type { Connector } from './connect.ts'
+import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
+import { h1RequestHeaders, responseHeaders } from './headers.ts'
+import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
+
+const HTTP11: readonly string[] = ['http/1.1']
+
+export class H1Pool implements UpstreamPool {
+  readonly protocol = 'h1'
+  readonly #pool: Pool
+  readonly #settings: PoolSettings
+  #parked: Socket | null
+  #closed = false
+
+  constructor(connector: Connector, settings: PoolSettings, parked: Socket | null = null) {
+    this.#settings = settings
+    this.#parked = parked
+    const endpoint = connector.endpoint
+    // The origin only labels the pool: Host is always set from the request and
+    // the connect function below ignores undici's connect parameters.
+    const host = endpoint.kind === 'unix' ? 'localhost' : endpoint.host.includes(':') ? `[${endpoint.host}]` : endpoint.host
+    const origin = `http://${host}${endpoint.kind === 'unix' ? '' : `:${endpoint.port}`}`
+    this.#pool = new Pool(origin, {
+      connections: settings.connectionsPerPool,
+      pipelining: 1,
+      allowH2: false,
+      keepAliveTimeout: settings.keepAliveTimeoutMs,
+      keepAliveMaxTimeout: settings.keepAliveTimeoutMs,
+      connect: (_options, callback) => {
+        const socket = this.#parked
+        if (socket !== null) {
+          this.#parked = null
+          if (!socket.destroyed) {
+            callback(null, socket)
+            return
+          }
+        }
+        connector.connect(HTTP11, (err, sock) => {
+          if (err !== null || sock === null) callback(err ?? new Error('no socket'), null)
+          else callback(null, sock)
+        })
+      },
+    })
+    // Connection-level errors reach the requests through their handlers.
+    this.#pool.on('connectionError', noop)
+  }
+
+  get closed(): boolean {
+    return this.#closed
+  }
+
+  // hot path
+  dispatch(ex: Exchange): void {
+    const req = ex.req
+    const attempt = new H1Attempt(ex)
+    ex.setAttempt(attempt)
+    const idleMs = idleMsOf(ex, this.#settings)
+    const upgrade = req.upgrade
+    this.#pool.dispatch({
+      path: req.path,
+      method: req.method,
+      headers: h1RequestHeaders(req.headers, req.authority),
+      body: upgrade === null ? req.body : null,
+      upgrade,
+      headersTimeout: req.timeouts.headersMs ?? idleMs,
+      bodyTimeout: idleMs,
+    }, attempt)
+  }
+
+  stats(): PoolStats {
+    const s = this.#pool.stats
+    return { connected: s.connected, pending: s.pending, running: s.running }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    const parked = this.#parked
+    this.#parked = null
+    if (parked !== null) parked.destroy()
+    await this.#pool.close()
+  }
+}
+
+function noop(): void {}
+
+type Controller = Dispatcher.DispatchController
+
+/** One request on the undici pool: handler for undici, Attempt for the exchange. */
+class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
+  readonly #ex: Exchange
+  #controller: Controller | null = null
+  #body: ResponseBody | null = null
+  #cancelled: Error | null = null
+
+  constructor(ex: Exchange) {
+    this.#ex = ex
+  }
+
+  onRequestStart(controller: Controller): void {
+    this.#controller = controller
+    // From here on the body may be read: never retried on another endpoint.
+    this.#ex.sent = true
+    if (this.#cancelled !== null) controller.abort(this.#cancelled)
+  }
+
+  onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200) return
+    this.#body = this.#ex.respond(statusCode, responseHeaders(headers, null), this, 'h1')
+    if (this.#body === null) controller.abort(new Error('answered'))
+  }
+
+  onResponseData(controller: Controller, chunk: Buffer): void {
+    const body = this.#body
+    if (body !== null && !body.push(chunk)) controller.pause()
+  }
+
+  onResponseEnd(): void {
+    const body = this.#body
+    if (body !== null) body.push(null)
+  }
+
+  onResponseError(_controller: Controller, err: Error): void {
+    if (this.#body === null) this.#ex.fail(err)
+    else this.#ex.failBody(err)
+  }
+
+  onRequestUpgrade(_controller: Controller, statusCode: number, headers: IncomingHttpHeaders, socket: Duplex): void {
+    this.#ex.tunnel(statusCode, responseHeaders(headers, 'upgrade'), socket)
+  }
+
+  cancel(reason: Error): void {
+    if (this.#cancelled !== null) return
+    this.#cancelled = reason
+    const controller = this.#controller
+    if (controller !== null && !controller.aborted) controller.abort(reason)
+  }
+
+  resume(): void {
+    const controller = this.#controller
+    if (controller !== null) controller.resume()
+  }
+}

@@ -1,0 +1,364 @@
+// HTTP/2 (TLS, ALPN h2) and h2c (prior knowledge) upstream: node:http2
+// sessions per key, many streams per session. A new session is opened when
+// every live one is at the peer's SETTINGS_MAX_CONCURRENT_STREAMS or has
+// received GOAWAY; idle sessions close after keepAliveTimeoutMs. Sessions are
+// used only after the peer's SETTINGS arrived, so the stream limit and
+// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441) are known before the first stream.
+
+import { connect as h2connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type IncomingHttpStatusHeader } from 'node:http2'
+import { createHash } from 'node:crypto'
+import type { Socket } from 'node:net'
+import { pipeline } from 'node:stream'
+import type { Connector } from './connect.ts'
+import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
+import { h2RequestHeaders, responseHeaders } from './headers.ts'
+import { localError } from './normalize-error.ts'
+import { H1Pool } from './h1-pool.ts'
+import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
+
+const H2: readonly string[] = ['h2']
+/** Our own ceiling on streams per session, whatever the peer allows. */
+const MAX_STREAMS_PER_SESSION = 1000
+const WEBSOCKET_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+
+interface SessionState {
+  readonly session: ClientHttp2Session
+  active: number
+  /** Peer SETTINGS received. */
+  ready: boolean
+  /** GOAWAY received, errored or closing: no new streams. */
+  dead: boolean
+  error: Error | null
+}
+
+export class H2Pool implements UpstreamPool {
+  readonly protocol: string
+  readonly #connector: Connector
+  readonly #settings: PoolSettings
+  readonly #scheme: 'http' | 'https'
+  readonly #sessions: SessionState[] = []
+  #waiting: Exchange[] = []
+  #connecting = 0
+  #closed = false
+  /** HTTP/1.1 Upgrade over a new connection, when the peer lacks RFC 8441. */
+  #h1: H1Pool | null = null
+
+  constructor(connector: Connector, settings: PoolSettings, adopted: Socket | null = null) {
+    this.#connector = connector
+    this.#settings = settings
+    this.#scheme = connector.secure ? 'https' : 'http'
+    this.protocol = connector.secure ? 'h2' : 'h2c'
+    if (adopted !== null) this.#adopt(adopted)
+  }
+
+  get closed(): boolean {
+    return this.#closed
+  }
+
+  // hot path
+  dispatch(ex: Exchange): void {
+    const state = this.#pick()
+    if (state !== null) {
+      this.#start(state, ex)
+      return
+    }
+    this.#waiting.push(ex)
+    if (this.#connecting === 0) this.#open()
+  }
+
+  stats(): PoolStats {
+    let running = 0
+    for (const s of this.#sessions) running += s.active
+    const h1 = this.#h1 === null ? null : this.#h1.stats()
+    return {
+      connected: this.#sessions.length + (h1 === null ? 0 : h1.connected),
+      pending: this.#waiting.length + (h1 === null ? 0 : h1.pending),
+      running: running + (h1 === null ? 0 : h1.running),
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    const waiting = this.#waiting
+    this.#waiting = []
+    for (const ex of waiting) ex.fail(localError('UND_ERR_CLOSED', 'upstream pool closed'))
+    const closing: Array<Promise<void>> = []
+    for (const s of this.#sessions) {
+      // session.close(): no new streams, in-flight ones finish, then the socket closes.
+      closing.push(new Promise((resolve) => {
+        if (s.session.closed || s.session.destroyed) resolve()
+        else s.session.close(() => resolve())
+      }))
+    }
+    if (this.#h1 !== null) closing.push(this.#h1.close())
+    await Promise.all(closing)
+  }
+
+  #pick(): SessionState | null {
+    const sessions = this.#sessions
+    for (let i = 0; i < sessions.length; i++) {
+      const s = sessions[i]
+      if (!s.ready || s.dead) continue
+      const limit = Math.min(s.session.remoteSettings.maxConcurrentStreams ?? 100, MAX_STREAMS_PER_SESSION)
+      if (s.active < limit) return s
+    }
+    return null
+  }
+
+  #open(): void {
+    if (this.#closed) return
+    this.#connecting++
+    this.#connector.connect(H2, (err, socket) => {
+      this.#connecting--
+      if (err !== null || socket === null) {
+        this.#failWaiting(err ?? new Error('no socket'))
+        return
+      }
+      if (this.#closed) {
+        socket.destroy()
+        return
+      }
+      if (this.#connector.secure && (socket as Socket & { alpnProtocol?: string | false }).alpnProtocol !== 'h2') {
+        socket.destroy()
+        this.#failWaiting(localError('ERR_HTTP2_ERROR', 'upstream did not negotiate h2 by ALPN'))
+        return
+      }
+      this.#adopt(socket)
+    })
+  }
+
+  #failWaiting(err: Error): void {
+    const waiting = this.#waiting
+    this.#waiting = []
+    for (const ex of waiting) ex.fail(err)
+  }
+
+  #adopt(socket: Socket): void {
+    const endpoint = this.#connector.endpoint
+    const session = h2connect(`${this.#scheme}://${endpoint.kind === 'unix' ? 'localhost' : 'upstream'}`, {
+      createConnection: () => socket,
+      settings: { enablePush: false },
+    })
+    const state: SessionState = { session, active: 0, ready: false, dead: false, error: null }
+    this.#sessions.push(state)
+    session.once('remoteSettings', () => {
+      state.ready = true
+      this.#drain()
+    })
+    session.on('goaway', () => {
+      state.dead = true
+      this.#drain()
+    })
+    session.on('error', (err: Error) => {
+      state.dead = true
+      state.error = err
+    })
+    session.once('close', () => {
+      state.dead = true
+      const i = this.#sessions.indexOf(state)
+      if (i !== -1) this.#sessions.splice(i, 1)
+      // A session that died before its SETTINGS: the waiting requests never got a stream.
+      if (!state.ready && this.#connecting === 0 && this.#pick() === null) {
+        this.#failWaiting(state.error ?? localError('ERR_HTTP2_SESSION_ERROR', 'upstream closed the session before SETTINGS'))
+      } else {
+        this.#drain()
+      }
+    })
+    session.setTimeout(this.#settings.keepAliveTimeoutMs, () => {
+      if (state.active === 0) {
+        state.dead = true
+        session.close()
+      }
+    })
+    // Pooled sessions must not keep the process alive on their own.
+    session.unref()
+  }
+
+  #drain(): void {
+    while (this.#waiting.length > 0) {
+      const ex = this.#waiting[0]
+      if (ex.answered) {
+        this.#waiting.shift()
+        continue
+      }
+      const state = this.#pick()
+      if (state === null) {
+        if (this.#connecting === 0 && !this.#closed) this.#open()
+        return
+      }
+      this.#waiting.shift()
+      this.#start(state, ex)
+    }
+  }
+
+  /** Called by a stream when it closes. */
+  release(state: SessionState): void {
+    state.active--
+    if (this.#waiting.length > 0) this.#drain()
+  }
+
+  // hot path
+  #start(state: SessionState, ex: Exchange): void {
+    if (ex.answered) return
+    const req = ex.req
+    const upgrade = req.upgrade
+    let headers: Record<string, string | string[]>
+    let wsKey: string | null = null
+    if (upgrade !== null) {
+      if (state.session.remoteSettings.enableConnectProtocol !== true) {
+        // RFC 8441 not offered by the peer: HTTP/1.1 Upgrade over a new connection.
+        this.#h1 ??= new H1Pool(this.#connector, this.#settings)
+        this.#h1.dispatch(ex)
+        return
+      }
+      // RFC 8441 §5: Sec-WebSocket-Key/Accept are not used over HTTP/2.
+      const key = req.headers['sec-websocket-key']
+      wsKey = typeof key === 'string' ? key : null
+      headers = h2RequestHeaders(req.headers, 'CONNECT', req.path, req.authority, this.#scheme, upgrade)
+      delete headers['sec-websocket-key']
+    } else {
+      headers = h2RequestHeaders(req.headers, req.method, req.path, req.authority, this.#scheme, null)
+    }
+    let stream: ClientHttp2Stream
+    try {
+      stream = state.session.request(headers, { endStream: req.body === null && upgrade === null })
+    } catch (err) {
+      state.dead = true
+      ex.fail(err)
+      return
+    }
+    state.active++
+    ex.sent = true
+    const attempt = new H2Attempt(ex, stream, state, this, wsKey)
+    ex.setAttempt(attempt)
+    const idleMs = idleMsOf(ex, this.#settings)
+    stream.setTimeout(idleMs, onStreamTimeout)
+    if (req.timeouts.headersMs !== null) attempt.headersTimer = setTimeout(onHeadersTimeout, req.timeouts.headersMs, attempt)
+    if (req.body !== null && upgrade === null) pipeline(req.body, stream, noop)
+  }
+}
+
+function noop(): void {}
+
+const kAttempt = Symbol('sallyport.h2Attempt')
+type AttemptStream = ClientHttp2Stream & { [kAttempt]: H2Attempt }
+
+function attemptOf(stream: ClientHttp2Stream): H2Attempt {
+  return (stream as AttemptStream)[kAttempt]
+}
+
+// Module-level listeners with the attempt hung on the stream: no closures per request.
+function onStreamResponse(this: ClientHttp2Stream, headers: IncomingHttpHeaders & IncomingHttpStatusHeader): void {
+  attemptOf(this).onResponse(headers)
+}
+function onStreamData(this: ClientHttp2Stream, chunk: Buffer): void {
+  attemptOf(this).onData(chunk)
+}
+function onStreamEnd(this: ClientHttp2Stream): void {
+  attemptOf(this).onEnd()
+}
+function onStreamError(this: ClientHttp2Stream, err: Error): void {
+  attemptOf(this).error ??= err
+}
+function onStreamClose(this: ClientHttp2Stream): void {
+  attemptOf(this).onClose()
+}
+function onStreamTimeout(this: ClientHttp2Stream): void {
+  attemptOf(this).abortWith(localError('SP_IDLE_TIMEOUT', 'upstream exchange idle for too long'))
+}
+function onHeadersTimeout(attempt: H2Attempt): void {
+  attempt.headersTimer = null
+  attempt.abortWith(localError('SP_HEADERS_TIMEOUT', 'upstream response headers did not arrive in time'))
+}
+
+class H2Attempt implements Attempt {
+  readonly #ex: Exchange
+  readonly #stream: ClientHttp2Stream
+  readonly #state: SessionState
+  readonly #pool: H2Pool
+  readonly #wsKey: string | null
+  #body: ResponseBody | null = null
+  #ended = false
+  #tunnelled = false
+  #cancelled = false
+  error: Error | null = null
+  headersTimer: NodeJS.Timeout | null = null
+
+  constructor(ex: Exchange, stream: ClientHttp2Stream, state: SessionState, pool: H2Pool, wsKey: string | null) {
+    this.#ex = ex
+    this.#stream = stream
+    this.#state = state
+    this.#pool = pool
+    this.#wsKey = wsKey
+    ;(stream as AttemptStream)[kAttempt] = this
+    stream.on('response', onStreamResponse)
+    stream.on('error', onStreamError)
+    stream.on('close', onStreamClose)
+  }
+
+  onResponse(headers: IncomingHttpHeaders & IncomingHttpStatusHeader): void {
+    if (this.headersTimer !== null) {
+      clearTimeout(this.headersTimer)
+      this.headersTimer = null
+    }
+    const status = headers[':status'] ?? 502
+    const stream = this.#stream
+    if (this.#ex.req.upgrade !== null && status === 200) {
+      this.#tunnelled = true
+      stream.setTimeout(0)
+      const out = responseHeaders(headers, null)
+      if (this.#wsKey !== null) {
+        // The client may be speaking HTTP/1.1 WebSocket: give the listener the accept value it must answer.
+        out['sec-websocket-accept'] = createHash('sha1').update(this.#wsKey + WEBSOCKET_GUID).digest('base64')
+      }
+      this.#ex.tunnel(200, out, stream)
+      return
+    }
+    this.#body = this.#ex.respond(status, responseHeaders(headers, null), this, this.#pool.protocol)
+    if (this.#body === null) return
+    stream.on('data', onStreamData)
+    stream.on('end', onStreamEnd)
+  }
+
+  onData(chunk: Buffer): void {
+    const body = this.#body
+    if (body !== null && !body.push(chunk)) this.#stream.pause()
+  }
+
+  onEnd(): void {
+    this.#ended = true
+    const body = this.#body
+    if (body !== null) body.push(null)
+  }
+
+  onClose(): void {
+    if (this.headersTimer !== null) {
+      clearTimeout(this.headersTimer)
+      this.headersTimer = null
+    }
+    this.#pool.release(this.#state)
+    if (this.#ended || this.#tunnelled || this.#cancelled) return
+    const stream = this.#stream
+    const err = this.error ?? localError('SP_STREAM_RESET', `upstream stream closed (RST_STREAM code ${stream.rstCode ?? 'none'})`)
+    if (this.#body === null) this.#ex.fail(err)
+    else this.#ex.failBody(err)
+  }
+
+  /** Our own timers: reset the stream and report `err`. */
+  abortWith(err: Error): void {
+    if (this.#ended || this.#tunnelled) return
+    this.error ??= err
+    if (!this.#stream.closed) this.#stream.close(constants.NGHTTP2_CANCEL)
+  }
+
+  cancel(): void {
+    if (this.#cancelled || this.#tunnelled) return
+    this.#cancelled = true
+    if (!this.#stream.closed) this.#stream.close(constants.NGHTTP2_CANCEL)
+  }
+
+  resume(): void {
+    this.#stream.resume()
+  }
+}

@@ -1,0 +1,65 @@
+// Hop-by-hop handling at the upstream boundary (RFC 9110 §7.6.1). The request
+// path already hands us lowercased end-to-end headers; we still filter here
+// because undici rejects `connection`/`upgrade`/`keep-alive` values it does
+// not own, and HTTP/2 forbids connection-specific fields (RFC 9113 §8.2.2).
+
+import type { OutgoingHeaders } from './types.ts'
+
+const HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
+  'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings',
+])
+
+export function isHopByHop(name: string): boolean {
+  return HOP_BY_HOP.has(name)
+}
+
+type IncomingHeaderValue = string | string[] | number | undefined
+
+/**
+ * Response headers from undici or node:http2 → OutgoingHeaders without hop-by-hop
+ * fields and pseudo-headers. `keep` names one hop-by-hop field to preserve
+ * (`upgrade` on a 101, so the listener can echo the protocol).
+ */
+// hot path
+export function responseHeaders(raw: Record<string, IncomingHeaderValue>, keep: string | null): OutgoingHeaders {
+  const out: OutgoingHeaders = {}
+  for (const name in raw) {
+    const value = raw[name]
+    if (value === undefined) continue
+    const lower = name.toLowerCase()
+    if (lower.charCodeAt(0) === 58 /* ':' */) continue
+    if (HOP_BY_HOP.has(lower) && lower !== keep) continue
+    out[lower] = typeof value === 'number' ? String(value) : value
+  }
+  return out
+}
+
+/** Request headers for undici: end-to-end fields plus `host`. */
+// hot path
+export function h1RequestHeaders(headers: OutgoingHeaders, authority: string): OutgoingHeaders {
+  const out: OutgoingHeaders = { host: authority }
+  for (const name in headers) {
+    if (name === 'host' || HOP_BY_HOP.has(name)) continue
+    out[name] = headers[name]
+  }
+  return out
+}
+
+/** Request headers for node:http2: pseudo-headers first, no `host`, `te` only as `trailers`. */
+// hot path
+export function h2RequestHeaders(
+  headers: OutgoingHeaders, method: string, path: string, authority: string, scheme: string, protocol: string | null,
+): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = { ':method': method, ':authority': authority, ':scheme': scheme, ':path': path }
+  if (protocol !== null) out[':protocol'] = protocol
+  for (const name in headers) {
+    if (name === 'host') continue
+    if (HOP_BY_HOP.has(name)) {
+      if (name === 'te' && headers[name] === 'trailers') out.te = 'trailers'
+      continue
+    }
+    out[name] = headers[name]
+  }
+  return out
+}

@@ -1,0 +1,89 @@
+// The one place foreign errors (node:net, node:tls, node:http2, undici) become
+// SallyportErrors. Decisions use err.code, never the message text (STYLE.md
+// §5, undici's maybeNormalizeConnectError); the original stays as `cause`.
+
+import { ErrorCode, SallyportError } from '../errors.ts'
+import { tlsFailureReason } from './tls.ts'
+
+const CONNECT_CODES: Readonly<Record<string, string>> = {
+  ECONNREFUSED: 'refused',
+  EHOSTUNREACH: 'unreachable',
+  ENETUNREACH: 'unreachable',
+  EHOSTDOWN: 'unreachable',
+  EADDRNOTAVAIL: 'unreachable',
+  ENOTFOUND: 'dns',
+  EAI_AGAIN: 'dns',
+  EAI_NONAME: 'dns',
+  ENODATA: 'dns',
+  UND_ERR_CONNECT_TIMEOUT: 'timeout',
+  SP_CONNECT_TIMEOUT: 'timeout',
+  ETIMEDOUT: 'timeout',
+  ENOENT: 'refused', // unix socket path missing
+}
+
+const TIMEOUT_CODES: ReadonlySet<string> = new Set([
+  'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'SP_HEADERS_TIMEOUT', 'SP_IDLE_TIMEOUT',
+])
+
+const RESET_CODES: ReadonlySet<string> = new Set([
+  'ECONNRESET', 'EPIPE', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'UND_ERR_DESTROYED',
+  'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR', 'ERR_HTTP2_GOAWAY_SESSION',
+  'ERR_HTTP2_SESSION_ERROR', 'ERR_HTTP2_STREAM_CANCEL', 'ERR_HTTP2_INVALID_SESSION',
+  'ERR_HTTP2_ERROR', 'SP_STREAM_RESET', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+])
+
+/** Code of an error, looking through AggregateError (happy-eyeballs) to the first inner code. */
+export function codeOf(err: unknown): string {
+  if (typeof err !== 'object' || err === null) return ''
+  const code = (err as { code?: unknown }).code
+  if (typeof code === 'string' && code !== '') return code
+  if (err instanceof AggregateError && err.errors.length > 0) return codeOf(err.errors[0])
+  return ''
+}
+
+/** Reason label of a connect failure (metrics), from the SallyportError's cause. */
+export function connectReason(err: SallyportError): string {
+  return CONNECT_CODES[codeOf(err.cause)] ?? 'other'
+}
+
+/** Reason label of a TLS failure (metrics), from the SallyportError's cause. */
+export function tlsReason(err: SallyportError): string {
+  return tlsFailureReason(codeOf(err.cause)) ?? 'other'
+}
+
+/**
+ * Map anything thrown or emitted by the upstream exchange to a SallyportError.
+ * `signal`: the request's signal — if it fired, the client went away (or the
+ * route timeout did) and the failure is ours, not the backend's.
+ */
+export function normalizeUpstreamError(err: unknown, signal: AbortSignal | null, endpoint: string): SallyportError {
+  if (err instanceof SallyportError) return err
+  if (signal !== null && signal.aborted) {
+    return new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted before the upstream answered', { cause: err })
+  }
+  const code = codeOf(err)
+  const connect = CONNECT_CODES[code]
+  if (connect !== undefined) {
+    const what = connect === 'dns' ? `DNS lookup failed for ${endpoint}` : connect === 'timeout' ? `connect to ${endpoint} timed out` : `connect to ${endpoint} failed (${code})`
+    return new SallyportError(ErrorCode.UPSTREAM_CONNECT, what, { cause: err })
+  }
+  const tls = tlsFailureReason(code)
+  if (tls !== null) {
+    return new SallyportError(ErrorCode.UPSTREAM_TLS, `TLS to ${endpoint} failed: ${tls} (${code})`, { cause: err })
+  }
+  if (TIMEOUT_CODES.has(code)) {
+    return new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, `upstream ${endpoint} timed out (${code})`, { cause: err })
+  }
+  if (RESET_CODES.has(code)) {
+    return new SallyportError(ErrorCode.UPSTREAM_RESET, `upstream ${endpoint} reset the exchange (${code})`, { cause: err })
+  }
+  if (code === 'UND_ERR_ABORTED' || code === 'ABORT_ERR') {
+    return new SallyportError(ErrorCode.UPSTREAM_RESET, `upstream ${endpoint} exchange aborted`, { cause: err })
+  }
+  return new SallyportError(ErrorCode.UPSTREAM_PROTOCOL, `upstream ${endpoint} failed (${code === '' ? 'unknown' : code})`, { cause: err })
+}
+
+/** A local error with a code, for the timers and resets we raise ourselves. */
+export function localError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { code })
+}

@@ -1,0 +1,35 @@
+// What the registry needs from a protocol pool. One pool serves one key:
+// (endpoint, cluster protocol, TLS identity hash).
+
+import type { Exchange } from './exchange.ts'
+
+export interface PoolSettings {
+  readonly connectTimeoutMs: number
+  /** Default max silence of an exchange (UpstreamTimeouts.idleMs null). */
+  readonly idleTimeoutMs: number
+  /** How long an unused pooled connection (or h2 session) stays open. */
+  readonly keepAliveTimeoutMs: number
+  readonly connectionsPerPool: number
+}
+
+export interface PoolStats {
+  readonly connected: number
+  readonly pending: number
+  readonly running: number
+}
+
+export interface UpstreamPool {
+  /** What the pool speaks now: 'h1' | 'h2' | 'h2c' | 'alpn' (not negotiated yet). */
+  readonly protocol: string
+  readonly closed: boolean
+  // hot path
+  dispatch(ex: Exchange): void
+  stats(): PoolStats
+  /** Stop taking requests; resolves when in-flight exchanges finished and connections closed. */
+  close(): Promise<void>
+}
+
+/** Idle timeout (ms) of one exchange. */
+export function idleMsOf(ex: Exchange, settings: PoolSettings): number {
+  return ex.req.timeouts.idleMs ?? settings.idleTimeoutMs
+}

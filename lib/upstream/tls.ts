@@ -1,0 +1,109 @@
+// TLS origination options, built ONCE per pool (STYLE.md §5, like undici's
+// connector closure in lib/core/connect.js), never per connection.
+//
+// BackendTLSPolicy (GEP-1897): the certificate is verified against
+// `validation.hostname` unless `subjectAltNames` are given, in which case one
+// of them must match and the hostname only goes into SNI. Verification is on
+// unless the admin set insecureSkipVerify (DESIGN.md "Safety defaults").
+// Pins, CRLs and OCSP get their own issue; SPKI pins are cheap, so they are here.
+
+import { createHash } from 'node:crypto'
+import { isIP } from 'node:net'
+import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls'
+import type { ClusterTls } from '../compile/table.ts'
+
+export const SpTlsCode = {
+  PIN_MISMATCH: 'SP_TLS_PIN_MISMATCH',
+  SAN_MISMATCH: 'SP_TLS_SAN_MISMATCH',
+} as const
+
+export interface ClientTls {
+  /** Options spread into tls.connect (plus host, port, ALPNProtocols, session). */
+  readonly options: ConnectionOptions
+  /** SNI; undefined when none may be sent (IP literal or not configured). */
+  readonly servername: string | undefined
+}
+
+export function buildClientTls(tls: ClusterTls): ClientTls {
+  const servername = tls.servername !== null && isIP(tls.servername) === 0 ? tls.servername : undefined
+  const options: ConnectionOptions = {
+    minVersion: tls.minVersion,
+    rejectUnauthorized: !tls.insecureSkipVerify,
+    checkServerIdentity: tls.insecureSkipVerify ? skipIdentity : identityChecker(tls),
+  }
+  // null: Node's default store (tls.rootCertificates) — leaving `ca` unset keeps it.
+  if (tls.caPem !== null) options.ca = tls.caPem
+  if (tls.certPem !== null && tls.keyPem !== null) {
+    options.cert = tls.certPem
+    options.key = tls.keyPem
+  }
+  if (tls.crlPem !== null) options.crl = tls.crlPem
+  return { options, servername }
+}
+
+function skipIdentity(): undefined {
+  return undefined
+}
+
+function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate) => Error | undefined {
+  const verifyHostname = tls.verifyHostname
+  const sans = tls.subjectAltNames
+  const pins: ReadonlySet<string> = new Set(tls.spkiPins.map((p) => p.replace(/^sha256\//, '')))
+  return function checkIdentity(host: string, cert: PeerCertificate): Error | undefined {
+    if (sans.length > 0) {
+      if (!sans.some((san) => matchesSan(san, cert))) {
+        return tlsError(SpTlsCode.SAN_MISMATCH, `certificate matches none of the ${sans.length} configured subjectAltNames`)
+      }
+    } else {
+      const err = checkServerIdentity(verifyHostname ?? host, cert)
+      if (err !== undefined) return err
+    }
+    if (pins.size > 0) {
+      const pin = cert.pubkey === undefined ? '' : createHash('sha256').update(cert.pubkey).digest('base64')
+      if (!pins.has(pin)) return tlsError(SpTlsCode.PIN_MISMATCH, 'certificate public key matches no configured SPKI pin')
+    }
+    return undefined
+  }
+}
+
+function matchesSan(san: { readonly type: 'Hostname' | 'URI'; readonly value: string }, cert: PeerCertificate): boolean {
+  if (san.type === 'Hostname') return checkServerIdentity(san.value, cert) === undefined
+  const list = cert.subjectaltname ?? ''
+  return list.split(', ').includes(`URI:${san.value}`)
+}
+
+function tlsError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { code })
+}
+
+/** OpenSSL / Node verification codes → a bounded reason class (message and metric label). */
+const REASONS: Readonly<Record<string, string>> = {
+  UNABLE_TO_GET_ISSUER_CERT: 'unknown_ca',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'unknown_ca',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'unknown_ca',
+  SELF_SIGNED_CERT_IN_CHAIN: 'unknown_ca',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'unknown_ca',
+  CERT_UNTRUSTED: 'unknown_ca',
+  ERR_TLS_CERT_ALTNAME_INVALID: 'hostname_mismatch',
+  SP_TLS_SAN_MISMATCH: 'hostname_mismatch',
+  SP_TLS_PIN_MISMATCH: 'pin_mismatch',
+  CERT_HAS_EXPIRED: 'expired',
+  CERT_NOT_YET_VALID: 'not_yet_valid',
+  CERT_REVOKED: 'revoked',
+  UNABLE_TO_GET_CRL: 'crl',
+  CRL_HAS_EXPIRED: 'crl',
+  CERT_SIGNATURE_FAILURE: 'bad_signature',
+  CERT_CHAIN_TOO_LONG: 'bad_chain',
+  INVALID_CA: 'bad_chain',
+  INVALID_PURPOSE: 'bad_chain',
+}
+
+/** The reason class of a TLS failure, or null when `code` is not a TLS failure. */
+export function tlsFailureReason(code: string): string | null {
+  const reason = REASONS[code]
+  if (reason !== undefined) return reason
+  if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_') || code.startsWith('ERR_OSSL_')) {
+    return code.includes('ALERT') ? 'peer_alert' : 'handshake'
+  }
+  return null
+}
