@@ -1,0 +1,123 @@
+// Status for every object compile saw: GatewayClass, Gateways and listeners,
+// Routes per parent, Backends, policies per ancestor, and the objects the
+// source dropped as invalid (snapshot.problems).
+
+import type { BackendTrafficPolicy, EgressExtension } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import type { Condition, ObjectStatus, ParentStatus, Status } from './status.ts'
+import type { RouteOutcome } from './compile.ts'
+import type { GatewayPlan, ServedListener } from './gateways.ts'
+import { gatewayConditions, gatewayStatus } from './gateways.ts'
+import type { BackendResolver } from './backends.ts'
+import type { PolicyIndex } from './policies.ts'
+import { condition, gatewayParent, sortedValues, statusKey } from './conditions.ts'
+
+export interface StatusInput {
+  readonly snapshot: Snapshot
+  readonly controllerName: string
+  readonly plan: GatewayPlan
+  readonly attached: ReadonlyMap<ServedListener, number>
+  readonly outcomes: readonly RouteOutcome[]
+  readonly resolver: BackendResolver
+  readonly traffic: PolicyIndex<BackendTrafficPolicy>
+  readonly extensions: PolicyIndex<EgressExtension>
+}
+
+export function assembleStatus(input: StatusInput): Status {
+  const { snapshot, controllerName } = input
+  const objects = new Map<string, ObjectStatus>()
+  const put = (s: ObjectStatus): void => { objects.set(statusKey(s.kind, s.namespace, s.name), s) }
+
+  for (const s of input.plan.statuses) put(s)
+  for (const sg of input.plan.served) {
+    const gen = sg.gateway.meta.generation
+    put(gatewayStatus(sg.gateway, gatewayConditions(sg), sg.listeners.map(l => ({
+      name: l.listener.name,
+      attachedRoutes: input.attached.get(l) ?? 0,
+      supportedKinds: l.kinds,
+      conditions: l.conditions.map(c => ({ ...c, observedGeneration: gen })),
+    }))))
+  }
+
+  // Routes: one RouteParentStatus per parentRef naming a served Gateway.
+  const routeGateways = new Map<string, string[]>()
+  for (const o of input.outcomes) {
+    const route = o.attachment.route
+    const gen = route.meta.generation
+    const refs = o.refProblems.length === 0
+      ? condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)
+      : condition('ResolvedRefs', false, o.refProblems[0].reason, o.refProblems.map(p => p.message).join('; '), gen)
+    const parents: ParentStatus[] = o.attachment.parents.map(p => {
+      const conditions: Condition[] = [p.accepted, refs]
+      if (o.invalidMatches.length > 0) conditions.push(condition('PartiallyInvalid', true, 'UnsupportedValue', o.invalidMatches.join('; '), gen))
+      if (o.conflicts.includes(p.gatewayKey)) conditions.push(condition('Conflicted', true, 'Conflicted', 'an older route already serves this port', gen))
+      return { parentRef: { ...p.parentRef }, controllerName, conditions }
+    })
+    routeGateways.set(`${route.kind}/${route.meta.namespace}/${route.meta.name}`, [...new Set(o.attachment.parents.filter(p => p.attachments.length > 0).map(p => p.gatewayKey))])
+    if (parents.length === 0) continue // not ours
+    put({ kind: route.kind, apiVersion: route.apiVersion, namespace: route.meta.namespace, name: route.meta.name, generation: gen, conditions: [], parents, listeners: [] })
+  }
+
+  const ancestors = (keys: Iterable<string>, conditions: readonly Condition[]): ParentStatus[] =>
+    [...new Set(keys)].sort().map(k => {
+      const [ns, name] = k.split('/') as [string, string]
+      return gatewayParent(ns, name, null, controllerName, conditions)
+    })
+
+  for (const b of sortedValues(snapshot.backends)) {
+    const gen = b.meta.generation
+    const conditions = [condition('Accepted', true, 'Accepted', '', gen)]
+    put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions, parents: ancestors(input.resolver.backendUse.get(`${b.meta.namespace}/${b.meta.name}`) ?? [], conditions), listeners: [] })
+  }
+
+  for (const p of sortedValues(snapshot.backendTLSPolicies)) {
+    const gen = p.meta.generation
+    const key = `${p.meta.namespace}/${p.meta.name}`
+    const plan = input.resolver.tlsPlan
+    const invalid = plan.invalid.get(key)
+    const conflictedWith = plan.conflicted.get(key)
+    const error = input.resolver.tlsPolicyErrors.get(key)
+    let conditions: Condition[]
+    if (invalid !== undefined) conditions = [condition('Accepted', false, 'Invalid', invalid, gen)]
+    else if (conflictedWith !== undefined) conditions = [condition('Accepted', false, 'Conflicted', `BackendTLSPolicy ${conflictedWith} is older and targets the same Service port`, gen)]
+    else if (error !== undefined) conditions = [condition('Accepted', false, 'NoValidCACertificate', error.message, gen), condition('ResolvedRefs', false, error.reason, error.message, gen)]
+    else conditions = [condition('Accepted', true, 'Accepted', '', gen), condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)]
+    put({ kind: 'BackendTLSPolicy', apiVersion: p.apiVersion, namespace: p.meta.namespace, name: p.meta.name, generation: gen, conditions, parents: ancestors(input.resolver.tlsPolicyUse.get(key) ?? [], conditions), listeners: [] })
+  }
+
+  const policyStatus = (p: BackendTrafficPolicy | EgressExtension, index: PolicyIndex<BackendTrafficPolicy> | PolicyIndex<EgressExtension>): void => {
+    const gen = p.meta.generation
+    const verdict = index.verdicts.get(`${p.meta.namespace}/${p.meta.name}`)
+    const conditions: Condition[] = []
+    if (verdict?.rejected != null) conditions.push(condition('Accepted', false, verdict.rejected.reason, verdict.rejected.message, gen))
+    else conditions.push(condition('Accepted', true, 'Accepted', '', gen))
+    if (verdict !== undefined && verdict.overriddenBy.size > 0) {
+      conditions.push(condition('Overridden', true, 'Overridden', `more specific policies win for some targets: ${[...verdict.overriddenBy].sort().join(', ')}`, gen))
+    }
+    const keys: string[] = []
+    for (const t of p.targetRefs) {
+      if (t.kind === 'Gateway') keys.push(`${p.meta.namespace}/${t.name}`)
+      else keys.push(...(routeGateways.get(`${t.kind}/${p.meta.namespace}/${t.name}`) ?? input.resolver.backendUse.get(`${p.meta.namespace}/${t.name}`) ?? []))
+    }
+    put({ kind: p.kind, apiVersion: p.apiVersion, namespace: p.meta.namespace, name: p.meta.name, generation: gen, conditions, parents: ancestors(keys, conditions), listeners: [] })
+  }
+  for (const p of sortedValues(snapshot.backendTrafficPolicies)) policyStatus(p, input.traffic)
+  for (const p of sortedValues(snapshot.egressExtensions)) policyStatus(p, input.extensions)
+
+  // Dropped objects: Accepted=False Invalid, naming the field.
+  const problems = new Map<string, string[]>()
+  for (const pr of snapshot.problems) {
+    if (pr.severity !== 'error' || pr.kind === '' || pr.name === '') continue
+    const key = statusKey(pr.kind, pr.namespace, pr.name)
+    const list = problems.get(key) ?? []
+    list.push(pr.field === '' ? pr.message : `${pr.field}: ${pr.message}`)
+    problems.set(key, list)
+  }
+  for (const [key, messages] of problems) {
+    if (objects.has(key)) continue
+    const [kind, namespace, name] = key.split('/') as [string, string, string]
+    put({ kind, apiVersion: '', namespace, name, generation: 0, conditions: [condition('Accepted', false, 'Invalid', messages.join('; '), 0)], parents: [], listeners: [] })
+  }
+  const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+  return { objects: sorted }
+}

@@ -1,0 +1,236 @@
+// Step 3: backendRef resolution. A Service or Backend reference becomes a
+// Cluster (endpoints, protocol, TLS) shared by every rule that names the same
+// object and port; a reference that cannot be resolved becomes a reason for
+// ResolvedRefs=False and a null cluster (requests picked for it get 500).
+
+import type { Backend, BackendRef, Service, ServicePort } from '../resources/model.ts'
+import { matchesSelector } from '../resources/meta.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol } from './table.ts'
+import { isIpLiteral } from './hostnames.ts'
+import type { From, Resolved } from './refs.ts'
+import { fail, isReferenceAllowed } from './refs.ts'
+import type { TlsPolicyPlan } from './tls.ts'
+import { buildClusterTls, tlsPolicyFor } from './tls.ts'
+
+export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
+
+/** Who uses a cluster: policy merge looks at these. */
+export interface ClusterUser { readonly routeKind: RouteKind; readonly routeKey: string; readonly gatewayKey: string }
+
+const BACKEND_KINDS = new Set([
+  'gateway.networking.k8s.io/Backend', 'gateway.networking.x-k8s.io/Backend', 'gateway.networking.x-k8s.io/XBackend',
+  'gateway.envoyproxy.io/Backend', 'sallyport.io/Backend',
+])
+
+export function isBackendKind(group: string, kind: string): boolean {
+  return BACKEND_KINDS.has(`${group}/${kind}`)
+}
+
+/** Resolves and caches clusters for one compile. Not shared across compiles. */
+export class BackendResolver {
+  readonly #snapshot: Snapshot
+  readonly tlsPlan: TlsPolicyPlan
+  readonly #clusters = new Map<string, Resolved<Cluster>>()
+  /** Cluster id → users, for policy merge. */
+  readonly users = new Map<string, ClusterUser[]>()
+  /** BackendTLSPolicy key → Gateways whose routes use it (its ancestors), and its resolution error. */
+  readonly tlsPolicyUse = new Map<string, Set<string>>()
+  readonly tlsPolicyErrors = new Map<string, { reason: string; message: string }>()
+  /** Backend key → Gateways whose routes use it. */
+  readonly backendUse = new Map<string, Set<string>>()
+
+  constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan) {
+    this.#snapshot = snapshot
+    this.tlsPlan = tlsPlan
+  }
+
+  clusters(): Map<string, Cluster> {
+    const out = new Map<string, Cluster>()
+    for (const [id, r] of [...this.#clusters].sort((a, b) => a[0] < b[0] ? -1 : 1)) if (r.ok) out.set(id, r.value)
+    return out
+  }
+
+  resolve(ref: BackendRef, from: From & { readonly name: string }, routeKind: RouteKind, gatewayKey: string): Resolved<string> {
+    const target = { group: ref.group, kind: ref.kind, namespace: ref.namespace, name: ref.name }
+    const isService = ref.group === '' && ref.kind === 'Service'
+    if (!isService && !isBackendKind(ref.group, ref.kind)) return fail('InvalidKind', `backendRef kind ${ref.group === '' ? '' : ref.group + '/'}${ref.kind} is not supported`)
+    if (!isReferenceAllowed(this.#snapshot, from, target)) {
+      return fail('RefNotPermitted', `${ref.kind} ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+    }
+    const r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
+    if (!r.ok) return r
+    const users = this.users.get(r.value) ?? []
+    users.push({ routeKind, routeKey: `${from.namespace}/${from.name}`, gatewayKey })
+    this.users.set(r.value, users)
+    if (isService) this.#noteTlsPolicy(ref, gatewayKey)
+    return r
+  }
+
+  #cache(id: string, build: () => Resolved<Cluster>): Resolved<string> {
+    let r = this.#clusters.get(id)
+    if (r === undefined) { r = build(); this.#clusters.set(id, r) }
+    return r.ok ? { ok: true, value: id } : r
+  }
+
+  #noteTlsPolicy(ref: BackendRef, gatewayKey: string): void {
+    const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
+    const port = svc?.ports.find(p => p.port === ref.port)
+    if (svc === undefined || port === undefined) return
+    const policy = tlsPolicyFor(this.tlsPlan, ref.namespace, ref.name, port.name)
+    if (policy === null) return
+    const key = `${policy.meta.namespace}/${policy.meta.name}`
+    const use = this.tlsPolicyUse.get(key) ?? new Set()
+    use.add(gatewayKey)
+    this.tlsPolicyUse.set(key, use)
+  }
+
+  #service(ref: BackendRef, routeKind: RouteKind): Resolved<string> {
+    const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
+    if (svc === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} not found`)
+    if (ref.port === null) return fail('BackendNotFound', `backendRef to Service ${ref.namespace}/${ref.name} needs a port`)
+    const port = svc.ports.find(p => p.port === ref.port)
+    if (port === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} has no port ${ref.port}`)
+    return this.#cache(`Service/${ref.namespace}/${ref.name}:${port.port}`, () => this.#serviceCluster(svc, port, routeKind))
+  }
+
+  #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind): Resolved<Cluster> {
+    const ns = svc.meta.namespace
+    const policy = tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
+    let protocol = serviceProtocol(port.appProtocol, routeKind, policy !== null)
+    let tls: ClusterTls | null = null
+    if (policy !== null) {
+      const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
+      const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol)
+      if (!r.ok) {
+        this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
+        return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
+      }
+      tls = r.value
+      if (protocol === 'H2C') protocol = 'HTTP2'
+    }
+    const endpoints = svc.type === 'ExternalName' && svc.externalName !== null
+      ? [hostEndpoint(svc.externalName, port.port)]
+      : serviceEndpoints(this.#snapshot, ns, svc.meta.name, port)
+    return { ok: true, value: cluster('Service', ns, svc.meta.name, port.port, protocol, null, endpoints, tls, null) }
+  }
+
+  #backend(ref: BackendRef, routeKind: RouteKind, gatewayKey: string): Resolved<string> {
+    const key = `${ref.namespace}/${ref.name}`
+    const backend = this.#snapshot.backends.get(key)
+    if (backend === undefined) return fail('BackendNotFound', `Backend ${key} not found`)
+    const port = ref.port === null ? backend.ports[0] : backend.ports.find(p => p.port === ref.port)
+    if (port === undefined) return fail('BackendNotFound', `Backend ${key} has no port ${ref.port}`)
+    const use = this.backendUse.get(key) ?? new Set()
+    use.add(gatewayKey)
+    this.backendUse.set(key, use)
+    return this.#cache(`Backend/${key}:${port.port}`, () => this.#backendCluster(backend, port, routeKind))
+  }
+
+  #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind): Resolved<Cluster> {
+    const ns = backend.meta.namespace
+    const d = backend.destination
+    const protocol: UpstreamProtocol = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? (port.protocol === 'TLS' ? 'TLS' : 'TCP') : port.protocol
+    let hostname: string | null = null
+    let endpoints: Endpoint[]
+    switch (d.type) {
+      case 'ExternalHostname':
+        hostname = d.hostname.toLowerCase()
+        endpoints = [hostEndpoint(hostname, port.port)]
+        break
+      case 'Ip':
+        endpoints = d.addresses.map(a => ({ host: a, port: port.port, kind: 'ip' as const, weight: 1, zone: null }))
+        break
+      case 'EndpointSelector': {
+        const selector = d.selector
+        endpoints = []
+        if (selector !== null) {
+          for (const pod of [...this.#snapshot.pods.values()].sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)) {
+            if (pod.meta.namespace !== ns || !matchesSelector(selector, pod.meta.labels)) continue
+            for (const ip of pod.podIPs) endpoints.push({ host: ip, port: port.port, kind: 'ip', weight: 1, zone: null })
+          }
+        }
+        break
+      }
+      case 'Service': {
+        const svc = this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)
+        if (svc === undefined) return fail('BackendNotFound', `Backend ${ns}/${backend.meta.name}: Service ${d.service.namespace}/${d.service.name} not found`)
+        const sp = svc.ports.find(p => p.port === port.port) ?? svc.ports[0]
+        if (sp === undefined) return fail('BackendNotFound', `Backend ${ns}/${backend.meta.name}: Service ${svc.meta.name} has no ports`)
+        endpoints = svc.type === 'ExternalName' && svc.externalName !== null
+          ? [hostEndpoint(svc.externalName, sp.port)]
+          : serviceEndpoints(this.#snapshot, svc.meta.namespace, svc.meta.name, sp)
+        break
+      }
+      case 'Endpoints':
+        endpoints = d.endpoints.map(e => e.kind === 'unix'
+          ? { host: e.path, port: 0, kind: 'unix' as const, weight: 1, zone: null }
+          : e.kind === 'ip'
+            ? { host: e.address, port: e.port, kind: 'ip' as const, weight: 1, zone: null }
+            : hostEndpoint(e.hostname, e.port))
+        if (endpoints.length === 1 && endpoints[0].kind === 'hostname') hostname = endpoints[0].host
+        break
+    }
+    let tls: ClusterTls | null = null
+    if (port.tls !== null) {
+      const from = { group: 'gateway.networking.k8s.io', kind: 'Backend', namespace: ns }
+      const r = buildClusterTls(this.#snapshot, from, port.tls, hostname, protocol)
+      if (!r.ok) return fail('InvalidBackendTLS', `Backend ${ns}/${backend.meta.name}: ${r.message}`)
+      tls = r.value
+    }
+    const c = cluster('Backend', ns, backend.meta.name, port.port, protocol, hostname, endpoints, tls, port.protocol === 'MCP' ? (port.mcp?.path ?? '/mcp') : null)
+    return {
+      ok: true,
+      value: { ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region },
+    }
+  }
+}
+
+function cluster(
+  kind: 'Backend' | 'Service', namespace: string, name: string, port: number, protocol: UpstreamProtocol,
+  hostname: string | null, endpoints: Endpoint[], tls: ClusterTls | null, mcpPath: string | null,
+): Cluster {
+  return {
+    id: `${kind}/${namespace}/${name}:${port}`, kind, namespace, name, port, protocol, hostname, endpoints, tls, mcpPath,
+    extensions: null, lb: null, circuitBreaker: null, healthCheck: null, fallback: false, region: null, enableIPv6: true,
+  }
+}
+
+function hostEndpoint(host: string, port: number): Endpoint {
+  return { host, port, kind: isIpLiteral(host) ? 'ip' : 'hostname', weight: 1, zone: null }
+}
+
+/**
+ * Kubernetes appProtocol (KEP-3726 standard values and IANA names) decides how
+ * we speak to a Service; GRPCRoute defaults to HTTP/2 (h2c in the clear).
+ */
+export function serviceProtocol(appProtocol: string | null, routeKind: RouteKind, tls: boolean): UpstreamProtocol {
+  if (routeKind === 'TCPRoute' || routeKind === 'TLSRoute') return 'TCP'
+  switch (appProtocol?.toLowerCase()) {
+    case 'kubernetes.io/h2c': case 'h2c': return tls ? 'HTTP2' : 'H2C'
+    case 'http2': case 'grpc': case 'kubernetes.io/http2': return tls ? 'HTTP2' : 'H2C'
+    case 'kubernetes.io/ws': case 'http': case 'http/1.1': return 'HTTP11'
+    case 'https': case 'kubernetes.io/wss': return 'HTTP'
+  }
+  if (routeKind === 'GRPCRoute') return tls ? 'HTTP2' : 'H2C'
+  return tls ? 'HTTP' : 'HTTP11'
+}
+
+/** Ready endpoints of the slices labelled kubernetes.io/service-name, the slice port matched by the Service port's name. */
+function serviceEndpoints(snapshot: Snapshot, namespace: string, service: string, port: ServicePort): Endpoint[] {
+  const out: Endpoint[] = []
+  const slices = [...snapshot.endpointSlices.values()]
+    .filter(s => s.meta.namespace === namespace && s.serviceName === service)
+    .sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)
+  for (const slice of slices) {
+    const sp = slice.ports.find(p => p.name === port.name)
+    if (sp === undefined || sp.port === null) continue
+    for (const ep of slice.endpoints) {
+      if (!ep.ready) continue
+      for (const address of ep.addresses) {
+        out.push({ host: address, port: sp.port, kind: slice.addressType === 'FQDN' ? 'hostname' : 'ip', weight: 1, zone: ep.zone })
+      }
+    }
+  }
+  return out
+}

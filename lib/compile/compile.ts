@@ -1,0 +1,204 @@
+// compile(): Snapshot → RouteTable + Status. Pure: no I/O, no clock (`now` is
+// passed in), no randomness. Each step lives in its own file and returns its
+// piece; this file wires them and assembles the frozen table.
+
+import type { GRPCRoute, HTTPRoute, TCPRoute, TLSRoute } from '../resources/model.ts'
+import { matchesSelector } from '../resources/meta.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import type { Status } from './status.ts'
+import type { Cluster, ClientIdentity, L4Route, PortEntry, RouteTable } from './table.ts'
+import { planGateways, DEFAULT_CONTROLLER } from './gateways.ts'
+import type { ServedGateway, ServedListener } from './gateways.ts'
+import { attachRoute } from './attach.ts'
+import type { AnyRoute, RouteAttachment } from './attach.ts'
+import { BackendResolver } from './backends.ts'
+import { planTlsPolicies } from './tls.ts'
+import { PolicyIndex } from './policies.ts'
+import { compileHttpLikeRoute } from './rules.ts'
+import type { CompiledRoute, RefProblem } from './rules.ts'
+import { buildHostIndex } from './vhosts.ts'
+import type { PlacedMatch } from './vhosts.ts'
+import { buildSniIndex, compileL4Route } from './l4.ts'
+import { ANY_HOST } from './hostnames.ts'
+import { sortedValues } from './conditions.ts'
+import { assembleStatus } from './assemble-status.ts'
+import { deepFreeze } from './freeze.ts'
+
+export { DEFAULT_CONTROLLER }
+
+export interface CompileOptions {
+  readonly now: number
+  readonly version: number
+  readonly gatewayClass: string
+  /** Default 'sallyport.io/gateway-controller'. */
+  readonly controllerName?: string
+}
+
+export interface CompileResult { readonly table: RouteTable; readonly status: Status }
+
+/** What the route step learned about each route, for status. */
+export interface RouteOutcome {
+  readonly attachment: RouteAttachment
+  readonly refProblems: readonly RefProblem[]
+  readonly invalidMatches: readonly string[]
+  /** Gateway keys where another route already owns the TCP port / SNI name. */
+  readonly conflicts: readonly string[]
+}
+
+function isMeshed(snapshot: Snapshot, sg: ServedGateway, route: AnyRoute): boolean {
+  const selector = sg.gateway.mesh?.selector ?? null
+  if (selector === null) return false
+  if (matchesSelector(selector, route.meta.labels)) return true
+  const ns = snapshot.namespaces.get(route.meta.namespace)
+  return ns !== undefined && matchesSelector(selector, ns.meta.labels)
+}
+
+export function compile(snapshot: Snapshot, options: CompileOptions): CompileResult {
+  const controllerName = options.controllerName ?? DEFAULT_CONTROLLER
+  const plan = planGateways(snapshot, options.gatewayClass, controllerName)
+  const served = new Map(plan.served.map(g => [g.key, g]))
+  const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot))
+  const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
+  const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
+
+  const attached = new Map<ServedListener, number>()
+  const placed = new Map<number, PlacedMatch[]>()
+  const tcp = new Map<number, L4Route>()
+  const sni = new Map<number, Array<{ hostname: string; route: L4Route }>>()
+  const outcomes: RouteOutcome[] = []
+
+  const routes: AnyRoute[] = [
+    ...sortedValues<HTTPRoute>(snapshot.httpRoutes), ...sortedValues<GRPCRoute>(snapshot.grpcRoutes),
+    ...sortedValues<TCPRoute>(snapshot.tcpRoutes), ...sortedValues<TLSRoute>(snapshot.tlsRoutes),
+  ]
+  for (const route of routes) {
+    const attachment = attachRoute(snapshot, served, route)
+    const refProblems: RefProblem[] = []
+    const invalidMatches: string[] = []
+    const conflicts: string[] = []
+    const cache = new Map<string, CompiledRoute | L4Route>()
+    for (const parent of attachment.parents) {
+      const sg = served.get(parent.gatewayKey) as ServedGateway
+      for (const a of parent.attachments) {
+        const l = a.listener
+        attached.set(l, (attached.get(l) ?? 0) + 1)
+        const cacheKey = `${parent.gatewayKey}/${l.listener.name}`
+        const port = l.listener.port
+        if (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute') {
+          let compiled = cache.get(cacheKey) as CompiledRoute | undefined
+          if (compiled === undefined) {
+            compiled = compileHttpLikeRoute(route, {
+              resolver, traffic, extensions, egressExtensions: snapshot.egressExtensions,
+              gatewayKey: parent.gatewayKey, listenerName: l.listener.name, meshed: isMeshed(snapshot, sg, route),
+            })
+            if (cache.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
+            cache.set(cacheKey, compiled)
+          }
+          const list = placed.get(port) ?? []
+          for (const spec of compiled.matches) {
+            for (const hostname of a.hostnames) list.push({ spec: { ...spec, hostname }, listenerHost: l.hostname ?? ANY_HOST })
+          }
+          placed.set(port, list)
+        } else {
+          let l4 = cache.get(cacheKey) as L4Route | undefined
+          if (l4 === undefined) {
+            l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, cache.size === 0 ? refProblems : [])
+            cache.set(cacheKey, l4)
+          }
+          if (route.kind === 'TCPRoute') {
+            // Routes arrive oldest first: the first keeps the port.
+            if (tcp.has(port) && tcp.get(port)?.route.name !== route.meta.name) conflicts.push(parent.gatewayKey)
+            else tcp.set(port, l4)
+          } else {
+            const list = sni.get(port) ?? []
+            for (const hostname of a.hostnames) list.push({ hostname, route: l4 })
+            sni.set(port, list)
+          }
+        }
+      }
+    }
+    outcomes.push({ attachment, refProblems, invalidMatches, conflicts })
+  }
+
+  const ports = buildPorts(plan.served, placed, tcp, sni)
+  const clusters = applyClusterPolicies(resolver, traffic)
+  const clients = new Map<string, ClientIdentity>()
+  for (const pod of sortedValues(snapshot.pods)) {
+    for (const ip of pod.podIPs) {
+      if (!clients.has(ip)) clients.set(ip, { namespace: pod.meta.namespace, serviceAccount: pod.serviceAccountName, pod: pod.meta.name })
+    }
+  }
+  const table: RouteTable = {
+    version: options.version, builtAt: options.now, gatewayClass: options.gatewayClass, ports, clusters, clients,
+  }
+  const status = assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions })
+  return { table: deepFreeze(table), status }
+}
+
+function buildPorts(
+  served: readonly ServedGateway[], placed: ReadonlyMap<number, PlacedMatch[]>,
+  tcp: ReadonlyMap<number, L4Route>, sni: ReadonlyMap<number, Array<{ hostname: string; route: L4Route }>>,
+): Map<number, PortEntry> {
+  const byPort = new Map<number, ServedListener[]>()
+  for (const sg of served) {
+    for (const l of sg.listeners) {
+      if (!l.ready) continue
+      const list = byPort.get(l.listener.port) ?? []
+      list.push(l)
+      byPort.set(l.listener.port, list)
+    }
+  }
+  const ports = new Map<number, PortEntry>()
+  for (const port of [...byPort.keys()].sort((a, b) => a - b)) {
+    const listeners = byPort.get(port) as ServedListener[]
+    const first = listeners[0]
+    const protocol = first.protocol as PortEntry['protocol']
+    const httpLike = protocol === 'HTTP' || protocol === 'HTTPS' || (protocol === 'TLS' && first.tlsMode === 'Terminate')
+    const terminates = first.tlsMode === 'Terminate'
+    let serverTls: PortEntry['serverTls'] = null
+    if (terminates) {
+      const exact = new Map<string, NonNullable<ServedListener['cert']>>()
+      const wildcards: Array<{ suffix: string; cert: NonNullable<ServedListener['cert']> }> = []
+      let fallback: ServedListener['cert'] = null
+      for (const l of listeners) {
+        if (l.cert === null) continue
+        if (l.hostname === null) fallback ??= l.cert
+        else if (l.hostname.startsWith('*.')) wildcards.push({ suffix: l.hostname.slice(1), cert: l.cert })
+        else exact.set(l.hostname, l.cert)
+      }
+      wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
+      const validation = listeners.find(l => l.clientValidation !== null)?.clientValidation ?? null
+      serverTls = { exact, wildcards, fallback, clientValidation: validation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : ['http/1.1'] }
+    }
+    ports.set(port, {
+      port, protocol,
+      listeners: listeners.map(l => ({ gateway: l.gatewayKey, name: l.listener.name, hostname: l.hostname })),
+      http: httpLike ? buildHostIndex(placed.get(port) ?? [], listeners.map(l => l.hostname ?? ANY_HOST)) : null,
+      serverTls,
+      tcp: protocol === 'TCP' ? tcp.get(port) ?? null : null,
+      sni: protocol === 'TLS' && first.tlsMode === 'Passthrough' ? buildSniIndex(sni.get(port) ?? [], 'Passthrough') : null,
+    })
+  }
+  return ports
+}
+
+/** Cluster-scope BackendTrafficPolicy fields: load balancing, circuit breaking, health checks, IPv6. */
+function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<import('../resources/model.ts').BackendTrafficPolicy>): Map<string, Cluster> {
+  const out = new Map<string, Cluster>()
+  for (const [id, c] of resolver.clusters()) {
+    const users = resolver.users.get(id) ?? []
+    const policy = traffic.forCluster(
+      c.kind === 'Backend' ? `${c.namespace}/${c.name}` : null,
+      [...new Set(users.map(u => `${u.routeKind}/${u.routeKey}`))],
+      [...new Set(users.map(u => u.gatewayKey))],
+    )
+    out.set(id, policy === null ? c : {
+      ...c,
+      lb: policy.loadBalancer,
+      circuitBreaker: policy.circuitBreaker,
+      healthCheck: policy.healthCheck,
+      enableIPv6: policy.enableIPv6 ?? c.enableIPv6,
+    })
+  }
+  return out
+}

@@ -1,0 +1,211 @@
+// Step 1: which Gateways we serve and what their listeners become. Listeners
+// are grouped per port; the first listener on a port (oldest Gateway, then
+// listener order) fixes the port's protocol, later incompatible ones are
+// Conflicted (Gateway API ListenerConditionConflicted).
+
+import { createHash } from 'node:crypto'
+import type { Gateway, Listener, RouteGroupKind } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import type { Condition, ObjectStatus } from './status.ts'
+import type { PortProtocol, ServerCert } from './table.ts'
+import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
+import { resolveBundle, resolveTlsSecret } from './refs.ts'
+
+export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
+
+export interface ServedListener {
+  readonly gateway: Gateway
+  /** `namespace/name` of the Gateway. */
+  readonly gatewayKey: string
+  readonly listener: Listener
+  /** Lowercased listener hostname, null = any. */
+  readonly hostname: string | null
+  readonly protocol: PortProtocol | null
+  readonly tlsMode: 'Terminate' | 'Passthrough' | null
+  /** Accepted, not conflicted, refs resolved: routes may attach and the listener is programmed. */
+  readonly ready: boolean
+  readonly kinds: readonly RouteGroupKind[]
+  /** Listener conditions (attachedRoutes is added by compile after attachment). */
+  readonly conditions: readonly Condition[]
+  readonly cert: ServerCert | null
+  readonly clientValidation: { readonly caPem: string; readonly required: boolean } | null
+}
+
+export interface ServedGateway {
+  readonly gateway: Gateway
+  readonly key: string
+  readonly listeners: readonly ServedListener[]
+}
+
+export interface GatewayPlan {
+  readonly served: readonly ServedGateway[]
+  /** GatewayClass status and the status of Gateways of our class we cannot serve. */
+  readonly statuses: readonly ObjectStatus[]
+}
+
+const HTTP_KINDS: readonly RouteGroupKind[] = [{ group: GATEWAY_GROUP, kind: 'HTTPRoute' }, { group: GATEWAY_GROUP, kind: 'GRPCRoute' }]
+
+/** Kinds a listener may carry, first the defaults (Gateway API Listener.allowedRoutes.kinds). */
+function kindsFor(protocol: PortProtocol, tlsMode: 'Terminate' | 'Passthrough' | null): { allowed: readonly RouteGroupKind[]; defaults: readonly RouteGroupKind[] } {
+  switch (protocol) {
+    case 'HTTP': case 'HTTPS': return { allowed: HTTP_KINDS, defaults: HTTP_KINDS }
+    case 'TCP': return { allowed: [{ group: GATEWAY_GROUP, kind: 'TCPRoute' }], defaults: [{ group: GATEWAY_GROUP, kind: 'TCPRoute' }] }
+    case 'TLS': {
+      // Passthrough forwards the raw stream by SNI (TLSRoute); Terminate decrypts and routes HTTP.
+      const kinds = tlsMode === 'Passthrough' ? [{ group: GATEWAY_GROUP, kind: 'TLSRoute' }] : [{ group: GATEWAY_GROUP, kind: 'HTTPRoute' }]
+      return { allowed: kinds, defaults: kinds }
+    }
+  }
+}
+
+function isProtocol(p: string): p is PortProtocol {
+  return p === 'HTTP' || p === 'HTTPS' || p === 'TCP' || p === 'TLS'
+}
+
+export function planGateways(snapshot: Snapshot, gatewayClass: string, controllerName: string): GatewayPlan {
+  const statuses: ObjectStatus[] = []
+  const cls = snapshot.gatewayClasses.get(gatewayClass)
+  const gateways = sortedValues(snapshot.gateways).filter(g => g.gatewayClassName === gatewayClass)
+  if (cls !== undefined) {
+    if (cls.controllerName !== controllerName) {
+      // Not ours: say why on the Gateways that name it; leave the class to its controller.
+      for (const g of gateways) {
+        const msg = `GatewayClass ${gatewayClass} belongs to controller ${cls.controllerName}, not ${controllerName}`
+        statuses.push(gatewayStatus(g, [condition('Accepted', false, 'Invalid', msg, g.meta.generation), condition('Programmed', false, 'Invalid', msg, g.meta.generation)]))
+      }
+      return { served: [], statuses }
+    }
+    statuses.push({
+      kind: 'GatewayClass', apiVersion: cls.apiVersion, namespace: '', name: cls.meta.name, generation: cls.meta.generation,
+      conditions: [condition('Accepted', true, 'Accepted', `handled by ${controllerName}`, cls.meta.generation)], parents: [], listeners: [],
+    })
+  }
+  // Per port: protocol (and TLS mode) fixed by the first listener, hostnames seen.
+  const ports = new Map<number, { protocol: PortProtocol; tlsMode: string | null; hostnames: Set<string> }>()
+  const served: ServedGateway[] = []
+  for (const gateway of gateways) {
+    const key = `${gateway.meta.namespace}/${gateway.meta.name}`
+    const listeners = gateway.listeners.map(l => planListener(snapshot, gateway, key, l, ports))
+    served.push({ gateway, key, listeners })
+  }
+  return { served, statuses }
+}
+
+function planListener(
+  snapshot: Snapshot, gateway: Gateway, gatewayKey: string, listener: Listener,
+  ports: Map<number, { protocol: PortProtocol; tlsMode: string | null; hostnames: Set<string> }>,
+): ServedListener {
+  const gen = gateway.meta.generation
+  const hostname = listener.hostname === null ? null : listener.hostname.toLowerCase()
+  const base = { gateway, gatewayKey, listener, hostname }
+  if (!isProtocol(listener.protocol)) {
+    return {
+      ...base, protocol: null, tlsMode: null, ready: false, kinds: [], cert: null, clientValidation: null,
+      conditions: [
+        condition('Accepted', false, 'UnsupportedProtocol', `protocol ${listener.protocol} is not supported`, gen),
+        condition('Programmed', false, 'Invalid', 'listener not accepted', gen),
+        condition('ResolvedRefs', true, 'ResolvedRefs', '', gen),
+        condition('Conflicted', false, 'NoConflicts', '', gen),
+      ],
+    }
+  }
+  const protocol = listener.protocol
+  const tlsMode = protocol === 'HTTPS' ? 'Terminate' : protocol === 'TLS' ? (listener.tls?.mode ?? 'Terminate') : null
+
+  // Conflicts on the port: protocol first, then hostname (Gateway API Listener docs).
+  let conflict: Condition = condition('Conflicted', false, 'NoConflicts', '', gen)
+  const seen = ports.get(listener.port)
+  const hostKey = hostname ?? ''
+  if (seen === undefined) {
+    ports.set(listener.port, { protocol, tlsMode, hostnames: new Set([hostKey]) })
+  } else if (seen.protocol !== protocol || seen.tlsMode !== tlsMode) {
+    conflict = condition('Conflicted', true, 'ProtocolConflict', `port ${listener.port} already serves ${seen.protocol}${seen.tlsMode !== null ? ` (${seen.tlsMode})` : ''}`, gen)
+  } else if (seen.hostnames.has(hostKey) || protocol === 'TCP') {
+    conflict = condition('Conflicted', true, 'HostnameConflict', `another listener on port ${listener.port} already uses hostname ${hostname ?? '(any)'}`, gen)
+  } else {
+    seen.hostnames.add(hostKey)
+  }
+
+  // Route kinds.
+  const { allowed, defaults } = kindsFor(protocol, tlsMode)
+  let kinds = defaults
+  let refs: Condition = condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)
+  if (listener.allowedRoutes.kinds.length > 0) {
+    kinds = listener.allowedRoutes.kinds.filter(k => allowed.some(a => a.group === k.group && a.kind === k.kind))
+    const bad = listener.allowedRoutes.kinds.filter(k => !kinds.includes(k))
+    if (bad.length > 0) refs = condition('ResolvedRefs', false, 'InvalidRouteKinds', `unsupported route kinds: ${bad.map(k => k.kind).join(', ')}`, gen)
+  }
+
+  // Server certificate for TLS termination.
+  let cert: ServerCert | null = null
+  let certOk = true
+  if (tlsMode === 'Terminate') {
+    const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
+    const certRefs = listener.tls?.certificateRefs ?? []
+    if (certRefs.length === 0) {
+      certOk = false
+      refs = condition('ResolvedRefs', false, 'InvalidCertificateRef', 'TLS termination needs at least one certificateRef', gen)
+    }
+    for (const ref of certRefs) {
+      const r = resolveTlsSecret(snapshot, from, ref, 'InvalidCertificateRef')
+      if (!r.ok) {
+        certOk = false
+        refs = condition('ResolvedRefs', false, r.reason, r.message, gen)
+        break
+      }
+      if (cert === null) {
+        const id = createHash('sha256').update(r.value.certPem).update('\0').update(r.value.keyPem).digest('hex').slice(0, 16)
+        cert = { id, hostname, certPem: r.value.certPem, keyPem: r.value.keyPem }
+      }
+    }
+  }
+
+  // Frontend client-certificate validation (Gateway.spec.tls.frontend), HTTPS only.
+  let clientValidation: ServedListener['clientValidation'] = null
+  const fv = gateway.frontendValidation
+  if (fv !== null && protocol === 'HTTPS') {
+    const perPort = fv.perPort.find(p => p.port === listener.port)
+    const caRefs = perPort?.caCertificateRefs ?? fv.caCertificateRefs
+    const mode = perPort?.mode ?? fv.mode
+    const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
+    const r = resolveBundle(snapshot, from, caRefs, 'ca.crt', 'InvalidCACertificateRef')
+    if (!r.ok) {
+      certOk = false
+      refs = condition('ResolvedRefs', false, r.reason, r.message, gen)
+    } else if (r.value !== null) {
+      clientValidation = { caPem: r.value, required: mode === 'AllowValidOnly' }
+    }
+  }
+
+  const ready = conflict.status === 'False' && certOk
+  return {
+    ...base, protocol, tlsMode, ready, kinds, cert, clientValidation,
+    conditions: [
+      condition('Accepted', true, 'Accepted', '', gen),
+      ready ? condition('Programmed', true, 'Programmed', '', gen) : condition('Programmed', false, 'Invalid', conflict.status === 'True' ? conflict.message : refs.message, gen),
+      refs,
+      conflict,
+    ],
+  }
+}
+
+export function gatewayStatus(g: Gateway, conditions: readonly Condition[], listeners: ObjectStatus['listeners'] = []): ObjectStatus {
+  return {
+    kind: 'Gateway', apiVersion: g.apiVersion, namespace: g.meta.namespace, name: g.meta.name, generation: g.meta.generation,
+    conditions, parents: [], listeners,
+  }
+}
+
+/** Gateway-level conditions once listener outcomes are known. */
+export function gatewayConditions(sg: ServedGateway): Condition[] {
+  const gen = sg.gateway.meta.generation
+  const ready = sg.listeners.filter(l => l.ready).length
+  const invalid = sg.listeners.length - ready
+  const accepted = ready > 0 || sg.listeners.length === 0
+  return [
+    condition('Accepted', accepted, invalid > 0 ? 'ListenersNotValid' : 'Accepted', invalid > 0 ? `${invalid} of ${sg.listeners.length} listeners are not valid` : '', gen),
+    condition('Programmed', ready > 0, ready > 0 ? 'Programmed' : 'Invalid', ready > 0 ? '' : 'no listener is programmed', gen),
+  ]
+}
+
+export { statusKey }

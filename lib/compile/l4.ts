@@ -1,0 +1,49 @@
+// Step 7: TCPRoute and TLSRoute → L4Route per port / per SNI. One TCPRoute
+// serves a TCP port (the oldest attached); a TLS port indexes TLSRoutes by
+// SNI, exact names before wildcards, the oldest route winning each name.
+
+import type { BackendTrafficPolicy, TCPRoute, TLSRoute } from '../resources/model.ts'
+import type { L4Route, SniIndex, WeightedCluster } from './table.ts'
+import { GATEWAY_GROUP } from './conditions.ts'
+import type { BackendResolver } from './backends.ts'
+import type { PolicyIndex } from './policies.ts'
+import type { RefProblem } from './rules.ts'
+import { ANY_HOST, isWildcard } from './hostnames.ts'
+
+export function compileL4Route(route: TCPRoute | TLSRoute, resolver: BackendResolver, traffic: PolicyIndex<BackendTrafficPolicy>,
+  gatewayKey: string, listenerName: string, problems: RefProblem[]): L4Route {
+  const from = { group: GATEWAY_GROUP, kind: route.kind, namespace: route.meta.namespace, name: route.meta.name }
+  const backends: WeightedCluster[] = []
+  let totalWeight = 0
+  for (const rule of route.rules) {
+    for (const ref of rule.backendRefs) {
+      const r = resolver.resolve(ref, from, route.kind, gatewayKey)
+      if (!r.ok) problems.push(r)
+      backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null })
+      totalWeight += ref.weight
+    }
+  }
+  const policy = traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName)
+  return {
+    route: { kind: route.kind, namespace: route.meta.namespace, name: route.meta.name },
+    backends, totalWeight,
+    idleMs: policy?.timeout?.idleMs ?? null,
+    connectMs: policy?.timeout?.connectMs ?? null,
+  }
+}
+
+/** Routes arrive oldest first; the first route for a name keeps it. */
+export function buildSniIndex(entries: ReadonlyArray<{ hostname: string; route: L4Route }>, mode: SniIndex['mode']): SniIndex {
+  const exact = new Map<string, L4Route>()
+  const wild = new Map<string, L4Route>()
+  let fallback: L4Route | null = null
+  for (const e of entries) {
+    if (e.hostname === ANY_HOST) { fallback ??= e.route; continue }
+    const map = isWildcard(e.hostname) ? wild : exact
+    const key = isWildcard(e.hostname) ? e.hostname.slice(1) : e.hostname
+    if (!map.has(key)) map.set(key, e.route)
+  }
+  const wildcards = [...wild].map(([suffix, route]) => ({ suffix, route }))
+    .sort((a, b) => b.suffix.length - a.suffix.length || (a.suffix < b.suffix ? -1 : 1))
+  return { exact, wildcards, fallback, mode }
+}

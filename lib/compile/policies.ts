@@ -1,0 +1,120 @@
+// Step 4: policy attachment (Envoy Gateway BackendTrafficPolicy, sallyport
+// EgressExtension). Precedence: Route > Backend > Gateway listener (sectionName)
+// > whole Gateway; between policies on the same target the oldest
+// creationTimestamp, then namespace/name, wins and the others are Conflicted.
+// A winning policy replaces a less specific one whole (Envoy Gateway's default,
+// no field-level merge); the less specific one gets Overridden=True.
+
+import type { BackendTrafficPolicy, EgressExtension, ExtensionSpec, PolicyTargetRef } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import { GATEWAY_GROUP, compareAge } from './conditions.ts'
+import { isBackendKind } from './backends.ts'
+
+type Policy = BackendTrafficPolicy | EgressExtension
+
+export interface PolicyVerdict {
+  /** Accepted=False reason and message, or null when attached. */
+  rejected: { reason: string; message: string } | null
+  /** Overridden by more specific policies (message names them). */
+  overriddenBy: Set<string>
+}
+
+function slotOf(ref: PolicyTargetRef, namespace: string): string | null {
+  if (ref.group === GATEWAY_GROUP && ref.kind === 'Gateway') return ref.sectionName === null ? `Gateway/${namespace}/${ref.name}` : `Listener/${namespace}/${ref.name}/${ref.sectionName}`
+  if (ref.group === GATEWAY_GROUP && (ref.kind === 'HTTPRoute' || ref.kind === 'GRPCRoute' || ref.kind === 'TCPRoute' || ref.kind === 'TLSRoute')) return `${ref.kind}/${namespace}/${ref.name}`
+  if (isBackendKind(ref.group, ref.kind)) return `Backend/${namespace}/${ref.name}`
+  return null
+}
+
+function targetExists(snapshot: Snapshot, ref: PolicyTargetRef, namespace: string): boolean {
+  const key = `${namespace}/${ref.name}`
+  switch (ref.kind) {
+    case 'Gateway': {
+      const g = snapshot.gateways.get(key)
+      return g !== undefined && (ref.sectionName === null || g.listeners.some(l => l.name === ref.sectionName))
+    }
+    case 'HTTPRoute': return snapshot.httpRoutes.has(key)
+    case 'GRPCRoute': return snapshot.grpcRoutes.has(key)
+    case 'TCPRoute': return snapshot.tcpRoutes.has(key)
+    case 'TLSRoute': return snapshot.tlsRoutes.has(key)
+    default: return snapshot.backends.has(key)
+  }
+}
+
+/** Winners per target slot plus a verdict per policy. */
+export class PolicyIndex<P extends Policy> {
+  readonly winners = new Map<string, P>()
+  readonly verdicts = new Map<string, PolicyVerdict>()
+
+  constructor(snapshot: Snapshot, policies: ReadonlyMap<string, P>) {
+    for (const p of [...policies.values()].sort(compareAge)) {
+      const key = `${p.meta.namespace}/${p.meta.name}`
+      const verdict: PolicyVerdict = { rejected: null, overriddenBy: new Set() }
+      this.verdicts.set(key, verdict)
+      for (const ref of p.targetRefs) {
+        // Policy attachment: targetRefs are local; a policy targets objects in its own namespace.
+        const slot = slotOf(ref, p.meta.namespace)
+        if (slot === null) { verdict.rejected = { reason: 'Invalid', message: `targetRef kind ${ref.kind} is not supported` }; continue }
+        if (!targetExists(snapshot, ref, p.meta.namespace)) { verdict.rejected = { reason: 'TargetNotFound', message: `${ref.kind} ${p.meta.namespace}/${ref.name}${ref.sectionName !== null ? ` section ${ref.sectionName}` : ''} not found` }; continue }
+        const owner = this.winners.get(slot)
+        if (owner !== undefined && owner !== p) {
+          verdict.rejected = { reason: 'Conflicted', message: `${slot} already has policy ${owner.meta.namespace}/${owner.meta.name} (older wins)` }
+          continue
+        }
+        this.winners.set(slot, p)
+      }
+    }
+  }
+
+  get(slot: string): P | null {
+    return this.winners.get(slot) ?? null
+  }
+
+  /**
+   * The policy for a route rule attached through a Gateway listener: the
+   * route's own, else the listener's, else the Gateway's. Marks the less
+   * specific ones Overridden.
+   */
+  forRoute(routeKind: string, routeNs: string, routeName: string, gatewayKey: string, listener: string): P | null {
+    const route = this.get(`${routeKind}/${routeNs}/${routeName}`)
+    const section = this.get(`Listener/${gatewayKey}/${listener}`)
+    const gateway = this.get(`Gateway/${gatewayKey}`)
+    const chosen = route ?? section ?? gateway
+    if (chosen === null) return null
+    for (const lower of [section, gateway]) {
+      if (lower !== null && lower !== chosen) this.#override(lower, chosen)
+    }
+    return chosen
+  }
+
+  /** Cluster-scope policy: the oldest route policy among the cluster's users, else the Backend's, else the oldest Gateway policy. */
+  forCluster(backendKey: string | null, routeSlots: readonly string[], gatewayKeys: readonly string[]): P | null {
+    const routes = routeSlots.map(s => this.get(s)).filter((p): p is P => p !== null).sort(compareAge)
+    const backend = backendKey === null ? null : this.get(`Backend/${backendKey}`)
+    const gateways = gatewayKeys.map(g => this.get(`Gateway/${g}`)).filter((p): p is P => p !== null).sort(compareAge)
+    const chosen = routes[0] ?? backend ?? gateways[0] ?? null
+    if (chosen !== null) {
+      if (backend !== null && backend !== chosen) this.#override(backend, chosen)
+    }
+    return chosen
+  }
+
+  #override(lower: P, winner: P): void {
+    this.verdicts.get(`${lower.meta.namespace}/${lower.meta.name}`)?.overriddenBy.add(`${winner.meta.namespace}/${winner.meta.name}`)
+  }
+}
+
+/**
+ * Extensions for a route rule: Gateway scope, then the route's EgressExtension
+ * policy, then ExtensionRef filters; an extension of the same name at a more
+ * specific scope replaces the less specific one. Higher priority runs first.
+ */
+export function mergeExtensions(scopes: ReadonlyArray<readonly ExtensionSpec[] | null>): ExtensionSpec[] | null {
+  const byName = new Map<string, ExtensionSpec>()
+  for (const scope of scopes) {
+    if (scope === null) continue
+    for (const ext of scope) byName.set(ext.name, ext)
+  }
+  if (byName.size === 0) return null
+  return [...byName.values()].sort((a, b) => b.priority - a.priority)
+}

@@ -1,0 +1,85 @@
+// Reference checks shared by every step: ReferenceGrant for cross-namespace
+// references, and reading PEM material out of Secrets, ConfigMaps and
+// ClusterTrustBundles.
+
+import type { DataRef, ObjectRef } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+
+export interface From { readonly group: string; readonly kind: string; readonly namespace: string }
+
+/**
+ * Gateway API ReferenceGrant: a reference into another namespace is allowed
+ * only if a ReferenceGrant in the *target* namespace lists the referrer's
+ * group/kind/namespace under `from` and the target's group/kind (and name, if
+ * given) under `to`. Same-namespace references need no grant.
+ */
+export function isReferenceAllowed(snapshot: Snapshot, from: From, to: ObjectRef): boolean {
+  if (from.namespace === to.namespace) return true
+  for (const grant of snapshot.referenceGrants.values()) {
+    if (grant.meta.namespace !== to.namespace) continue
+    const fromOk = grant.from.some(f => f.group === from.group && f.kind === from.kind && f.namespace === from.namespace)
+    if (!fromOk) continue
+    const toOk = grant.to.some(t => t.group === to.group && t.kind === to.kind && (t.name === null || t.name === to.name))
+    if (toOk) return true
+  }
+  return false
+}
+
+export type Resolved<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly reason: string; readonly message: string }
+
+export function fail<T>(reason: string, message: string): Resolved<T> {
+  return { ok: false, reason, message }
+}
+
+/** Server/client certificate from a kubernetes.io/tls Secret. */
+export function resolveTlsSecret(snapshot: Snapshot, from: From, ref: ObjectRef, reason: string): Resolved<{ certPem: string; keyPem: string }> {
+  if (ref.group !== '' || ref.kind !== 'Secret') return fail(reason, `unsupported certificate reference kind ${ref.kind}`)
+  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', `Secret ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+  const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
+  if (secret === undefined) return fail(reason, `Secret ${ref.namespace}/${ref.name} not found`)
+  if (secret.type !== 'kubernetes.io/tls') return fail(reason, `Secret ${ref.namespace}/${ref.name} is of type ${secret.type}, not kubernetes.io/tls`)
+  const cert = secret.data['tls.crt']
+  const key = secret.data['tls.key']
+  if (cert === undefined || key === undefined) return fail(reason, `Secret ${ref.namespace}/${ref.name} lacks tls.crt or tls.key`)
+  const certPem = cert.toString('utf8')
+  const keyPem = key.toString('utf8')
+  if (!certPem.includes('-----BEGIN') || !keyPem.includes('-----BEGIN')) return fail(reason, `Secret ${ref.namespace}/${ref.name} does not hold PEM data`)
+  return { ok: true, value: { certPem, keyPem } }
+}
+
+/** PEM text of a CA bundle / CRL reference; the key defaults to `defaultKey`. */
+export function resolveDataRef(snapshot: Snapshot, from: From, ref: DataRef, defaultKey: string, reason: string): Resolved<string> {
+  const key = ref.key ?? defaultKey
+  if (ref.kind === 'ClusterTrustBundle') {
+    const bundle = snapshot.clusterTrustBundles.get(ref.name)
+    if (bundle === undefined) return fail(reason, `ClusterTrustBundle ${ref.name} not found`)
+    return { ok: true, value: bundle.trustBundle }
+  }
+  if (ref.group !== '' || (ref.kind !== 'ConfigMap' && ref.kind !== 'Secret')) return fail(reason, `unsupported reference kind ${ref.kind}`)
+  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', `${ref.kind} ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+  let text: string | undefined
+  if (ref.kind === 'ConfigMap') {
+    const cm = snapshot.configMaps.get(`${ref.namespace}/${ref.name}`)
+    if (cm === undefined) return fail(reason, `ConfigMap ${ref.namespace}/${ref.name} not found`)
+    text = cm.data[key]
+  } else {
+    const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
+    if (secret === undefined) return fail(reason, `Secret ${ref.namespace}/${ref.name} not found`)
+    text = secret.data[key]?.toString('utf8')
+  }
+  if (text === undefined) return fail(reason, `${ref.kind} ${ref.namespace}/${ref.name} has no key ${key}`)
+  if (!text.includes('-----BEGIN')) return fail(reason, `${ref.kind} ${ref.namespace}/${ref.name} key ${key} is not PEM`)
+  return { ok: true, value: text }
+}
+
+/** Concatenated PEM of several refs; the first failure wins. */
+export function resolveBundle(snapshot: Snapshot, from: From, refs: readonly DataRef[], defaultKey: string, reason: string): Resolved<string | null> {
+  if (refs.length === 0) return { ok: true, value: null }
+  const parts: string[] = []
+  for (const ref of refs) {
+    const r = resolveDataRef(snapshot, from, ref, defaultKey, reason)
+    if (!r.ok) return r
+    parts.push(r.value.trimEnd())
+  }
+  return { ok: true, value: parts.join('\n') + '\n' }
+}

@@ -1,0 +1,232 @@
+// Step 5: HTTPRoute / GRPCRoute rules → RouteRule plus their (unranked)
+// matches. Header names are lowercased and regexes anchored here, once.
+
+import type {
+  BackendRef, BackendTrafficPolicy, EgressExtension, GRPCRoute, GRPCRouteMatch, HTTPHeaderMatch, HTTPPathModifier,
+  HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HeaderModifier,
+} from '../resources/model.ts'
+import { ErrorCode } from '../errors.ts'
+import type { HeaderEdits, HeaderMatcher, Mirror, PathMatcher, PathRewrite, Redirect, RetrySpec, RouteRule, RouteTimeouts, WeightedCluster } from './table.ts'
+import { GATEWAY_GROUP } from './conditions.ts'
+import type { BackendResolver } from './backends.ts'
+import type { PolicyIndex } from './policies.ts'
+import { mergeExtensions } from './policies.ts'
+import type { MatchSpec } from './precedence.ts'
+
+export interface RuleContext {
+  readonly resolver: BackendResolver
+  readonly traffic: PolicyIndex<BackendTrafficPolicy>
+  readonly extensions: PolicyIndex<EgressExtension>
+  readonly egressExtensions: ReadonlyMap<string, EgressExtension>
+  readonly gatewayKey: string
+  readonly listenerName: string
+  readonly meshed: boolean
+}
+
+export interface RefProblem { readonly reason: string; readonly message: string }
+
+export interface CompiledRoute {
+  readonly rules: readonly RouteRule[]
+  /** Matches without hostname (the caller adds one per served hostname). */
+  readonly matches: ReadonlyArray<Omit<MatchSpec, 'hostname'>>
+  /** ResolvedRefs problems (first one per backendRef). */
+  readonly refProblems: readonly RefProblem[]
+  /** Matches that could not be compiled (PartiallyInvalid). */
+  readonly invalidMatches: readonly string[]
+}
+
+export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleContext): CompiledRoute {
+  const rules: RouteRule[] = []
+  const matches: Array<Omit<MatchSpec, 'hostname'>> = []
+  const refProblems: RefProblem[] = []
+  const invalidMatches: string[] = []
+  const grpc = route.kind === 'GRPCRoute'
+  const policy = ctx.traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, ctx.gatewayKey, ctx.listenerName)
+  const routeExt = ctx.extensions.forRoute(route.kind, route.meta.namespace, route.meta.name, ctx.gatewayKey, ctx.listenerName)
+  const gatewayExt = ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
+
+  route.rules.forEach((r, ruleIndex) => {
+    const rule = compileRule(route, ruleIndex, r.name, r.filters, r.backendRefs, grpc ? null : (r as HTTPRoute['rules'][number]).timeouts,
+      grpc ? null : (r as HTTPRoute['rules'][number]).retry, policy, [gatewayExt?.extensions ?? null, routeExt !== gatewayExt ? routeExt?.extensions ?? null : null], ctx, refProblems)
+    rules.push(rule)
+    const list: ReadonlyArray<HTTPRouteMatch | GRPCRouteMatch> = r.matches.length > 0 ? r.matches : [grpc ? { method: null, headers: [] } : defaultMatch]
+    list.forEach((m, matchIndex) => {
+      try {
+        const compiled = grpc ? compileGrpcMatch(m as GRPCRouteMatch) : compileHttpMatch(m as HTTPRouteMatch)
+        matches.push({ ...compiled, rule, route, ruleIndex, matchIndex })
+      } catch (err) {
+        invalidMatches.push(`rules[${ruleIndex}].matches[${matchIndex}]: ${(err as Error).message}`)
+      }
+    })
+  })
+  return { rules, matches, refProblems, invalidMatches }
+}
+
+const defaultMatch: HTTPRouteMatch = { path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [], method: null }
+
+function anchored(pattern: string): RegExp {
+  return new RegExp(`^(?:${pattern})$`)
+}
+
+/** Gateway API: of several entries with an equivalent name only the first is considered. */
+function headerMatchers(list: readonly HTTPHeaderMatch[], lowercase: boolean): HeaderMatcher[] | null {
+  const out: HeaderMatcher[] = []
+  for (const h of list) {
+    const name = lowercase ? h.name.toLowerCase() : h.name
+    if (out.some(o => o.name === name)) continue
+    out.push(h.type === 'RegularExpression' ? { name, exact: null, regex: anchored(h.value) } : { name, exact: h.value, regex: null })
+  }
+  return out.length > 0 ? out : null
+}
+
+function compileHttpMatch(m: HTTPRouteMatch): Pick<MatchSpec, 'path' | 'method' | 'headers' | 'query'> {
+  const path: PathMatcher = m.path.type === 'RegularExpression'
+    ? { type: 'RegularExpression', value: m.path.value, regex: anchored(m.path.value) }
+    : { type: m.path.type, value: m.path.value, regex: null }
+  return {
+    path,
+    method: m.method === null ? null : m.method.toUpperCase(),
+    headers: headerMatchers(m.headers, true),
+    query: headerMatchers(m.queryParams, false), // query param names are case-sensitive
+  }
+}
+
+function escapeRegex(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
+}
+
+/** GRPCRoute: a method match is a match on the HTTP/2 :path `/{service}/{method}`, always POST. */
+function compileGrpcMatch(m: GRPCRouteMatch): Pick<MatchSpec, 'path' | 'method' | 'headers' | 'query'> {
+  const headers = headerMatchers(m.headers, true)
+  const mm = m.method
+  let path: PathMatcher
+  if (mm === null || (mm.service === null && mm.method === null)) {
+    path = { type: 'PathPrefix', value: '/', regex: null }
+  } else if (mm.type === 'Exact' && mm.service !== null && mm.method !== null) {
+    path = { type: 'Exact', value: `/${mm.service}/${mm.method}`, regex: null }
+  } else if (mm.type === 'Exact' && mm.service !== null) {
+    path = { type: 'PathPrefix', value: `/${mm.service}/`, regex: null }
+  } else {
+    const svc = mm.service === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.service) : mm.service
+    const method = mm.method === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.method) : mm.method
+    const value = `/${svc}/${method}`
+    path = { type: 'RegularExpression', value, regex: anchored(value) }
+  }
+  return { path, method: 'POST', headers, query: null }
+}
+
+function headerEdits(mod: HeaderModifier): HeaderEdits {
+  return {
+    set: mod.set.map(h => [h.name.toLowerCase(), h.value] as const),
+    add: mod.add.map(h => [h.name.toLowerCase(), h.value] as const),
+    remove: mod.remove.map(n => n.toLowerCase()),
+  }
+}
+
+function pathRewrite(p: HTTPPathModifier | null): PathRewrite | null {
+  if (p === null) return null
+  return p.type === 'ReplaceFullPath' ? { type: 'ReplaceFullPath', value: p.replaceFullPath ?? '/' } : { type: 'ReplacePrefixMatch', value: p.replacePrefixMatch ?? '/' }
+}
+
+function compileRule(
+  route: HTTPRoute | GRPCRoute, ruleIndex: number, ruleName: string | null, filters: readonly HTTPRouteFilter[],
+  backendRefs: readonly BackendRef[], timeouts: HTTPRoute['rules'][number]['timeouts'], retry: HTTPRoute['rules'][number]['retry'],
+  policy: BackendTrafficPolicy | null, extScopes: ReadonlyArray<readonly import('../resources/model.ts').ExtensionSpec[] | null>,
+  ctx: RuleContext, refProblems: RefProblem[],
+): RouteRule {
+  const from = { group: GATEWAY_GROUP, kind: route.kind, namespace: route.meta.namespace, name: route.meta.name }
+  let requestHeaders: HeaderEdits | null = null
+  let responseHeaders: HeaderEdits | null = null
+  let redirect: Redirect | null = null
+  let rewriteHost: string | null = null
+  let rewritePath: PathRewrite | null = null
+  const mirrors: Mirror[] = []
+  const refExtensions: import('../resources/model.ts').ExtensionSpec[] = []
+  let badFilter: string | null = null
+  for (const f of filters) {
+    switch (f.type) {
+      case 'RequestHeaderModifier': requestHeaders = headerEdits(f.requestHeaderModifier); break
+      case 'ResponseHeaderModifier': responseHeaders = headerEdits(f.responseHeaderModifier); break
+      case 'RequestRedirect': {
+        const rr = f.requestRedirect
+        redirect = { scheme: rr.scheme, hostname: rr.hostname, port: rr.port, path: pathRewrite(rr.path), statusCode: rr.statusCode }
+        break
+      }
+      case 'URLRewrite': rewriteHost = f.urlRewrite.hostname; rewritePath = pathRewrite(f.urlRewrite.path); break
+      case 'RequestMirror': {
+        const r = ctx.resolver.resolve(f.requestMirror.backendRef, from, route.kind, ctx.gatewayKey)
+        if (!r.ok) refProblems.push(r)
+        mirrors.push({ cluster: r.ok ? r.value : null, percent: f.requestMirror.percent ?? 100 })
+        break
+      }
+      case 'CORS': break // not compiled yet (see report); the rule still routes
+      case 'ExtensionRef': {
+        const ref = f.extensionRef
+        const ext = ref.group === 'sallyport.io' && ref.kind === 'EgressExtension' ? ctx.egressExtensions.get(`${route.meta.namespace}/${ref.name}`) : undefined
+        if (ext === undefined) {
+          badFilter = `ExtensionRef ${ref.group}/${ref.kind} ${ref.name} cannot be resolved`
+          refProblems.push({ reason: ref.kind === 'EgressExtension' ? 'BackendNotFound' : 'InvalidKind', message: badFilter })
+        } else {
+          refExtensions.push(...ext.extensions)
+        }
+        break
+      }
+    }
+  }
+
+  // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.
+  const backends: WeightedCluster[] = []
+  let totalWeight = 0
+  let valid = 0
+  for (const ref of backendRefs) {
+    const r = ctx.resolver.resolve(ref, from, route.kind, ctx.gatewayKey)
+    if (!r.ok) refProblems.push(r)
+    else valid++
+    let req: HeaderEdits | null = null
+    let res: HeaderEdits | null = null
+    for (const f of ref.filters) {
+      if (f.type === 'RequestHeaderModifier') req = headerEdits(f.requestHeaderModifier)
+      if (f.type === 'ResponseHeaderModifier') res = headerEdits(f.responseHeaderModifier)
+    }
+    backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: req, responseHeaders: res })
+    totalWeight += ref.weight
+  }
+
+  let direct: RouteRule['direct'] = null
+  if (badFilter !== null) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'route filter cannot be resolved' }
+  else if (redirect === null && backendRefs.length > 0 && valid === 0) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'no valid backend' }
+  else if (redirect === null && totalWeight === 0) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'no backend with weight' }
+
+  const t: RouteTimeouts = {
+    requestMs: timeouts?.request ?? policy?.timeout?.requestMs ?? null,
+    backendRequestMs: timeouts?.backendRequest ?? null,
+    connectMs: policy?.timeout?.connectMs ?? null,
+    idleMs: policy?.timeout?.idleMs ?? null,
+  }
+  let retrySpec: RetrySpec | null = null
+  if (retry !== null || policy?.retry != null) {
+    const p = policy?.retry ?? null
+    retrySpec = {
+      attempts: retry?.attempts ?? p?.numRetries ?? 1,
+      codes: retry !== null && retry.codes.length > 0 ? retry.codes : p?.httpStatusCodes ?? [],
+      backoffMs: retry?.backoff ?? p?.backoffBase ?? null,
+      policy: p,
+    }
+  }
+  const answered = direct !== null || redirect !== null
+  return {
+    id: `${route.kind.toLowerCase()}/${route.meta.namespace}/${route.meta.name}/rule/${ruleIndex}`,
+    route: { kind: route.kind, namespace: route.meta.namespace, name: route.meta.name },
+    ruleIndex, ruleName, gateway: `${ctx.gatewayKey}/${ctx.listenerName}`,
+    requestHeaders, responseHeaders, redirect, rewriteHost, rewritePath,
+    mirrors: mirrors.length > 0 ? mirrors : null,
+    direct,
+    backends: answered ? null : backends,
+    totalWeight,
+    timeouts: t,
+    retry: retrySpec,
+    extensions: mergeExtensions([...extScopes, refExtensions]),
+    meshed: ctx.meshed,
+    grpc: route.kind === 'GRPCRoute',
+  }
+}

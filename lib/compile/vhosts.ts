@@ -1,0 +1,111 @@
+// Step 6: ranked matches → HostIndex of VirtualHosts for one port.
+//
+// Every vhost carries, ranked after its own, the matches of the wildcard and
+// catch-all patterns that cover its hostname (compareMatches puts less
+// specific hostnames later), so a request never falls through to another
+// vhost. Matches are only merged from the listener that is the most specific
+// for the vhost's hostname: Gateway API sends a request to the most specific
+// matching listener, so routes of '*.example.com' do not answer for
+// 'a.example.com' when a listener for 'a.example.com' exists on the port.
+
+import type { HostIndex, PrefixNode, RouteMatch, VirtualHost } from './table.ts'
+import type { MatchSpec } from './precedence.ts'
+import { compareMatches } from './precedence.ts'
+import { ANY_HOST, covers, hostSpecificity, isWildcard } from './hostnames.ts'
+
+export interface PlacedMatch {
+  readonly spec: MatchSpec
+  /** Hostname pattern of the listener the route attached through (ANY_HOST for none). */
+  readonly listenerHost: string
+}
+
+function mostSpecific(patterns: readonly string[]): string | null {
+  let best: string | null = null
+  for (const p of patterns) {
+    if (best === null) { best = p; continue }
+    const [a, la] = hostSpecificity(p)
+    const [b, lb] = hostSpecificity(best)
+    if (a > b || (a === b && la > lb)) best = p
+  }
+  return best
+}
+
+/** Patterns that cover `pattern`: itself, wildcards of its parent domains, ANY_HOST. */
+function coveringPatterns(pattern: string): string[] {
+  if (pattern === ANY_HOST) return [ANY_HOST]
+  const out = [pattern]
+  let rest = isWildcard(pattern) ? pattern.slice(2) : pattern
+  for (let dot = rest.indexOf('.'); dot !== -1; dot = rest.indexOf('.')) {
+    rest = rest.slice(dot + 1)
+    out.push(`*.${rest}`)
+  }
+  if (!isWildcard(pattern)) out.splice(1, 0, `*.${pattern.slice(pattern.indexOf('.') + 1)}`)
+  out.push(ANY_HOST)
+  return [...new Set(out)].filter(p => covers(p, pattern))
+}
+
+export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: readonly string[]): HostIndex {
+  const byPattern = new Map<string, PlacedMatch[]>()
+  for (const p of placed) {
+    const list = byPattern.get(p.spec.hostname) ?? []
+    list.push(p)
+    byPattern.set(p.spec.hostname, list)
+  }
+  const patterns = new Set<string>([...byPattern.keys(), ...listenerHosts])
+  const exact = new Map<string, VirtualHost>()
+  const wildcards: Array<{ suffix: string; vhost: VirtualHost }> = []
+  let fallback: VirtualHost | null = null
+  for (const pattern of [...patterns].sort()) {
+    const listener = mostSpecific(listenerHosts.filter(l => covers(l, pattern)))
+    const specs: MatchSpec[] = []
+    for (const cover of coveringPatterns(pattern)) {
+      for (const p of byPattern.get(cover) ?? []) if (p.listenerHost === listener) specs.push(p.spec)
+    }
+    const vhost = buildVirtualHost(pattern, specs)
+    if (pattern === ANY_HOST) fallback = vhost
+    else if (isWildcard(pattern)) wildcards.push({ suffix: pattern.slice(1), vhost })
+    else exact.set(pattern, vhost)
+  }
+  wildcards.sort((a, b) => b.suffix.length - a.suffix.length || (a.suffix < b.suffix ? -1 : 1))
+  return { exact, wildcards, fallback }
+}
+
+interface MutableNode { children: Map<string, MutableNode>; matches: RouteMatch[] }
+
+/** Prefix '/foo/bar/' sits on the node of segments ['foo', 'bar']; '/' on the root. */
+export function prefixSegments(value: string): string[] {
+  const trimmed = value.endsWith('/') ? value.slice(0, -1) : value
+  return trimmed === '' ? [] : trimmed.slice(1).split('/')
+}
+
+export function buildVirtualHost(hostname: string, specs: MatchSpec[]): VirtualHost {
+  specs.sort(compareMatches)
+  const exactPaths = new Map<string, RouteMatch[]>()
+  const root: MutableNode = { children: new Map(), matches: [] }
+  const regexes: RouteMatch[] = []
+  let needsQuery = false
+  specs.forEach((s, rank) => {
+    const m: RouteMatch = { path: s.path, method: s.method, headers: s.headers, query: s.query, rule: s.rule, rank }
+    if (s.query !== null) needsQuery = true
+    switch (s.path.type) {
+      case 'Exact': {
+        const list = exactPaths.get(s.path.value) ?? []
+        list.push(m)
+        exactPaths.set(s.path.value, list)
+        break
+      }
+      case 'PathPrefix': {
+        let node = root
+        for (const seg of prefixSegments(s.path.value)) {
+          let child = node.children.get(seg)
+          if (child === undefined) { child = { children: new Map(), matches: [] }; node.children.set(seg, child) }
+          node = child
+        }
+        node.matches.push(m)
+        break
+      }
+      case 'RegularExpression': regexes.push(m); break
+    }
+  })
+  return { hostname, exactPaths, prefixes: root as PrefixNode, regexes, needsQuery }
+}
