@@ -1,0 +1,105 @@
+// Predicates shared by the semantic rules: addresses, DNS names, regular
+// expressions, durations, base64. Each returns a problem text or null so the
+// caller decides the field and the severity.
+
+import { isIP } from 'node:net'
+
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
+
+export function isIPAddress(s: string): boolean {
+  // Bracketed IPv6 literals are still IPs for the "never an IP" rule.
+  const bare = s.startsWith('[') && s.endsWith(']') ? s.slice(1, -1) : s
+  return isIP(bare) !== 0
+}
+
+export function isDnsSubdomain(s: string): boolean {
+  return s.length > 0 && s.length <= 253 && DNS1123_SUBDOMAIN.test(s)
+}
+
+export function isDnsLabel(s: string): boolean {
+  return s.length > 0 && s.length <= 63 && DNS1123_LABEL.test(s)
+}
+
+function labelsFit(s: string): boolean {
+  return s.split('.').every((l) => l.length <= 63)
+}
+
+/**
+ * A route or listener hostname: RFC 1123, a wildcard only as the whole first
+ * label (`*.example.com`), never an IP address (Gateway API Hostname).
+ */
+export function hostnameProblem(h: string): string | null {
+  if (isIPAddress(h)) return `"${h}" is an IP address, not a hostname`
+  const rest = h.startsWith('*.') ? h.slice(2) : h
+  if (rest.includes('*')) return `"${h}": a wildcard is allowed only as a leading "*."`
+  if (!isDnsSubdomain(rest) || !labelsFit(rest)) return `"${h}" is not a valid RFC 1123 hostname`
+  return null
+}
+
+/**
+ * The destination hostname of a Backend (GEP-4488 ExternalHostname, the egress
+ * proposal's fqdn, Envoy Gateway fqdn endpoints): never an IP, never inside the
+ * cluster's DNS (`cluster.local` or below), no wildcard, RFC 1123.
+ */
+export function externalHostnameProblem(h: string): string | null {
+  if (isIPAddress(h)) return `"${h}" is an IP address; a hostname is required`
+  if (h.includes('*')) return `"${h}": wildcard hostnames are not allowed for Backends`
+  const lower = h.toLowerCase().replace(/\.$/, '')
+  if (lower === 'cluster.local' || lower.endsWith('.cluster.local')) {
+    return `"${h}" is inside the cluster domain (cluster.local); use a Service or EndpointSelector`
+  }
+  if (!isDnsSubdomain(h) || !labelsFit(h)) return `"${h}" is not a valid RFC 1123 hostname`
+  return null
+}
+
+/**
+ * Gateway API regular expressions are RE2-flavoured; we run them as JS RegExp.
+ * A leading `(?i)` (common in RE2 configs) is read as the `i` flag; compile/
+ * must do the same.
+ */
+export function regexProblem(source: string): string | null {
+  let body = source
+  let flags = ''
+  if (body.startsWith('(?i)')) {
+    body = body.slice(4)
+    flags = 'i'
+  }
+  try {
+    new RegExp(body, flags)
+    return null
+  } catch (err) {
+    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
+    return `regular expression ${JSON.stringify(source)} does not compile: ${why}`
+  }
+}
+
+const GW_DURATION = /^([0-9]{1,5}(h|m|s|ms)){1,4}$/
+const UNIT_MS: Readonly<Record<string, number>> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1 }
+
+/** Gateway API Duration (GEP-2257) in milliseconds, or null when malformed. */
+export function gatewayDurationMs(s: string): number | null {
+  if (!GW_DURATION.test(s)) return null
+  let total = 0
+  for (const m of s.matchAll(/([0-9]+)(ms|h|m|s)/g)) total += Number(m[1]) * (UNIT_MS[m[2] as string] as number)
+  return total
+}
+
+// Kubernetes decodes []byte fields with Go's base64.StdEncoding, which skips
+// \r and \n (YAML block scalars add them) but nothing else.
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
+
+export function isBase64(s: string): boolean {
+  return BASE64.test(s.replace(/[\r\n]/g, ''))
+}
+
+/** Path values of Exact / PathPrefix matches (Gateway API HTTPPathMatch CEL rules). */
+export function pathValueProblem(value: string): string | null {
+  if (!value.startsWith('/')) return `path "${value}" must start with "/"`
+  for (const bad of ['//', '/./', '/../', '%2f', '%2F', '#']) {
+    if (value.includes(bad)) return `path "${value}" must not contain "${bad}"`
+  }
+  if (value.endsWith('/..') || value.endsWith('/.')) return `path "${value}" must not end with "/." or "/.."`
+  if (!/^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$/.test(value)) return `path "${value}" contains invalid characters`
+  return null
+}

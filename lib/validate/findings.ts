@@ -1,0 +1,54 @@
+// What the rules collect while looking at one document: field path, message,
+// severity. validate.ts turns them into ConfigProblems (adding source, kind and
+// object identity), so rules stay small and never repeat who they are about.
+
+export interface Finding {
+  /** Dotted path from the object root with [i] indexes; '' for the whole object. */
+  readonly field: string
+  readonly message: string
+  readonly severity: 'error' | 'warning'
+}
+
+export class Findings {
+  readonly list: Finding[] = []
+
+  error(field: string, message: string): void {
+    this.list.push({ field, message, severity: 'error' })
+  }
+
+  warn(field: string, message: string): void {
+    this.list.push({ field, message, severity: 'warning' })
+  }
+
+  hasErrors(): boolean {
+    return this.list.some((f) => f.severity === 'error')
+  }
+}
+
+const SIMPLE_KEY = /^[A-Za-z_$][A-Za-z0-9_$]*$/
+
+/** `base.sub`, where `sub` is a field or dotted field path (`tls.mode`). */
+export function child(base: string, sub: string): string {
+  return base === '' ? sub : `${base}.${sub}`
+}
+
+/** A key of a map (data, labels) or a schema segment: `base.key`, or `base[key]` when the key is not an identifier (`data[ca.crt]`, as kubectl prints it). */
+export function key(base: string, k: string): string {
+  return SIMPLE_KEY.test(k) ? child(base, k) : `${base}[${k}]`
+}
+
+/** `base[i]`. */
+export function item(base: string, i: number): string {
+  return `${base}[${i}]`
+}
+
+/** A value for a message: JSON, cut short so one bad field cannot flood a log line. */
+export function show(value: unknown): string {
+  let s: string
+  try {
+    s = JSON.stringify(value) ?? String(value)
+  } catch {
+    s = String(value)
+  }
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s
+}

@@ -1,0 +1,100 @@
+// GatewayClass and Gateway rules beyond the schema: the listener CEL of
+// apis/v1/gateway_types.go, what sallyport needs to terminate TLS, and
+// GEP-3792's spec.mesh.
+
+import { asArr, asObj, has, objAt, objsAt, strAt } from './access.ts'
+import type { Obj } from './access.ts'
+import { hostnameProblem, isIPAddress } from './checks.ts'
+import { Findings, child, item } from './findings.ts'
+import { checkLabelSelector } from './rules-common.ts'
+
+export function checkGatewayClass(_doc: Obj, _f: Findings): void {
+  // The schema says all there is (controllerName pattern, parametersRef shape).
+}
+
+export function checkGateway(doc: Obj, f: Findings): void {
+  const spec = objAt(doc, 'spec')
+  checkListeners(spec, f)
+  for (const [addr, i] of objsAt(spec, 'addresses')) {
+    const type = strAt(addr, 'type') ?? 'IPAddress'
+    const value = strAt(addr, 'value') ?? ''
+    if (type === 'IPAddress' && value !== '' && !isIPAddress(value)) f.error(child(item('spec.addresses', i), 'value'), `"${value}" is not an IP address`)
+  }
+  checkFrontend(objAt(objAt(spec, 'tls'), 'frontend'), f)
+  checkMesh(objAt(spec, 'mesh'), f)
+}
+
+function checkListeners(spec: Obj | null, f: Findings): void {
+  const names = new Map<string, number>()
+  const triples = new Map<string, number>()
+  for (const [l, i] of objsAt(spec, 'listeners')) {
+    const at = item('spec.listeners', i)
+    const name = strAt(l, 'name') ?? ''
+    const first = names.get(name)
+    if (first !== undefined) f.error(child(at, 'name'), `listener name "${name}" is not unique (also spec.listeners[${first}])`)
+    else names.set(name, i)
+
+    const protocol = strAt(l, 'protocol') ?? ''
+    const hostname = strAt(l, 'hostname')
+    const triple = `${String(l.port)}|${protocol}|${hostname ?? ''}`
+    const dup = triples.get(triple)
+    if (dup !== undefined) f.error(at, `port, protocol and hostname repeat spec.listeners[${dup}]`)
+    else triples.set(triple, i)
+
+    if (hostname !== null) {
+      const p = hostnameProblem(hostname)
+      if (p !== null) f.error(child(at, 'hostname'), p)
+      if (protocol === 'TCP' || protocol === 'UDP') f.error(child(at, 'hostname'), `must not be set for protocol ${protocol}`)
+    }
+    checkListenerTls(l, at, protocol, f)
+    const ns = objAt(objAt(l, 'allowedRoutes'), 'namespaces')
+    if (strAt(ns, 'from') === 'Selector' && !has(ns, 'selector')) f.error(child(at, 'allowedRoutes.namespaces.selector'), 'required when from is Selector')
+    checkLabelSelector(objAt(ns, 'selector'), child(at, 'allowedRoutes.namespaces.selector'), f)
+  }
+}
+
+function checkListenerTls(l: Obj, at: string, protocol: string, f: Findings): void {
+  const tls = objAt(l, 'tls')
+  const tlsAt = child(at, 'tls')
+  if (protocol === 'HTTP' || protocol === 'TCP' || protocol === 'UDP') {
+    if (tls !== null) f.error(tlsAt, `must not be set for protocol ${protocol}`)
+    return
+  }
+  if (protocol !== 'HTTPS' && protocol !== 'TLS') return
+  if (tls === null) {
+    f.error(tlsAt, `required for protocol ${protocol}`)
+    return
+  }
+  const mode = strAt(tls, 'mode')
+  const refs = asArr(tls.certificateRefs).length
+  if (protocol === 'TLS' && mode === null) f.error(child(tlsAt, 'mode'), 'required for protocol TLS (Terminate or Passthrough)')
+  if (protocol === 'HTTPS' && mode === 'Passthrough') f.error(child(tlsAt, 'mode'), 'must be Terminate for protocol HTTPS')
+  // Passthrough forwards the client's TLS untouched, so there is nothing to present.
+  if (mode === 'Passthrough' && refs > 0) f.error(child(tlsAt, 'certificateRefs'), 'must be empty for mode Passthrough')
+  // sallyport terminates TLS itself and has no other certificate source than these refs.
+  if (mode !== 'Passthrough' && refs === 0) f.error(child(tlsAt, 'certificateRefs'), `required to terminate TLS on a ${protocol} listener`)
+}
+
+function checkFrontend(frontend: Obj | null, f: Findings): void {
+  if (frontend === null) return
+  const ports = new Map<number, number>()
+  for (const [pp, i] of objsAt(frontend, 'perPort')) {
+    const port = typeof pp.port === 'number' ? pp.port : -1
+    const first = ports.get(port)
+    if (first !== undefined) f.error(child(item('spec.tls.frontend.perPort', i), 'port'), `port ${port} repeats spec.tls.frontend.perPort[${first}]`)
+    else ports.set(port, i)
+  }
+}
+
+function checkMesh(mesh: Obj | null, f: Findings): void {
+  if (mesh === null) return
+  const tb = mesh.trustBundle
+  const refs: Array<[Obj, string]> = Array.isArray(tb)
+    ? tb.flatMap((v, i): Array<[Obj, string]> => { const o = asObj(v); return o === null ? [] : [[o, item('spec.mesh.trustBundle', i)]] })
+    : asObj(tb) === null ? [] : [[asObj(tb) as Obj, 'spec.mesh.trustBundle']]
+  for (const [ref, at] of refs) {
+    // ClusterTrustBundles are cluster-scoped: a namespace on the reference means a mix-up.
+    if (strAt(ref, 'kind') === 'ClusterTrustBundle' && has(ref, 'namespace')) f.warn(child(at, 'namespace'), 'ignored: ClusterTrustBundle is cluster-scoped')
+  }
+  checkLabelSelector(objAt(mesh, 'selector'), 'spec.mesh.selector', f)
+}

@@ -1,0 +1,76 @@
+// Validation of one parsed manifest document: the kind's JSON Schema (ajv,
+// compiled once on first use), then the semantic rules the specs write as CEL.
+// The result is a list of ConfigProblems: any 'error' means the caller drops
+// the object; 'warning's (unknown fields, insecureSkipVerify) keep it.
+
+import type { SourceRef } from '../resources/meta.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
+import { asObj, asStr } from './access.ts'
+import type { Obj } from './access.ts'
+import { isDnsLabel, isDnsSubdomain } from './checks.ts'
+import { Findings, show } from './findings.ts'
+import { lookupKind } from './kinds.ts'
+import type { KindEntry } from './kinds.ts'
+import { checkSchema } from './schema.ts'
+
+export interface DocumentInfo { apiVersion: string; kind: string; namespace: string; name: string }
+
+/** Known kind? Unknown kinds (Deployments, CRDs we don't read) are ignored by callers, never errors. */
+export function isKnownKind(apiVersion: string, kind: string): boolean {
+  return lookupKind(apiVersion, kind) !== null
+}
+
+/**
+ * Validates one parsed YAML/JSON document. `problems` non-empty with severity 'error' => drop it.
+ * `info.namespace` is the namespace as written ('' when absent; readers default it).
+ * Unknown kinds return no problems.
+ */
+export function validateDocument(doc: unknown, source: SourceRef): { info: DocumentInfo; problems: ConfigProblem[] } {
+  const obj = asObj(doc)
+  const apiVersion = asStr(obj?.apiVersion) ?? ''
+  const kind = asStr(obj?.kind) ?? ''
+  const meta = asObj(obj?.metadata)
+  const info: DocumentInfo = { apiVersion, kind, namespace: asStr(meta?.namespace) ?? '', name: asStr(meta?.name) ?? '' }
+  const problem = (field: string, message: string, severity: 'error' | 'warning'): ConfigProblem =>
+    ({ source, kind, namespace: info.namespace, name: info.name, field, message, severity })
+
+  if (obj === null) {
+    const what = Array.isArray(doc) ? 'a list' : doc === null || doc === undefined ? 'empty' : `a ${typeof doc}`
+    return { info, problems: [problem('', `document is ${what}, not an object`, 'error')] }
+  }
+  if (apiVersion === '' || kind === '') {
+    const missing = [apiVersion === '' ? 'apiVersion' : '', kind === '' ? 'kind' : ''].filter((s) => s !== '').join(' and ')
+    return { info, problems: [problem('', `${missing} required`, 'error')] }
+  }
+  const entry = lookupKind(apiVersion, kind)
+  if (entry === null) return { info, problems: [] }
+
+  const f = new Findings()
+  checkMeta(obj, entry, f)
+  const shape = entry.shape(obj)
+  checkSchema(shape.schema, obj, { redact: entry.redact }, f)
+  // Semantic rules assume the shapes the schema guarantees; on a schema error
+  // they would mostly repeat it, so they run once the schema is satisfied.
+  if (!f.hasErrors()) shape.rules(obj, f)
+  return { info, problems: f.list.map((x) => problem(x.field, x.message, x.severity)) }
+}
+
+function checkMeta(obj: Obj, entry: KindEntry, f: Findings): void {
+  const meta = asObj(obj.metadata)
+  if (meta === null) {
+    f.error(obj.metadata === undefined ? 'metadata.name' : 'metadata', obj.metadata === undefined ? 'required' : 'must be an object')
+    return
+  }
+  const name = meta.name
+  if (name === undefined || name === '') f.error('metadata.name', 'required')
+  else if (typeof name !== 'string') f.error('metadata.name', `must be a string, got ${show(name)}`)
+  else if (entry.name === 'subdomain' && !isDnsSubdomain(name)) f.error('metadata.name', `"${name}" is not a valid DNS subdomain name (lower-case RFC 1123)`)
+  else if (entry.name === 'label' && !isDnsLabel(name)) f.error('metadata.name', `"${name}" is not a valid DNS label (lower-case RFC 1123, at most 63 characters)`)
+  else if (entry.name === 'path' && (name.length > 253 || /[/%]/.test(name) || name === '.' || name === '..')) f.error('metadata.name', `"${name}" is not a valid name`)
+
+  const ns = meta.namespace
+  if (ns !== undefined && ns !== '') {
+    if (typeof ns !== 'string' || !isDnsLabel(ns)) f.error('metadata.namespace', `${show(ns)} is not a valid namespace (DNS label)`)
+    else if (entry.clusterScoped) f.warn('metadata.namespace', `ignored: ${String(obj.kind)} is cluster-scoped`)
+  }
+}
