@@ -1,0 +1,209 @@
+// sallyport under test: writes a Gateway API config directory for the bench and
+// starts `sallyport serve` on it (the CLI contract: serve --config DIR --admin
+// ADDR:PORT --bind ADDR --access-log on|off --workers N).
+//
+// "Every feature on" (the issue's condition for the targets) means the route
+// carries header filters and timeouts, and a BackendTrafficPolicy adds retries,
+// timeouts, a circuit breaker, active and passive health checks, a balancer and
+// a local rate limit set far above the load (so it is evaluated, never hit).
+
+import { mkdirSync, writeFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { pinned, startProc, stopProc, waitForHttp, tailOf } from './procs.ts'
+import type { Proc } from './procs.ts'
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
+export const SALLYPORT_BIN = path.join(REPO_ROOT, 'bin', 'sallyport.ts')
+
+export type FeatureSet = 'all' | 'min'
+
+export interface GatewayConfig {
+  readonly dir: string
+  readonly listenPort: number
+  /** The nginx origin (HTTP/1.1). */
+  readonly originPort: number
+  /** The Node 1 GiB upstream, routed under /big. */
+  readonly bigPort: number
+  readonly features: FeatureSet
+}
+
+const GATEWAY = (port: number): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: sallyport
+spec:
+  controllerName: sallyport.io/gateway-controller
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: bench
+  namespace: default
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - name: http
+      protocol: HTTP
+      port: ${port}
+      allowedRoutes:
+        namespaces:
+          from: Same
+`
+
+const BACKEND = (name: string, port: number): string => `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  endpoints:
+    - ip:
+        address: 127.0.0.1
+        port: ${port}
+`
+
+function route(cfg: GatewayConfig): string {
+  const all = cfg.features === 'all'
+  const filters = all
+    ? `      filters:
+        - type: RequestHeaderModifier
+          requestHeaderModifier:
+            set:
+              - name: x-bench
+                value: sallyport
+            remove:
+              - x-unwanted
+        - type: ResponseHeaderModifier
+          responseHeaderModifier:
+            add:
+              - name: x-served-by
+                value: sallyport
+`
+    : ''
+  const timeouts = all
+    ? `      timeouts:
+        request: 60s
+`
+    : ''
+  // The 1 GiB transfers need no request timeout shorter than they take.
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: bench
+  namespace: default
+spec:
+  parentRefs:
+    - name: bench
+  rules:
+    - matches:
+        - path:
+            type: PathPrefix
+            value: /big
+${filters}      backendRefs:
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: big-upstream
+          port: ${cfg.bigPort}
+    - matches:
+        - path:
+            type: PathPrefix
+            value: /
+${filters}${timeouts}      backendRefs:
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: origin
+          port: ${cfg.originPort}
+`
+}
+
+const POLICY = `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata:
+  name: bench
+  namespace: default
+spec:
+  targetRefs:
+    - group: gateway.networking.k8s.io
+      kind: HTTPRoute
+      name: bench
+  retry:
+    numRetries: 2
+    retryOn:
+      triggers: [connect-failure, refused-stream, retriable-status-codes]
+      httpStatusCodes: [503]
+    perRetry:
+      timeout: 30s
+      backOff:
+        baseInterval: 25ms
+        maxInterval: 250ms
+  timeout:
+    tcp:
+      connectTimeout: 5s
+    http:
+      connectionIdleTimeout: 120s
+  circuitBreaker:
+    maxConnections: 100000
+    maxPendingRequests: 100000
+    maxParallelRequests: 100000
+  healthCheck:
+    active:
+      type: HTTP
+      interval: 5s
+      timeout: 1s
+      http:
+        path: /healthz
+    passive:
+      consecutive5XxErrors: 1000
+      interval: 10s
+  loadBalancer:
+    type: RoundRobin
+  rateLimit:
+    type: Local
+    local:
+      rules:
+        - limit:
+            requests: 100000000
+            unit: Second
+`
+
+export function writeGatewayConfig(cfg: GatewayConfig): void {
+  mkdirSync(cfg.dir, { recursive: true })
+  writeFileSync(path.join(cfg.dir, 'gateway.yaml'), GATEWAY(cfg.listenPort))
+  writeFileSync(path.join(cfg.dir, 'backends.yaml'), `${BACKEND('origin', cfg.originPort)}---\n${BACKEND('big-upstream', cfg.bigPort)}`)
+  writeFileSync(path.join(cfg.dir, 'route.yaml'), route(cfg))
+  if (cfg.features === 'all') writeFileSync(path.join(cfg.dir, 'policy.yaml'), POLICY)
+}
+
+export interface GatewayStart {
+  readonly configDir: string
+  readonly listenPort: number
+  readonly adminPort: number
+  /** null: the CLI default (one process, no cluster). */
+  readonly workers: number | null
+  readonly cores: string | null
+  readonly accessLog: boolean
+  readonly logPath: string
+  /** Directory for --cpu-prof output; null = no profiling. */
+  readonly cpuProfDir: string | null
+}
+
+/** Starts sallyport and waits until the listener answers /small with 200. */
+export async function startGateway(opts: GatewayStart): Promise<Proc> {
+  const nodeFlags = opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir]
+  const args = [
+    process.execPath, ...nodeFlags, SALLYPORT_BIN, 'serve',
+    '--config', opts.configDir,
+    '--admin', `127.0.0.1:${opts.adminPort}`,
+    '--bind', '127.0.0.1',
+    '--access-log', opts.accessLog ? 'on' : 'off',
+  ]
+  if (opts.workers !== null) args.push('--workers', String(opts.workers))
+  const proc = startProc('sallyport', pinned(opts.cores, args), opts.logPath, { ...process.env, NODE_ENV: 'production' })
+  const ok = await waitForHttp(opts.listenPort, '/small', 30_000, proc)
+  if (!ok) {
+    await stopProc(proc)
+    throw new Error(`sallyport did not serve GET /small with 200 within 30 s; log tail:\n${tailOf(opts.logPath)}`)
+  }
+  return proc
+}

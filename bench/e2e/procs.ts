@@ -1,0 +1,192 @@
+// Process plumbing for the end-to-end benchmarks: free ports, spawning pinned
+// to cores (taskset), waiting for a port to answer, stopping what we started,
+// and sampling the resident set size of a process tree from /proc.
+
+import { spawn, spawnSync } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
+import { openSync, closeSync, readFileSync, existsSync } from 'node:fs'
+import net from 'node:net'
+import http from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+export const hasTaskset: boolean = spawnSync('taskset', ['-c', '0', 'true']).status === 0
+
+/** Cores the machine has; the pinning plan needs 2. */
+export function coreCount(): number {
+  const r = spawnSync('nproc', [], { encoding: 'utf8' })
+  const n = Number(r.stdout.trim())
+  return Number.isFinite(n) && n > 0 ? n : 1
+}
+
+/** A port the kernel just handed out on loopback (closed again before returning). */
+export async function freePort(): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const srv = net.createServer()
+    srv.once('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address()
+      const port = typeof addr === 'object' && addr !== null ? addr.port : 0
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+/** argv prefixed with `taskset -c <cores>` when pinning is possible and asked for. */
+export function pinned(cores: string | null, argv: readonly string[]): string[] {
+  if (cores === null || !hasTaskset) return [...argv]
+  return ['taskset', '-c', cores, ...argv]
+}
+
+export interface Proc {
+  readonly child: ChildProcess
+  readonly name: string
+  readonly logPath: string
+  exited: boolean
+}
+
+/** Starts a long-running process with stdout+stderr to a log file (never a pipe: a pipe would cost us CPU). */
+export function startProc(name: string, argv: readonly string[], logPath: string, env?: NodeJS.ProcessEnv): Proc {
+  const fd = openSync(logPath, 'a')
+  const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', fd, fd], env: env ?? process.env })
+  closeSync(fd)
+  const proc: Proc = { child, name, logPath, exited: false }
+  child.once('exit', () => { proc.exited = true })
+  child.once('error', () => { proc.exited = true })
+  return proc
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves when the process is gone. */
+export async function stopProc(proc: Proc, graceMs = 5000): Promise<void> {
+  if (proc.exited || proc.child.pid === undefined) return
+  const gone = new Promise<void>((resolve) => proc.child.once('exit', () => resolve()))
+  proc.child.kill('SIGTERM')
+  const timer = setTimeout(() => { if (!proc.exited) proc.child.kill('SIGKILL') }, graceMs)
+  await gone
+  clearTimeout(timer)
+}
+
+export function tailOf(path: string, bytes = 2000): string {
+  if (!existsSync(path)) return ''
+  const text = readFileSync(path, 'utf8')
+  return text.slice(-bytes)
+}
+
+/** One GET; resolves to the status code, or 0 on a connection error. */
+export async function probe(port: number, path: string, timeoutMs = 2000): Promise<number> {
+  return await new Promise((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent: false, timeout: timeoutMs }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+      res.on('error', () => resolve(0))
+    })
+    req.on('timeout', () => req.destroy())
+    req.on('error', () => resolve(0))
+  })
+}
+
+/** Polls until GET path answers `want` (or any status when want is 0); false after deadlineMs or if proc exits. */
+export async function waitForHttp(port: number, path: string, deadlineMs: number, proc: Proc | null, want = 200): Promise<boolean> {
+  const until = Date.now() + deadlineMs
+  while (Date.now() < until) {
+    if (proc !== null && proc.exited) return false
+    const status = await probe(port, path)
+    if (status !== 0 && (want === 0 || status === want)) return true
+    await sleep(100)
+  }
+  return false
+}
+
+// ───────────────────────────── RSS sampling ─────────────────────────────
+
+function readStatusKb(pid: number, field: string): number {
+  try {
+    const text = readFileSync(`/proc/${pid}/status`, 'utf8')
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)
+    return m === null ? 0 : Number(m[1])
+  } catch {
+    return 0
+  }
+}
+
+/** Direct children of pid (node:cluster workers are children of the primary). */
+function childrenOf(pid: number): number[] {
+  try {
+    const text = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim()
+    return text === '' ? [] : text.split(/\s+/).map(Number)
+  } catch {
+    return []
+  }
+}
+
+export interface RssReport {
+  /** Highest VmRSS seen of any single process of the tree, MiB. */
+  readonly peakProcessMiB: number
+  /** Highest sum of VmRSS over the tree at one sample, MiB. */
+  readonly peakTreeMiB: number
+  /** VmHWM of the root process (kernel's own peak), MiB. */
+  readonly rootHwmMiB: number
+  /** First and last tree samples (MiB), to see growth. */
+  readonly firstMiB: number
+  readonly lastMiB: number
+  readonly samples: number
+  /** Tree RSS over time: [ms since start, MiB]. Thinned to at most 200 points. */
+  readonly series: ReadonlyArray<readonly [number, number]>
+}
+
+/** Samples VmRSS of pid and its children every intervalMs until stop() is called. */
+export class RssSampler {
+  #pid: number
+  #timer: NodeJS.Timeout | null = null
+  #start = Date.now()
+  #peakProcess = 0
+  #peakTree = 0
+  #hwm = 0
+  #series: Array<[number, number]> = []
+
+  constructor(pid: number, intervalMs = 100) {
+    this.#pid = pid
+    this.#sample()
+    this.#timer = setInterval(() => this.#sample(), intervalMs)
+  }
+
+  #sample(): void {
+    const pids = [this.#pid, ...childrenOf(this.#pid)]
+    let tree = 0
+    for (const p of pids) {
+      const kb = readStatusKb(p, 'VmRSS')
+      if (kb > this.#peakProcess) this.#peakProcess = kb
+      tree += kb
+    }
+    const hwm = readStatusKb(this.#pid, 'VmHWM')
+    if (hwm > this.#hwm) this.#hwm = hwm
+    if (tree === 0) return
+    if (tree > this.#peakTree) this.#peakTree = tree
+    this.#series.push([Date.now() - this.#start, tree])
+  }
+
+  stop(): RssReport {
+    this.#sample()
+    if (this.#timer !== null) clearInterval(this.#timer)
+    this.#timer = null
+    return this.report()
+  }
+
+  /** What was seen so far (sampling goes on unless stopped). */
+  report(): RssReport {
+    if (this.#timer !== null) this.#sample()
+    const mib = (kb: number): number => Math.round(kb / 102.4) / 10
+    const s = this.#series
+    const step = Math.max(1, Math.ceil(s.length / 200))
+    const series: Array<readonly [number, number]> = []
+    for (let i = 0; i < s.length; i += step) series.push([s[i][0], mib(s[i][1])])
+    return {
+      peakProcessMiB: mib(this.#peakProcess),
+      peakTreeMiB: mib(this.#peakTree),
+      rootHwmMiB: mib(this.#hwm),
+      firstMiB: s.length > 0 ? mib(s[0][1]) : 0,
+      lastMiB: s.length > 0 ? mib(s[s.length - 1][1]) : 0,
+      samples: s.length,
+      series,
+    }
+  }
+}

@@ -1,0 +1,192 @@
+// The end-to-end scenarios. Each runs the same load against the targets of one
+// run — the origin directly, nginx as reverse proxy, sallyport — in
+// interleaved rounds (A B C A B C ...) so a noisy neighbour hits all of them
+// alike, keeps the median round per target, and records comparison lines.
+
+import { runH2load } from './h2load.ts'
+import type { LoadResult, LoadSpec } from './h2load.ts'
+import { compare, delta } from './report.ts'
+import type { Comparison, Note, Row } from './report.ts'
+import { download, upload } from './big-body.ts'
+import type { TransferResult } from './big-body.ts'
+import { RssSampler } from './procs.ts'
+
+export interface Target {
+  readonly name: string
+  readonly port: number
+}
+
+export interface BenchContext {
+  readonly tmp: string
+  readonly durationS: number
+  readonly rounds: number
+  /** Cores for h2load (null = unpinned). */
+  readonly loadCores: string | null
+  readonly direct: Target
+  /** Origin's h2c port; null when the origin cannot speak h2c (Node fallback). */
+  readonly directH2c: Target | null
+  readonly nginxProxy: Target | null
+  readonly nginxProxyH2c: Target | null
+  readonly sallyport: Target
+  readonly bigDirect: Target
+  readonly oneMiBFile: string
+  readonly bigBytes: number
+  readonly rows: Row[]
+  readonly comparisons: Comparison[]
+  readonly notes: Note[]
+  /** Filled by the h1 scenario; the latency scenario runs at half of it. */
+  peakH1Rps: number | null
+}
+
+type Shape = Omit<LoadSpec, 'url' | 'label' | 'tmpDir' | 'cores'>
+
+function medianByRps(results: readonly LoadResult[]): LoadResult {
+  const sorted = [...results].sort((a, b) => a.rps - b.rps)
+  return sorted[Math.floor((sorted.length - 1) / 2)]
+}
+
+/** Runs `shape` against each target in interleaved rounds; returns the median round per target. */
+export async function measure(ctx: BenchContext, scenario: string, targets: readonly Target[], path: string, shape: Shape, rounds = ctx.rounds): Promise<Map<string, LoadResult>> {
+  const all = new Map<string, LoadResult[]>()
+  for (let r = 0; r < rounds; r++) {
+    for (const t of targets) {
+      const res = await runH2load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const list = all.get(t.name) ?? []
+      list.push(res)
+      all.set(t.name, list)
+      process.stderr.write(`  ${scenario} ${t.name} round ${r + 1}: ${Math.round(res.rps)} req/s p99 ${res.p99Ms.toFixed(3)} ms${res.failed + res.non2xx > 0 ? ` errors ${res.failed + res.non2xx}` : ''}\n`)
+    }
+  }
+  const out = new Map<string, LoadResult>()
+  for (const [name, list] of all) out.set(name, medianByRps(list))
+  return out
+}
+
+function addRows(ctx: BenchContext, scenario: string, results: Map<string, LoadResult>, bytesPerResponse: number, extra = ''): void {
+  for (const [name, r] of results) {
+    ctx.rows.push({
+      scenario, target: name, rps: r.rps, MiBps: bytesPerResponse > 0 ? r.rps * bytesPerResponse / 1024 / 1024 : r.trafficMiBps,
+      p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx, extra,
+    })
+  }
+}
+
+function throughputTargets(ctx: BenchContext, h2: boolean): Target[] {
+  const t: Target[] = []
+  const direct = h2 ? ctx.directH2c : ctx.direct
+  const proxy = h2 ? ctx.nginxProxyH2c : ctx.nginxProxy
+  if (direct !== null) t.push(direct)
+  if (proxy !== null) t.push(proxy)
+  t.push(ctx.sallyport)
+  return t
+}
+
+function compareAll(ctx: BenchContext, scenario: string, metric: string, unit: string, results: Map<string, LoadResult>, pick: (r: LoadResult) => number, targetVsProxy: { min: number } | null): void {
+  const s = results.get('sallyport')
+  if (s === undefined) return
+  const proxy = results.get('nginx-proxy')
+  if (proxy !== undefined) ctx.comparisons.push(compare(scenario, metric, unit, 'sallyport', pick(s), 'nginx-proxy', pick(proxy), targetVsProxy))
+  const direct = results.get('direct')
+  if (direct !== undefined) ctx.comparisons.push(compare(scenario, metric, unit, 'sallyport', pick(s), 'direct', pick(direct), null))
+}
+
+function compareLatency(ctx: BenchContext, scenario: string, results: Map<string, LoadResult>, maxAddedMs: number | null): void {
+  const s = results.get('sallyport')
+  const direct = results.get('direct')
+  if (s === undefined || direct === undefined) return
+  ctx.comparisons.push(delta(scenario, 'p50 added', 'ms', 'sallyport', s.p50Ms, 'direct', direct.p50Ms, null))
+  ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'sallyport', s.p99Ms, 'direct', direct.p99Ms, maxAddedMs))
+  const proxy = results.get('nginx-proxy')
+  if (proxy !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'nginx-proxy', proxy.p99Ms, 'direct', direct.p99Ms, null))
+}
+
+/** Small HTTP/1.1 keep-alive responses, closed loop (as fast as each connection goes). */
+export async function scenarioH1(ctx: BenchContext): Promise<void> {
+  const results = await measure(ctx, 'h1 small', throughputTargets(ctx, false), '/small', {
+    h1: true, clients: 32, streams: 1, durationS: ctx.durationS, warmupS: 1, rpsPerClient: null, dataFile: null,
+  })
+  addRows(ctx, 'h1 small', results, 0, 'c=32 keep-alive')
+  compareAll(ctx, 'h1 small', 'throughput', 'rps', results, (r) => r.rps, { min: 0.25 })
+  const s = results.get('sallyport')
+  if (s !== undefined) ctx.peakH1Rps = s.rps
+}
+
+/** Small responses over HTTP/2 cleartext (prior knowledge) downstream; HTTP/1.1 upstream for both proxies. */
+export async function scenarioH2(ctx: BenchContext): Promise<void> {
+  const results = await measure(ctx, 'h2 small', throughputTargets(ctx, true), '/small', {
+    h1: false, clients: 8, streams: 16, durationS: ctx.durationS, warmupS: 1, rpsPerClient: null, dataFile: null,
+  })
+  addRows(ctx, 'h2 small', results, 0, 'h2c c=8 m=16')
+  compareAll(ctx, 'h2 small', 'throughput', 'rps', results, (r) => r.rps, null)
+}
+
+/** 1 MiB response bodies (download) and 1 MiB request bodies (upload), HTTP/1.1. */
+export async function scenarioBodies(ctx: BenchContext): Promise<void> {
+  const MiB = 1024 * 1024
+  const shape: Shape = { h1: true, clients: 4, streams: 1, durationS: ctx.durationS, warmupS: 1, rpsPerClient: null, dataFile: null }
+  const down = await measure(ctx, '1MiB download', throughputTargets(ctx, false), '/1m', shape)
+  addRows(ctx, '1MiB download', down, MiB, 'c=4')
+  compareAll(ctx, '1MiB download', 'throughput', 'MiB/s', down, (r) => r.rps, null)
+  const up = await measure(ctx, '1MiB upload', throughputTargets(ctx, false), '/upload', { ...shape, dataFile: ctx.oneMiBFile })
+  addRows(ctx, '1MiB upload', up, MiB, 'c=4 POST')
+  compareAll(ctx, '1MiB upload', 'throughput', 'MiB/s', up, (r) => r.rps, null)
+}
+
+/**
+ * Fixed-rate load at half of sallyport's peak (h1 small): p99 latency added
+ * over going direct. All targets get the same rate, so the difference is the
+ * proxy's cost at a load it can sustain, not queueing at saturation.
+ */
+export async function scenarioLatency(ctx: BenchContext): Promise<void> {
+  if (ctx.peakH1Rps === null) {
+    const probe = await measure(ctx, 'h1 peak probe', [ctx.sallyport], '/small', {
+      h1: true, clients: 32, streams: 1, durationS: Math.max(2, ctx.durationS - 1), warmupS: 1, rpsPerClient: null, dataFile: null,
+    }, 1)
+    ctx.peakH1Rps = probe.get('sallyport')?.rps ?? null
+  }
+  if (ctx.peakH1Rps === null || ctx.peakH1Rps < 20) {
+    ctx.notes.push({ scenario: 'latency', text: 'skipped: no usable sallyport peak rate' })
+    return
+  }
+  const clients = 16
+  const perClient = Math.max(1, Math.round(ctx.peakH1Rps / 2 / clients))
+  const rate = perClient * clients
+  const results = await measure(ctx, 'h1 fixed-rate', throughputTargets(ctx, false), '/small', {
+    h1: true, clients, streams: 1, durationS: ctx.durationS * 2, warmupS: 1, rpsPerClient: perClient, dataFile: null,
+  }, 1)
+  addRows(ctx, 'h1 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport peak)`)
+  compareLatency(ctx, `h1 @${rate} rps`, results, 1)
+}
+
+export interface BigBodyResult {
+  readonly sallyport: readonly TransferResult[]
+  readonly direct: readonly TransferResult[]
+  readonly rssBeforeMiB: number
+  readonly rssPeakMiB: number
+  readonly rssAfterMiB: number
+}
+
+/**
+ * 1 GiB download and upload through sallyport (and direct to the same Node
+ * upstream for the baseline), sampling sallyport's RSS all along: a streaming
+ * data path keeps it flat, a buffering one grows by the body size.
+ */
+export async function scenarioBig(ctx: BenchContext, sallyportPid: number): Promise<BigBodyResult> {
+  const deadline = 180_000
+  const bytes = ctx.bigBytes
+  const sampler = new RssSampler(sallyportPid, 50)
+  const before = sampler.report()
+  const direct = [await download(ctx.bigDirect.port, bytes, deadline), await upload(ctx.bigDirect.port, bytes, deadline)]
+  const through = [await download(ctx.sallyport.port, bytes, deadline), await upload(ctx.sallyport.port, bytes, deadline)]
+  const during = sampler.stop()
+  const label = `${(bytes / 1024 / 1024 / 1024).toFixed(bytes >= 1024 ** 3 ? 0 : 2)} GiB`
+  for (const [i, dir] of (['download', 'upload'] as const).entries()) {
+    const s = through[i]
+    const d = direct[i]
+    ctx.rows.push({ scenario: `${label} ${dir}`, target: 'direct', rps: NaN, MiBps: d.MiBps, p50Ms: NaN, p99Ms: NaN, errors: d.ok ? 0 : 1, extra: d.error ?? '' })
+    ctx.rows.push({ scenario: `${label} ${dir}`, target: 'sallyport', rps: NaN, MiBps: s.MiBps, p50Ms: NaN, p99Ms: NaN, errors: s.ok ? 0 : 1, extra: s.ok ? '' : `status ${s.status} bytes ${s.bytes} ${s.error ?? ''}` })
+    ctx.comparisons.push(compare(`${label} ${dir}`, 'throughput', 'MiB/s', 'sallyport', s.ok ? s.MiBps : NaN, 'direct', d.MiBps, null))
+  }
+  ctx.comparisons.push(delta(`${label} transfers`, 'RSS growth', 'MiB', 'sallyport peak', during.peakTreeMiB, 'before', before.firstMiB, 64))
+  return { sallyport: through, direct, rssBeforeMiB: before.firstMiB, rssPeakMiB: during.peakTreeMiB, rssAfterMiB: during.lastMiB }
+}

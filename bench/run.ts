@@ -1,0 +1,243 @@
+// `npm run bench` — end-to-end data-path benchmarks in one run: the same load
+// through sallyport, through nginx as a reverse proxy, and directly to the
+// same upstream (nginx), printed as ratios; peak RSS of sallyport; 1 GiB
+// transfers; scaling from one worker to two; the compile benchmarks.
+//
+//   node bench/run.ts [--only h1,h2,bodies,latency,big,workers,compile]
+//                     [--duration 4] [--rounds 3] [--big-bytes 1g] [--features all|min]
+//                     [--access-log on|off] [--profile] [--no-pin]
+//
+// Pinning (2+ cores, taskset present): the proxy under test (sallyport, or the
+// nginx proxy) runs alone on core 0; h2load, the origin nginx, the Node 1 GiB
+// upstream and this process share core 1. Only one proxy is loaded at a time.
+// Results: a table and ratio lines on stdout, JSON in bench/results/<timestamp>.json.
+
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import os from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import { findNginx, startNginx, writeOriginConfig, writeProxyConfig } from './e2e/nginx.ts'
+import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
+import type { FeatureSet } from './e2e/gateway.ts'
+import { coreCount, freePort, hasTaskset, pinned, RssSampler, startProc, stopProc, waitForHttp, tailOf } from './e2e/procs.ts'
+import type { Proc, RssReport } from './e2e/procs.ts'
+import { scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency } from './e2e/scenarios.ts'
+import type { BenchContext, BigBodyResult } from './e2e/scenarios.ts'
+import { scenarioWorkers } from './e2e/workers.ts'
+import type { WorkersRun } from './e2e/workers.ts'
+import { runCompileBenches } from './e2e/compile-runner.ts'
+import type { CompileBenchRun } from './e2e/compile-runner.ts'
+import { summarizeProfile, formatProfile } from './e2e/profile.ts'
+import type { ProfileSummary } from './e2e/profile.ts'
+import { formatComparison, formatTable } from './e2e/report.ts'
+
+const ALL = ['h1', 'h2', 'bodies', 'latency', 'big', 'workers', 'compile'] as const
+type ScenarioName = typeof ALL[number]
+
+const { values } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    duration: { type: 'string', default: '4' },
+    rounds: { type: 'string', default: '3' },
+    'big-bytes': { type: 'string', default: '1g' },
+    features: { type: 'string', default: 'all' },
+    'access-log': { type: 'string', default: 'on' },
+    profile: { type: 'boolean', default: false },
+    'no-pin': { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
+  },
+})
+
+if (values.help === true) {
+  process.stdout.write(`usage: node bench/run.ts [--only ${ALL.join(',')}] [--duration S] [--rounds N]
+       [--big-bytes 1g|256m|...] [--features all|min] [--access-log on|off] [--profile] [--no-pin]\n`)
+  process.exit(0)
+}
+
+function parseBytes(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)([kmg]?)$/i.exec(text.trim())
+  if (m === null) throw new Error(`--big-bytes: cannot read ${text}`)
+  const mult = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2].toLowerCase() as '' | 'k' | 'm' | 'g']
+  return Math.round(Number(m[1]) * mult)
+}
+
+const selected = new Set<ScenarioName>(values.only === undefined ? ALL : values.only.split(',').map((s) => s.trim()).filter((s): s is ScenarioName => (ALL as readonly string[]).includes(s)))
+const durationS = Math.max(1, Math.min(30, Number(values.duration)))
+const rounds = Math.max(1, Math.min(5, Number(values.rounds)))
+const bigBytes = parseBytes(values['big-bytes'] ?? '1g')
+const features: FeatureSet = values.features === 'min' ? 'min' : 'all'
+const accessLog = values['access-log'] !== 'off'
+const pin = values['no-pin'] !== true && hasTaskset && coreCount() >= 2
+const SUT_CORES = pin ? '0' : null
+const LOAD_CORES = pin ? '1' : null
+
+const started = new Date()
+const procs: Proc[] = []
+const log = (line: string): void => { process.stderr.write(`${line}\n`) }
+
+function killAllSync(): void {
+  for (const p of procs) if (!p.exited) p.child.kill('SIGKILL')
+}
+process.on('exit', killAllSync)
+process.on('SIGINT', () => { killAllSync(); process.exit(130) })
+process.on('SIGTERM', () => { killAllSync(); process.exit(143) })
+
+async function main(): Promise<number> {
+  spawnSync('bash', [path.join(REPO_ROOT, 'scripts', 'system-deps.sh'), '--bench'], { stdio: 'inherit' })
+  if (spawnSync('h2load', ['--version']).status !== 0) {
+    log('bench: h2load is missing (Debian package nghttp2-client); cannot run the load scenarios')
+    return 1
+  }
+  // This process (the 1 GiB client) belongs with the load generator.
+  if (pin) spawnSync('taskset', ['-a', '-p', '-c', LOAD_CORES ?? '1', String(process.pid)], { stdio: 'ignore' })
+
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'sallyport-bench-'))
+  const notes: BenchContext['notes'] = []
+  const nginx = findNginx()
+  const originPorts = { h1: await freePort(), h2c: await freePort() }
+  const proxyPorts = { h1: await freePort(), h2c: await freePort() }
+  const bigPort = await freePort()
+  const listenPort = await freePort()
+
+  const bigUpstream = startProc('big-upstream', pinned(LOAD_CORES, [process.execPath, path.join(REPO_ROOT, 'bench', 'e2e', 'big-upstream.ts'), String(bigPort)]), path.join(tmp, 'big-upstream.log'))
+  procs.push(bigUpstream)
+  if (!(await waitForHttp(bigPort, '/small', 10_000, bigUpstream))) throw new Error(`big upstream did not start: ${tailOf(bigUpstream.logPath)}`)
+
+  let originPort = originPorts.h1
+  let haveNginx = false
+  if (nginx !== null) {
+    procs.push(await startNginx(nginx, 'origin', writeOriginConfig(tmp, originPorts), tmp, originPorts.h1, LOAD_CORES))
+    procs.push(await startNginx(nginx, 'proxy', writeProxyConfig(tmp, proxyPorts, originPorts), tmp, proxyPorts.h1, SUT_CORES))
+    haveNginx = true
+  } else {
+    // No nginx: the Node upstream doubles as the origin, and there is no nginx-proxy baseline.
+    originPort = bigPort
+    notes.push({ scenario: 'setup', text: 'nginx not installed: origin is the Node upstream, no nginx-proxy comparison, no direct h2c baseline' })
+  }
+
+  const configDir = path.join(tmp, 'config')
+  writeGatewayConfig({ dir: configDir, listenPort, originPort, bigPort, features })
+  const ctx: BenchContext = {
+    tmp, durationS, rounds, loadCores: LOAD_CORES, bigBytes,
+    direct: { name: 'direct', port: originPort },
+    directH2c: haveNginx ? { name: 'direct', port: originPorts.h2c } : null,
+    nginxProxy: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h1 } : null,
+    nginxProxyH2c: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h2c } : null,
+    sallyport: { name: 'sallyport', port: listenPort },
+    bigDirect: { name: 'direct', port: bigPort },
+    oneMiBFile: path.join(tmp, 'upload-1m.bin'),
+    rows: [], comparisons: [], notes, peakH1Rps: null,
+  }
+  writeFileSync(ctx.oneMiBFile, Buffer.alloc(1024 * 1024, 0x75))
+
+  log(`bench: tmp ${tmp}; pinning ${pin ? 'sallyport/nginx-proxy on core 0, h2load+origin+client on core 1' : 'off'}; features ${features}; access log ${accessLog ? 'on' : 'off'}`)
+  log(`bench: load average before: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
+
+  const single: ScenarioName[] = ['h1', 'h2', 'bodies', 'latency', 'big']
+  let rss: RssReport | null = null
+  let big: BigBodyResult | null = null
+  let profile: ProfileSummary | null = null
+  const profDir = values.profile === true ? path.join(tmp, 'cpuprof') : null
+  if (single.some((s) => selected.has(s))) {
+    if (profDir !== null) mkdirSync(profDir, { recursive: true })
+    let gw: Proc | null = null
+    try {
+      gw = await startGateway({
+        configDir, listenPort, adminPort: await freePort(), workers: null, cores: SUT_CORES, accessLog,
+        logPath: path.join(tmp, 'sallyport.log'), cpuProfDir: profDir,
+      })
+      procs.push(gw)
+      const sampler = new RssSampler(gw.child.pid ?? 0, 200)
+      const steps: Array<[ScenarioName, () => Promise<unknown>]> = [
+        ['h1', () => scenarioH1(ctx)],
+        ['h2', () => scenarioH2(ctx)],
+        ['bodies', () => scenarioBodies(ctx)],
+        ['latency', () => scenarioLatency(ctx)],
+        ['big', async () => { big = await scenarioBig(ctx, gw?.child.pid ?? 0) }],
+      ]
+      for (const [name, run] of steps) {
+        if (!selected.has(name)) continue
+        log(`bench: ${name}`)
+        try { await run() } catch (err) { notes.push({ scenario: name, text: `failed: ${err instanceof Error ? err.message : String(err)}` }) }
+        if (gw.exited) { notes.push({ scenario: name, text: `sallyport exited during ${name}: ${tailOf(gw.logPath, 1500)}` }); break }
+      }
+      rss = sampler.stop()
+    } catch (err) {
+      notes.push({ scenario: 'setup', text: err instanceof Error ? err.message : String(err) })
+    } finally {
+      if (gw !== null) await stopProc(gw, 15_000)
+    }
+    if (profDir !== null) {
+      const files = readdirSync(profDir).filter((f) => f.endsWith('.cpuprofile'))
+      if (files.length > 0) profile = summarizeProfile(path.join(profDir, files[0]), REPO_ROOT)
+      else notes.push({ scenario: 'profile', text: 'no .cpuprofile written (did sallyport exit cleanly on SIGTERM?)' })
+    }
+  }
+
+  let workers: WorkersRun[] = []
+  if (selected.has('workers')) {
+    log('bench: workers')
+    workers = await scenarioWorkers(ctx, configDir, accessLog, [1, 2])
+  }
+
+  for (const p of procs) await stopProc(p)
+
+  let compile: CompileBenchRun[] = []
+  if (selected.has('compile')) {
+    log('bench: compile')
+    compile = await runCompileBenches(path.join(REPO_ROOT, 'bench'), 180_000)
+    if (compile.length === 0) notes.push({ scenario: 'compile', text: 'no bench/compile*.ts present' })
+  }
+
+  // ───────────── report ─────────────
+  const out: string[] = []
+  out.push(`sallyport end-to-end bench, ${started.toISOString()}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'})`)
+  out.push(`pinning: ${pin ? 'proxy under test on core 0; h2load, origin nginx, Node upstream, bench client on core 1' : 'none'}; features ${features}; access log ${accessLog ? 'on' : 'off'}; ${rounds} round(s) x ${durationS} s, median round kept`)
+  out.push(`upstream: ${haveNginx ? `nginx ${nginxVersion(nginx)} (1 worker)` : 'Node (nginx missing)'}; load: ${h2loadVersion()}; load average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
+  out.push('')
+  if (ctx.rows.length > 0) out.push(formatTable(ctx.rows), '')
+  for (const c of ctx.comparisons) out.push(formatComparison(c))
+  if (rss !== null) {
+    out.push(`sallyport peak RSS (single process, whole run): ${rss.peakProcessMiB} MiB (VmHWM ${rss.rootHwmMiB} MiB) (target < 150 MiB)${rss.rootHwmMiB < 150 ? ' ok' : ' MISSED'}`)
+  }
+  if (big !== null) {
+    const b: BigBodyResult = big
+    out.push(`sallyport RSS around the ${(bigBytes / 1024 ** 3).toFixed(2)} GiB transfers: before ${b.rssBeforeMiB} MiB, peak ${b.rssPeakMiB} MiB, after ${b.rssAfterMiB} MiB`)
+  }
+  for (const w of workers) if (w.error === null) out.push(`--workers ${w.workers}: ${Math.round(w.rps)} rps, p99 ${w.p99Ms.toFixed(3)} ms, peak RSS all processes ${w.peakTreeMiB} MiB`)
+  for (const c of compile) out.push('', `${c.file} (exit ${c.exitCode}, ${c.seconds.toFixed(1)} s):`, c.output.split('\n').slice(-40).join('\n'))
+  if (profile !== null) out.push('', formatProfile(profile))
+  if (notes.length > 0) out.push('', 'notes:', ...notes.map((n) => `  [${n.scenario}] ${n.text}`))
+  process.stdout.write(`${out.join('\n')}\n`)
+
+  const resultsDir = path.join(REPO_ROOT, 'bench', 'results')
+  mkdirSync(resultsDir, { recursive: true })
+  const file = path.join(resultsDir, `${started.toISOString().replace(/[:.]/g, '-')}.json`)
+  writeFileSync(file, JSON.stringify({
+    startedAt: started.toISOString(), node: process.version, cpus: os.cpus().length, pinned: pin, features, accessLog,
+    rounds, durationS, upstream: haveNginx ? 'nginx' : 'node', rows: ctx.rows, comparisons: ctx.comparisons,
+    rss, big, workers, compile, profile, notes, loadAverageAfter: os.loadavg(),
+  }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2))
+  process.stdout.write(`results: ${path.relative(REPO_ROOT, file)}\n`)
+  if (values.profile !== true) rmSync(tmp, { recursive: true, force: true })
+  else process.stdout.write(`profiles and logs kept in ${tmp}\n`)
+  return 0
+}
+
+function nginxVersion(bin: string | null): string {
+  if (bin === null) return '?'
+  const r = spawnSync(bin, ['-v'], { encoding: 'utf8' })
+  return /nginx\/([\d.]+)/.exec(r.stderr)?.[1] ?? '?'
+}
+
+function h2loadVersion(): string {
+  const r = spawnSync('h2load', ['--version'], { encoding: 'utf8' })
+  return r.stdout.trim().replace(/^h2load /, 'h2load ')
+}
+
+main().then((code) => { killAllSync(); process.exit(code) }, (err: unknown) => {
+  killAllSync()
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`)
+  process.exit(1)
+})
