@@ -31,9 +31,10 @@ export function readParentRef(p: Fields, ns: string): ParentRef {
  * properly; until then this keeps the slot in the model.
  */
 export function readBackendRef(b: Fields, ns: string): BackendRef {
+  const kind = nonEmptyAt(b, 'kind') ?? 'Service'
   return {
-    group: textAt(b, 'group') ?? '',
-    kind: nonEmptyAt(b, 'kind') ?? 'Service',
+    group: textAt(b, 'group') ?? defaultGroupOf(kind),
+    kind,
     namespace: nonEmptyAt(b, 'namespace') ?? ns,
     name: textAt(b, 'name') ?? '',
     port: numberAt(b, 'port'),
@@ -41,6 +42,17 @@ export function readBackendRef(b: Fields, ns: string): BackendRef {
     filters: listAt(b, 'filters').map((f) => readFilter(f, ns)).filter((f): f is HTTPRouteFilter => f !== null),
     priority: numberAt(b, 'priority') ?? 0,
   }
+}
+
+/**
+ * The API default group is '' (core), but the core group has no Backend or
+ * XBackend, and GEP-4488's own HTTPRoute example writes `kind: Backend`
+ * without a group: for those two kinds the Gateway API group is meant.
+ */
+function defaultGroupOf(kind: string): string {
+  if (kind === 'Backend') return GATEWAY_GROUP
+  if (kind === 'XBackend') return 'gateway.networking.x-k8s.io'
+  return ''
 }
 
 /** One HTTPRoute / GRPCRoute filter; null for a type the model does not know (validate/ reports it). */

@@ -1,0 +1,87 @@
+import t from 'tap'
+import { readObject } from '../../lib/resources/read.ts'
+import type { ConfigMap, EndpointSlice, Namespace, Pod, Secret, Service } from '../../lib/resources/model.ts'
+
+const src = { file: 'inline.yaml', doc: 0 }
+
+t.test('Secret: data decoded, stringData merged over it', async (t) => {
+  const s = readObject({
+    apiVersion: 'v1', kind: 'Secret', metadata: { name: 's', namespace: 'n' }, type: 'kubernetes.io/tls',
+    data: { 'tls.crt': Buffer.from('CERT').toString('base64'), shared: Buffer.from('old').toString('base64'), wrapped: 'QU\nJD' },
+    stringData: { shared: 'new', extra: 'plain' },
+  }, src) as Secret
+  t.equal(s.type, 'kubernetes.io/tls')
+  t.same(Object.keys(s.data).sort(), ['extra', 'shared', 'tls.crt', 'wrapped'])
+  t.equal(s.data['tls.crt']!.toString(), 'CERT')
+  t.equal(s.data['shared']!.toString(), 'new')
+  t.equal(s.data['extra']!.toString(), 'plain')
+  t.equal(s.data['wrapped']!.toString(), 'ABC')
+  t.ok(Buffer.isBuffer(s.data['extra']))
+  const empty = readObject({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'e' } }, src) as Secret
+  t.equal(empty.type, 'Opaque')
+  t.same(empty.data, {})
+})
+
+t.test('ConfigMap: data kept, binaryData ignored', async (t) => {
+  const c = readObject({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'ca' }, data: { 'ca.crt': 'PEM' }, binaryData: { b: 'AAAA' } }, src) as ConfigMap
+  t.same(c.data, { 'ca.crt': 'PEM' })
+})
+
+t.test('Service', async (t) => {
+  const s = readObject({
+    apiVersion: 'v1', kind: 'Service', metadata: { name: 'api', namespace: 'shop' },
+    spec: { clusterIP: 'None', selector: { app: 'api' }, ports: [{ port: 80, targetPort: 'http' }, { name: 'grpc', port: 9000, targetPort: 9001, protocol: 'TCP', appProtocol: 'kubernetes.io/h2c' }] },
+  }, src) as Service
+  t.equal(s.type, 'ClusterIP')
+  t.equal(s.clusterIP, 'None')
+  t.equal(s.externalName, null)
+  t.same(s.selector, { app: 'api' })
+  t.same(s.ports, [
+    { name: '', port: 80, targetPort: 'http', protocol: 'TCP', appProtocol: null },
+    { name: 'grpc', port: 9000, targetPort: 9001, protocol: 'TCP', appProtocol: 'kubernetes.io/h2c' },
+  ])
+  const ext = readObject({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'x' }, spec: { type: 'ExternalName', externalName: 'db.example.com' } }, src) as Service
+  t.equal(ext.externalName, 'db.example.com')
+  t.same(ext.ports, [])
+})
+
+t.test('EndpointSlice: service name from label, condition defaults', async (t) => {
+  const e = readObject({
+    apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice',
+    metadata: { name: 'api-abc', namespace: 'shop', labels: { 'kubernetes.io/service-name': 'api' } },
+    addressType: 'IPv4',
+    endpoints: [
+      { addresses: ['10.0.0.1'] },
+      { addresses: ['10.0.0.2'], conditions: { ready: false }, zone: 'z1' },
+      { addresses: ['10.0.0.3'], conditions: { ready: false, serving: true, terminating: true } },
+    ],
+    ports: [{ port: 8080 }, { name: 'grpc', port: 9000, protocol: 'TCP', appProtocol: 'h2c' }],
+  }, src) as EndpointSlice
+  t.equal(e.serviceName, 'api')
+  t.equal(e.addressType, 'IPv4')
+  t.same(e.endpoints, [
+    { addresses: ['10.0.0.1'], ready: true, serving: true, terminating: false, zone: null },
+    { addresses: ['10.0.0.2'], ready: false, serving: false, terminating: false, zone: 'z1' },
+    { addresses: ['10.0.0.3'], ready: false, serving: true, terminating: true, zone: null },
+  ])
+  t.same(e.ports, [{ name: '', port: 8080, protocol: 'TCP', appProtocol: null }, { name: 'grpc', port: 9000, protocol: 'TCP', appProtocol: 'h2c' }])
+  const bare = readObject({ apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'b' } }, src) as EndpointSlice
+  t.equal(bare.serviceName, null)
+  t.same(bare.endpoints, [])
+})
+
+t.test('Namespace and Pod', async (t) => {
+  const ns = readObject({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { mesh: 'on' } } }, src) as Namespace
+  t.equal(ns.meta.namespace, '')
+  t.same(ns.meta.labels, { mesh: 'on' })
+  const pod = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'shop' }, spec: { serviceAccountName: 'cart', nodeName: 'n1' }, status: { podIP: '10.0.0.9', podIPs: [{ ip: '10.0.0.9' }, { ip: 'fd00::9' }] } }, src) as Pod
+  t.same(pod.podIPs, ['10.0.0.9', 'fd00::9'])
+  t.equal(pod.serviceAccountName, 'cart')
+  t.equal(pod.nodeName, 'n1')
+  const old = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'q' }, spec: {}, status: { podIP: '10.0.0.8' } }, src) as Pod
+  t.same(old.podIPs, ['10.0.0.8'])
+  t.equal(old.serviceAccountName, 'default')
+  t.equal(old.nodeName, null)
+  const pending = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'r' } }, src) as Pod
+  t.same(pending.podIPs, [])
+})
