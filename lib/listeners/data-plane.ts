@@ -1,0 +1,137 @@
+// The data plane: holds the current RouteTable (one reference; requests read
+// it once at arrival and keep it) and the HTTP/HTTPS listeners that table asks
+// for. `apply` swaps the reference first, then opens new ports and closes
+// removed ones without disturbing the others.
+
+import { randomBytes } from 'node:crypto'
+import { ErrorCode, SallyportError } from '../errors.ts'
+import type { PortEntry, RouteTable } from '../compile/table.ts'
+import type { Upstreams } from '../upstream/types.ts'
+import { createAccessLog } from '../observe/access-log.ts'
+import { logger } from '../observe/log.ts'
+import type { RouterEnv } from '../router/forward.ts'
+import { DEFAULT_LIMITS, PortListener, type HttpLimits, type PlaneContext } from './port-listener.ts'
+import { SecureContexts } from './tls-contexts.ts'
+
+export type { HttpLimits }
+export { DEFAULT_LIMITS }
+
+const log = logger('data-plane')
+
+/** Grace given to connections of a port that a new table removed. */
+const PORT_CLOSE_GRACE_MS = 30_000
+
+export interface DataPlaneOptions {
+  /** Address to bind; default '0.0.0.0'. */
+  readonly bind: string
+  readonly upstreams: Upstreams
+  /** One pino JSON line per request on the `access` logger. */
+  readonly accessLog: boolean
+  readonly limits?: Partial<HttpLimits>
+  /** Value of this gateway in the loop-detection hop header; default random per process. */
+  readonly gatewayId?: string
+}
+
+export interface ApplyResult {
+  readonly failed: ReadonlyArray<{ readonly port: number; readonly error: SallyportError }>
+}
+
+export interface DataPlane {
+  /** Swap in a table: one reference assignment, then open new ports / close removed ones. In-flight requests keep their table. */
+  apply(table: RouteTable): Promise<ApplyResult>
+  current(): RouteTable | null
+  /** Bound ports (the table's port numbers) and their protocol. */
+  listening(): ReadonlyArray<{ readonly port: number; readonly protocol: string }>
+  /** Stop accepting, let in-flight requests finish within graceMs, then destroy what is left. */
+  drain(graceMs: number): Promise<void>
+}
+
+export function createDataPlane(options: DataPlaneOptions): DataPlane {
+  return new HttpDataPlane(options)
+}
+
+function served(entry: PortEntry): 'HTTP' | 'HTTPS' | null {
+  return entry.protocol === 'HTTP' || entry.protocol === 'HTTPS' ? entry.protocol : null
+}
+
+class HttpDataPlane implements DataPlane, PlaneContext {
+  readonly env: RouterEnv
+  readonly limits: HttpLimits
+  readonly contexts = new SecureContexts()
+  readonly #bind: string
+  readonly #listeners = new Map<number, PortListener>()
+  #table: RouteTable | null = null
+  #draining = false
+  /** Serializes apply() calls so two swaps never race on the same port. */
+  #applying: Promise<unknown> = Promise.resolve()
+
+  constructor(options: DataPlaneOptions) {
+    this.#bind = options.bind ?? '0.0.0.0'
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits }
+    this.env = {
+      upstreams: options.upstreams,
+      gatewayId: options.gatewayId ?? randomBytes(6).toString('hex'),
+      accessLog: createAccessLog(options.accessLog),
+    }
+  }
+
+  current(): RouteTable | null { return this.#table }
+
+  apply(table: RouteTable): Promise<ApplyResult> {
+    const run = this.#applying.then(() => this.#apply(table))
+    this.#applying = run.catch(() => undefined)
+    return run
+  }
+
+  async #apply(table: RouteTable): Promise<ApplyResult> {
+    if (this.#draining) throw new SallyportError(ErrorCode.SHUTTING_DOWN, 'data plane is draining')
+    this.#table = table // the swap: every request from here on sees the new table
+    const failed: Array<{ port: number; error: SallyportError }> = []
+    const opening: Array<Promise<void>> = []
+
+    for (const [port, listener] of this.#listeners) {
+      const entry = table.ports.get(port)
+      if (entry === undefined || served(entry) !== listener.protocol) {
+        // Removed, or its protocol changed (reopened below): close() releases the
+        // listening handle at once; its connections get a grace period.
+        this.#listeners.delete(port)
+        void listener.close(PORT_CLOSE_GRACE_MS)
+      }
+    }
+
+    for (const [port, entry] of table.ports) {
+      const protocol = served(entry)
+      if (protocol === null) continue
+      const existing = this.#listeners.get(port)
+      if (existing !== undefined) {
+        existing.update(entry)
+        continue
+      }
+      const listener = new PortListener(port, protocol, this)
+      opening.push(listener.listen(this.#bind, entry).then(
+        () => { this.#listeners.set(port, listener) },
+        (err: Error) => {
+          log.error({ port, err: err.message }, 'listen failed')
+          failed.push({ port, error: new SallyportError(ErrorCode.LISTEN, `cannot listen on ${this.#bind}:${port}: ${err.message}`, { cause: err }) })
+        },
+      ))
+    }
+    await Promise.all(opening)
+    this.contexts.retain(table)
+    this.env.upstreams.retain(table)
+    return { failed }
+  }
+
+  listening(): ReadonlyArray<{ readonly port: number; readonly protocol: string }> {
+    const out: Array<{ port: number; protocol: string }> = []
+    for (const l of this.#listeners.values()) out.push({ port: l.port, protocol: l.protocol })
+    return out.sort((a, b) => a.port - b.port)
+  }
+
+  async drain(graceMs: number): Promise<void> {
+    this.#draining = true
+    const listeners = [...this.#listeners.values()]
+    this.#listeners.clear()
+    await Promise.all(listeners.map((l) => l.close(graceMs)))
+  }
+}

@@ -1,0 +1,222 @@
+// HTTP/1.1 exchanges: an ordinary request (IncomingMessage/ServerResponse), and
+// an Upgrade request whose raw socket we own after the handshake (WebSocket).
+
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import { pipeline, type Duplex, type Readable } from 'node:stream'
+import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import type { OutgoingHeaders } from '../upstream/types.ts'
+import { STATUS_CODES } from 'node:http'
+
+/** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
+export function clientIp(address: string | undefined): string {
+  if (address === undefined) return ''
+  return address.startsWith('::ffff:') && address.indexOf('.') !== -1 ? address.slice(7) : address
+}
+
+/** RFC 9112 §6.3: a request has a body iff it carries Content-Length (> 0) or Transfer-Encoding. */
+export function hasBody(req: IncomingMessage): boolean {
+  const h = req.headers
+  if (h['transfer-encoding'] !== undefined) return true
+  const cl = h['content-length']
+  return cl !== undefined && cl !== '0'
+}
+
+const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
+
+export class H1Exchange implements Exchange {
+  readonly protocol = 'h1' as const
+  readonly scheme: 'http' | 'https'
+  readonly method: string
+  readonly target: string
+  readonly authority: string
+  readonly headers: IncomingMessage['headers']
+  readonly body: Readable | null
+  readonly upgrade = null
+  readonly clientAddress: string
+  readonly port: number
+  readonly #req: IncomingMessage
+  readonly #res: ServerResponse
+  readonly #bytesReadAtStart: number
+  #bytesOut = 0
+  #out: Readable | null = null
+  #observer: ExchangeObserver = NOOP_OBSERVER
+
+  constructor(req: IncomingMessage, res: ServerResponse, port: number, scheme: 'http' | 'https') {
+    this.#req = req
+    this.#res = res
+    this.scheme = scheme
+    this.method = req.method ?? 'GET'
+    this.target = req.url ?? '/'
+    this.headers = req.headers
+    this.authority = req.headers.host ?? ''
+    this.body = hasBody(req) ? req : null
+    this.clientAddress = clientIp(req.socket.remoteAddress)
+    this.port = port
+    this.#bytesReadAtStart = req.socket.bytesRead
+  }
+
+  observe(observer: ExchangeObserver): void {
+    this.#observer = observer
+    this.#res.once('close', this.#onClose)
+  }
+
+  #onClose = (): void => {
+    this.#observer.onEnd(this.#res.writableFinished)
+  }
+
+  headersSent(): boolean { return this.#res.headersSent }
+
+  // hot path
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void {
+    const res = this.#res
+    if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
+    try {
+      res.writeHead(status, headers)
+    } catch {
+      // An upstream header node refuses to write (invalid characters): answer 502 instead.
+      if (body !== null && typeof body !== 'string') body.destroy()
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain; charset=utf-8' }).end('upstream protocol error\n')
+      else res.destroy()
+      return
+    }
+    if (body === null) { res.end(); return }
+    if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return }
+    this.#out = body
+    body.on('data', this.#countOut)
+    pipeline(body, res, this.#onPiped)
+  }
+
+  #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
+
+  #onPiped = (err: Error | null | undefined): void => {
+    if (err == null) return
+    // pipeline destroyed the response, and with it the connection: no fake success.
+    this.#res.destroy()
+    if (this.#out !== null && this.#out.errored !== null) this.#observer.onBodyError(err)
+  }
+
+  respondGrpc(grpcStatus: number, message: string): void {
+    this.#res.writeHead(200, { 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) })
+    this.#res.end()
+  }
+
+  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): void {
+    // Ordinary requests never ask for a tunnel; refuse rather than half-splice.
+    stream.destroy()
+    this.reset()
+  }
+
+  reset(): void {
+    this.#res.destroy()
+  }
+
+  bytesIn(): number { return this.#req.socket.bytesRead - this.#bytesReadAtStart }
+  bytesOut(): number { return this.#bytesOut }
+}
+
+/**
+ * An HTTP/1.1 Upgrade (WebSocket): node hands us the raw socket. A 101 from the
+ * upstream splices the two sockets; any other answer is written as a plain
+ * HTTP/1.1 response on the raw socket and the connection is closed.
+ */
+export class UpgradeExchange implements Exchange {
+  readonly protocol = 'h1' as const
+  readonly scheme: 'http' | 'https'
+  readonly method: string
+  readonly target: string
+  readonly authority: string
+  readonly headers: IncomingMessage['headers']
+  readonly body = null
+  readonly upgrade: string
+  readonly clientAddress: string
+  readonly port: number
+  readonly #socket: Socket | Duplex
+  readonly #head: Buffer
+  #sent = false
+  #tunnelled = false
+  #finished = false
+  #bytesIn = 0
+  #bytesOut = 0
+  #observer: ExchangeObserver = NOOP_OBSERVER
+
+  constructor(req: IncomingMessage, socket: Socket | Duplex, head: Buffer, port: number, scheme: 'http' | 'https') {
+    this.scheme = scheme
+    this.method = req.method ?? 'GET'
+    this.target = req.url ?? '/'
+    this.headers = req.headers
+    this.authority = req.headers.host ?? ''
+    this.upgrade = (req.headers.upgrade ?? '').toLowerCase()
+    this.clientAddress = clientIp(req.socket.remoteAddress)
+    this.port = port
+    this.#socket = socket
+    this.#head = head
+    socket.on('error', noop)
+  }
+
+  observe(observer: ExchangeObserver): void {
+    this.#observer = observer
+    this.#socket.once('close', this.#onClose)
+  }
+
+  #onClose = (): void => { this.#observer.onEnd(this.#finished || this.#tunnelled) }
+
+  headersSent(): boolean { return this.#sent }
+
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void {
+    const socket = this.#socket
+    this.#sent = true
+    headers.connection = 'close'
+    if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
+    socket.write(head(status, headers))
+    if (body === null || typeof body === 'string') {
+      if (typeof body === 'string') this.#bytesOut += Buffer.byteLength(body)
+      this.#finished = true
+      if (body === null) socket.end()
+      else socket.end(body)
+      return
+    }
+    body.on('data', (chunk: Buffer) => { this.#bytesOut += chunk.length })
+    pipeline(body, socket, (err) => {
+      if (err == null) this.#finished = true
+      else { socket.destroy(); this.#observer.onBodyError(err) }
+    })
+  }
+
+  respondGrpc(grpcStatus: number, message: string): void {
+    this.respond(200, { 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) }, null)
+  }
+
+  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): void {
+    const socket = this.#socket
+    this.#sent = true
+    this.#tunnelled = true
+    headers.connection = 'Upgrade'
+    headers.upgrade = this.upgrade
+    socket.write(head(status === 200 ? 101 : status, headers))
+    if (this.#head.length > 0) stream.write(this.#head)
+    stream.on('error', noop)
+    socket.on('data', (chunk: Buffer) => { this.#bytesIn += chunk.length })
+    stream.on('data', (chunk: Buffer) => { this.#bytesOut += chunk.length })
+    // Each direction ends independently; an error tears both down.
+    pipeline(socket, stream, (err) => { if (err != null) { stream.destroy(); socket.destroy() } })
+    pipeline(stream, socket, (err) => { if (err != null) { stream.destroy(); socket.destroy() } })
+  }
+
+  reset(): void { this.#socket.destroy() }
+
+  bytesIn(): number { return this.#bytesIn }
+  bytesOut(): number { return this.#bytesOut }
+}
+
+function noop(): void {}
+
+function head(status: number, headers: OutgoingHeaders): string {
+  let text = 'HTTP/1.1 ' + status + ' ' + (STATUS_CODES[status] ?? 'Unknown') + '\r\n'
+  for (const name in headers) {
+    const v = headers[name]
+    if (Array.isArray(v)) for (const one of v) text += name + ': ' + one + '\r\n'
+    else text += name + ': ' + v + '\r\n'
+  }
+  return text + '\r\n'
+}

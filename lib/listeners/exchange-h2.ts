@@ -1,0 +1,133 @@
+// HTTP/2 exchanges (TLS h2 and h2c) on the core stream API: no compat objects.
+// Extended CONNECT (RFC 8441, :protocol) becomes a tunnel request.
+
+import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
+import { pipeline, type Duplex, type Readable } from 'node:stream'
+import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import type { OutgoingHeaders } from '../upstream/types.ts'
+import { clientIp } from './exchange-h1.ts'
+
+const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
+const END_STREAM = constants.NGHTTP2_FLAG_END_STREAM
+
+/** Response headers HTTP/2 forbids (RFC 9113 §8.2.2) that an HTTP/1.1 upstream or a tunnel may carry. */
+const H2_FORBIDDEN = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'sec-websocket-accept'] as const
+
+function noop(): void {}
+
+export class H2Exchange implements Exchange {
+  readonly protocol = 'h2' as const
+  readonly scheme: 'http' | 'https'
+  readonly method: string
+  readonly target: string
+  readonly authority: string
+  readonly headers: IncomingHttpHeaders
+  readonly body: Readable | null
+  readonly upgrade: string | null
+  readonly clientAddress: string
+  readonly port: number
+  readonly #stream: ServerHttp2Stream
+  #bytesOut = 0
+  #out: Readable | null = null
+  #finished = false
+  #observer: ExchangeObserver = NOOP_OBSERVER
+
+  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
+    this.#stream = stream
+    this.scheme = scheme
+    this.method = headers[':method'] ?? 'GET'
+    this.target = headers[':path'] ?? ''
+    this.authority = headers[':authority'] ?? headers.host ?? ''
+    this.headers = headers
+    const protocol = headers[':protocol']
+    this.upgrade = this.method === 'CONNECT' && typeof protocol === 'string' ? protocol.toLowerCase() : null
+    this.body = this.upgrade !== null || (flags & END_STREAM) !== 0 ? null : stream
+    this.clientAddress = clientIp(clientAddress)
+    this.port = port
+    stream.on('error', noop)
+  }
+
+  observe(observer: ExchangeObserver): void {
+    this.#observer = observer
+    this.#stream.once('close', this.#onClose)
+  }
+
+  #onClose = (): void => {
+    const s = this.#stream
+    this.#observer.onEnd(this.#finished || (s.rstCode === constants.NGHTTP2_NO_ERROR && s.writableFinished))
+  }
+
+  headersSent(): boolean { return this.#stream.headersSent }
+
+  // hot path
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void {
+    const stream = this.#stream
+    if (stream.destroyed) {
+      if (body !== null && typeof body !== 'string') body.destroy()
+      return
+    }
+    for (let i = 0; i < H2_FORBIDDEN.length; i++) delete headers[H2_FORBIDDEN[i]]
+    const out = headers as OutgoingHeaders & { ':status'?: number }
+    out[':status'] = status
+    try {
+      stream.respond(out, { endStream: body === null })
+    } catch {
+      if (body !== null && typeof body !== 'string') body.destroy()
+      if (!stream.headersSent) stream.respond({ ':status': 502 }, { endStream: true })
+      else stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+      return
+    }
+    if (body === null) { this.#finished = true; return }
+    if (typeof body === 'string') {
+      this.#bytesOut += Buffer.byteLength(body)
+      stream.end(body)
+      return
+    }
+    this.#out = body
+    body.on('data', this.#countOut)
+    pipeline(body, stream, this.#onPiped)
+  }
+
+  #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
+
+  #onPiped = (err: Error | null | undefined): void => {
+    if (err == null) { this.#finished = true; return }
+    // RST_STREAM rather than a clean END_STREAM: the client must not take a cut body for the whole.
+    if (!this.#stream.destroyed) this.#stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+    if (this.#out !== null && this.#out.errored !== null) this.#observer.onBodyError(err)
+  }
+
+  respondGrpc(grpcStatus: number, message: string): void {
+    if (this.#stream.destroyed) return
+    this.#stream.respond({
+      ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message),
+    }, { endStream: true })
+    this.#finished = true
+  }
+
+  tunnel(status: number, headers: OutgoingHeaders, upstream: Duplex): void {
+    const stream = this.#stream
+    if (stream.destroyed) { upstream.destroy(); return }
+    for (let i = 0; i < H2_FORBIDDEN.length; i++) delete headers[H2_FORBIDDEN[i]]
+    const out = headers as OutgoingHeaders & { ':status'?: number }
+    out[':status'] = status === 101 ? 200 : status // RFC 8441 §5: success is 2xx
+    stream.respond(out)
+    this.#finished = true
+    upstream.on('error', noop)
+    upstream.on('data', this.#countOut)
+    pipeline(stream, upstream, (err) => { if (err != null) { upstream.destroy(); this.reset() } })
+    pipeline(upstream, stream, (err) => { if (err != null) { upstream.destroy(); this.reset() } })
+  }
+
+  reset(): void {
+    if (!this.#stream.destroyed) this.#stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+  }
+
+  bytesIn(): number {
+    // Per-stream DATA byte counts are not exposed by node:http2 without touching the body; use the declared length.
+    const cl = this.headers['content-length']
+    return cl === undefined ? 0 : Number(cl) || 0
+  }
+
+  bytesOut(): number { return this.#bytesOut }
+}

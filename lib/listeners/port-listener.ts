@@ -1,0 +1,309 @@
+// One listening port of protocol HTTP or HTTPS. Both speak HTTP/1.1 and HTTP/2
+// through one (unlistened) http.Server and one http2 server per port, fed by
+// `emit('connection')`:
+// - HTTP: a net.Server peeks the first bytes; the HTTP/2 connection preface
+//   means prior-knowledge h2c, anything else HTTP/1.1 (which may still ask for
+//   `Upgrade: h2c`). Peeked bytes are unshifted, so nothing is copied twice.
+// - HTTPS: a tls.Server picks certificates by SNI and offers ALPN h2 and
+//   http/1.1; the negotiated protocol picks the server.
+// The port number is fixed per listener, so requests find their PortEntry in
+// whatever table they arrive with.
+
+import http, { type IncomingMessage, type ServerResponse } from 'node:http'
+import http2, { type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
+import net, { type Socket } from 'node:net'
+import tls, { type TLSSocket } from 'node:tls'
+import type { Duplex } from 'node:stream'
+import type { PortEntry, RouteTable } from '../compile/table.ts'
+import { handleExchange, type RouterEnv } from '../router/forward.ts'
+import { downstreamActiveConnections } from '../observe/http-metrics.ts'
+import { logger } from '../observe/log.ts'
+import { H1Exchange, UpgradeExchange, clientIp } from './exchange-h1.ts'
+import { H2Exchange } from './exchange-h2.ts'
+import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
+import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
+
+const log = logger('listener')
+
+export interface HttpLimits {
+  /** Bytes of request headers (HTTP/1.1 maxHeaderSize; HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE). */
+  readonly maxHeaderSize: number
+  readonly maxHeaders: number
+  /** Whole request received (HTTP/1.1); 0 = none. */
+  readonly requestTimeoutMs: number
+  readonly headersTimeoutMs: number
+  /** Idle keep-alive connection / HTTP/2 session without streams. */
+  readonly keepAliveTimeoutMs: number
+  readonly maxConcurrentStreams: number
+}
+
+export const DEFAULT_LIMITS: HttpLimits = {
+  maxHeaderSize: 16 * 1024,
+  maxHeaders: 100,
+  requestTimeoutMs: 0,
+  headersTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 60_000,
+  maxConcurrentStreams: 250,
+}
+
+/** What a listener needs from its data plane. */
+export interface PlaneContext {
+  readonly env: RouterEnv
+  readonly limits: HttpLimits
+  readonly contexts: SecureContexts
+  /** The table in force; read once per request. */
+  current(): RouteTable | null
+}
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
+
+interface SessionInfo {
+  readonly address: string
+  streams: number
+}
+
+export class PortListener {
+  readonly port: number
+  readonly protocol: 'HTTP' | 'HTTPS'
+  readonly #plane: PlaneContext
+  readonly #scheme: 'http' | 'https'
+  readonly #server: net.Server
+  readonly #h1: http.Server
+  readonly #h2: http2.Http2Server
+  readonly #sockets = new Set<Socket>()
+  readonly #sessions = new Map<ServerHttp2Session, SessionInfo>()
+  readonly #connections: ReturnType<typeof downstreamActiveConnections.labels>
+  /** Client address of the connection being handed to the HTTP/2 server (its socket may be a wrapper). */
+  #handing = ''
+  #closing = false
+
+  constructor(port: number, protocol: 'HTTP' | 'HTTPS', plane: PlaneContext) {
+    this.port = port
+    this.protocol = protocol
+    this.#plane = plane
+    this.#scheme = protocol === 'HTTPS' ? 'https' : 'http'
+    this.#connections = downstreamActiveConnections.labels(String(port))
+    const limits = plane.limits
+
+    this.#h1 = http.createServer({
+      maxHeaderSize: limits.maxHeaderSize,
+      requestTimeout: limits.requestTimeoutMs,
+      headersTimeout: limits.headersTimeoutMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      noDelay: true,
+      shouldUpgradeCallback: this.#shouldUpgrade,
+    }, this.#onRequest)
+    this.#h1.maxHeadersCount = limits.maxHeaders
+    this.#h1.on('upgrade', this.#onUpgrade)
+    this.#h1.on('clientError', onClientError)
+
+    this.#h2 = http2.createServer({
+      maxHeaderListPairs: limits.maxHeaders + 8, // + pseudo-headers
+      settings: {
+        maxConcurrentStreams: limits.maxConcurrentStreams,
+        maxHeaderListSize: limits.maxHeaderSize,
+        enableConnectProtocol: true, // RFC 8441 extended CONNECT (WebSocket over HTTP/2)
+      },
+    })
+    this.#h2.on('session', this.#onSession)
+    this.#h2.on('stream', this.#onStream)
+
+    if (protocol === 'HTTPS') {
+      const server = tls.createServer({
+        ALPNProtocols: ['h2', 'http/1.1'],
+        SNICallback: this.#sni,
+        minVersion: 'TLSv1.2',
+        handshakeTimeout: limits.headersTimeoutMs,
+      })
+      server.on('secureConnection', this.#onSecure)
+      server.on('tlsClientError', onTlsError)
+      this.#server = server
+    } else {
+      this.#server = net.createServer({ noDelay: true }, this.#onPlain)
+    }
+    this.#server.on('connection', this.#track)
+  }
+
+  /** Binds `bind:port`; rejects with the listen error. */
+  listen(bind: string, entry: PortEntry): Promise<void> {
+    this.update(entry)
+    return new Promise((resolve, reject) => {
+      const server = this.#server
+      const onError = (err: Error): void => { server.off('listening', onListening); reject(err) }
+      const onListening = (): void => { server.off('error', onError); server.on('error', onServerError); resolve() }
+      server.once('error', onError)
+      server.once('listening', onListening)
+      server.listen({ host: bind, port: this.port, exclusive: false })
+    })
+  }
+
+  /** A new table for this port: TLS options that live on the server rather than the SecureContext. */
+  update(entry: PortEntry): void {
+    if (!(this.#server instanceof tls.Server)) return
+    const tlsConf = entry.serverTls
+    const server = this.#server as tls.Server & { requestCert: boolean; rejectUnauthorized: boolean }
+    server.requestCert = tlsConf !== null && tlsConf.clientValidation !== null
+    server.rejectUnauthorized = tlsConf !== null && tlsConf.clientValidation !== null && tlsConf.clientValidation.required
+    if (tlsConf !== null) {
+      const cert = defaultCert(tlsConf)
+      if (cert !== null) server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, ...(tlsConf.clientValidation === null ? {} : { ca: tlsConf.clientValidation.caPem }) })
+    }
+  }
+
+  /**
+   * Stops accepting; in-flight exchanges finish (HTTP/1.1 idle connections are
+   * closed, HTTP/2 sessions get GOAWAY); after `graceMs` the rest is destroyed.
+   */
+  close(graceMs: number): Promise<void> {
+    this.#closing = true
+    this.#server.close()
+    this.#h1.closeIdleConnections()
+    for (const session of this.#sessions.keys()) if (!session.closed) session.close()
+    if (this.#sockets.size === 0) return Promise.resolve()
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        for (const s of this.#sockets) s.destroy()
+        resolve()
+      }, graceMs)
+      const check = setInterval(() => {
+        this.#h1.closeIdleConnections()
+        if (this.#sockets.size === 0) {
+          clearInterval(check)
+          clearTimeout(timer)
+          resolve()
+        }
+      }, 25)
+      timer.unref()
+      check.unref()
+    })
+  }
+
+  // ── connections ──
+
+  #track = (socket: Socket): void => {
+    this.#sockets.add(socket)
+    this.#connections.inc()
+    socket.once('close', () => {
+      this.#sockets.delete(socket)
+      this.#connections.dec()
+    })
+  }
+
+  /** Plain port: the HTTP/2 preface means prior-knowledge h2c; anything else is HTTP/1.1. */
+  #onPlain = (socket: Socket): void => {
+    let buffered: Buffer | null = null
+    socket.setTimeout(this.#plane.limits.headersTimeoutMs, () => socket.destroy())
+    const onData = (chunk: Buffer): void => {
+      const buf = buffered === null ? chunk : Buffer.concat([buffered, chunk])
+      const n = Math.min(buf.length, PREFACE.length)
+      const isPreface = buf.compare(PREFACE, 0, n, 0, n) === 0
+      if (isPreface && n < PREFACE.length) { buffered = buf; return }
+      socket.removeListener('data', onData)
+      socket.setTimeout(0)
+      socket.pause()
+      socket.unshift(buf)
+      if (isPreface) this.#toH2(socket, clientIp(socket.remoteAddress))
+      else {
+        this.#h1.emit('connection', socket)
+        socket.resume()
+      }
+    }
+    socket.on('data', onData)
+    socket.on('error', noop)
+  }
+
+  #onSecure = (socket: TLSSocket): void => {
+    socket.on('error', noop)
+    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress))
+    else this.#h1.emit('connection', socket)
+  }
+
+  #toH2(socket: Duplex, address: string): void {
+    this.#handing = address
+    this.#h2.emit('connection', socket)
+    this.#handing = ''
+  }
+
+  #sni = (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void): void => {
+    const table = this.#plane.current()
+    const entry = table === null ? undefined : table.ports.get(this.port)
+    const conf = entry === undefined ? null : entry.serverTls
+    const cert = conf === null ? null : selectCert(conf, servername.toLowerCase())
+    if (conf === null || cert === null) { cb(new Error('no certificate for server name')); return }
+    try {
+      cb(null, this.#plane.contexts.get(cert, conf))
+    } catch (err) {
+      cb(err as Error)
+    }
+  }
+
+  // ── HTTP/1.1 ──
+
+  // hot path
+  #onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const table = this.#plane.current() // the one read of the table for this request
+    if (this.#closing) res.shouldKeepAlive = false
+    if (table === null) { res.writeHead(503, { 'content-type': 'text/plain' }).end('no configuration\n'); return }
+    handleExchange(new H1Exchange(req, res, this.port, this.#scheme), table, this.#plane.env)
+  }
+
+  #shouldUpgrade = (req: IncomingMessage): boolean => {
+    const upgrade = req.headers.upgrade
+    if (upgrade === undefined) return false
+    const token = upgrade.toLowerCase()
+    if (token === 'h2c') return this.protocol === 'HTTP' && canUpgradeH2c(req)
+    return token.length > 0
+  }
+
+  #onUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    const token = (req.headers.upgrade ?? '').toLowerCase()
+    if (token === 'h2c') {
+      this.#toH2(upgradeH2c(req, socket, head), clientIp(socket.remoteAddress))
+      return
+    }
+    const table = this.#plane.current()
+    if (table === null) { socket.destroy(); return }
+    handleExchange(new UpgradeExchange(req, socket, head, this.port, this.#scheme), table, this.#plane.env)
+  }
+
+  // ── HTTP/2 ──
+
+  #onSession = (session: ServerHttp2Session): void => {
+    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), streams: 0 }
+    this.#sessions.set(session, info)
+    session.on('error', noop)
+    session.once('close', () => this.#sessions.delete(session))
+    // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE, tunnels) stay.
+    session.setTimeout(this.#plane.limits.keepAliveTimeoutMs, () => { if (info.streams === 0) session.close() })
+    if (this.#closing) session.close()
+  }
+
+  // hot path
+  #onStream = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number): void => {
+    const table = this.#plane.current() // the one read of the table for this request
+    const info = this.#sessions.get(stream.session as ServerHttp2Session)
+    if (info !== undefined) {
+      info.streams++
+      stream.once('close', () => { info.streams-- })
+    }
+    if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
+    handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address), table, this.#plane.env)
+  }
+}
+
+function noop(): void {}
+
+function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  // node's defaults would answer 400/431/408 only without a listener; keep them, quietly.
+  if (!socket.writable) { socket.destroy(); return }
+  const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`)
+}
+
+function onTlsError(err: Error): void {
+  log.debug({ err: err.message }, 'tls handshake failed')
+}
+
+function onServerError(err: Error): void {
+  log.error({ err: err.message }, 'listener error')
+}

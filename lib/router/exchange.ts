@@ -1,0 +1,52 @@
+// The seam between listeners/ (which speak HTTP/1.1, HTTP/2, h2c and raw
+// upgraded sockets) and the router (which decides what to do with a request).
+// A listener wraps each request in an Exchange; the router answers through it
+// and is told, once, when the downstream side is over.
+
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Duplex, Readable } from 'node:stream'
+import type { OutgoingHeaders } from '../upstream/types.ts'
+
+export interface Exchange {
+  /** Downstream wire protocol: 'h1' | 'h2' (h2c included). */
+  readonly protocol: 'h1' | 'h2'
+  readonly scheme: 'http' | 'https'
+  /** Uppercase. */
+  readonly method: string
+  /** Raw request-target (origin-form '/p?q', or absolute-form for proxy-style clients). */
+  readonly target: string
+  /** Raw Host / :authority ('' when absent). */
+  readonly authority: string
+  /** Lowercased names as node parsed them; HTTP/2 pseudo-headers included. */
+  readonly headers: IncomingHttpHeaders
+  /** null: the request has no body. */
+  readonly body: Readable | null
+  /** Tunnel request: the HTTP/1.1 Upgrade token or the RFC 8441 :protocol; null otherwise. */
+  readonly upgrade: string | null
+  /** Client IP (IPv4-mapped IPv6 unwrapped). */
+  readonly clientAddress: string
+  /** Listener port the request arrived on. */
+  readonly port: number
+  /** The router's observer; set once before any answer. */
+  observe(observer: ExchangeObserver): void
+  headersSent(): boolean
+  /** Status + headers, then the body: streamed with backpressure, a short text, or nothing. */
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void
+  /** gRPC trailers-only answer (HTTP 200, grpc-status in the only HEADERS). */
+  respondGrpc(grpcStatus: number, message: string): void
+  /** Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways. */
+  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): void
+  /** Abrupt end once headers are out: h1 destroys the connection, h2 resets the stream. */
+  reset(): void
+  /** Request body bytes received so far (wire bytes for h1). */
+  bytesIn(): number
+  /** Response body bytes sent so far. */
+  bytesOut(): number
+}
+
+export interface ExchangeObserver {
+  /** Exactly once, when the downstream side closes; `completed` false: the client went away or we reset. */
+  onEnd(completed: boolean): void
+  /** The response body failed after headers were sent (upstream reset mid-body). */
+  onBodyError(err: Error): void
+}

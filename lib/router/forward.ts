@@ -1,0 +1,382 @@
+// The per-request path: route one Exchange on the table it arrived with, apply
+// the rule's filters, pick a backend, hand an UpstreamRequest to upstream/ and
+// answer with what comes back. One RequestContext object per request carries
+// everything (Caddy's proxyLoopIteration; fastify's one-shape context); the
+// functions it uses are module-level.
+
+import { performance } from 'node:perf_hooks'
+import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
+import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
+import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
+import type { AccessLog } from '../observe/access-log.ts'
+import { downstreamActiveStreams, recordRequest } from '../observe/http-metrics.ts'
+import type { Exchange, ExchangeObserver } from './exchange.ts'
+import { findVirtualHost, matchRequest, type MatchInput } from './match.ts'
+import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
+import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
+
+export interface RouterEnv {
+  readonly upstreams: Upstreams
+  /** This process's id in the loop-detection hop list. */
+  readonly gatewayId: string
+  readonly accessLog: AccessLog | null
+}
+
+/** Short text bodies naming the reason; stable, for humans and tests. */
+const REASONS: Partial<Record<ErrorCode, string>> = {
+  SP_ERR_NO_ROUTE: 'no route',
+  SP_ERR_BACKEND_INVALID: 'backend unresolved',
+  SP_ERR_NO_HEALTHY_UPSTREAM: 'no endpoint available',
+  SP_ERR_UPSTREAM_CONNECT: 'upstream connect failed',
+  SP_ERR_UPSTREAM_TLS: 'upstream tls handshake failed',
+  SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
+  SP_ERR_UPSTREAM_RESET: 'upstream reset',
+  SP_ERR_UPSTREAM_PROTOCOL: 'upstream protocol error',
+  SP_ERR_REQUEST_TIMEOUT: 'request timeout',
+  SP_ERR_CLIENT_ABORTED: 'client aborted',
+  SP_ERR_LOOP_DETECTED: 'loop detected',
+  SP_ERR_OVERLOADED: 'overloaded',
+  SP_ERR_SHUTTING_DOWN: 'shutting down',
+}
+
+function reasonOf(code: ErrorCode): string {
+  return REASONS[code] ?? code
+}
+
+/** gRPC status for an error answer: 12 UNIMPLEMENTED for no route, 4 DEADLINE_EXCEEDED for timeouts, else 14 UNAVAILABLE. */
+function grpcStatusOf(code: ErrorCode): number {
+  if (code === ErrorCode.NO_ROUTE) return 12
+  if (code === ErrorCode.REQUEST_TIMEOUT || code === ErrorCode.UPSTREAM_TIMEOUT) return 4
+  return 14
+}
+
+const TEXT_PLAIN: OutgoingHeaders = { 'content-type': 'text/plain; charset=utf-8' }
+
+// hot path
+/** Routes one request. `table` is the one read at arrival; it is kept to the end. */
+export function handleExchange(ex: Exchange, table: RouteTable, env: RouterEnv): void {
+  const ctx = new RequestContext(ex, table, env)
+  downstreamActiveStreams.inc()
+  ex.observe(ctx)
+  ctx.route()
+}
+
+class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
+  readonly ex: Exchange
+  readonly table: RouteTable
+  readonly env: RouterEnv
+  readonly startedAt: number
+  readonly method: string
+  path = '/'
+  query: string | null = null
+  authority = ''
+  host = ''
+  entry: PortEntry | null = null
+  match: RouteMatch | null = null
+  rule: RouteRule | null = null
+  backend: WeightedCluster | null = null
+  cluster: Cluster | null = null
+  controller: AbortController | null = null
+  timer: NodeJS.Timeout | null = null
+  /** An answer (response, tunnel or error) has begun downstream; later upstream events are dropped. */
+  answered = false
+  ended = false
+  status = 0
+  code: ErrorCode | null = null
+  reason: string | null = null
+  upstreamMs: number | null = null
+  endpoint = ''
+
+  constructor(ex: Exchange, table: RouteTable, env: RouterEnv) {
+    this.ex = ex
+    this.table = table
+    this.env = env
+    this.startedAt = performance.now()
+    this.method = ex.method
+  }
+
+  header(name: string): string | undefined {
+    const v = this.ex.headers[name]
+    return v === undefined ? undefined : (Array.isArray(v) ? v.join(',') : v)
+  }
+
+  // hot path
+  route(): void {
+    const ex = this.ex
+    let target = ex.target
+    let authority = ex.authority
+    if (target.charCodeAt(0) !== 47 /* '/' */) {
+      // absolute-form (clients configured with the gateway as HTTP proxy): RFC 9112 §3.2.2 — its authority wins over Host.
+      const scheme = target.indexOf('://')
+      if (scheme !== -1) {
+        const slash = target.indexOf('/', scheme + 3)
+        authority = target.slice(scheme + 3, slash === -1 ? target.length : slash)
+        target = slash === -1 ? '/' : target.slice(slash)
+      }
+    }
+    const q = target.indexOf('?')
+    this.path = q === -1 ? target : target.slice(0, q)
+    this.query = q === -1 ? null : target.slice(q + 1)
+    this.authority = authority
+    this.host = hostOf(authority)
+
+    const entry = this.table.ports.get(ex.port)
+    if (entry === undefined || entry.http === null) return this.fail(ErrorCode.NO_ROUTE)
+    this.entry = entry
+    const vhost = findVirtualHost(entry.http, this.host)
+    if (vhost === null) return this.fail(ErrorCode.NO_ROUTE)
+    const match = matchRequest(vhost, this)
+    if (match === null) return this.fail(ErrorCode.NO_ROUTE)
+    this.match = match
+    const rule = match.rule
+    this.rule = rule
+
+    if (rule.direct !== null) return this.answerDirect(rule.direct)
+    if (rule.redirect !== null) {
+      const location = redirectLocation(rule.redirect, ex.scheme, this.host, ex.port, this.path, this.query, match.path)
+      return this.answer(rule.redirect.statusCode, { location }, null)
+    }
+
+    const backend = pickBackend(rule, Math.random())
+    if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
+    this.backend = backend
+    const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
+    if (cluster === undefined) return this.fail(ErrorCode.BACKEND_INVALID)
+    this.cluster = cluster
+
+    const headers = forwardableHeaders(ex.headers, ex.upgrade !== null)
+    if (markHop(headers, this.env.gatewayId)) return this.fail(ErrorCode.LOOP_DETECTED)
+    addForwarded(headers, ex.clientAddress, ex.scheme)
+    if (rule.requestHeaders !== null) applyHeaderEdits(headers, rule.requestHeaders)
+    if (backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
+
+    const path = rule.rewritePath === null ? this.path : rewritePath(this.path, rule.rewritePath, match.path)
+    const controller = new AbortController()
+    this.controller = controller
+    const timeouts = rule.timeouts
+    const req: UpstreamRequest = {
+      cluster,
+      method: this.method,
+      path: this.query === null ? path : path + '?' + this.query,
+      authority: rule.rewriteHost ?? cluster.hostname ?? authority,
+      headers,
+      body: ex.body,
+      timeouts: { connectMs: timeouts.connectMs, headersMs: timeouts.backendRequestMs, idleMs: timeouts.idleMs },
+      signal: controller.signal,
+      upgrade: ex.upgrade,
+      clientAddress: ex.clientAddress,
+    }
+    if (timeouts.requestMs !== null && timeouts.requestMs > 0) this.timer = setTimeout(onRequestTimeout, timeouts.requestMs, this)
+    if (rule.mirrors !== null && ex.upgrade === null) sendMirrors(this, req)
+    this.upstreamMs = performance.now()
+    this.env.upstreams.forward(req, this)
+  }
+
+  // ── upstream callbacks ──
+
+  onResponse(res: UpstreamResponse): void {
+    if (this.answered || this.ended) {
+      res.body.destroy()
+      return
+    }
+    this.upstreamMs = performance.now() - (this.upstreamMs ?? this.startedAt)
+    this.endpoint = res.endpoint
+    // MCP (and SSE generally): the route's overall timeout covers the wait for
+    // headers, not a long-lived event stream; idleMs bounds silence instead.
+    if (this.cluster !== null && this.cluster.protocol === 'MCP') this.clearTimer()
+    const headers = res.headers
+    stripResponseHopByHop(headers)
+    const rule = this.rule
+    if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
+    const backend = this.backend
+    if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
+    this.answer(res.status, headers, res.body)
+  }
+
+  onTunnel(tunnel: UpstreamTunnel): void {
+    if (this.answered || this.ended) {
+      tunnel.stream.destroy()
+      return
+    }
+    this.upstreamMs = performance.now() - (this.upstreamMs ?? this.startedAt)
+    this.endpoint = tunnel.endpoint
+    this.clearTimer() // a tunnel lives as long as both sides want
+    this.answered = true
+    this.status = tunnel.status
+    this.ex.tunnel(tunnel.status, tunnel.headers, tunnel.stream)
+  }
+
+  onError(err: SallyportError): void {
+    if (this.upstreamMs !== null && this.endpoint === '') this.upstreamMs = performance.now() - this.upstreamMs
+    if (this.answered || this.ended) return
+    this.fail(err.code)
+  }
+
+  // ── downstream callbacks ──
+
+  onEnd(completed: boolean): void {
+    if (this.ended) return
+    this.ended = true
+    downstreamActiveStreams.dec()
+    this.clearTimer()
+    if (!completed) {
+      if (this.code === null) {
+        this.code = ErrorCode.CLIENT_ABORTED
+        this.reason = reasonOf(ErrorCode.CLIENT_ABORTED)
+        if (!this.answered) this.status = statusOf(ErrorCode.CLIENT_ABORTED)
+      }
+      const controller = this.controller
+      if (controller !== null && !controller.signal.aborted) controller.abort(new SallyportError(ErrorCode.CLIENT_ABORTED, 'client went away'))
+    }
+    record(this)
+  }
+
+  onBodyError(_err: Error): void {
+    if (this.code === null || this.code === ErrorCode.CLIENT_ABORTED) {
+      this.code = ErrorCode.UPSTREAM_RESET
+      this.reason = reasonOf(ErrorCode.UPSTREAM_RESET)
+    }
+  }
+
+  // ── answers ──
+
+  answer(status: number, headers: OutgoingHeaders, body: import('node:stream').Readable | string | null): void {
+    this.answered = true
+    this.status = status
+    this.ex.respond(status, headers, body)
+  }
+
+  answerDirect(direct: DirectResponse): void {
+    this.code = direct.code
+    this.reason = direct.body
+    if (this.isGrpc()) return this.answerGrpc(direct.code)
+    this.answer(direct.status, { 'content-type': 'text/plain; charset=utf-8' }, direct.body)
+  }
+
+  /** Ends the request with an error code: a status and short reason, or a reset once headers are out. */
+  fail(code: ErrorCode): void {
+    this.clearTimer()
+    this.code = code
+    this.reason = reasonOf(code)
+    if (this.ex.headersSent()) {
+      this.answered = true
+      this.ex.reset()
+      return
+    }
+    if (this.isGrpc()) return this.answerGrpc(code)
+    this.answer(statusOf(code), { ...TEXT_PLAIN }, this.reason + '\n')
+  }
+
+  answerGrpc(code: ErrorCode): void {
+    this.answered = true
+    this.status = 200
+    this.ex.respondGrpc(grpcStatusOf(code), reasonOf(code))
+  }
+
+  isGrpc(): boolean {
+    if (this.rule !== null) return this.rule.grpc
+    const ct = this.ex.headers['content-type']
+    return ct !== undefined && ct.startsWith('application/grpc')
+  }
+
+  clearTimer(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer)
+      this.timer = null
+    }
+  }
+}
+
+function onRequestTimeout(ctx: RequestContext): void {
+  ctx.timer = null
+  const err = new SallyportError(ErrorCode.REQUEST_TIMEOUT, 'route request timeout exceeded')
+  if (ctx.controller !== null) ctx.controller.abort(err)
+  if (ctx.ended) return
+  if (ctx.answered && !ctx.ex.headersSent()) return
+  ctx.answered = false // a response still streaming is cut: fail() resets it
+  ctx.fail(ErrorCode.REQUEST_TIMEOUT)
+}
+
+// ── mirrors ──
+
+/**
+ * Mirrored requests are fire-and-forget and never affect the answer. The body
+ * is NOT teed (a tee would tie the client's pace to the mirror's): mirrors get
+ * the method, path and headers with an empty body, and content-length dropped.
+ */
+const MIRROR_HANDLER: UpstreamHandler = {
+  onResponse(res: UpstreamResponse): void { res.body.resume() },
+  onTunnel(tunnel: UpstreamTunnel): void { tunnel.stream.destroy() },
+  onError(): void {},
+}
+
+const MIRROR_TIMEOUT_MS = 30_000
+
+function sendMirrors(ctx: RequestContext, req: UpstreamRequest): void {
+  const mirrors = ctx.rule?.mirrors
+  if (mirrors === null || mirrors === undefined) return
+  for (let i = 0; i < mirrors.length; i++) {
+    const m = mirrors[i]
+    if (m.cluster === null) continue
+    if (m.percent < 100 && Math.random() * 100 >= m.percent) continue
+    const cluster = ctx.table.clusters.get(m.cluster)
+    if (cluster === undefined) continue
+    const headers: OutgoingHeaders = { ...req.headers }
+    delete headers['content-length']
+    ctx.env.upstreams.forward({
+      cluster, method: req.method, path: req.path, authority: cluster.hostname ?? req.authority,
+      headers, body: null, timeouts: req.timeouts, signal: AbortSignal.timeout(MIRROR_TIMEOUT_MS),
+      upgrade: null, clientAddress: req.clientAddress,
+    }, MIRROR_HANDLER)
+  }
+}
+
+// ── observability ──
+
+// hot path
+function record(ctx: RequestContext): void {
+  const ex = ctx.ex
+  const rule = ctx.rule
+  const durationMs = performance.now() - ctx.startedAt
+  const clients = ctx.table.clients
+  const client: ClientIdentity | undefined = clients.size === 0 ? undefined : clients.get(ex.clientAddress)
+  const route = rule === null ? '' : rule.route.namespace + '/' + rule.route.name
+  const backend = ctx.cluster === null ? '' : ctx.cluster.id
+  const bytesIn = ex.bytesIn()
+  const bytesOut = ex.bytesOut()
+  recordRequest({
+    gateway: rule !== null ? rule.gateway : (ctx.entry !== null && ctx.entry.listeners.length > 0 ? ctx.entry.listeners[0].gateway : ''),
+    listener: listenerOf(ctx.entry, ctx.host),
+    route, backend,
+    namespace: client === undefined ? '' : client.namespace,
+    serviceAccount: client === undefined ? '' : client.serviceAccount,
+    status: ctx.status, seconds: durationMs / 1000, bytesIn, bytesOut,
+  })
+  const log = ctx.env.accessLog
+  if (log === null) return
+  log.write({
+    method: ctx.method, authority: ctx.authority, path: ctx.path, status: ctx.status,
+    durationMs: Math.round(durationMs * 1000) / 1000,
+    upstreamMs: ctx.upstreamMs === null || ctx.endpoint === '' ? null : Math.round(ctx.upstreamMs * 1000) / 1000,
+    bytesIn, bytesOut,
+    route: rule === null ? '' : rule.id, backend, upstream: ctx.endpoint,
+    protocol: ex.protocol, client: ex.clientAddress,
+    clientNamespace: client === undefined ? null : client.namespace,
+    clientServiceAccount: client === undefined ? null : client.serviceAccount,
+    code: ctx.code, reason: ctx.reason,
+  })
+}
+
+/** The Gateway listener on this port whose hostname covers the request host ('' when none). */
+function listenerOf(entry: PortEntry | null, host: string): string {
+  if (entry === null) return ''
+  const listeners = entry.listeners
+  if (listeners.length === 1) return listeners[0].name
+  let fallback = ''
+  for (let i = 0; i < listeners.length; i++) {
+    const h = listeners[i].hostname
+    if (h === null) { if (fallback === '') fallback = listeners[i].name; continue }
+    if (h === host || (h.charCodeAt(0) === 42 /* '*' */ && host.length > h.length - 1 && host.endsWith(h.slice(1)))) return listeners[i].name
+  }
+  return fallback
+}

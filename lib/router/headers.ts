@@ -1,0 +1,138 @@
+// Header handling on the hot path: hop-by-hop removal (RFC 9110 §7.6.1) both
+// ways, Gateway API header modifiers, X-Forwarded-*, and the loop-detection
+// hop list. Header names in the table are lowercased by compile.
+
+import type { IncomingHttpHeaders } from 'node:http'
+import type { HeaderEdits } from '../compile/table.ts'
+import type { OutgoingHeaders } from '../upstream/types.ts'
+
+/** Connection-specific headers never forwarded (plus any named in Connection). */
+const HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'upgrade', 'trailer',
+  'http2-settings', 'proxy-authorization',
+])
+
+/**
+ * Loop detection header: a comma list of gateway ids the request went through.
+ * It serves the egress proposal's parent mode (a namespace gateway forwarding to
+ * a cluster-wide parent gateway): a misconfigured parent pointing back at a
+ * child would otherwise bounce requests until sockets run out.
+ */
+export const HOPS_HEADER = 'x-sallyport-hops'
+
+// hot path
+/**
+ * Copies the client's headers for the upstream: no pseudo-headers, no Host
+ * (authority travels separately), no hop-by-hop headers. `te: trailers` is
+ * kept (gRPC needs it on HTTP/2); `upgrade` is kept only for tunnels.
+ */
+export function forwardableHeaders(incoming: IncomingHttpHeaders, tunnel: boolean): OutgoingHeaders {
+  const out: OutgoingHeaders = {}
+  const connection = incoming.connection
+  const named = connection === undefined ? null : connectionTokens(connection)
+  for (const name in incoming) {
+    const value = incoming[name]
+    if (value === undefined) continue
+    if (name.charCodeAt(0) === 58 /* ':' */ || name === 'host') continue
+    if (HOP_BY_HOP.has(name)) {
+      if (name === 'te') {
+        if (typeof value === 'string' && value.toLowerCase().includes('trailers')) out.te = 'trailers'
+      } else if (name === 'upgrade' && tunnel) {
+        out.upgrade = value
+      }
+      continue
+    }
+    if (named !== null && named.has(name)) continue
+    out[name] = value
+  }
+  return out
+}
+
+// hot path
+/** Removes hop-by-hop headers from an upstream response (the upstream layer should already have). */
+export function stripResponseHopByHop(headers: OutgoingHeaders): void {
+  const connection = headers.connection
+  if (connection !== undefined) {
+    const named = connectionTokens(Array.isArray(connection) ? connection.join(',') : connection)
+    for (const name of named) delete headers[name]
+  }
+  delete headers.connection
+  delete headers['keep-alive']
+  delete headers['proxy-connection']
+  delete headers['transfer-encoding']
+  delete headers.te
+  delete headers.upgrade
+  delete headers.trailer
+}
+
+function connectionTokens(value: string): Set<string> {
+  const tokens = new Set<string>()
+  const parts = value.split(',')
+  for (let i = 0; i < parts.length; i++) {
+    const t = parts[i].trim().toLowerCase()
+    if (t.length > 0) tokens.add(t)
+  }
+  return tokens
+}
+
+// hot path
+/**
+ * Gateway API HTTPHeaderFilter: `set` replaces, `add` appends to an existing
+ * value comma-separated (the spec's `my-header: foo,bar`), `remove` deletes.
+ */
+export function applyHeaderEdits(headers: OutgoingHeaders, edits: HeaderEdits): void {
+  const set = edits.set
+  for (let i = 0; i < set.length; i++) headers[set[i][0]] = set[i][1]
+  const add = edits.add
+  for (let i = 0; i < add.length; i++) {
+    const [name, value] = add[i]
+    const prev = headers[name]
+    if (prev === undefined) headers[name] = value
+    else if (Array.isArray(prev)) headers[name] = name === 'set-cookie' ? [...prev, value] : prev.join(',') + ',' + value
+    else headers[name] = name === 'set-cookie' ? [prev, value] : prev + ',' + value
+  }
+  const remove = edits.remove
+  for (let i = 0; i < remove.length; i++) delete headers[remove[i]]
+}
+
+// hot path
+/** Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto. */
+export function addForwarded(headers: OutgoingHeaders, clientAddress: string, scheme: string): void {
+  const prev = headers['x-forwarded-for']
+  headers['x-forwarded-for'] = prev === undefined ? clientAddress
+    : (Array.isArray(prev) ? prev.join(', ') : prev) + ', ' + clientAddress
+  headers['x-forwarded-proto'] = scheme
+}
+
+// hot path
+/**
+ * True when `gatewayId` already appears in the hop list (a loop). Otherwise
+ * appends it, so the next gateway on the path can tell.
+ */
+export function markHop(headers: OutgoingHeaders, gatewayId: string): boolean {
+  const prev = headers[HOPS_HEADER]
+  if (prev === undefined) {
+    headers[HOPS_HEADER] = gatewayId
+    return false
+  }
+  const list = Array.isArray(prev) ? prev.join(',') : prev
+  if (list.indexOf(gatewayId) !== -1) {
+    const ids = list.split(',')
+    for (let i = 0; i < ids.length; i++) if (ids[i].trim() === gatewayId) return true
+  }
+  headers[HOPS_HEADER] = list + ', ' + gatewayId
+  return false
+}
+
+// hot path
+/** Host from Host / :authority: lowercased, port stripped, IPv6 brackets removed. */
+export function hostOf(authority: string): string {
+  if (authority.length === 0) return ''
+  if (authority.charCodeAt(0) === 91 /* '[' */) {
+    const end = authority.indexOf(']')
+    return (end === -1 ? authority.slice(1) : authority.slice(1, end)).toLowerCase()
+  }
+  const colon = authority.lastIndexOf(':')
+  const host = colon === -1 ? authority : authority.slice(0, colon)
+  return host.toLowerCase()
+}
