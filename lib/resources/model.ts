@@ -104,7 +104,7 @@ export interface FrontendTLSValidation {
 /** GEP-3792 Gateway.spec.mesh. The trust bundle may be written as one reference or a list; normalized to a list. */
 export interface GatewayMesh {
   readonly trustBundles: readonly DataRef[]
-  /** Routes (or their Namespaces) matching this selector are meshed. null: none is. */
+  /** Routes (or their Namespaces) matching this selector are meshed; an absent selector (empty) selects every route (GEP-3792). */
   readonly selector: LabelSelector | null
 }
 
