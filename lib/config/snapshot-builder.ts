@@ -1,0 +1,101 @@
+// Parsed documents → Snapshot. Each document is checked on its own: an invalid
+// object is dropped with its problems recorded, and never takes the valid rest
+// of the configuration down with it (DESIGN.md "validate").
+
+import { logger } from '../observe/log.ts'
+import { readObject } from '../resources/read.ts'
+import { validateDocument, isKnownKind } from '../validate/validate.ts'
+import { CLUSTER_SCOPED } from '../resources/model.ts'
+import type { ModelKind, ModelObject } from '../resources/model.ts'
+import type { SourceRef } from '../resources/meta.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+
+const log = logger('config')
+
+/** Which Snapshot map holds each kind of the model. */
+const MAP_OF: Record<ModelKind, keyof Omit<Snapshot, 'problems'>> = {
+  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
+  TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
+  BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
+  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services',
+  EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
+}
+
+type MutableSnapshot = { -readonly [K in keyof Omit<Snapshot, 'problems'>]: Map<string, ModelObject> }
+
+export interface SourcedDoc {
+  readonly source: SourceRef
+  readonly doc: unknown
+}
+
+/**
+ * Validate, normalize and index documents. `extraProblems` (e.g. files that
+ * could not be parsed) are carried into `snapshot.problems` ahead of the
+ * per-object ones.
+ */
+export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readonly ConfigProblem[] = []): Snapshot {
+  const maps = {} as MutableSnapshot
+  for (const name of Object.values(MAP_OF)) maps[name] = new Map()
+  const problems: ConfigProblem[] = [...extraProblems]
+
+  for (const { source, doc } of docs) {
+    const header = headerOf(doc)
+    if (header === null) {
+      problems.push(problem(source, '', '', '', 'document is not an object with apiVersion and kind'))
+      continue
+    }
+    // Kinds the gateway does not use (Deployments next to the Gateway, say) are not errors.
+    if (!isKnownKind(header.apiVersion, header.kind)) {
+      log.debug({ file: source.file, doc: source.doc, apiVersion: header.apiVersion, kind: header.kind }, 'skipping unknown kind')
+      continue
+    }
+    let object: ModelObject | null
+    try {
+      const checked = validateDocument(doc, source)
+      problems.push(...checked.problems)
+      if (checked.problems.some((p) => p.severity === 'error')) continue
+      object = readObject(doc as Record<string, unknown>, source)
+    } catch (err) {
+      // A reader bug on one odd manifest must not stop the others from loading.
+      log.error({ file: source.file, doc: source.doc, kind: header.kind, err }, 'reading object failed')
+      problems.push(problem(source, header.kind, header.namespace, header.name, `could not read object: ${err instanceof Error ? err.message : String(err)}`))
+      continue
+    }
+    if (object === null) continue
+    const map = maps[MAP_OF[object.kind]]
+    const key = CLUSTER_SCOPED.has(object.kind) ? object.meta.name : `${object.meta.namespace}/${object.meta.name}`
+    const first = map.get(key)
+    if (first !== undefined) {
+      problems.push(problem(source, object.kind, object.meta.namespace, object.meta.name,
+        `duplicate ${object.kind} ${key}: already defined at ${first.source.file}:${first.source.doc}; this one is ignored`))
+      continue
+    }
+    map.set(key, object)
+  }
+  return { ...(maps as unknown as Omit<Snapshot, 'problems'>), problems }
+}
+
+interface Header {
+  readonly apiVersion: string
+  readonly kind: string
+  readonly namespace: string
+  readonly name: string
+}
+
+function headerOf(doc: unknown): Header | null {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return null
+  const d = doc as Record<string, unknown>
+  if (typeof d.apiVersion !== 'string' || typeof d.kind !== 'string') return null
+  const meta = typeof d.metadata === 'object' && d.metadata !== null ? d.metadata as Record<string, unknown> : {}
+  return {
+    apiVersion: d.apiVersion,
+    kind: d.kind,
+    namespace: typeof meta.namespace === 'string' ? meta.namespace : '',
+    name: typeof meta.name === 'string' ? meta.name : '',
+  }
+}
+
+function problem(source: SourceRef, kind: string, namespace: string, name: string, message: string): ConfigProblem {
+  return { source, kind, namespace, name, field: '', message, severity: 'error' }
+}

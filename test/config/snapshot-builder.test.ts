@@ -1,0 +1,83 @@
+import t from 'tap'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { parseManifests } from '../../lib/config/parse.ts'
+import { formatProblem } from '../../lib/resources/problem.ts'
+
+const cm = (name: string, ns?: string): string => `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ${name}
+${ns === undefined ? '' : `  namespace: ${ns}\n`}data:
+  k: v
+`
+
+const route = (name: string, pathType: string): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: apps
+spec:
+  parentRefs:
+    - name: egress
+  rules:
+    - matches:
+        - path:
+            type: ${pathType}
+            value: /x
+`
+
+t.test('an invalid object is dropped with a problem naming it; the rest is kept', async (t) => {
+  const { docs } = parseManifests('all.yaml', [route('good', 'PathPrefix'), route('bad', 'Bogus'), cm('settings', 'apps')].join('---\n'))
+  const snapshot = buildSnapshot(docs)
+  t.same([...snapshot.httpRoutes.keys()], ['apps/good'])
+  t.same([...snapshot.configMaps.keys()], ['apps/settings'])
+  const errors = snapshot.problems.filter((p) => p.severity === 'error')
+  t.ok(errors.length >= 1)
+  for (const p of errors) {
+    t.equal(p.source.file, 'all.yaml')
+    t.equal(p.source.doc, 1)
+    t.equal(p.kind, 'HTTPRoute')
+    t.equal(p.name, 'bad')
+  }
+  t.match(errors.map(formatProblem).join('\n'), /^all\.yaml:1: HTTPRoute apps\/bad: spec\.rules\[0\]\.matches\[0\]\.path\.type/m)
+})
+
+t.test('unknown kinds are skipped silently; non-objects are problems', async (t) => {
+  const docs = [
+    { source: { file: 'a.yaml', doc: 0 }, doc: { apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'x' } } },
+    { source: { file: 'a.yaml', doc: 1 }, doc: 'just a string' },
+    { source: { file: 'a.yaml', doc: 2 }, doc: { metadata: { name: 'no-kind' } } },
+  ]
+  const snapshot = buildSnapshot(docs)
+  t.same(snapshot.problems.map((p) => p.source.doc), [1, 2])
+  t.ok(snapshot.problems.every((p) => p.severity === 'error'))
+})
+
+t.test('namespaced objects without a namespace land in default', async (t) => {
+  const snapshot = buildSnapshot(parseManifests('cm.yaml', cm('plain')).docs)
+  t.same([...snapshot.configMaps.keys()], ['default/plain'])
+})
+
+t.test('a duplicate keeps the first and names both places', async (t) => {
+  const first = parseManifests('one.yaml', cm('dup', 'ns1')).docs
+  const second = parseManifests('two.yaml', `${cm('other', 'ns1')}---\n${cm('dup', 'ns1')}`).docs
+  const snapshot = buildSnapshot([...first, ...second])
+  t.equal(snapshot.configMaps.get('ns1/dup')?.source.file, 'one.yaml')
+  t.ok(snapshot.configMaps.has('ns1/other'))
+  t.equal(snapshot.problems.length, 1)
+  const p = snapshot.problems[0]
+  t.equal(p?.source.file, 'two.yaml')
+  t.equal(p?.source.doc, 1)
+  t.match(p?.message, /one\.yaml:0/)
+  // Same name, different namespace or kind: no conflict.
+  const other = buildSnapshot([...parseManifests('x.yaml', `${cm('dup', 'ns1')}---\n${cm('dup', 'ns2')}`).docs])
+  t.equal(other.problems.length, 0)
+  t.equal(other.configMaps.size, 2)
+})
+
+t.test('extra problems (unreadable files) come first in snapshot.problems', async (t) => {
+  const extra = parseManifests('broken.yaml', 'a: [\n').problems
+  const snapshot = buildSnapshot(parseManifests('cm.yaml', cm('x')).docs, extra)
+  t.equal(snapshot.problems[0]?.source.file, 'broken.yaml')
+  t.equal(snapshot.configMaps.size, 1)
+})
