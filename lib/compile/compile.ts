@@ -46,8 +46,11 @@ export interface RouteOutcome {
 }
 
 function isMeshed(snapshot: Snapshot, sg: ServedGateway, route: AnyRoute): boolean {
-  const selector = sg.gateway.mesh?.selector ?? null
-  if (selector === null) return false
+  const mesh = sg.gateway.mesh
+  if (mesh === null) return false
+  // GEP-3792: an absent selector meshes every route.
+  const selector = mesh.selector
+  if (selector === null) return true
   if (matchesSelector(selector, route.meta.labels)) return true
   const ns = snapshot.namespaces.get(route.meta.namespace)
   return ns !== undefined && matchesSelector(selector, ns.meta.labels)
