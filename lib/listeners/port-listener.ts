@@ -173,8 +173,6 @@ export class PortListener {
           resolve()
         }
       }, 25)
-      timer.unref()
-      check.unref()
     })
   }
 

@@ -1,0 +1,61 @@
+// The HTTP data plane end to end on loopback: real listeners, the real
+// upstream registry, real upstream servers.
+
+import t from 'tap'
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { echoH1, echoH2c, h1, h2, startPlane } from './fixtures.ts'
+
+configureLogger({ level: 'silent' })
+const run = promisify(execFile)
+
+t.test('HTTP port: HTTP/1.1, h2c prior knowledge and h2c Upgrade on one port', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  await startPlane(t, table)
+
+  const a = await h1(port, { path: '/one?x=1' })
+  t.equal(a.status, 200)
+  t.equal(JSON.parse(a.body).url, '/one?x=1')
+
+  const b = await h2(port, { path: '/two' })
+  t.equal(b.status, 200)
+  t.equal(JSON.parse(b.body).url, '/two')
+
+  const c = await run('curl', ['-s', '--http2', '-o', '-', '-w', '\\n%{http_version} %{http_code}', '-H', 'Host: example.com', `http://127.0.0.1:${port}/three`], { timeout: 10_000 })
+  const lines = c.stdout.trim().split('\n')
+  t.equal(lines[1], '2 200', 'curl --http2 upgraded to h2c')
+  t.equal(JSON.parse(lines[0]).url, '/three')
+})
+
+t.test('error answers: 404 no route, 500 unresolved backend, 503 no endpoint', async (t) => {
+  const port = await freePort()
+  const table = buildTable({
+    [port]: {
+      routes: [{
+        name: 'r', hostnames: ['example.com'], rules: [
+          { matches: [{ path: { type: 'PathPrefix', value: '/unresolved' } }], backends: [{ cluster: null }] },
+          { matches: [{ path: { type: 'PathPrefix', value: '/missing' } }], backends: [{ cluster: 'nope' }] },
+          { matches: [{ path: { type: 'PathPrefix', value: '/empty' } }], backends: [{ cluster: 'empty' }] },
+        ],
+      }],
+    },
+  }, [cluster('empty', 1, { endpoints: [] })])
+  await startPlane(t, table)
+  const r404 = await h1(port, { host: 'other.org' })
+  t.equal(r404.status, 404)
+  t.match(r404.body, /no route/)
+  t.equal((await h1(port, { path: '/nothing' })).status, 404)
+  const r500 = await h1(port, { path: '/unresolved' })
+  t.equal(r500.status, 500)
+  t.match(r500.body, /backend unresolved/)
+  t.equal((await h1(port, { path: '/missing' })).status, 500)
+  const r503 = await h1(port, { path: '/empty' })
+  t.equal(r503.status, 503)
+  t.match(r503.body, /no endpoint available/)
+  const h2r = await h2(port, { path: '/empty' })
+  t.equal(h2r.status, 503)
+})
