@@ -127,6 +127,7 @@ async function main(): Promise<number> {
     sallyport: { name: 'sallyport', port: listenPort },
     bigDirect: { name: 'direct', port: bigPort },
     oneMiBFile: path.join(tmp, 'upload-1m.bin'),
+    originStatusPort: haveNginx ? originPorts.h1 : null,
     rows: [], comparisons: [], notes, peakH1Rps: null,
   }
   writeFileSync(ctx.oneMiBFile, Buffer.alloc(1024 * 1024, 0x75))
@@ -136,19 +137,29 @@ async function main(): Promise<number> {
 
   const single: ScenarioName[] = ['h1', 'h2', 'bodies', 'latency', 'big']
   let rss: RssReport | null = null
+  let idleRss: number | null = null
   let big: BigBodyResult | null = null
   let profile: ProfileSummary | null = null
   const profDir = values.profile === true ? path.join(tmp, 'cpuprof') : null
   if (single.some((s) => selected.has(s))) {
     if (profDir !== null) mkdirSync(profDir, { recursive: true })
     let gw: Proc | null = null
-    try {
-      gw = await startGateway({
+    const samplers: RssSampler[] = []
+    let restarts = 0
+    // A crash is a finding, not the end of the run: note it, start a fresh
+    // sallyport (new log file) and go on with the next scenario.
+    const launch = async (): Promise<Proc> => {
+      const p = await startGateway({
         configDir, listenPort, adminPort: await freePort(), workers: null, cores: SUT_CORES, accessLog,
-        logPath: path.join(tmp, 'sallyport.log'), cpuProfDir: profDir,
+        logPath: path.join(tmp, restarts === 0 ? 'sallyport.log' : `sallyport-${restarts}.log`), cpuProfDir: profDir,
       })
-      procs.push(gw)
-      const sampler = new RssSampler(gw.child.pid ?? 0, 200)
+      procs.push(p)
+      samplers.push(new RssSampler(p.child.pid ?? 0, 200))
+      return p
+    }
+    try {
+      gw = await launch()
+      idleRss = samplers[0].report().firstMiB
       const steps: Array<[ScenarioName, () => Promise<unknown>]> = [
         ['h1', () => scenarioH1(ctx)],
         ['h2', () => scenarioH2(ctx)],
@@ -158,14 +169,20 @@ async function main(): Promise<number> {
       ]
       for (const [name, run] of steps) {
         if (!selected.has(name)) continue
+        if (gw.exited) {
+          restarts++
+          gw = await launch()
+        }
         log(`bench: ${name}`)
         try { await run() } catch (err) { notes.push({ scenario: name, text: `failed: ${err instanceof Error ? err.message : String(err)}` }) }
-        if (gw.exited) { notes.push({ scenario: name, text: `sallyport exited during ${name}: ${tailOf(gw.logPath, 1500)}` }); break }
+        if (gw.exited) notes.push({ scenario: name, text: `sallyport exited during ${name}; log tail:\n${tailOf(gw.logPath, 1200)}` })
       }
-      rss = sampler.stop()
+      const reports = samplers.map((x) => x.stop())
+      rss = reports.reduce((a, b) => (b.peakProcessMiB > a.peakProcessMiB ? b : a))
     } catch (err) {
       notes.push({ scenario: 'setup', text: err instanceof Error ? err.message : String(err) })
     } finally {
+      for (const x of samplers) x.stop()
       if (gw !== null) await stopProc(gw, 15_000)
     }
     if (profDir !== null) {
@@ -199,7 +216,8 @@ async function main(): Promise<number> {
   if (ctx.rows.length > 0) out.push(formatTable(ctx.rows), '')
   for (const c of ctx.comparisons) out.push(formatComparison(c))
   if (rss !== null) {
-    out.push(`sallyport peak RSS (single process, whole run): ${rss.peakProcessMiB} MiB (VmHWM ${rss.rootHwmMiB} MiB) (target < 150 MiB)${rss.rootHwmMiB < 150 ? ' ok' : ' MISSED'}`)
+    const peak = Math.max(rss.peakProcessMiB, rss.rootHwmMiB)
+    out.push(`sallyport RSS: ${idleRss ?? '?'} MiB idle after start; peak ${peak} MiB over the run (VmRSS samples and VmHWM) (target < 150 MiB)${peak < 150 ? ' ok' : ' MISSED'}`)
   }
   if (big !== null) {
     const b: BigBodyResult = big
@@ -217,7 +235,7 @@ async function main(): Promise<number> {
   writeFileSync(file, JSON.stringify({
     startedAt: started.toISOString(), node: process.version, cpus: os.cpus().length, pinned: pin, features, accessLog,
     rounds, durationS, upstream: haveNginx ? 'nginx' : 'node', rows: ctx.rows, comparisons: ctx.comparisons,
-    rss, big, workers, compile, profile, notes, loadAverageAfter: os.loadavg(),
+    rss, idleRssMiB: idleRss, big, workers, compile, profile, notes, loadAverageAfter: os.loadavg(),
   }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2))
   process.stdout.write(`results: ${path.relative(REPO_ROOT, file)}\n`)
   if (values.profile !== true) rmSync(tmp, { recursive: true, force: true })

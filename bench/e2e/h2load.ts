@@ -42,6 +42,8 @@ export interface LoadResult {
   readonly maxMs: number
   readonly durationS: number
   readonly raw: string
+  /** Connections the origin accepted during the run (filled by the scenario when it can count); null = unknown. */
+  readonly originConnections: number | null
 }
 
 function percentile(sorted: Float64Array, q: number): number {
@@ -86,6 +88,7 @@ export function parseH2load(label: string, out: string, logText: string): LoadRe
     p99Ms: percentile(sorted, 0.99),
     maxMs: sorted.length === 0 ? NaN : sorted[sorted.length - 1],
     durationS,
+    originConnections: null,
     raw: out.split('\n').filter((l) => /^(finished|requests|status codes|traffic|time for|time to|req\/s)/.test(l)).join('\n'),
   }
 }

@@ -75,6 +75,8 @@ ${tempPaths(dir, 'origin')}
     listen 127.0.0.1:${ports.h2c} http2 backlog=4096;
     root ${www};
     location = /healthz { return 200 "ok\\n"; }
+    # Connection counters: how many connections each proxy opened to the origin in a run.
+    location = /nginx_status { stub_status; }
     # Read the whole body (in memory) before answering: \`return\` alone would answer
     # first and discard the body, which breaks keep-alive through a streaming proxy.
     location = /upload {
@@ -135,4 +137,16 @@ export async function startNginx(nginx: string, name: string, conf: string, dir:
     throw new Error(`${name} nginx did not start: ${tailOf(path.join(dir, `${name}-error.log`))}${tailOf(proc.logPath)}`)
   }
   return proc
+}
+
+/** nginx stub_status "accepts" counter of the server on `port` (connections accepted so far); null if unreadable. */
+export async function acceptedConnections(port: number): Promise<number | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/nginx_status`, { signal: AbortSignal.timeout(2000) })
+    const text = await res.text()
+    const m = /\n\s*(\d+)\s+(\d+)\s+(\d+)/.exec(text)
+    return m === null ? null : Number(m[1])
+  } catch {
+    return null
+  }
 }

@@ -8,6 +8,7 @@ interface CallFrame { readonly functionName: string; readonly url: string; reado
 interface ProfileNode { readonly id: number; readonly callFrame: CallFrame; readonly hitCount?: number }
 interface CpuProfile { readonly nodes: readonly ProfileNode[]; readonly startTime: number; readonly endTime: number; readonly samples?: readonly number[] }
 
+/** selfPct: share of the busy (non-idle) samples, so a mostly idle process still shows where its work went. */
 export interface Hotspot { readonly name: string; readonly selfPct: number; readonly selfMs: number }
 export interface ProfileSummary {
   readonly file: string
@@ -41,14 +42,15 @@ export function summarizeProfile(file: string, root: string, top = 25): ProfileS
     byFn.set(fnKey, (byFn.get(fnKey) ?? 0) + hits)
     byFile.set(where, (byFile.get(where) ?? 0) + hits)
   }
+  const busy = totalHits - idle
   const rank = (m: Map<string, number>): Hotspot[] => [...m.entries()]
     .sort((a, b) => b[1] - a[1]).slice(0, top)
-    .map(([name, hits]) => ({ name, selfPct: totalHits > 0 ? (100 * hits) / totalHits : 0, selfMs: hits * msPerHit }))
+    .map(([name, hits]) => ({ name, selfPct: busy > 0 ? (100 * hits) / busy : 0, selfMs: hits * msPerHit }))
   return { file, totalMs, idlePct: totalHits > 0 ? (100 * idle) / totalHits : 0, functions: rank(byFn), files: rank(byFile) }
 }
 
 export function formatProfile(s: ProfileSummary): string {
-  const lines = [`profile ${s.file}: ${(s.totalMs / 1000).toFixed(1)} s, idle ${s.idlePct.toFixed(1)}%`, '  top functions (self time):']
+  const lines = [`profile ${s.file}: ${(s.totalMs / 1000).toFixed(1)} s, idle ${s.idlePct.toFixed(1)}% (start-up included; shares below are of busy time)`, '  top functions (self time):']
   for (const h of s.functions) lines.push(`    ${h.selfPct.toFixed(1).padStart(5)}%  ${h.name}`)
   lines.push('  top files (self time):')
   for (const h of s.files.slice(0, 15)) lines.push(`    ${h.selfPct.toFixed(1).padStart(5)}%  ${h.name}`)

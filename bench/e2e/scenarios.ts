@@ -4,6 +4,7 @@
 // alike, keeps the median round per target, and records comparison lines.
 
 import { runH2load } from './h2load.ts'
+import { acceptedConnections } from './nginx.ts'
 import type { LoadResult, LoadSpec } from './h2load.ts'
 import { compare, delta } from './report.ts'
 import type { Comparison, Note, Row } from './report.ts'
@@ -34,6 +35,8 @@ export interface BenchContext {
   readonly rows: Row[]
   readonly comparisons: Comparison[]
   readonly notes: Note[]
+  /** The origin nginx port whose stub_status counts accepted connections; null = no counting. */
+  readonly originStatusPort: number | null
   /** Filled by the h1 scenario; the latency scenario runs at half of it. */
   peakH1Rps: number | null
 }
@@ -50,7 +53,11 @@ export async function measure(ctx: BenchContext, scenario: string, targets: read
   const all = new Map<string, LoadResult[]>()
   for (let r = 0; r < rounds; r++) {
     for (const t of targets) {
-      const res = await runH2load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const before = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
+      const run = await runH2load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const after = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
+      // Minus the stub_status request itself.
+      const res: LoadResult = { ...run, originConnections: before === null || after === null ? null : after - before - 1 }
       const list = all.get(t.name) ?? []
       list.push(res)
       all.set(t.name, list)
@@ -66,7 +73,8 @@ function addRows(ctx: BenchContext, scenario: string, results: Map<string, LoadR
   for (const [name, r] of results) {
     ctx.rows.push({
       scenario, target: name, rps: r.rps, MiBps: bytesPerResponse > 0 ? r.rps * bytesPerResponse / 1024 / 1024 : r.trafficMiBps,
-      p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx, extra,
+      p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx,
+      extra: r.originConnections === null ? extra : `${extra}; ${r.originConnections} conns opened to origin`,
     })
   }
 }
