@@ -1,0 +1,112 @@
+import t from 'tap'
+import { isKnownKind, validateDocument } from '../../lib/validate/validate.ts'
+import { allSchemaRefs } from '../../lib/validate/kinds.ts'
+import { compileSchemas } from '../../lib/validate/schema.ts'
+
+const src = { file: 'test.yaml', doc: 3 }
+
+t.test('every schema the registry names compiles', async (t) => {
+  t.doesNotThrow(() => compileSchemas(allSchemaRefs()))
+})
+
+t.test('isKnownKind covers every published apiVersion/shape', async (t) => {
+  const known: Array<[string, string]> = [
+    ['gateway.networking.k8s.io/v1', 'Gateway'], ['gateway.networking.k8s.io/v1beta1', 'Gateway'],
+    ['gateway.networking.k8s.io/v1alpha2', 'GatewayClass'], ['gateway.networking.k8s.io/v1beta1', 'HTTPRoute'],
+    ['gateway.networking.k8s.io/v1alpha2', 'GRPCRoute'], ['gateway.networking.k8s.io/v1alpha2', 'TCPRoute'],
+    ['gateway.networking.k8s.io/v1', 'TCPRoute'], ['gateway.networking.k8s.io/v1alpha3', 'TLSRoute'],
+    ['gateway.networking.k8s.io/v1beta1', 'ReferenceGrant'], ['gateway.networking.k8s.io/v1', 'ReferenceGrant'],
+    ['gateway.networking.k8s.io/v1alpha2', 'BackendTLSPolicy'], ['gateway.networking.k8s.io/v1alpha3', 'BackendTLSPolicy'],
+    ['gateway.networking.k8s.io/v1', 'BackendTLSPolicy'], ['gateway.networking.k8s.io/v1alpha1', 'Backend'],
+    ['gateway.networking.x-k8s.io/v1alpha1', 'XBackend'], ['gateway.envoyproxy.io/v1alpha1', 'Backend'],
+    ['gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy'], ['sallyport.io/v1alpha1', 'EgressExtension'],
+    ['v1', 'Secret'], ['v1', 'ConfigMap'], ['v1', 'Service'], ['v1', 'Namespace'], ['v1', 'Pod'],
+    ['discovery.k8s.io/v1', 'EndpointSlice'], ['certificates.k8s.io/v1beta1', 'ClusterTrustBundle'],
+    ['certificates.k8s.io/v1alpha1', 'ClusterTrustBundle'],
+  ]
+  for (const [v, k] of known) t.ok(isKnownKind(v, k), `${v} ${k}`)
+  t.notOk(isKnownKind('apps/v1', 'Deployment'))
+  t.notOk(isKnownKind('networking.x-k8s.io/v1alpha1', 'Mesh'))
+  t.notOk(isKnownKind('gateway.networking.k8s.io/v1', 'Backend'))
+})
+
+t.test('unknown kinds are not errors', async (t) => {
+  const r = validateDocument({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'x', namespace: 'a' }, spec: 42 }, src)
+  t.same(r.info, { apiVersion: 'apps/v1', kind: 'Deployment', namespace: 'a', name: 'x' })
+  t.same(r.problems, [])
+})
+
+t.test('documents that are not objects, or lack apiVersion/kind, give one whole-document problem', async (t) => {
+  for (const doc of [null, undefined, 'text', 42, [1]]) {
+    const r = validateDocument(doc, src)
+    t.equal(r.problems.length, 1)
+    t.equal(r.problems[0]?.field, '')
+    t.equal(r.problems[0]?.severity, 'error')
+  }
+  const r = validateDocument({ metadata: { name: 'x' } }, src)
+  t.same(r.problems.map((p) => p.message), ['apiVersion and kind required'])
+})
+
+t.test('problems carry source and object identity', async (t) => {
+  const r = validateDocument({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute',
+    metadata: { name: 'r', namespace: 'apps' },
+    spec: { rules: [{ backendRefs: [{ name: 'svc' }] }] },
+  }, src)
+  t.same(r.info, { apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', namespace: 'apps', name: 'r' })
+  t.same(r.problems, [{
+    source: src, kind: 'HTTPRoute', namespace: 'apps', name: 'r',
+    field: 'spec.rules[0].backendRefs[0].port', message: 'required for a Service reference', severity: 'error',
+  }])
+})
+
+t.test('unknown fields warn and keep the object; semantic rules still run', async (t) => {
+  const r = validateDocument({
+    apiVersion: 'gateway.networking.x-k8s.io/v1alpha1', kind: 'XBackend', metadata: { name: 'b' },
+    spec: { type: 'ExternalHostname', externalHostname: { hostname: '10.1.2.3' }, port: 443, retries: 3 },
+  }, src)
+  t.same(r.problems.map((p) => [p.severity, p.field]), [
+    ['warning', 'spec.retries'],
+    ['error', 'spec.externalHostname.hostname'],
+  ])
+})
+
+t.test('Secret values never appear in messages', async (t) => {
+  const secretValue = 'sk-live-DO-NOT-PRINT'
+  const r = validateDocument({
+    apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' }, type: 'Opaque',
+    data: { token: secretValue, 'ca.crt': 'not base64!' },
+  }, src)
+  t.same(r.problems.map((p) => p.field), ['data.token', 'data[ca.crt]'])
+  for (const p of r.problems) t.notMatch(p.message, /sk-live|not base64!/)
+  const typed = validateDocument({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' }, stringData: { token: 12345 } }, src)
+  t.same(typed.problems.map((p) => `${p.field}: ${p.message}`), ['stringData.token: must be string, got number'])
+})
+
+t.test('Backend shape follows apiVersion and spec keys', async (t) => {
+  const base = { apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'b' } }
+  const egress = validateDocument({ ...base, spec: { destination: { type: 'Fqdn', fqdn: { hostname: 'x.cluster.local' }, ports: [{ number: 443, protocol: 'HTTP' }] } } }, src)
+  t.same(egress.problems.map((p) => p.field), ['spec.destination.fqdn.hostname'])
+  const gep = validateDocument({ ...base, spec: { type: 'ExternalHostname', externalHostname: { hostname: 'x.cluster.local' }, port: 443 } }, src)
+  t.same(gep.problems.map((p) => p.field), ['spec.externalHostname.hostname'])
+  const eg = validateDocument({ ...base, apiVersion: 'gateway.envoyproxy.io/v1alpha1', spec: { endpoints: [{ fqdn: { hostname: 'x.cluster.local', port: 443 } }] } }, src)
+  t.same(eg.problems.map((p) => p.field), ['spec.endpoints[0].fqdn.hostname'])
+})
+
+t.test('insecureSkipVerify is a warning, not an error', async (t) => {
+  const r = validateDocument({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'b' },
+    spec: { endpoints: [{ fqdn: { hostname: 'api.example.com', port: 443 } }], tls: { insecureSkipVerify: true } },
+  }, src)
+  t.same(r.problems.map((p) => [p.severity, p.field]), [['warning', 'spec.tls.insecureSkipVerify']])
+})
+
+t.test('cluster-scoped kinds: a namespace is ignored with a warning', async (t) => {
+  const r = validateDocument({ apiVersion: 'certificates.k8s.io/v1beta1', kind: 'ClusterTrustBundle', metadata: { name: 'a:b', namespace: 'x' }, spec: { trustBundle: 'pem' } }, src)
+  t.same(r.problems.map((p) => [p.severity, p.field]), [['warning', 'metadata.namespace']])
+})
+
+t.test('map keys that are not identifiers use brackets', async (t) => {
+  const r = validateDocument({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', labels: { 'app.kubernetes.io/name': 1 } } }, src)
+  t.same(r.problems.map((p) => p.field), ['metadata.labels[app.kubernetes.io/name]'])
+})
