@@ -35,15 +35,14 @@ export class H1Exchange implements Exchange {
   readonly upgrade = null
   readonly clientAddress: string
   readonly port: number
-  readonly #req: IncomingMessage
   readonly #res: ServerResponse
+  readonly #socket: Socket
   readonly #bytesReadAtStart: number
   #bytesOut = 0
   #out: Readable | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(req: IncomingMessage, res: ServerResponse, port: number, scheme: 'http' | 'https') {
-    this.#req = req
     this.#res = res
     this.scheme = scheme
     this.method = req.method ?? 'GET'
@@ -53,6 +52,7 @@ export class H1Exchange implements Exchange {
     this.body = hasBody(req) ? req : null
     this.clientAddress = clientIp(req.socket.remoteAddress)
     this.port = port
+    this.#socket = req.socket
     this.#bytesReadAtStart = req.socket.bytesRead
   }
 
@@ -111,7 +111,7 @@ export class H1Exchange implements Exchange {
     this.#res.destroy()
   }
 
-  bytesIn(): number { return this.#req.socket.bytesRead - this.#bytesReadAtStart }
+  bytesIn(): number { return this.#socket.bytesRead - this.#bytesReadAtStart }
   bytesOut(): number { return this.#bytesOut }
 }
 

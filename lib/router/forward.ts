@@ -289,12 +289,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
 
 function onRequestTimeout(ctx: RequestContext): void {
   ctx.timer = null
-  const err = new SallyportError(ErrorCode.REQUEST_TIMEOUT, 'route request timeout exceeded')
-  if (ctx.controller !== null) ctx.controller.abort(err)
-  if (ctx.ended) return
-  if (ctx.answered && !ctx.ex.headersSent()) return
-  ctx.answered = false // a response still streaming is cut: fail() resets it
-  ctx.fail(ErrorCode.REQUEST_TIMEOUT)
+  // Answer first: aborting makes upstream/ call onError (client-aborted), which must find us answered.
+  if (!ctx.ended && !(ctx.answered && !ctx.ex.headersSent())) {
+    ctx.answered = false // a response still streaming is cut: fail() resets it
+    ctx.fail(ErrorCode.REQUEST_TIMEOUT)
+  }
+  if (ctx.controller !== null) ctx.controller.abort(new SallyportError(ErrorCode.REQUEST_TIMEOUT, 'route request timeout exceeded'))
 }
 
 // ── mirrors ──

@@ -104,14 +104,15 @@ export function h1(port: number, o: RequestOptions = {}): Promise<Reply> {
 
 export function h1s(port: number, ca: string, servername: string, o: RequestOptions = {}, extra: https.RequestOptions = {}): Promise<Reply & { cn: string }> {
   return new Promise((resolve, reject) => {
-    const req = https.request({
+    const options: https.RequestOptions & { ALPNProtocols?: string[] } = {
       host: '127.0.0.1', port, method: o.method ?? 'GET', path: o.path ?? '/', agent: false, ca, servername,
       headers: { host: o.host ?? servername, ...o.headers }, timeout: 10_000, ALPNProtocols: ['http/1.1'], ...extra,
-    }, (res) => {
+    }
+    const req = https.request(options, (res) => {
       const chunks: Buffer[] = []
       const cert = (res.socket as import('node:tls').TLSSocket).getPeerCertificate()
       res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8'), cn: cert.subject?.CN ?? '' }))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8'), cn: String(cert.subject?.CN ?? '') }))
     })
     req.on('error', reject)
     req.on('timeout', () => req.destroy(new Error('client timeout')))
