@@ -42,7 +42,8 @@ export class H1Pool implements UpstreamPool {
         if (socket !== null) {
           this.#parked = null
           if (!socket.destroyed) {
-            callback(null, socket)
+            // Never synchronously: undici's client is still inside its resume loop.
+            process.nextTick(callback, null, socket)
             return
           }
         }

@@ -1,0 +1,121 @@
+import t from 'tap'
+import http2 from 'node:http2'
+import { Readable } from 'node:stream'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { cluster, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
+
+async function closeServer(s: http2.Http2Server): Promise<void> {
+  await new Promise<void>((resolve) => s.close(() => resolve()))
+}
+
+function h2cServer(onStream: (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void, settings: http2.Settings = {}): http2.Http2Server {
+  const s = http2.createServer({ settings })
+  s.on('stream', (stream, headers) => {
+    stream.on('error', () => { /* resets are part of these tests */ })
+    onStream(stream, headers)
+  })
+  // Tests end with sessions still open: destroy them so close() resolves.
+  s.on('session', (session) => { s.once('close', () => session.destroy()) })
+  return s
+}
+
+t.test('h2c: prior-knowledge HTTP/2 in cleartext, one session for many streams', async (t) => {
+  const ports = new Set<number>()
+  const s = h2cServer((stream, headers) => {
+    ports.add(stream.session?.socket?.remotePort ?? 0)
+    stream.respond({ ':status': 201, 'x-path': String(headers[':path']), 'x-te': String(headers.te ?? '') })
+    stream.end(`authority=${headers[':authority']} method=${headers[':method']}`)
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const results = await Promise.all([1, 2, 3, 4, 5].map((i) => forward(up, request(c, { path: `/p${i}`, authority: 'svc.local', headers: { te: 'trailers' } }))))
+  for (const [i, o] of results.entries()) {
+    const res = expectResponse(o)
+    t.equal(res.status, 201)
+    t.equal(res.protocol, 'h2c')
+    t.equal(res.headers['x-path'], `/p${i + 1}`)
+    t.equal(res.headers['x-te'], 'trailers')
+    t.equal(await readBody(res.body), 'authority=svc.local method=GET')
+  }
+  t.equal(ports.size, 1, 'all streams on one session')
+  t.match(up.stats()[0], { protocol: 'h2c', connected: 1 })
+})
+
+t.test('h2c: request body streams with backpressure', async (t) => {
+  const total = 8 * 1024 * 1024
+  const s = h2cServer((stream) => {
+    let n = 0
+    stream.on('data', (d: Buffer) => { n += d.length })
+    stream.on('end', () => { stream.respond({ ':status': 200 }); stream.end(String(n)) })
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const chunk = Buffer.alloc(64 * 1024, 1)
+  let produced = 0
+  const body = new Readable({ read() { if (produced >= total) this.push(null); else { produced += chunk.length; this.push(chunk) } } })
+  const res = expectResponse(await forward(up, request(cluster({ protocol: 'H2C', endpoints: [endpoint(port)] }), { method: 'PUT', body })))
+  t.equal(await readBody(res.body), String(total))
+})
+
+t.test('RST_STREAM from the upstream → SP_ERR_UPSTREAM_RESET', async (t) => {
+  const s = h2cServer((stream) => { stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR) })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const err = expectError(await forward(up, request(cluster({ protocol: 'H2C', endpoints: [endpoint(port)] }))))
+  t.equal(err.code, 'SP_ERR_UPSTREAM_RESET')
+})
+
+t.test('h2: headers timeout, and abort via signal resets the stream upstream', async (t) => {
+  let upstreamStreamClosed!: (code: number) => void
+  const streamClosed = new Promise<number>((resolve) => { upstreamStreamClosed = resolve })
+  let arrived!: () => void
+  const requestArrived = new Promise<void>((resolve) => { arrived = resolve })
+  const s = h2cServer((stream, headers) => {
+    if (headers[':path'] === '/abort') {
+      stream.on('close', () => upstreamStreamClosed(stream.rstCode ?? -1))
+      arrived()
+    }
+    // never answers
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const timedOut = expectError(await forward(up, request(c, { timeouts: { connectMs: null, headersMs: 150, idleMs: null } })))
+  t.equal(timedOut.code, 'SP_ERR_UPSTREAM_TIMEOUT')
+
+  const ac = new AbortController()
+  const pending = forward(up, request(c, { path: '/abort', signal: ac.signal }))
+  await requestArrived
+  ac.abort()
+  t.equal(expectError(await pending).code, 'SP_ERR_CLIENT_ABORTED')
+  t.equal(await streamClosed, http2.constants.NGHTTP2_CANCEL, 'upstream saw RST_STREAM(CANCEL)')
+})
+
+t.test('h2 extended CONNECT (RFC 8441) tunnel when the upstream advertises it', async (t) => {
+  const s = h2cServer((stream, headers) => {
+    if (headers[':method'] !== 'CONNECT' || headers[':protocol'] !== 'websocket') {
+      stream.respond({ ':status': 400 })
+      stream.end()
+      return
+    }
+    stream.respond({ ':status': 200 })
+    stream.pipe(stream)
+  }, { enableConnectProtocol: true })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const o = await forward(up, request(c, { upgrade: 'websocket', path: '/chat', headers: { 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13' } }))
+  if (o.kind !== 'tunnel') throw new Error(`expected tunnel, got ${o.kind}`)
+  t.equal(o.tunnel.status, 200)
+  t.equal(o.tunnel.headers['sec-websocket-accept'], 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=', 'accept computed for an HTTP/1.1 client (RFC 6455 example)')
+  const echoed = new Promise<string>((resolve) => o.tunnel.stream.once('data', (d: Buffer) => resolve(d.toString())))
+  o.tunnel.stream.write('ping')
+  t.equal(await echoed, 'ping')
+  o.tunnel.stream.destroy()
+})

@@ -1,0 +1,121 @@
+import t from 'tap'
+import https from 'node:https'
+import http2 from 'node:http2'
+import type { TLSSocket } from 'node:tls'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
+import { issue, makeCa } from './pki.ts'
+
+const ca = makeCa('sallyport test CA')
+const otherCa = makeCa('someone else')
+const server = issue(ca, { cn: 'localhost', dns: ['localhost'], ips: ['127.0.0.1'] })
+const client = issue(ca, { cn: 'gateway-client', client: true })
+
+function turn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve))
+}
+
+function h1TlsServer(options: https.ServerOptions = {}): https.Server {
+  return https.createServer({ key: server.keyPem, cert: server.certPem, ALPNProtocols: ['http/1.1'], ...options }, (req, res) => {
+    const socket = req.socket as TLSSocket
+    const peer = socket.getPeerCertificate()
+    res.setHeader('x-remote-port', String(socket.remotePort))
+    res.setHeader('x-sni', String(socket.servername))
+    res.end(`alpn=${socket.alpnProtocol} client=${peer?.subject?.CN ?? ''}`)
+  })
+}
+
+async function closeServer(s: https.Server | http2.Http2SecureServer): Promise<void> {
+  if ('closeAllConnections' in s) s.closeAllConnections()
+  await new Promise<void>((resolve) => s.close(() => resolve()))
+}
+
+t.test('protocol HTTP over TLS: ALPN picks http/1.1, the probe connection is reused', async (t) => {
+  const s = h1TlsServer()
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem }) })
+  const r1 = expectResponse(await forward(up, request(c)))
+  t.equal(r1.protocol, 'h1')
+  t.equal(await readBody(r1.body), 'alpn=http/1.1 client=')
+  t.equal(r1.headers['x-sni'], 'localhost', 'SNI is the configured servername, not the IP')
+  await turn()
+  const r2 = expectResponse(await forward(up, request(c)))
+  await readBody(r2.body)
+  t.equal(r2.headers['x-remote-port'], r1.headers['x-remote-port'], 'the ALPN probe socket became the pooled connection')
+  t.equal(up.stats()[0].protocol, 'h1')
+})
+
+t.test('protocol HTTP over TLS: ALPN picks h2; protocol HTTP2 speaks h2', async (t) => {
+  const s = http2.createSecureServer({ key: server.keyPem, cert: server.certPem, allowHTTP1: true }, (req, res) => {
+    res.setHeader('x-remote-port', String(req.socket.remotePort))
+    res.end(`v=${req.httpVersion} authority=${req.headers[':authority']}`)
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const auto = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem }) })
+  const r1 = expectResponse(await forward(up, request(auto, { authority: 'api.example' })))
+  t.equal(r1.protocol, 'h2')
+  t.equal(await readBody(r1.body), 'v=2.0 authority=api.example')
+  const r2 = expectResponse(await forward(up, request(auto)))
+  await readBody(r2.body)
+  t.equal(r2.headers['x-remote-port'], r1.headers['x-remote-port'], 'one session, many streams')
+
+  const h2 = cluster({ protocol: 'HTTP2', endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem }) })
+  const r3 = expectResponse(await forward(up, request(h2)))
+  t.equal(r3.protocol, 'h2')
+  t.equal(await readBody(r3.body), 'v=2.0 authority=localhost')
+})
+
+t.test('verification failures → SP_ERR_UPSTREAM_TLS with the reason class', async (t) => {
+  const s = h1TlsServer()
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+
+  const wrongHost = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem, servername: 'api.other.test', verifyHostname: 'api.other.test' }) })
+  const e1 = expectError(await forward(up, request(wrongHost)))
+  t.equal(e1.code, 'SP_ERR_UPSTREAM_TLS')
+  t.equal(e1.status, 502)
+  t.match(e1.message, /hostname_mismatch/)
+  t.ok(e1.cause instanceof Error)
+
+  const unknownCa = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: otherCa.certPem }) })
+  const e2 = expectError(await forward(up, request(unknownCa)))
+  t.equal(e2.code, 'SP_ERR_UPSTREAM_TLS')
+  t.match(e2.message, /unknown_ca/)
+
+  const systemTrust = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: null }) })
+  t.equal(expectError(await forward(up, request(systemTrust))).code, 'SP_ERR_UPSTREAM_TLS', 'a private CA is not in the system store')
+
+  const sans = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem, verifyHostname: 'nope.test', subjectAltNames: [{ type: 'Hostname', value: 'localhost' }] }) })
+  const ok = expectResponse(await forward(up, request(sans)))
+  await readBody(ok.body)
+  t.equal(ok.status, 200, 'subjectAltNames replace the hostname check')
+
+  const skip = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: otherCa.certPem, insecureSkipVerify: true }) })
+  const skipped = expectResponse(await forward(up, request(skip)))
+  await readBody(skipped.body)
+  t.equal(skipped.status, 200, 'insecureSkipVerify connects anyway')
+
+  const pinned = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem, spkiPins: ['AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='] }) })
+  const e3 = expectError(await forward(up, request(pinned)))
+  t.equal(e3.code, 'SP_ERR_UPSTREAM_TLS')
+  t.match(e3.message, /pin_mismatch/)
+})
+
+t.test('mTLS: the upstream sees the client certificate', async (t) => {
+  const s = h1TlsServer({ requestCert: true, rejectUnauthorized: true, ca: ca.certPem })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem, certPem: client.certPem, keyPem: client.keyPem }) })
+  const res = expectResponse(await forward(up, request(c)))
+  t.equal(await readBody(res.body), 'alpn=http/1.1 client=gateway-client')
+
+  const anonymous = cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem }) })
+  const err = expectError(await forward(up, request(anonymous)))
+  t.ok(err.code === 'SP_ERR_UPSTREAM_TLS' || err.code === 'SP_ERR_UPSTREAM_RESET', `no client cert refused (${err.code})`)
+})
