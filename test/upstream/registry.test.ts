@@ -3,6 +3,7 @@ import http from 'node:http'
 import { Readable } from 'node:stream'
 import type { Socket } from 'node:net'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { registry } from '../../lib/observe/metrics.ts'
 import { cluster, deadPort, endpoint, expectError, expectResponse, forward, listen, readBody, request, table } from './fixtures.ts'
 
 function echoPortServer(): http.Server {
@@ -49,6 +50,11 @@ t.test('HTTP/1.1 keep-alive: the pooled connection is reused', async (t) => {
   const stats = up.stats()
   t.equal(stats.length, 1)
   t.match(stats[0], { cluster: c.id, protocol: 'h1', connected: 1 })
+
+  const text = await registry.metrics()
+  t.match(text, `sallyport_upstream_request_duration_seconds_count{backend="${c.id}",code="200"} 2`)
+  t.match(text, `sallyport_upstream_pool_connections{backend="${c.id}",protocol="h1"} 1`)
+  t.match(text, `sallyport_upstream_active_requests{backend="${c.id}"} 0`)
 })
 
 t.test('no endpoints → SP_ERR_NO_HEALTHY_UPSTREAM', async (t) => {
@@ -77,6 +83,7 @@ t.test('connect refused → next endpoint; all refused → SP_ERR_UPSTREAM_CONNE
   const err = expectError(await forward(up, request(only)))
   t.equal(err.code, 'SP_ERR_UPSTREAM_CONNECT')
   t.equal((err.cause as NodeJS.ErrnoException).code, 'ECONNREFUSED')
+  t.match(await registry.metrics(), `sallyport_upstream_connect_errors_total{backend="${only.id}",reason="refused"} 1`)
 })
 
 t.test('hostname endpoints resolve through options.resolve; DNS failure is a connect error', async (t) => {
