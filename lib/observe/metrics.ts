@@ -19,13 +19,15 @@ export const configReloadFailures = new Counter({
 export const configInvalidObjects = new Gauge({
   name: 'sallyport_config_invalid_objects', help: 'Objects dropped from the current snapshot because they failed validation.',
   labelNames: ['kind'] as const, registers: [registry],
+  aggregator: 'max', // --workers: every worker sees the same files
 })
 export const tableBuiltAt = new Gauge({
   name: 'sallyport_route_table_built_timestamp_seconds', help: 'When the serving route table was compiled (unix seconds); age = time() - this.',
-  registers: [registry],
+  registers: [registry], aggregator: 'min', // --workers: the stalest worker's table
 })
 export const tableVersion = new Gauge({
   name: 'sallyport_route_table_version', help: 'Version counter of the serving route table.', registers: [registry],
+  aggregator: 'min', // --workers: the worker that lags behind
 })
 export const compileDuration = new Histogram({
   name: 'sallyport_config_compile_duration_seconds', help: 'Time to compile a snapshot into a route table.',

@@ -1,0 +1,168 @@
+#!/usr/bin/env node
+// The sallyport command line. Arguments are checked here, before any module
+// that logs is loaded: the log level is read once, when lib/observe/log.ts loads.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs, type ParseArgsConfig } from 'node:util'
+
+const USAGE = `Usage: sallyport <command> [options]
+
+Commands:
+  serve        Serve the Gateway API manifests in --config, reloading them on change
+  validate     Check manifests: one line per problem, exit 1 if any error
+  routes       Print the route table the manifests compile to
+  quickstart   Run a demo upstream and a gateway in front of it (what npm start runs)
+  version      Print the version
+
+serve [options]
+  --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json (repeatable, required)
+  --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
+  --bind ADDR              Address the Gateway listeners bind (default: 0.0.0.0)
+  --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump (default: 0.0.0.0:9901)
+  --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
+  --access-log on|off      One JSON log line per request (default: on)
+  --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
+  --drain-seconds N        On SIGTERM/SIGINT, time in-flight requests get to finish (default: 15)
+
+validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
+routes PATH... [--gateway-class NAME]
+quickstart [--admin ADDR:PORT|off]   (default admin: 127.0.0.1:9901)
+
+Exit codes: 0 ok, 1 configuration errors (validate) or failure, 2 usage error.
+`
+
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']
+
+class UsageError extends Error {}
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+
+function version(): string {
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as { version: string }
+  return pkg.version
+}
+
+function parse(args: string[], options: ParseArgsConfig['options'], positionals: boolean): ReturnType<typeof parseArgs> {
+  try {
+    return parseArgs({ args, options, allowPositionals: positionals, strict: true })
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err))
+  }
+}
+
+function str(values: Record<string, unknown>, name: string, fallback: string): string {
+  const v = values[name]
+  return typeof v === 'string' ? v : fallback
+}
+
+function integer(values: Record<string, unknown>, name: string, fallback: number, min: number, max: number): number {
+  const v = values[name]
+  if (v === undefined) return fallback
+  const n = Number(v)
+  if (typeof v !== 'string' || !/^\d+$/.test(v) || n < min || n > max) throw new UsageError(`--${name} wants an integer from ${min} to ${max}, got ${JSON.stringify(v)}`)
+  return n
+}
+
+function logLevel(values: Record<string, unknown>, fallback: string): void {
+  const level = str(values, 'log-level', process.env.SALLYPORT_LOG_LEVEL ?? fallback)
+  if (!LOG_LEVELS.includes(level)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`)
+  process.env.SALLYPORT_LOG_LEVEL = level
+}
+
+async function admin(values: Record<string, unknown>, fallback: string): Promise<{ host: string; port: number } | null> {
+  const { parseAdminAddress } = await import('../lib/observe/admin.ts')
+  try {
+    return parseAdminAddress(str(values, 'admin', fallback))
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err))
+  }
+}
+
+const out = {
+  stdout: (line: string): void => { process.stdout.write(`${line}\n`) },
+  stderr: (line: string): void => { process.stderr.write(`${line}\n`) },
+}
+
+async function main(argv: string[]): Promise<number | null> {
+  const [command, ...rest] = argv
+  switch (command) {
+    case 'serve': {
+      const { values, positionals } = parse(rest, {
+        config: { type: 'string', multiple: true },
+        'gateway-class': { type: 'string' },
+        bind: { type: 'string' },
+        admin: { type: 'string' },
+        workers: { type: 'string' },
+        'access-log': { type: 'string' },
+        'log-level': { type: 'string' },
+        'drain-seconds': { type: 'string' },
+      }, true)
+      if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (use --config PATH)`)
+      const configPaths = (values.config ?? []) as string[]
+      if (configPaths.length === 0) throw new UsageError('serve needs at least one --config PATH')
+      for (const p of configPaths) if (!fs.existsSync(p)) throw new UsageError(`--config ${p}: no such file or directory`)
+      const accessLog = str(values, 'access-log', 'on')
+      if (accessLog !== 'on' && accessLog !== 'off') throw new UsageError('--access-log must be on or off')
+      const workers = integer(values, 'workers', 0, 0, 256)
+      const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
+      logLevel(values, 'info')
+      const adminAddress = await admin(values, '0.0.0.0:9901')
+      const { serve } = await import('../lib/runtime/serve.ts')
+      await serve({
+        configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
+        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds,
+      })
+      return null // keeps running until a signal
+    }
+    case 'validate': {
+      const { values, positionals } = parse(rest, { 'log-level': { type: 'string' } }, true)
+      if (positionals.length === 0) throw new UsageError('validate needs at least one PATH')
+      logLevel(values, 'silent')
+      const { validateCommand } = await import('../lib/runtime/offline.ts')
+      return validateCommand(positionals, out)
+    }
+    case 'routes': {
+      const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'log-level': { type: 'string' } }, true)
+      if (positionals.length === 0) throw new UsageError('routes needs at least one PATH')
+      logLevel(values, 'silent')
+      const { routesCommand } = await import('../lib/runtime/offline.ts')
+      return routesCommand(positionals, str(values, 'gateway-class', 'sallyport'), out)
+    }
+    case 'quickstart': {
+      const { values } = parse(rest, { admin: { type: 'string' }, 'log-level': { type: 'string' } }, false)
+      logLevel(values, 'info')
+      const adminAddress = await admin(values, '127.0.0.1:9901')
+      const { quickstart } = await import('../lib/runtime/quickstart.ts')
+      await quickstart({ admin: adminAddress, print: out.stdout })
+      return null
+    }
+    case 'version':
+    case '--version':
+      parse(rest, {}, false)
+      out.stdout(`sallyport ${version()} (node ${process.version})`)
+      return 0
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(USAGE)
+      return 0
+    case undefined:
+      throw new UsageError('missing command')
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(command)}`)
+  }
+}
+
+main(process.argv.slice(2)).then((code) => {
+  if (code !== null) process.exitCode = code
+}, (err: unknown) => {
+  if (err instanceof UsageError) {
+    process.stderr.write(`sallyport: ${err.message}\n\n${USAGE}`)
+    process.exitCode = 2
+    return
+  }
+  process.stderr.write(`sallyport: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
+  process.exitCode = 1
+})

@@ -1,0 +1,60 @@
+// The commands that read manifests without serving them: `validate` and `routes`.
+
+import { buildSnapshot } from '../config/snapshot-builder.ts'
+import { readConfigSet } from '../config/file-source.ts'
+import { compile } from '../compile/compile.ts'
+import { printTable } from '../compile/print.ts'
+import { formatProblem } from '../resources/problem.ts'
+import { CONTROLLER_NAME } from './runtime.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+
+export interface Output {
+  readonly stdout: (line: string) => void
+  readonly stderr: (line: string) => void
+}
+
+async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; problems: ConfigProblem[] }> {
+  const set = await readConfigSet(paths)
+  const snapshot = buildSnapshot(set.docs, set.problems)
+  // Print in reading order (files as listed, then document order), unreadable files in their place.
+  const order = new Map(set.files.map((f, i) => [f, i]))
+  const problems = snapshot.problems
+    .map((p, i) => ({ p, i }))
+    .sort((a, b) => ((order.get(a.p.source.file) ?? -1) - (order.get(b.p.source.file) ?? -1)) || (a.p.source.doc - b.p.source.doc) || (a.i - b.i))
+    .map((x) => x.p)
+  return { snapshot, problems }
+}
+
+/**
+ * `sallyport validate PATH...`: one line per problem on stdout
+ * (`FILE:DOC: KIND NS/NAME: FIELD: MESSAGE`), a summary on stderr.
+ * Exit code 1 if any problem is an error (the object, or the whole file, would
+ * be ignored by `serve`), else 0 — warnings alone pass.
+ *
+ * It checks each object on its own (schema and the specs' rules). References
+ * between objects (a route's parent Gateway, a backendRef) are `serve`'s and
+ * `routes`'s business: they show as status conditions, since a set of files may
+ * be validated one by one.
+ */
+export async function validateCommand(paths: readonly string[], out: Output): Promise<number> {
+  const { problems } = await load(paths)
+  let errors = 0
+  let warnings = 0
+  for (const p of problems) {
+    out.stdout(formatProblem(p))
+    if (p.severity === 'error') errors++
+    else warnings++
+  }
+  out.stderr(`${errors} error${errors === 1 ? '' : 's'}, ${warnings} warning${warnings === 1 ? '' : 's'}`)
+  return errors > 0 ? 1 : 0
+}
+
+/** `sallyport routes PATH...`: the compiled table as `serve` would run it, problems on stderr. */
+export async function routesCommand(paths: readonly string[], gatewayClass: string, out: Output): Promise<number> {
+  const { snapshot, problems } = await load(paths)
+  for (const p of problems) out.stderr(formatProblem(p))
+  const { table, status } = compile(snapshot, { now: Date.now(), version: 1, gatewayClass, controllerName: CONTROLLER_NAME })
+  out.stdout(printTable(table, status).replace(/\n$/, ''))
+  return 0
+}

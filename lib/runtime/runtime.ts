@@ -1,0 +1,214 @@
+// The runtime wires the side loop to the hot path:
+//   source → Snapshot → compile() → data plane apply (swap + bind) → upstreams.retain → status
+// Build completely, swap, then retire the old (STYLE.md §4). If compile throws,
+// the old table keeps serving; if a port cannot be bound, the rest of the table
+// serves and readiness stays false until the port binds (retried with backoff).
+
+import { performance } from 'node:perf_hooks'
+import { compile } from '../compile/compile.ts'
+import { dumpTable } from '../compile/print.ts'
+import { FileSource } from '../config/file-source.ts'
+import { createDataPlane } from '../listeners/data-plane.ts'
+import { logger } from '../observe/log.ts'
+import {
+  compileDuration, configInvalidObjects, configReloadFailures, configReloads, tableBuiltAt, tableVersion,
+} from '../observe/metrics.ts'
+import { createUpstreams } from '../upstream/registry.ts'
+import { formatProblem } from '../resources/problem.ts'
+import { StatusLog } from './status-log.ts'
+import type { RouteTable } from '../compile/table.ts'
+import type { Status } from '../compile/status.ts'
+import type { DataPlane } from '../listeners/data-plane.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import type { Upstreams } from '../upstream/types.ts'
+
+const log = logger('runtime')
+
+/** The controllerName a GatewayClass must name for sallyport to take it. */
+export const CONTROLLER_NAME = 'sallyport.io/gateway-controller'
+
+export interface RuntimeOptions {
+  /** Files and directories of manifests. */
+  readonly configPaths: readonly string[]
+  /** GatewayClass served (default `sallyport`). */
+  readonly gatewayClass: string
+  /** Address listeners bind (default 0.0.0.0). */
+  readonly bind: string
+  readonly accessLog: boolean
+  /** File watch debounce (default 200 ms). */
+  readonly debounceMs?: number
+  /** Watch the files (default true). */
+  readonly watch?: boolean
+  /** Log status and problems at info/warn (false: debug — the other workers of a cluster). */
+  readonly reportStatus?: boolean
+  /** Called whenever readiness may have changed. */
+  readonly onReadyChange?: (ready: boolean) => void
+}
+
+const BIND_RETRY_MS = [500, 1000, 2000, 5000, 10000]
+
+export class Runtime {
+  readonly #options: RuntimeOptions
+  readonly #source: FileSource
+  readonly #upstreams: Upstreams
+  readonly #dataPlane: DataPlane
+  readonly #statusLog: StatusLog
+  #version = 0
+  #table: RouteTable | null = null
+  #status: Status | null = null
+  #problems: readonly ConfigProblem[] = []
+  #failedPorts: ReadonlyArray<{ readonly port: number; readonly error: string }> = []
+  #draining = false
+  #lastReady = false
+  #retryTimer: NodeJS.Timeout | null = null
+  #retryCount = 0
+  /** Applies are serialized: a bind retry never interleaves with a reload. */
+  #applying: Promise<void> = Promise.resolve()
+
+  constructor(options: RuntimeOptions) {
+    this.#options = options
+    this.#source = new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
+    this.#upstreams = createUpstreams()
+    this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
+    this.#statusLog = new StatusLog(options.reportStatus ?? true)
+  }
+
+  /** Load the configuration, compile, bind. Resolves after the first apply (bound or not). */
+  async start(): Promise<void> {
+    await this.#source.start((snapshot) => this.#enqueue(() => this.#load(snapshot)))
+  }
+
+  /** Ready: a first table applied, every port of it bound, not draining. */
+  ready(): boolean {
+    return this.#table !== null && this.#failedPorts.length === 0 && !this.#draining
+  }
+
+  table(): RouteTable | null {
+    return this.#table
+  }
+
+  /** What /config_dump shows. Secret material never appears (dumpTable redacts). */
+  configDump(): unknown {
+    const table = this.#table
+    return {
+      version: table?.version ?? 0,
+      builtAt: table === null ? null : new Date(table.builtAt).toISOString(),
+      table: table === null ? null : dumpTable(table),
+      failedPorts: this.#failedPorts,
+      status: this.#status === null ? [] : [...this.#status.objects.values()],
+      problems: this.#problems.map((p) => ({ ...p, line: formatProblem(p) })),
+      upstreams: this.#upstreams.stats(),
+    }
+  }
+
+  /** Stop accepting, let in-flight requests finish within `graceMs`, close pools. */
+  async stop(graceMs: number): Promise<void> {
+    this.#draining = true
+    this.#notifyReady()
+    this.#source.close()
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer)
+    await this.#applying.catch(() => {})
+    await this.#dataPlane.drain(graceMs)
+    await this.#upstreams.close()
+  }
+
+  #enqueue(step: () => Promise<void>): Promise<void> {
+    const next = this.#applying.then(step, step)
+    this.#applying = next.catch(() => {})
+    return next
+  }
+
+  async #load(snapshot: Snapshot): Promise<void> {
+    if (this.#draining) return
+    this.#statusLog.problems(snapshot.problems)
+    const version = this.#version + 1
+    const started = performance.now()
+    let compiled: { table: RouteTable; status: Status }
+    try {
+      compiled = compile(snapshot, { now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME })
+    } catch (err) {
+      configReloadFailures.inc({ source: 'file', reason: 'compile' })
+      log.error({ err, version }, 'compile failed; keeping the previous route table')
+      return
+    } finally {
+      compileDuration.observe((performance.now() - started) / 1000)
+    }
+    this.#version = version
+    await this.#applyTable(compiled.table)
+    this.#upstreams.retain(compiled.table)
+    this.#status = compiled.status
+    this.#problems = snapshot.problems
+    this.#statusLog.status(compiled.status)
+    configReloads.inc({ source: 'file' })
+    tableVersion.set(compiled.table.version)
+    tableBuiltAt.set(compiled.table.builtAt / 1000)
+    setInvalidObjects(snapshot.problems)
+    log.info({ version, ports: [...compiled.table.ports.keys()], clusters: compiled.table.clusters.size, problems: snapshot.problems.length }, 'route table applied')
+  }
+
+  async #applyTable(table: RouteTable): Promise<void> {
+    let failed: ReadonlyArray<{ readonly port: number; readonly error: string }>
+    try {
+      const result = await this.#dataPlane.apply(table)
+      failed = result.failed.map((f) => ({ port: f.port, error: errorText(f.error) }))
+    } catch (err) {
+      // apply() reports bind failures as values; a throw is a bug in a listener: count it, keep going.
+      log.error({ err }, 'applying the route table to listeners failed')
+      failed = [...table.ports.keys()].map((port) => ({ port, error: errorText(err) }))
+    }
+    this.#table = table
+    this.#failedPorts = failed
+    if (failed.length > 0) {
+      configReloadFailures.inc({ source: 'file', reason: 'listen' })
+      for (const f of failed) log.error({ port: f.port, bind: this.#options.bind, error: f.error }, 'cannot listen on port; not ready until it binds')
+      this.#scheduleBindRetry()
+    } else {
+      this.#retryCount = 0
+    }
+    this.#notifyReady()
+  }
+
+  #scheduleBindRetry(): void {
+    if (this.#retryTimer !== null || this.#draining) return
+    const delay = BIND_RETRY_MS[Math.min(this.#retryCount, BIND_RETRY_MS.length - 1)] as number
+    this.#retryCount++
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null
+      const table = this.#table
+      if (table === null || this.#failedPorts.length === 0 || this.#draining) return
+      void this.#enqueue(() => this.#applyTable(table))
+    }, delay)
+    this.#retryTimer.unref()
+  }
+
+  #notifyReady(): void {
+    const ready = this.ready()
+    if (ready === this.#lastReady) return
+    this.#lastReady = ready
+    log.info({ ready }, ready ? 'ready' : 'not ready')
+    this.#options.onReadyChange?.(ready)
+  }
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as NodeJS.ErrnoException).code
+    return code === undefined ? err.message : `${code}: ${err.message}`
+  }
+  return String(err)
+}
+
+/** Count dropped objects (not problems: one object may have several) per kind. */
+function setInvalidObjects(problems: readonly ConfigProblem[]): void {
+  const seen = new Map<string, Set<string>>()
+  for (const p of problems) {
+    if (p.severity !== 'error') continue
+    const kind = p.kind === '' ? '<none>' : p.kind
+    let set = seen.get(kind)
+    if (set === undefined) seen.set(kind, set = new Set())
+    set.add(`${p.source.file}:${p.source.doc}`)
+  }
+  configInvalidObjects.reset()
+  for (const [kind, set] of seen) configInvalidObjects.set({ kind }, set.size)
+}

@@ -1,0 +1,186 @@
+// `sallyport serve`: one process, or a primary with N workers (node:cluster).
+//
+// Worker mode — who compiles: every worker runs its own Runtime (file source,
+// watch, compile, data plane). That keeps workers independent (no snapshot
+// shipped over IPC, no primary on the request path) at the cost of N compiles per
+// change; the files are the same, so they converge on the same table. The
+// listening sockets are shared through cluster (the primary owns the handles).
+// The primary runs only the admin server: /metrics aggregates every worker's
+// registry (prom-client AggregatorRegistry), /readyz is "every worker ready",
+// /config_dump asks the first live worker. Only worker 0 logs status and problems
+// at info/warn; the others log them at debug, so a change is reported once.
+
+import cluster, { type Worker } from 'node:cluster'
+import { AggregatorRegistry } from 'prom-client'
+import { logger } from '../observe/log.ts'
+import { registry } from '../observe/metrics.ts'
+import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.ts'
+import { Runtime } from './runtime.ts'
+
+const log = logger('serve')
+
+export interface ServeOptions {
+  readonly configPaths: readonly string[]
+  readonly gatewayClass: string
+  readonly bind: string
+  /** null: no admin server. */
+  readonly admin: { readonly host: string; readonly port: number } | null
+  /** 0: no cluster, serve in this process. */
+  readonly workers: number
+  readonly accessLog: boolean
+  readonly drainSeconds: number
+}
+
+/** Runs until SIGTERM/SIGINT, then drains and exits 0. */
+export async function serve(options: ServeOptions): Promise<void> {
+  if (options.workers > 0 && cluster.isPrimary) return servePrimary(options)
+  if (cluster.isWorker) return serveWorker(options)
+  return serveSingle(options)
+}
+
+async function serveSingle(options: ServeOptions): Promise<void> {
+  const runtime = new Runtime({
+    configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
+  })
+  // Admin first: /healthz answers and /readyz says 503 while the first table loads.
+  const admin = options.admin === null ? null : await startAdminServer({
+    ...options.admin,
+    ready: () => runtime.ready(),
+    metrics: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
+    configDump: async () => runtime.configDump(),
+  })
+  onShutdownSignal(async (signal) => {
+    log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining')
+    await runtime.stop(options.drainSeconds * 1000)
+    await admin?.close()
+    log.info('stopped')
+  })
+  await runtime.start()
+}
+
+// ───────────────────────────── cluster ─────────────────────────────
+
+type ToPrimary =
+  | { readonly type: 'sallyport:ready'; readonly ready: boolean }
+  /** JSON text: cluster IPC would turn the dump's Maps into `{}`. */
+  | { readonly type: 'sallyport:config_dump'; readonly id: number; readonly json: string }
+type ToWorker =
+  | { readonly type: 'sallyport:shutdown' }
+  | { readonly type: 'sallyport:config_dump'; readonly id: number }
+
+const WORKER_INDEX_ENV = 'SALLYPORT_WORKER_INDEX'
+const RESPAWN_DELAY_MS = 1000
+
+async function servePrimary(options: ServeOptions): Promise<void> {
+  const workers = new Map<number, { worker: Worker; ready: boolean }>() // by index
+  const pendingDumps = new Map<number, (dump: unknown) => void>()
+  let nextDumpId = 1
+  let shuttingDown = false
+  const aggregator = new AggregatorRegistry()
+
+  const fork = (index: number): void => {
+    const worker = cluster.fork({ [WORKER_INDEX_ENV]: String(index) })
+    workers.set(index, { worker, ready: false })
+    worker.on('message', (msg: ToPrimary) => {
+      if (msg?.type === 'sallyport:ready') {
+        const entry = workers.get(index)
+        if (entry?.worker === worker) entry.ready = msg.ready
+      } else if (msg?.type === 'sallyport:config_dump') {
+        pendingDumps.get(msg.id)?.(JSON.parse(msg.json))
+        pendingDumps.delete(msg.id)
+      }
+    })
+    worker.on('exit', (code, signal) => {
+      const entry = workers.get(index)
+      if (entry?.worker !== worker) return
+      entry.ready = false
+      if (shuttingDown) return
+      log.error({ worker: index, code, signal }, 'worker exited; restarting')
+      setTimeout(() => { if (!shuttingDown) fork(index) }, RESPAWN_DELAY_MS).unref()
+    })
+  }
+  for (let i = 0; i < options.workers; i++) fork(i)
+
+  const admin: AdminServer | null = options.admin === null ? null : await startAdminServer({
+    ...options.admin,
+    ready: () => !shuttingDown && workers.size === options.workers && [...workers.values()].every((w) => w.ready),
+    metrics: async () => ({ contentType: aggregator.contentType, body: await aggregator.clusterMetrics() }),
+    configDump: () => new Promise<unknown>((resolve) => {
+      const live = [...workers.values()].find((w) => w.worker.isConnected())
+      if (live === undefined) return resolve({ error: 'no live worker' })
+      const id = nextDumpId++
+      const timer = setTimeout(() => { pendingDumps.delete(id); resolve({ error: 'worker did not answer' }) }, 5000)
+      pendingDumps.set(id, (dump) => { clearTimeout(timer); resolve(dump) })
+      live.worker.send({ type: 'sallyport:config_dump', id } satisfies ToWorker)
+    }),
+  })
+  log.info({ workers: options.workers }, 'primary started')
+
+  onShutdownSignal(async (signal) => {
+    shuttingDown = true
+    log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining workers')
+    const exits = [...workers.values()].map(({ worker }) => new Promise<void>((resolve) => {
+      if (worker.isDead()) return resolve()
+      worker.once('exit', () => resolve())
+      // A worker stuck past the grace period (plus slack to close pools) is killed.
+      const kill = setTimeout(() => worker.process.kill('SIGKILL'), options.drainSeconds * 1000 + 5000)
+      kill.unref()
+      try { worker.send({ type: 'sallyport:shutdown' } satisfies ToWorker) } catch { worker.process.kill('SIGTERM') }
+    }))
+    await Promise.all(exits)
+    await admin?.close()
+    log.info('stopped')
+  })
+}
+
+async function serveWorker(options: ServeOptions): Promise<void> {
+  // Workers answer the primary's AggregatorRegistry from our registry (not prom-client's
+  // global one); constructing one in the worker is what installs the IPC listener.
+  AggregatorRegistry.setRegistries([registry])
+  new AggregatorRegistry()
+  const index = Number(process.env[WORKER_INDEX_ENV] ?? 0)
+  const send = (msg: ToPrimary): void => { if (process.connected) process.send?.(msg) }
+  const runtime = new Runtime({
+    configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
+    reportStatus: index === 0,
+    onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
+  })
+  let stopping: Promise<void> | null = null
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      await runtime.stop(options.drainSeconds * 1000)
+      process.disconnect?.()
+      process.exit(0)
+    })()
+    return stopping
+  }
+  process.on('message', (msg: ToWorker) => {
+    if (msg?.type === 'sallyport:shutdown') void stop()
+    else if (msg?.type === 'sallyport:config_dump') send({ type: 'sallyport:config_dump', id: msg.id, json: dumpJson(runtime.configDump()) })
+  })
+  // Ctrl-C reaches the whole process group: the primary coordinates, workers wait for it.
+  process.on('SIGINT', () => {})
+  process.on('SIGTERM', () => { void stop() })
+  // The primary gone (killed hard): nobody would ever tell us to stop.
+  process.on('disconnect', () => { void stop() })
+  await runtime.start()
+  send({ type: 'sallyport:ready', ready: runtime.ready() })
+}
+
+/** SIGTERM and SIGINT: run `shutdown` once, then exit 0 (a second signal exits at once). */
+function onShutdownSignal(shutdown: (signal: string) => Promise<void>): void {
+  let started = false
+  const handler = (signal: NodeJS.Signals): void => {
+    if (started) {
+      log.warn({ signal }, 'second signal: exiting now')
+      process.exit(1)
+    }
+    started = true
+    shutdown(signal).then(() => process.exit(0), (err: unknown) => {
+      log.error({ err }, 'shutdown failed')
+      process.exit(1)
+    })
+  }
+  process.on('SIGTERM', handler)
+  process.on('SIGINT', handler)
+}

@@ -1,0 +1,141 @@
+// The CLI's offline commands and argument handling.
+import t from 'tap'
+import fs from 'node:fs'
+import path from 'node:path'
+import { runCli, tempDir } from '../e2e/harness.ts'
+
+const good = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: sallyport
+spec:
+  controllerName: sallyport.io/gateway-controller
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: egress
+  namespace: default
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - name: http
+      protocol: HTTP
+      port: 8080
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: api
+  namespace: default
+spec:
+  parentRefs:
+    - name: egress
+  hostnames:
+    - api.example.test
+  rules:
+    - backendRefs:
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: demo
+          port: 9080
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: demo
+  namespace: default
+spec:
+  endpoints:
+    - ip:
+        address: 127.0.0.1
+        port: 9080
+`
+
+const badRoute = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: broken
+  namespace: team
+spec:
+  parentRefs:
+    - name: egress
+  rules:
+    - matches:
+        - path:
+            type: Bogus
+            value: /x
+`
+
+t.test('validate: clean files print nothing and exit 0', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'good.yaml'), good)
+  const r = await runCli(t, ['validate', dir])
+  t.equal(r.code, 0)
+  t.equal(r.stdout, '')
+  t.match(r.stderr, /0 errors, 0 warnings/)
+})
+
+t.test('validate: one line per problem, exit 1 on errors', async (t) => {
+  const dir = tempDir(t)
+  const goodFile = path.join(dir, 'a-good.yaml')
+  const badFile = path.join(dir, 'b-bad.yaml')
+  const brokenFile = path.join(dir, 'c-broken.yaml')
+  fs.writeFileSync(goodFile, good)
+  fs.writeFileSync(badFile, `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fine\n---\n${badRoute}`)
+  fs.writeFileSync(brokenFile, 'kind: ConfigMap\nmetadata:\n  name: x\n  labels: a: b\n')
+  const r = await runCli(t, ['validate', goodFile, badFile, brokenFile])
+  t.equal(r.code, 1)
+  // Files in argument order, documents in file order.
+  t.equal(r.stdout, [
+    `${badFile}:1: HTTPRoute team/broken: spec.rules[0].matches[0].path.type: "Bogus" is not one of Exact, PathPrefix, RegularExpression`,
+    `${brokenFile}:0: <no kind> <no name>: line 4, column 11: Nested mappings are not allowed in compact mappings`,
+    '',
+  ].join('\n'))
+  t.match(r.stderr, /2 errors, 0 warnings/)
+})
+
+t.test('validate: warnings are printed but pass', async (t) => {
+  const dir = tempDir(t)
+  const file = path.join(dir, 'insecure.yaml')
+  fs.writeFileSync(file, `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: insecure
+  namespace: team
+spec:
+  endpoints:
+    - fqdn:
+        hostname: api.example.com
+        port: 443
+  tls:
+    insecureSkipVerify: true
+`)
+  const r = await runCli(t, ['validate', file])
+  t.equal(r.code, 0)
+  t.equal(r.stdout, `${file}:0: Backend team/insecure: spec.tls.insecureSkipVerify: certificate verification is disabled (insecureSkipVerify: true)\n`)
+  t.match(r.stderr, /0 errors, 1 warning\b/)
+})
+
+t.test('routes prints the compiled table', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'good.yaml'), good)
+  const r = await runCli(t, ['routes', dir])
+  t.equal(r.code, 0)
+  t.match(r.stdout, /8080/)
+  t.match(r.stdout, /api\.example\.test/)
+})
+
+t.test('version', async (t) => {
+  const r = await runCli(t, ['version'])
+  t.equal(r.code, 0)
+  t.match(r.stdout, /^sallyport \d+\.\d+\.\d+ \(node v24\./)
+})
+
+t.test('argument errors print usage and exit 2', async (t) => {
+  for (const args of [[], ['frobnicate'], ['serve'], ['serve', '--config'], ['serve', '--config', '/nonexistent/dir'], ['serve', '--config', '.', '--workers', 'x'], ['serve', '--config', '.', '--bogus'], ['serve', '--config', '.', '--admin', 'nope'], ['validate'], ['routes']]) {
+    const r = await runCli(t, args)
+    t.equal(r.code, 2, args.join(' '))
+    t.match(r.stderr, /Usage: sallyport <command>/)
+  }
+})

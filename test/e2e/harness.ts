@@ -1,0 +1,190 @@
+// Helpers for the end-to-end tests: the real CLI as a child process, loopback
+// sockets only, every wait bounded in time.
+
+import { spawn, type ChildProcess } from 'node:child_process'
+import fs from 'node:fs'
+import http from 'node:http'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { Test } from 'tap'
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
+export const BIN = path.join(ROOT, 'bin', 'sallyport.ts')
+
+/** A port that was free a moment ago (bind 127.0.0.1:0, read it, close). */
+export async function freePort(): Promise<number> {
+  const server = net.createServer()
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', resolve)
+  })
+  const port = (server.address() as net.AddressInfo).port
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+export function tempDir(t: Test): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-e2e-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+export interface Cli {
+  readonly child: ChildProcess
+  /** Everything printed so far. */
+  stdout(): string
+  stderr(): string
+  /** Wait until stdout+stderr match `re` (bounded). */
+  waitFor(re: RegExp, timeoutMs?: number): Promise<string>
+  /** Resolves with the exit code (or signal name). */
+  readonly exited: Promise<number | string>
+}
+
+export function startCli(t: Test, args: readonly string[], options: { env?: Record<string, string> } = {}): Cli {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: ROOT, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  let err = ''
+  const waiters = new Set<() => void>()
+  const notify = (): void => { for (const w of waiters) w() }
+  child.stdout?.setEncoding('utf8').on('data', (s: string) => { out += s; notify() })
+  child.stderr?.setEncoding('utf8').on('data', (s: string) => { err += s; notify() })
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => { resolve(code ?? signal ?? -1); notify() })
+  })
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  const cli: Cli = {
+    child,
+    exited,
+    stdout: () => out,
+    stderr: () => err,
+    waitFor: (re, timeoutMs = 15000) => new Promise<string>((resolve, reject) => {
+      const check = (): void => {
+        const m = re.exec(out + err)
+        if (m !== null) { done(); resolve(m[0]) }
+        else if (child.exitCode !== null || child.signalCode !== null) { done(); reject(new Error(`process exited before ${re}:\n${out}\n${err}`)) }
+      }
+      const timer = setTimeout(() => { done(); reject(new Error(`timed out waiting for ${re}:\n${out.slice(-4000)}\n${err.slice(-4000)}`)) }, timeoutMs)
+      const done = (): void => { clearTimeout(timer); waiters.delete(check) }
+      waiters.add(check)
+      check()
+    }),
+  }
+  return cli
+}
+
+/** Run the CLI to completion (bounded). */
+export async function runCli(t: Test, args: readonly string[], timeoutMs = 30000): Promise<{ code: number | string; stdout: string; stderr: string }> {
+  const cli = startCli(t, args)
+  const timer = setTimeout(() => cli.child.kill('SIGKILL'), timeoutMs)
+  const code = await cli.exited
+  clearTimeout(timer)
+  return { code, stdout: cli.stdout(), stderr: cli.stderr() }
+}
+
+export interface Reply {
+  readonly status: number
+  readonly headers: http.IncomingHttpHeaders
+  readonly body: string
+}
+
+/** One HTTP/1.1 request on a fresh connection (no agent), bounded in time. */
+export function request(url: string, options: { host?: string; method?: string; timeoutMs?: number } = {}): Promise<Reply> {
+  return new Promise<Reply>((resolve, reject) => {
+    const headers: Record<string, string> = {}
+    if (options.host !== undefined) headers.host = options.host
+    const req = http.request(url, { method: options.method ?? 'GET', headers, agent: false }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (s: string) => { body += s })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }))
+      res.on('error', reject)
+    })
+    req.setTimeout(options.timeoutMs ?? 10000, () => req.destroy(new Error(`request to ${url} timed out`)))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+/** Retry `fn` until it returns a value without throwing and `ok` accepts it (bounded). */
+export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  let last: unknown = null
+  for (let i = 0; i < 1000; i++) {
+    try {
+      const v = await fn()
+      if (ok(v)) return v
+      last = v
+    } catch (err) {
+      last = err
+    }
+    if (Date.now() > deadline) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`${what} not reached in ${timeoutMs} ms; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`)
+}
+
+/** Manifests: a GatewayClass, a Gateway with an HTTP listener, and Backends pointing at local upstreams. */
+export function gatewayYaml(port: number, extraListeners = ''): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: sallyport
+spec:
+  controllerName: sallyport.io/gateway-controller
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: egress
+  namespace: default
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - name: http
+      protocol: HTTP
+      port: ${port}
+${extraListeners}`
+}
+
+export function backendYaml(name: string, port: number): string {
+  return `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  endpoints:
+    - ip:
+        address: 127.0.0.1
+        port: ${port}
+`
+}
+
+export function routeYaml(name: string, hostname: string, backend: string, port: number): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs:
+    - name: egress
+  hostnames:
+    - ${hostname}
+  rules:
+    - backendRefs:
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: ${backend}
+          port: ${port}
+`
+}
