@@ -119,3 +119,24 @@ t.test('h2 extended CONNECT (RFC 8441) tunnel when the upstream advertises it', 
   t.equal(await echoed, 'ping')
   o.tunnel.stream.destroy()
 })
+
+t.test('h2c: a second session opens when the first is at SETTINGS_MAX_CONCURRENT_STREAMS', async (t) => {
+  const ports = new Set<number>()
+  const held: http2.ServerHttp2Stream[] = []
+  let release!: () => void
+  const allHeld = new Promise<void>((resolve) => { release = resolve })
+  const s = h2cServer((stream) => {
+    ports.add(stream.session?.socket?.remotePort ?? 0)
+    held.push(stream)
+    if (held.length === 3) release()
+  }, { maxConcurrentStreams: 1 })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const pending = [1, 2, 3].map(() => forward(up, request(c)))
+  await allHeld
+  for (const stream of held) { stream.respond({ ':status': 200 }); stream.end('ok') }
+  for (const o of await Promise.all(pending)) t.equal(await readBody(expectResponse(o).body), 'ok')
+  t.equal(ports.size, 3, 'one session per concurrent stream')
+})
