@@ -84,30 +84,46 @@ export function matchRequest(vhost: VirtualHost, input: MatchInput): RouteMatch 
   return best
 }
 
+// Nodes on the path's segment chain, root first. Reused across calls: matching
+// is synchronous and never re-entered, so one module-level array saves an
+// allocation per request.
+const chain: PrefixNode[] = []
+
 // hot path
 /**
  * Walks the prefix tree along the path's segments, then consults the nodes
  * deepest first. Gateway API PathPrefix is element-wise: '/foo' matches '/foo'
  * and '/foo/bar' but not '/foobar'; a trailing slash in the prefix is ignored
  * (compile puts '/foo/' on the node of 'foo'). Deeper nodes hold longer
- * prefixes, which rank first.
+ * prefixes, which rank first; a shallower node is still consulted because a
+ * vhost also carries lower-tier (wildcard / catch-all) matches whose ranks
+ * interleave.
  */
 function matchPrefixes(root: PrefixNode, input: MatchInput, query: QueryCache | null, best: RouteMatch | null): RouteMatch | null {
-  return visit(root, input.path, 1, input, query, best)
-}
-
-function visit(node: PrefixNode, path: string, start: number, input: MatchInput, query: QueryCache | null, best: RouteMatch | null): RouteMatch | null {
+  const path = input.path
+  let depth = 0
+  let node = root
+  chain[depth++] = node
   // The path starts with '/'; `start` is the offset of the next segment.
-  if (start <= path.length && node.children.size > 0) {
+  for (let start = 1; start <= path.length;) {
+    const children = node.children
+    if (children.size === 0) break
     let end = path.indexOf('/', start)
     if (end === -1) end = path.length
-    const child = node.children.get(path.slice(start, end))
-    if (child !== undefined) best = visit(child, path, end + 1, input, query, best)
+    const child = children.get(path.slice(start, end))
+    if (child === undefined) break
+    node = child
+    chain[depth++] = node
+    start = end + 1
   }
-  const matches = node.matches
-  if (matches.length === 0) return best
-  const found = firstFit(matches, input, query, best === null ? Infinity : best.rank)
-  return found === null ? best : found
+  for (let i = depth - 1; i >= 0; i--) {
+    const matches = chain[i].matches
+    chain[i] = root // drop the reference so an old table is not kept alive
+    if (matches.length === 0) continue
+    const found = firstFit(matches, input, query, best === null ? Infinity : best.rank)
+    if (found !== null) best = found
+  }
+  return best
 }
 
 // hot path
