@@ -2,7 +2,7 @@
 // Extended CONNECT (RFC 8441, :protocol) becomes a tunnel request.
 
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
-import { pipeline, type Duplex, type Readable } from 'node:stream'
+import { Readable, pipeline, type Duplex } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
@@ -41,7 +41,7 @@ export class H2Exchange implements Exchange {
     this.headers = headers
     const protocol = headers[':protocol']
     this.upgrade = this.method === 'CONNECT' && typeof protocol === 'string' ? protocol.toLowerCase() : null
-    this.body = this.upgrade !== null || (flags & END_STREAM) !== 0 ? null : stream
+    this.body = this.upgrade !== null || (flags & END_STREAM) !== 0 ? null : new RequestBody(stream)
     this.clientAddress = clientIp(clientAddress)
     this.port = port
     stream.on('error', noop)
@@ -124,10 +124,49 @@ export class H2Exchange implements Exchange {
   }
 
   bytesIn(): number {
-    // Per-stream DATA byte counts are not exposed by node:http2 without touching the body; use the declared length.
-    const cl = this.headers['content-length']
-    return cl === undefined ? 0 : Number(cl) || 0
+    const body = this.body
+    return body instanceof RequestBody ? body.bytes : 0
   }
 
   bytesOut(): number { return this.#bytesOut }
+}
+
+/**
+ * The request half of an HTTP/2 stream as a plain Readable. upstream/ may
+ * destroy the body it was given once sent (undici does); destroying the
+ * ServerHttp2Stream itself would reset the response half too. Destroying this
+ * view only stops forwarding: the rest of the request is drained.
+ */
+class RequestBody extends Readable {
+  readonly #stream: ServerHttp2Stream
+  /** Request body bytes received. */
+  bytes = 0
+
+  constructor(stream: ServerHttp2Stream) {
+    super({ highWaterMark: 64 * 1024 })
+    this.#stream = stream
+    stream.on('data', this.#onData)
+    stream.once('end', this.#onEnd)
+    stream.once('aborted', this.#onAborted)
+  }
+
+  #onData = (chunk: Buffer): void => {
+    this.bytes += chunk.length
+    if (!this.push(chunk)) this.#stream.pause()
+  }
+
+  #onEnd = (): void => { this.push(null) }
+
+  #onAborted = (): void => { this.destroy(new Error('client aborted the request body')) }
+
+  override _read(): void { this.#stream.resume() }
+
+  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    const stream = this.#stream
+    stream.off('data', this.#onData)
+    stream.off('end', this.#onEnd)
+    stream.off('aborted', this.#onAborted)
+    if (!stream.destroyed && !stream.readableEnded) stream.resume() // drain what is left; the response half lives on
+    cb(err)
+  }
 }

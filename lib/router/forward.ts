@@ -4,6 +4,7 @@
 // everything (Caddy's proxyLoopIteration; fastify's one-shape context); the
 // functions it uses are module-level.
 
+import { randomBytes } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
@@ -145,6 +146,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     this.cluster = cluster
 
     const headers = forwardableHeaders(ex.headers, ex.upgrade !== null)
+    if (ex.upgrade !== null && ex.protocol === 'h2') websocketFromH2(headers, ex.upgrade)
     if (markHop(headers, this.env.gatewayId)) return this.fail(ErrorCode.LOOP_DETECTED)
     addForwarded(headers, ex.clientAddress, ex.scheme)
     if (rule.requestHeaders !== null) applyHeaderEdits(headers, rule.requestHeaders)
@@ -156,7 +158,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     const timeouts = rule.timeouts
     const req: UpstreamRequest = {
       cluster,
-      method: this.method,
+      // An RFC 8441 tunnel is a GET Upgrade toward HTTP/1.1 upstreams (the HTTP/2 pool sends CONNECT + :protocol itself).
+      method: ex.upgrade !== null && ex.protocol === 'h2' ? 'GET' : this.method,
       path: this.query === null ? path : path + '?' + this.query,
       authority: rule.rewriteHost ?? cluster.hostname ?? authority,
       headers,
@@ -285,6 +288,18 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
       this.timer = null
     }
   }
+}
+
+/**
+ * RFC 8441 §5: an extended CONNECT carries no Sec-WebSocket-Key; an HTTP/1.1
+ * upstream needs one (RFC 6455 §4.1), so we mint it. The upstream's
+ * Sec-WebSocket-Accept is not sent back over HTTP/2.
+ */
+function websocketFromH2(headers: OutgoingHeaders, protocol: string): void {
+  headers.upgrade = protocol
+  if (protocol !== 'websocket') return
+  if (headers['sec-websocket-key'] === undefined) headers['sec-websocket-key'] = randomBytes(16).toString('base64')
+  if (headers['sec-websocket-version'] === undefined) headers['sec-websocket-version'] = '13'
 }
 
 function onRequestTimeout(ctx: RequestContext): void {
