@@ -12,7 +12,7 @@
 // upstream and this process share core 1. Only one proxy is loaded at a time.
 // Results: a table and ratio lines on stdout, JSON in bench/results/<timestamp>.json.
 
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import os from 'node:os'
 import path from 'node:path'
@@ -83,6 +83,25 @@ process.on('exit', killAllSync)
 process.on('SIGINT', () => { killAllSync(); process.exit(130) })
 process.on('SIGTERM', () => { killAllSync(); process.exit(143) })
 
+/** Share of all cores busy over `ms` (from /proc/stat), 0..100; NaN when unreadable. */
+async function machineBusyPct(ms: number): Promise<number> {
+  const read = (): number[] => {
+    try {
+      const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]
+      return line.trim().split(/\s+/).slice(1).map(Number)
+    } catch {
+      return []
+    }
+  }
+  const a = read()
+  await new Promise((r) => setTimeout(r, ms))
+  const b = read()
+  if (a.length < 5 || b.length < 5) return NaN
+  const total = b.reduce((x, y) => x + y, 0) - a.reduce((x, y) => x + y, 0)
+  const idle = (b[3] + b[4]) - (a[3] + a[4])
+  return total > 0 ? 100 * (1 - idle / total) : NaN
+}
+
 async function main(): Promise<number> {
   spawnSync('bash', [path.join(REPO_ROOT, 'scripts', 'system-deps.sh'), '--bench'], { stdio: 'inherit' })
   if (spawnSync('h2load', ['--version']).status !== 0) {
@@ -133,7 +152,10 @@ async function main(): Promise<number> {
   writeFileSync(ctx.oneMiBFile, Buffer.alloc(1024 * 1024, 0x75))
 
   log(`bench: tmp ${tmp}; pinning ${pin ? 'sallyport/nginx-proxy on core 0, h2load+origin+client on core 1' : 'off'}; features ${features}; access log ${accessLog ? 'on' : 'off'}`)
-  log(`bench: load average before: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
+  // Other work on the machine skews every number: measure it before loading anything.
+  const backgroundBusy = await machineBusyPct(2000)
+  log(`bench: load average before: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}; machine busy before start: ${backgroundBusy.toFixed(0)}%`)
+  if (backgroundBusy > 15) notes.push({ scenario: 'setup', text: `the machine was ${backgroundBusy.toFixed(0)}% busy before the bench started (other processes): absolute numbers and ratios are unreliable; rerun on a quiet machine` })
 
   const single: ScenarioName[] = ['h1', 'h2', 'bodies', 'latency', 'big']
   let rss: RssReport | null = null
@@ -211,7 +233,7 @@ async function main(): Promise<number> {
   const out: string[] = []
   out.push(`sallyport end-to-end bench, ${started.toISOString()}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'})`)
   out.push(`pinning: ${pin ? 'proxy under test on core 0; h2load, origin nginx, Node upstream, bench client on core 1' : 'none'}; features ${features}; access log ${accessLog ? 'on' : 'off'}; ${rounds} round(s) x ${durationS} s, median round kept`)
-  out.push(`upstream: ${haveNginx ? `nginx ${nginxVersion(nginx)} (1 worker)` : 'Node (nginx missing)'}; load: ${h2loadVersion()}; load average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
+  out.push(`upstream: ${haveNginx ? `nginx ${nginxVersion(nginx)} (1 worker)` : 'Node (nginx missing)'}; load: ${h2loadVersion()}; machine busy before start ${backgroundBusy.toFixed(0)}%; load average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
   out.push('')
   if (ctx.rows.length > 0) out.push(formatTable(ctx.rows), '')
   for (const c of ctx.comparisons) out.push(formatComparison(c))
@@ -235,7 +257,7 @@ async function main(): Promise<number> {
   writeFileSync(file, JSON.stringify({
     startedAt: started.toISOString(), node: process.version, cpus: os.cpus().length, pinned: pin, features, accessLog,
     rounds, durationS, upstream: haveNginx ? 'nginx' : 'node', rows: ctx.rows, comparisons: ctx.comparisons,
-    rss, idleRssMiB: idleRss, big, workers, compile, profile, notes, loadAverageAfter: os.loadavg(),
+    rss, idleRssMiB: idleRss, big, workers, compile, profile, notes, backgroundBusyPct: backgroundBusy, loadAverageAfter: os.loadavg(),
   }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2))
   process.stdout.write(`results: ${path.relative(REPO_ROOT, file)}\n`)
   if (values.profile !== true) rmSync(tmp, { recursive: true, force: true })

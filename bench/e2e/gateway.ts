@@ -190,7 +190,7 @@ export interface GatewayStart {
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
 export async function startGateway(opts: GatewayStart): Promise<Proc> {
-  const nodeFlags = opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir]
+  const nodeFlags = [...(process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== ''), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
   const args = [
     process.execPath, ...nodeFlags, SALLYPORT_BIN, 'serve',
     '--config', opts.configDir,
