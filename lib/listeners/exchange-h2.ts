@@ -60,7 +60,7 @@ export class H2Exchange implements Exchange {
   headersSent(): boolean { return this.#stream.headersSent }
 
   // hot path
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void {
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
     const stream = this.#stream
     if (stream.destroyed) {
       if (body !== null && typeof body !== 'string') body.destroy()
@@ -70,7 +70,9 @@ export class H2Exchange implements Exchange {
     const out = headers as OutgoingHeaders & { ':status'?: number }
     out[':status'] = status
     try {
-      stream.respond(out, { endStream: body === null })
+      const waitForTrailers = trailers !== null && body !== null && typeof body !== 'string'
+      stream.respond(out, { endStream: body === null, waitForTrailers })
+      if (waitForTrailers) stream.once('wantTrailers', () => sendTrailers(stream, trailers))
     } catch {
       if (body !== null && typeof body !== 'string') body.destroy()
       if (!stream.headersSent) stream.respond({ ':status': 502 }, { endStream: true })
@@ -129,6 +131,16 @@ export class H2Exchange implements Exchange {
   }
 
   bytesOut(): number { return this.#bytesOut }
+}
+
+function sendTrailers(stream: ServerHttp2Stream, trailers: () => OutgoingHeaders | null): void {
+  if (stream.destroyed) return
+  const t = trailers()
+  try {
+    stream.sendTrailers(t ?? {})
+  } catch {
+    stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+  }
 }
 
 /**

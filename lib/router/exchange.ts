@@ -30,8 +30,12 @@ export interface Exchange {
   /** The router's observer; set once before any answer. */
   observe(observer: ExchangeObserver): void
   headersSent(): boolean
-  /** Status + headers, then the body: streamed with backpressure, a short text, or nothing. */
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void
+  /**
+   * Status + headers, then the body: streamed with backpressure, a short text,
+   * or nothing. `trailers` (read after the body ends) are relayed where the
+   * downstream protocol can carry them (HTTP/2).
+   */
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers?: (() => OutgoingHeaders | null) | null): void
   /** gRPC trailers-only answer (HTTP 200, grpc-status in the only HEADERS). */
   respondGrpc(grpcStatus: number, message: string): void
   /** Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways. */

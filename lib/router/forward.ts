@@ -193,7 +193,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
     const backend = this.backend
     if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
-    this.answer(res.status, headers, res.body)
+    this.answered = true
+    this.status = res.status
+    // Trailers matter only to clients that said they take them (gRPC sends `te: trailers`).
+    this.ex.respond(res.status, headers, res.body, res.trailers !== undefined && this.ex.headers.te !== undefined ? res.trailers : null)
   }
 
   onTunnel(tunnel: UpstreamTunnel): void {

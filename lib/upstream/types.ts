@@ -52,6 +52,12 @@ export interface UpstreamResponse {
   readonly endpoint: string
   /** 'h1' | 'h2' | 'h2c': what was spoken on the wire. */
   readonly protocol: string
+  /**
+   * Response trailers (gRPC's grpc-status travels there), read once `body` has
+   * ended; absent or null when the upstream sent none. Optional so pools that
+   * cannot see trailers need not set it.
+   */
+  readonly trailers?: () => OutgoingHeaders | null
 }
 
 export interface UpstreamTunnel {
