@@ -164,5 +164,6 @@ main(process.argv.slice(2)).then((code) => {
     return
   }
   process.stderr.write(`sallyport: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
-  process.exitCode = 1
+  // A failed start may leave servers open (admin, listeners): do not linger half-started.
+  process.exit(1)
 })

@@ -79,6 +79,11 @@ export class Runtime {
     await this.#source.start((snapshot) => this.#enqueue(() => this.#load(snapshot)))
   }
 
+  /** Re-read the configuration now (SIGHUP). */
+  reload(): Promise<void> {
+    return this.#source.reload()
+  }
+
   /** Ready: a first table applied, every port of it bound, not draining. */
   ready(): boolean {
     return this.#table !== null && this.#failedPorts.length === 0 && !this.#draining

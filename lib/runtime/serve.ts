@@ -55,6 +55,8 @@ async function serveSingle(options: ServeOptions): Promise<void> {
     await admin?.close()
     log.info('stopped')
   })
+  // SIGHUP: re-read the files now (for file systems where watching is unreliable, e.g. some network mounts).
+  process.on('SIGHUP', () => { void runtime.reload() })
   await runtime.start()
 }
 
@@ -115,6 +117,7 @@ async function servePrimary(options: ServeOptions): Promise<void> {
     }),
   })
   log.info({ workers: options.workers }, 'primary started')
+  process.on('SIGHUP', () => { for (const { worker } of workers.values()) worker.process.kill('SIGHUP') })
 
   onShutdownSignal(async (signal) => {
     shuttingDown = true
@@ -161,6 +164,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   // Ctrl-C reaches the whole process group: the primary coordinates, workers wait for it.
   process.on('SIGINT', () => {})
   process.on('SIGTERM', () => { void stop() })
+  process.on('SIGHUP', () => { void runtime.reload() })
   // The primary gone (killed hard): nobody would ever tell us to stop.
   process.on('disconnect', () => { void stop() })
   await runtime.start()

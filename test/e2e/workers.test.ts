@@ -32,6 +32,15 @@ t.test('serve --workers 2', async (t) => {
   t.ok(dump.version >= 1)
   t.ok(dump.table !== null)
 
+  // Every worker watches and reloads by itself: a new route answers on all of them.
+  fs.appendFileSync(path.join(dir, 'config.yaml'), `---\n${routeYaml('more', 'more.example.test', 'demo', upstream.address.port)}`)
+  await eventually(() => request(`http://127.0.0.1:${httpPort}/`, { host: 'more.example.test' }), (r) => r.status === 200, 15000, 'new route')
+  await eventually(async () => {
+    const codes = []
+    for (let i = 0; i < 8; i++) codes.push((await request(`http://127.0.0.1:${httpPort}/`, { host: 'more.example.test' })).status)
+    return codes
+  }, (codes) => codes.every((c) => c === 200), 15000, 'new route on every worker')
+
   // Two worker pids plus the primary appear in the logs.
   const pids = new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => m[1]))
   t.ok(pids.size >= 3, `pids seen: ${[...pids].join(',')}`)
