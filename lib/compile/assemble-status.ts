@@ -46,7 +46,8 @@ export function assembleStatus(input: StatusInput): Status {
     const gen = route.meta.generation
     const refs = o.refProblems.length === 0
       ? condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)
-      : condition('ResolvedRefs', false, o.refProblems[0].reason, o.refProblems.map(p => p.message).join('; '), gen)
+      // A reference named by several rules is reported once.
+      : condition('ResolvedRefs', false, o.refProblems[0].reason, [...new Set(o.refProblems.map(p => p.message))].join('; '), gen)
     const parents: ParentStatus[] = o.attachment.parents.map(p => {
       const conditions: Condition[] = [p.accepted, refs]
       if (o.invalidMatches.length > 0) conditions.push(condition('PartiallyInvalid', true, 'UnsupportedValue', o.invalidMatches.join('; '), gen))

@@ -25,6 +25,15 @@ export interface ParentOutcome {
   readonly gatewayKey: string
   readonly accepted: Condition
   readonly attachments: readonly Attachment[]
+  /**
+   * Listeners this parentRef counts toward in attachedRoutes: every listener
+   * whose allowedRoutes admit the route (with intersecting hostnames), even
+   * one that is not programmed. Gateway API ListenerStatus.attachedRoutes:
+   * attachment "is based solely on the combination of the AllowedRoutes field
+   * on the corresponding Listener and the Route's ParentRefs field", and the
+   * count "MUST be set for Listeners with condition Accepted: false".
+   */
+  readonly counted: readonly ServedListener[]
 }
 
 export interface RouteAttachment {
@@ -65,18 +74,21 @@ export function attachRoute(snapshot: Snapshot, served: ReadonlyMap<string, Serv
       (ref.sectionName === null || l.listener.name === ref.sectionName) && (ref.port === null || l.listener.port === ref.port))
     if (candidates.length === 0) {
       const what = ref.sectionName !== null ? `listener ${ref.sectionName}` : `port ${ref.port}`
-      parents.push({ parentRef: ref, gatewayKey, attachments: [], accepted: condition('Accepted', false, 'NoMatchingParent', `Gateway ${gatewayKey} has no ${what}`, gen) })
+      parents.push({ parentRef: ref, gatewayKey, attachments: [], counted: [], accepted: condition('Accepted', false, 'NoMatchingParent', `Gateway ${gatewayKey} has no ${what}`, gen) })
       continue
     }
     const attachments: Attachment[] = []
+    const counted: ServedListener[] = []
     let allowed = 0
     let notReady = 0
     for (const l of candidates) {
-      if (!l.ready) { notReady++; continue }
+      if (!l.ready) notReady++
       if (!l.kinds.some(k => k.group === GATEWAY_GROUP && k.kind === route.kind)) continue
       if (!isNamespaceAllowed(snapshot, l, route.meta.namespace)) continue
-      allowed++
       const hostnames = l.protocol === 'TCP' ? [intersectHostnames(null, [])[0]] : intersectHostnames(l.hostname, routeHostnames(route))
+      if (hostnames.length > 0) counted.push(l)
+      if (!l.ready) continue // counted, but an unprogrammed listener serves nothing
+      allowed++
       if (hostnames.length > 0) attachments.push({ listener: l, hostnames })
     }
     let accepted: Condition
@@ -84,7 +96,7 @@ export function attachRoute(snapshot: Snapshot, served: ReadonlyMap<string, Serv
     else if (allowed > 0) accepted = condition('Accepted', false, 'NoMatchingListenerHostname', `no listener hostname of Gateway ${gatewayKey} intersects the route's hostnames`, gen)
     else if (notReady === candidates.length) accepted = condition('Accepted', false, 'NoMatchingParent', `no listener of Gateway ${gatewayKey} is ready`, gen)
     else accepted = condition('Accepted', false, 'NotAllowedByListeners', `listeners of Gateway ${gatewayKey} do not allow ${route.kind} from namespace ${route.meta.namespace}`, gen)
-    parents.push({ parentRef: ref, gatewayKey, accepted, attachments })
+    parents.push({ parentRef: ref, gatewayKey, accepted, attachments, counted })
   }
   return { route, parents }
 }

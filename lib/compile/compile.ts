@@ -82,9 +82,9 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     const cache = new Map<string, CompiledRoute | L4Route>()
     for (const parent of attachment.parents) {
       const sg = served.get(parent.gatewayKey) as ServedGateway
+      for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
       for (const a of parent.attachments) {
         const l = a.listener
-        attached.set(l, (attached.get(l) ?? 0) + 1)
         const cacheKey = `${parent.gatewayKey}/${l.listener.name}`
         const port = l.listener.port
         if (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute') {

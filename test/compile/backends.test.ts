@@ -1,0 +1,126 @@
+// backendRef resolution (lib/compile/backends.ts, refs.ts) and the weights of
+// rules (rules.ts): Service ports to EndpointSlice ports by name, ready
+// endpoints only, ReferenceGrant for cross-namespace refs, invalid refs as a
+// 500 share, zero total weight as a 500 rule.
+import t from 'tap'
+import { compile } from '../../lib/compile/compile.ts'
+import type { RouteRule, RouteTable } from '../../lib/compile/table.ts'
+import type { ObjectStatus } from '../../lib/compile/status.ts'
+import * as b from './builders.ts'
+
+type Obj = Parameters<typeof b.snapshotOf>[0][number]
+
+function run(objects: Obj[]): { table: RouteTable; status: ReadonlyMap<string, ObjectStatus> } {
+  const gw = b.gateway('gw', [b.listener('http', 8080, 'HTTP', { allowedRoutes: { namespacesFrom: 'All', namespaceSelector: null, kinds: [] } })])
+  const r = compile(b.snapshotOf([b.gatewayClass(), gw, ...objects]), b.opts)
+  return { table: r.table, status: r.status.objects }
+}
+
+/** The rule serving '/' on the catch-all vhost of port 8080. */
+function rootRule(table: RouteTable): RouteRule | undefined {
+  return table.ports.get(8080)?.http?.fallback?.prefixes.matches[0]?.rule
+}
+
+function resolvedRefs(status: ReadonlyMap<string, ObjectStatus>, key: string): string {
+  const c = status.get(key)?.parents[0]?.conditions.find(c => c.type === 'ResolvedRefs')
+  return c === undefined ? 'none' : `${c.status}/${c.reason}: ${c.message}`
+}
+
+t.test('a Service port finds its EndpointSlice port by NAME, not by number or position', async t => {
+  const svc = b.service('api', [{ name: 'metrics', port: 9090 }, { name: 'http', port: 80 }])
+  const slice = b.slice('api-1', 'api', [{ name: 'metrics', port: 9091 }, { name: 'http', port: 8080 }], [{ ip: '10.0.0.5' }])
+  const other = b.slice('api-2', 'api', [{ name: 'grpc', port: 80 }], [{ ip: '10.0.0.9' }]) // port number 80, wrong name
+  const { table } = run([svc, slice, other, b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('api', 80)])])])
+  t.same(table.clusters.get('Service/default/api:80')?.endpoints.map(e => `${e.host}:${e.port}`), ['10.0.0.5:8080'])
+})
+
+t.test('only ready endpoints are used', async t => {
+  const svc = b.service('api')
+  const slice = b.slice('api-1', 'api', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.5' }, { ip: '10.0.0.6', ready: false }, { ip: '10.0.0.7' }])
+  const { table } = run([svc, slice, b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('api', 80)])])])
+  t.same(table.clusters.get('Service/default/api:80')?.endpoints.map(e => e.host), ['10.0.0.5', '10.0.0.7'])
+})
+
+t.test('slices of another Service or namespace are not used', async t => {
+  const svc = b.service('api')
+  const mine = b.slice('api-1', 'api', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.5' }])
+  const theirs = b.slice('web-1', 'web', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.8' }])
+  const elsewhere = { ...b.slice('api-x', 'api', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.9' }]), meta: b.meta('api-x', 'other') }
+  const { table } = run([svc, mine, theirs, elsewhere, b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('api', 80)])])])
+  t.same(table.clusters.get('Service/default/api:80')?.endpoints.map(e => e.host), ['10.0.0.5'])
+})
+
+t.test('a backendRef to a port the Service does not have is BackendNotFound and the rule answers 500', async t => {
+  const { table, status } = run([b.service('api'), b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('api', 81)])])])
+  t.equal(rootRule(table)?.direct?.status, 500)
+  t.match(resolvedRefs(status, 'HTTPRoute/default/r'), /^False\/BackendNotFound: .*no port 81/)
+})
+
+t.test('cross-namespace backendRef: RefNotPermitted without a ReferenceGrant, resolved with one', async t => {
+  const svc = { ...b.service('billing'), meta: b.meta('billing', 'shared') }
+  const ref = b.backendRef('billing', 80, { namespace: 'shared' })
+  const route = b.httpRoute('r', [b.rule([b.match('/')], [ref])], {}, { namespace: 'apps' })
+
+  const without = run([svc, route])
+  t.equal(rootRule(without.table)?.direct?.status, 500)
+  t.match(resolvedRefs(without.status, 'HTTPRoute/apps/r'), /^False\/RefNotPermitted/)
+  t.equal(without.table.clusters.size, 0, 'no cluster is built for a refused reference')
+
+  const grantInWrongNs = b.referenceGrant('g', 'apps', { kind: 'HTTPRoute', namespace: 'apps' }, { group: '', kind: 'Service' })
+  t.match(resolvedRefs(run([svc, route, grantInWrongNs]).status, 'HTTPRoute/apps/r'), /^False\/RefNotPermitted/, 'the grant must live in the target namespace')
+  const grantForOtherKind = b.referenceGrant('g', 'shared', { kind: 'GRPCRoute', namespace: 'apps' }, { group: '', kind: 'Service' })
+  t.match(resolvedRefs(run([svc, route, grantForOtherKind]).status, 'HTTPRoute/apps/r'), /^False\/RefNotPermitted/, 'the grant must name the referring kind')
+
+  const grant = b.referenceGrant('g', 'shared', { kind: 'HTTPRoute', namespace: 'apps' }, { group: '', kind: 'Service' })
+  const granted = run([svc, route, grant])
+  t.equal(resolvedRefs(granted.status, 'HTTPRoute/apps/r'), 'True/ResolvedRefs: ')
+  t.same(rootRule(granted.table)?.backends?.map(w => w.cluster), ['Service/shared/billing:80'])
+
+  const named = { ...grant, to: [{ group: '', kind: 'Service', name: 'someone-else' }] }
+  t.match(resolvedRefs(run([svc, route, named]).status, 'HTTPRoute/apps/r'), /^False\/RefNotPermitted/, 'a grant naming another object does not apply')
+})
+
+t.test('weights: one invalid ref of two keeps its share with cluster null; the other serves', async t => {
+  const { table, status } = run([b.service('good'), b.httpRoute('r', [b.rule([b.match('/')], [
+    b.backendRef('missing', 80, { weight: 3 }), b.backendRef('good', 80, { weight: 1 }),
+  ])])])
+  const rule = rootRule(table)
+  t.equal(rule?.direct, null, 'the rule still routes')
+  t.same(rule?.backends?.map(w => [w.cluster, w.weight]), [[null, 3], ['Service/default/good:80', 1]])
+  t.equal(rule?.totalWeight, 4, 'the invalid share stays in the total: 3 of 4 requests get 500')
+  t.match(resolvedRefs(status, 'HTTPRoute/default/r'), /^False\/BackendNotFound/)
+})
+
+t.test('weights: a total of 0 answers 500; a zero-weight ref beside a weighted one is never picked', async t => {
+  const zero = run([b.service('good'), b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('good', 80, { weight: 0 })])])])
+  t.same(rootRule(zero.table)?.direct, { status: 500, code: 'SP_ERR_BACKEND_INVALID', body: 'no backend with weight' })
+  t.equal(resolvedRefs(zero.status, 'HTTPRoute/default/r'), 'True/ResolvedRefs: ', 'a zero weight is not an unresolved reference')
+  const mixed = run([b.service('a'), b.service('b'), b.httpRoute('r', [b.rule([b.match('/')], [b.backendRef('a', 80, { weight: 0 }), b.backendRef('b', 80, { weight: 2 })])])])
+  t.equal(rootRule(mixed.table)?.direct, null)
+  t.equal(rootRule(mixed.table)?.totalWeight, 2)
+})
+
+t.test('a rule without backendRefs answers 500 (nothing to forward to)', async t => {
+  const { table } = run([b.httpRoute('r', [b.rule([b.match('/')], [])])])
+  t.equal(rootRule(table)?.direct?.status, 500)
+})
+
+t.test('ResolvedRefs names each unresolvable reference once', async t => {
+  const { status } = run([b.httpRoute('r', [
+    b.rule([b.match('/a')], [b.backendRef('gone', 80)]),
+    b.rule([b.match('/b')], [b.backendRef('gone', 80)]),
+  ])])
+  t.equal(resolvedRefs(status, 'HTTPRoute/default/r'), 'False/BackendNotFound: Service default/gone not found')
+})
+
+t.test('Backend kinds resolve to one cluster per object and port, shared by rules', async t => {
+  const backend = b.externalBackend('openai', 'API.OpenAI.com')
+  const { table } = run([backend, b.httpRoute('r', [
+    b.rule([b.match('/a')], [b.backendRef('openai', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
+    b.rule([b.match('/b')], [b.backendRef('openai', null, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
+  ])])
+  t.same([...table.clusters.keys()], ['Backend/default/openai:443'])
+  const c = table.clusters.get('Backend/default/openai:443')
+  t.equal(c?.hostname, 'api.openai.com', 'hostnames are lowercased')
+  t.equal(c?.tls?.servername, 'api.openai.com', 'SNI defaults to the external hostname')
+})

@@ -1,0 +1,95 @@
+// Listeners (lib/compile/gateways.ts): port conflicts, unsupported protocols,
+// certificate references, and that one bad listener never takes the rest of
+// the Gateway down.
+import t from 'tap'
+import { compile } from '../../lib/compile/compile.ts'
+import type { ObjectStatus } from '../../lib/compile/status.ts'
+import type { Listener } from '../../lib/resources/model.ts'
+import * as b from './builders.ts'
+
+type Obj = Parameters<typeof b.snapshotOf>[0][number]
+
+function run(objects: Obj[]) {
+  return compile(b.snapshotOf([b.gatewayClass(), b.service('svc'), ...objects]), b.opts)
+}
+
+function listenerConditions(objects: ReadonlyMap<string, ObjectStatus>, gw: string, name: string): Record<string, string> {
+  const l = objects.get(`Gateway/default/${gw}`)?.listeners.find(l => l.name === name)
+  return Object.fromEntries((l?.conditions ?? []).map(c => [c.type, `${c.status}/${c.reason}`]))
+}
+
+const tls = (secret: string, namespace = 'default'): Listener['tls'] => ({ mode: 'Terminate', certificateRefs: [{ group: '', kind: 'Secret', namespace, name: secret }], options: {} })
+
+t.test('ProtocolConflict: a later listener on the same port with another protocol is Conflicted and not served', async t => {
+  const { table, status } = run([
+    b.gateway('first', [b.listener('web', 8080)], {}, { creationTimestamp: '2024-01-01T00:00:00Z' }),
+    b.gateway('second', [b.listener('raw', 8080, 'TCP')], {}, { creationTimestamp: '2024-02-01T00:00:00Z' }),
+    b.httpRoute('r', [b.rule([b.match('/')])], { parentRefs: [{ group: b.G, kind: 'Gateway', namespace: 'default', name: 'first', sectionName: null, port: null }] }),
+  ])
+  t.equal(table.ports.get(8080)?.protocol, 'HTTP', 'the oldest Gateway keeps the port')
+  t.same(table.ports.get(8080)?.listeners.map(l => l.gateway), ['default/first'])
+  t.equal(listenerConditions(status.objects, 'second', 'raw').Conflicted, 'True/ProtocolConflict')
+  t.equal(listenerConditions(status.objects, 'second', 'raw').Programmed, 'False/Invalid')
+  t.equal(listenerConditions(status.objects, 'first', 'web').Conflicted, 'False/NoConflicts')
+})
+
+t.test('HostnameConflict: two listeners on one port with the same hostname; distinct hostnames share the port', async t => {
+  const { table, status } = run([b.gateway('gw', [
+    b.listener('a', 8080, 'HTTP', { hostname: 'a.example.com' }),
+    b.listener('b', 8080, 'HTTP', { hostname: 'b.example.com' }),
+    b.listener('a-again', 8080, 'HTTP', { hostname: 'a.example.com' }),
+    b.listener('tcp1', 5432, 'TCP'),
+    b.listener('tcp2', 5432, 'TCP'),
+  ])])
+  t.equal(listenerConditions(status.objects, 'gw', 'b').Conflicted, 'False/NoConflicts')
+  t.equal(listenerConditions(status.objects, 'gw', 'a-again').Conflicted, 'True/HostnameConflict')
+  t.equal(listenerConditions(status.objects, 'gw', 'tcp2').Conflicted, 'True/HostnameConflict', 'TCP has no hostname to tell listeners apart')
+  t.same(table.ports.get(8080)?.listeners.map(l => l.name), ['a', 'b'])
+  t.same(table.ports.get(5432)?.listeners.map(l => l.name), ['tcp1'])
+})
+
+t.test('an unsupported listener protocol is refused and the rest of the Gateway keeps working', async t => {
+  const { table, status } = run([
+    b.gateway('gw', [b.listener('udp', 5353, 'UDP'), b.listener('web', 8080)]),
+    b.httpRoute('r', [b.rule([b.match('/')])]),
+  ])
+  t.equal(listenerConditions(status.objects, 'gw', 'udp').Accepted, 'False/UnsupportedProtocol')
+  t.equal(table.ports.has(5353), false)
+  t.ok(table.ports.get(8080)?.http?.fallback?.prefixes.matches.length === 1, 'the HTTP listener serves the route')
+  const gw = status.objects.get('Gateway/default/gw')
+  t.same(gw?.conditions.map(c => `${c.type}=${c.status}/${c.reason}`), ['Accepted=True/ListenersNotValid', 'Programmed=True/Programmed'])
+  t.equal(gw?.listeners.find(l => l.name === 'web')?.attachedRoutes, 1)
+})
+
+t.test('a Gateway whose every listener is invalid is not programmed', async t => {
+  const { table, status } = run([b.gateway('gw', [b.listener('udp', 5353, 'UDP')])])
+  t.equal(table.ports.size, 0)
+  const gw = status.objects.get('Gateway/default/gw')
+  t.same(gw?.conditions.map(c => `${c.type}=${c.status}/${c.reason}`), ['Accepted=False/ListenersNotValid', 'Programmed=False/Invalid'])
+})
+
+t.test('HTTPS certificateRefs: same namespace resolves, other namespace needs a ReferenceGrant from Gateway to Secret', async t => {
+  const listeners = [
+    b.listener('local', 8443, 'HTTPS', { hostname: 'local.example.com', tls: tls('cert') }),
+    b.listener('foreign', 9443, 'HTTPS', { tls: tls('cert', 'certs') }),
+  ]
+  const without = run([b.gateway('gw', listeners), b.tlsSecret('cert'), b.tlsSecret('cert', 'certs')])
+  t.equal(listenerConditions(without.status.objects, 'gw', 'local').ResolvedRefs, 'True/ResolvedRefs')
+  t.equal(listenerConditions(without.status.objects, 'gw', 'foreign').ResolvedRefs, 'False/RefNotPermitted')
+  t.equal(without.table.ports.has(9443), false)
+  t.ok(without.table.ports.get(8443)?.serverTls?.exact.has('local.example.com'))
+
+  const wrongKind = b.referenceGrant('g', 'certs', { kind: 'HTTPRoute', namespace: 'default' }, { group: '', kind: 'Secret' })
+  const still = run([b.gateway('gw', listeners), b.tlsSecret('cert'), b.tlsSecret('cert', 'certs'), wrongKind])
+  t.equal(listenerConditions(still.status.objects, 'gw', 'foreign').ResolvedRefs, 'False/RefNotPermitted', 'a grant for HTTPRoutes does not cover Gateways')
+
+  const grant = b.referenceGrant('g', 'certs', { kind: 'Gateway', namespace: 'default' }, { group: '', kind: 'Secret' })
+  const withGrant = run([b.gateway('gw', listeners), b.tlsSecret('cert'), b.tlsSecret('cert', 'certs'), grant])
+  t.equal(listenerConditions(withGrant.status.objects, 'gw', 'foreign').ResolvedRefs, 'True/ResolvedRefs')
+  t.equal(withGrant.table.ports.get(9443)?.serverTls?.fallback?.hostname, null)
+})
+
+t.test('a certificateRef to a Secret that is not kubernetes.io/tls is InvalidCertificateRef', async t => {
+  const { status } = run([b.gateway('gw', [b.listener('s', 8443, 'HTTPS', { tls: tls('opaque') })]), b.tlsSecret('opaque', 'default', 'Opaque')])
+  t.equal(listenerConditions(status.objects, 'gw', 's').ResolvedRefs, 'False/InvalidCertificateRef')
+})

@@ -1,0 +1,46 @@
+// Compile goldens: every fixtures/compile/<kind>-<situation>.in.yaml goes
+// through the real pipeline (parseManifests → buildSnapshot → compile) and its
+// table and status, as JSON, must equal <kind>-<situation>.out.json.
+// After a deliberate change: SALLYPORT_UPDATE_GOLDENS=1 npx tap test/compile/golden.test.ts
+// rewrites the outputs — then read the diff before committing it.
+import t from 'tap'
+import { readFileSync, readdirSync, writeFileSync, existsSync } from 'node:fs'
+import path from 'node:path'
+import { parseManifests } from '../../lib/config/parse.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { compile } from '../../lib/compile/compile.ts'
+import { dumpStatus, dumpTable } from '../../lib/compile/print.ts'
+
+const DIR = path.join(import.meta.dirname, '../../fixtures/compile')
+const UPDATE = process.env.SALLYPORT_UPDATE_GOLDENS === '1'
+const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport' }
+
+export function render(file: string): string {
+  const name = path.basename(file)
+  const parsed = parseManifests(name, readFileSync(file, 'utf8'))
+  const snapshot = buildSnapshot(parsed.docs, parsed.problems)
+  const { table, status } = compile(snapshot, OPTIONS)
+  return JSON.stringify({ table: dumpTable(table), status: dumpStatus(status) }, null, 2) + '\n'
+}
+
+const inputs = readdirSync(DIR).filter(f => f.endsWith('.in.yaml')).sort()
+t.ok(inputs.length >= 10, 'the golden corpus is present')
+
+for (const input of inputs) {
+  t.test(input, async t => {
+    const outFile = path.join(DIR, input.replace(/\.in\.yaml$/, '.out.json'))
+    const actual = render(path.join(DIR, input))
+    // Private keys never reach a dump: dumpTable redacts keyPem.
+    t.notMatch(actual, /PRIVATE KEY/, 'no key material in the dump')
+    if (!UPDATE && !existsSync(outFile)) {
+      t.fail(`${path.basename(outFile)} is missing: run with SALLYPORT_UPDATE_GOLDENS=1 and review it`)
+      return
+    }
+    if (UPDATE) {
+      writeFileSync(outFile, actual)
+      t.pass(`wrote ${path.basename(outFile)}`)
+      return
+    }
+    t.equal(actual, readFileSync(outFile, 'utf8'), `${path.basename(outFile)} (SALLYPORT_UPDATE_GOLDENS=1 rewrites)`)
+  })
+}
