@@ -124,10 +124,15 @@ async function main(): Promise<number> {
   if (!(await waitForHttp(bigPort, '/small', 10_000, bigUpstream))) throw new Error(`big upstream did not start: ${tailOf(bigUpstream.logPath)}`)
 
   let originPort = originPorts.h1
+  let proxyProc: Proc | null = null
+  let gw: Proc | null = null
+  const proxyPid = (): number | null => proxyProc?.child.pid ?? null
+  const gwPid = (): number | null => (gw === null || gw.exited ? null : gw.child.pid ?? null)
   let haveNginx = false
   if (nginx !== null) {
     procs.push(await startNginx(nginx, 'origin', writeOriginConfig(tmp, originPorts), tmp, originPorts.h1, LOAD_CORES))
-    procs.push(await startNginx(nginx, 'proxy', writeProxyConfig(tmp, proxyPorts, originPorts), tmp, proxyPorts.h1, SUT_CORES))
+    proxyProc = await startNginx(nginx, 'proxy', writeProxyConfig(tmp, proxyPorts, originPorts), tmp, proxyPorts.h1, SUT_CORES)
+    procs.push(proxyProc)
     haveNginx = true
   } else {
     // No nginx: the Node upstream doubles as the origin, and there is no nginx-proxy baseline.
@@ -141,9 +146,9 @@ async function main(): Promise<number> {
     tmp, durationS, rounds, loadCores: LOAD_CORES, bigBytes,
     direct: { name: 'direct', port: originPort },
     directH2c: haveNginx ? { name: 'direct', port: originPorts.h2c } : null,
-    nginxProxy: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h1 } : null,
-    nginxProxyH2c: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h2c } : null,
-    sallyport: { name: 'sallyport', port: listenPort },
+    nginxProxy: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h1, pid: proxyPid } : null,
+    nginxProxyH2c: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h2c, pid: proxyPid } : null,
+    sallyport: { name: 'sallyport', port: listenPort, pid: gwPid },
     bigDirect: { name: 'direct', port: bigPort },
     oneMiBFile: path.join(tmp, 'upload-1m.bin'),
     originStatusPort: haveNginx ? originPorts.h1 : null,
@@ -165,7 +170,6 @@ async function main(): Promise<number> {
   const profDir = values.profile === true ? path.join(tmp, 'cpuprof') : null
   if (single.some((s) => selected.has(s))) {
     if (profDir !== null) mkdirSync(profDir, { recursive: true })
-    let gw: Proc | null = null
     const samplers: RssSampler[] = []
     let restarts = 0
     // A crash is a finding, not the end of the run: note it, start a fresh

@@ -44,6 +44,8 @@ export interface LoadResult {
   readonly raw: string
   /** Connections the origin accepted during the run (filled by the scenario when it can count); null = unknown. */
   readonly originConnections: number | null
+  /** CPU time (µs) the proxy process tree spent per request; null = not measured. */
+  readonly cpuUsPerRequest: number | null
 }
 
 function percentile(sorted: Float64Array, q: number): number {
@@ -89,6 +91,7 @@ export function parseH2load(label: string, out: string, logText: string): LoadRe
     maxMs: sorted.length === 0 ? NaN : sorted[sorted.length - 1],
     durationS,
     originConnections: null,
+    cpuUsPerRequest: null,
     raw: out.split('\n').filter((l) => /^(finished|requests|status codes|traffic|time for|time to|req\/s)/.test(l)).join('\n'),
   }
 }

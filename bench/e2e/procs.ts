@@ -190,3 +190,19 @@ export class RssSampler {
     }
   }
 }
+
+/** CPU time (user+system, ms) used so far by pid and its direct children (nginx workers, cluster workers). */
+export function cpuMsOfTree(pid: number): number {
+  const tick = 1000 / 100 // USER_HZ is 100 on Linux
+  let ms = 0
+  for (const p of [pid, ...childrenOf(pid)]) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      ms += (Number(fields[11]) + Number(fields[12])) * tick
+    } catch {
+      // gone
+    }
+  }
+  return ms
+}

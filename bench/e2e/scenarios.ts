@@ -10,11 +10,13 @@ import { compare, delta } from './report.ts'
 import type { Comparison, Note, Row } from './report.ts'
 import { download, upload } from './big-body.ts'
 import type { TransferResult } from './big-body.ts'
-import { RssSampler } from './procs.ts'
+import { cpuMsOfTree, RssSampler } from './procs.ts'
 
 export interface Target {
   readonly name: string
   readonly port: number
+  /** The process (tree) serving it, for CPU time per request; null = not measured. */
+  readonly pid?: () => number | null
 }
 
 export interface BenchContext {
@@ -54,10 +56,18 @@ export async function measure(ctx: BenchContext, scenario: string, targets: read
   for (let r = 0; r < rounds; r++) {
     for (const t of targets) {
       const before = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
+      const pid = t.pid === undefined ? null : t.pid()
+      const cpuBefore = pid === null ? 0 : cpuMsOfTree(pid)
       const run = await runH2load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const cpuMs = pid === null ? 0 : cpuMsOfTree(pid) - cpuBefore
       const after = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
-      // Minus the stub_status request itself.
-      const res: LoadResult = { ...run, originConnections: before === null || after === null ? null : after - before - 1 }
+      // CPU over warm-up + measured phase, divided by the requests of both (h2load's rate times the whole time).
+      const served = run.rps * (shape.durationS + shape.warmupS)
+      const res: LoadResult = {
+        ...run,
+        originConnections: before === null || after === null ? null : after - before - 1, // minus the stub_status request itself
+        cpuUsPerRequest: pid === null || served <= 0 ? null : (cpuMs * 1000) / served,
+      }
       const list = all.get(t.name) ?? []
       list.push(res)
       all.set(t.name, list)
@@ -74,7 +84,7 @@ function addRows(ctx: BenchContext, scenario: string, results: Map<string, LoadR
     ctx.rows.push({
       scenario, target: name, rps: r.rps, MiBps: bytesPerResponse > 0 ? r.rps * bytesPerResponse / 1024 / 1024 : r.trafficMiBps,
       p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx,
-      extra: r.originConnections === null ? extra : `${extra}; ${r.originConnections} conns opened to origin`,
+      extra: [extra, r.originConnections === null ? '' : `${r.originConnections} conns opened to origin`, r.cpuUsPerRequest === null ? '' : `${Math.round(r.cpuUsPerRequest)} µs CPU/req`].filter((x) => x !== '').join('; '),
     })
   }
 }
@@ -96,6 +106,11 @@ function compareAll(ctx: BenchContext, scenario: string, metric: string, unit: s
   if (proxy !== undefined) ctx.comparisons.push(compare(scenario, metric, unit, 'sallyport', pick(s), 'nginx-proxy', pick(proxy), targetVsProxy))
   const direct = results.get('direct')
   if (direct !== undefined) ctx.comparisons.push(compare(scenario, metric, unit, 'sallyport', pick(s), 'direct', pick(direct), null))
+  // Noise-robust view: CPU time per request of each proxy, as requests per CPU-second
+  // (what one dedicated core would sustain); other load on the machine barely moves it.
+  if (proxy !== undefined && s.cpuUsPerRequest !== null && proxy.cpuUsPerRequest !== null && unit === 'rps') {
+    ctx.comparisons.push(compare(scenario, 'per CPU-second', 'rps', 'sallyport', 1e6 / s.cpuUsPerRequest, 'nginx-proxy', 1e6 / proxy.cpuUsPerRequest, targetVsProxy))
+  }
 }
 
 function compareLatency(ctx: BenchContext, scenario: string, results: Map<string, LoadResult>, maxAddedMs: number | null): void {

@@ -30,13 +30,14 @@ export async function scenarioWorkers(ctx: BenchContext, configDir: string, acce
       })
       const sampler = new RssSampler(proc.child.pid ?? 0)
       const name = `sallyport --workers ${workers}`
-      const res = await measure(unpinned, 'h1 workers', [{ name, port: ctx.sallyport.port }], '/small', {
+      const pid = proc.child.pid ?? null
+      const res = await measure(unpinned, 'h1 workers', [{ name, port: ctx.sallyport.port, pid: () => pid }], '/small', {
         h1: true, clients: 32, streams: 1, durationS: ctx.durationS, warmupS: 1, rpsPerClient: null, dataFile: null,
       })
       const rss = sampler.stop()
       const r = res.get(name)
       if (r === undefined) throw new Error('no result')
-      ctx.rows.push({ scenario: 'h1 workers', target: name, rps: r.rps, MiBps: NaN, p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx, extra: `unpinned; peak RSS all processes ${rss.peakTreeMiB} MiB` })
+      ctx.rows.push({ scenario: 'h1 workers', target: name, rps: r.rps, MiBps: NaN, p50Ms: r.p50Ms, p99Ms: r.p99Ms, errors: r.failed + r.non2xx, extra: `unpinned; peak RSS all processes ${rss.peakTreeMiB} MiB${r.cpuUsPerRequest === null ? '' : `; ${Math.round(r.cpuUsPerRequest)} µs CPU/req`}` })
       runs.push({ workers, rps: r.rps, p99Ms: r.p99Ms, peakTreeMiB: rss.peakTreeMiB, error: null })
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err)
