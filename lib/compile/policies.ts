@@ -93,9 +93,11 @@ export class PolicyIndex<P extends Policy> {
     const backend = backendKey === null ? null : this.get(`Backend/${backendKey}`)
     const gateways = gatewayKeys.map(g => this.get(`Gateway/${g}`)).filter((p): p is P => p !== null).sort(compareAge)
     const chosen = routes[0] ?? backend ?? gateways[0] ?? null
-    if (chosen !== null) {
-      if (backend !== null && backend !== chosen) this.#override(backend, chosen)
-    }
+    if (chosen === null) return null
+    // Less specific policies that lost this cluster are Overridden (the same
+    // rule forRoute applies to rule-scope fields).
+    if (backend !== null && backend !== chosen) this.#override(backend, chosen)
+    if (chosen !== gateways[0]) for (const g of gateways) if (g !== chosen) this.#override(g, chosen)
     return chosen
   }
 
