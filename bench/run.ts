@@ -140,6 +140,13 @@ async function main(): Promise<number> {
     notes.push({ scenario: 'setup', text: 'nginx not installed: origin is the Node upstream, no nginx-proxy comparison, no direct h2c baseline' })
   }
 
+  // The Node floor: a minimal undici-based proxy on the same core as the other proxies.
+  const nodeProxyPort = await freePort()
+  const nodeProxy = startProc('node-minimal', pinned(SUT_CORES, [process.execPath, path.join(REPO_ROOT, 'bench', 'e2e', 'node-proxy.ts'), String(nodeProxyPort), String(originPort)]), path.join(tmp, 'node-proxy.log'))
+  procs.push(nodeProxy)
+  const haveNodeProxy = await waitForHttp(nodeProxyPort, '/small', 10_000, nodeProxy)
+  if (!haveNodeProxy) notes.push({ scenario: 'setup', text: `minimal Node proxy did not start: ${tailOf(nodeProxy.logPath)}` })
+
   const configDir = path.join(tmp, 'config')
   writeGatewayConfig({ dir: configDir, listenPort, originPort, bigPort, features })
   const ctx: BenchContext = {
@@ -148,6 +155,7 @@ async function main(): Promise<number> {
     directH2c: haveNginx ? { name: 'direct', port: originPorts.h2c } : null,
     nginxProxy: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h1, pid: proxyPid } : null,
     nginxProxyH2c: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h2c, pid: proxyPid } : null,
+    nodeProxy: haveNodeProxy ? { name: 'node-minimal', port: nodeProxyPort, pid: () => nodeProxy.child.pid ?? null } : null,
     sallyport: { name: 'sallyport', port: listenPort, pid: gwPid },
     bigDirect: { name: 'direct', port: bigPort },
     oneMiBFile: path.join(tmp, 'upload-1m.bin'),

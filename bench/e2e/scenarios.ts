@@ -30,6 +30,8 @@ export interface BenchContext {
   readonly directH2c: Target | null
   readonly nginxProxy: Target | null
   readonly nginxProxyH2c: Target | null
+  /** Minimal Node + undici proxy (HTTP/1.1 only): the floor for a Node data path; null = not run. */
+  readonly nodeProxy: Target | null
   readonly sallyport: Target
   readonly bigDirect: Target
   readonly oneMiBFile: string
@@ -95,6 +97,7 @@ function throughputTargets(ctx: BenchContext, h2: boolean): Target[] {
   const proxy = h2 ? ctx.nginxProxyH2c : ctx.nginxProxy
   if (direct !== null) t.push(direct)
   if (proxy !== null) t.push(proxy)
+  if (!h2 && ctx.nodeProxy !== null) t.push(ctx.nodeProxy)
   t.push(ctx.sallyport)
   return t
 }
@@ -110,6 +113,10 @@ function compareAll(ctx: BenchContext, scenario: string, metric: string, unit: s
   // (what one dedicated core would sustain); other load on the machine barely moves it.
   if (proxy !== undefined && s.cpuUsPerRequest !== null && proxy.cpuUsPerRequest !== null && unit === 'rps') {
     ctx.comparisons.push(compare(scenario, 'per CPU-second', 'rps', 'sallyport', 1e6 / s.cpuUsPerRequest, 'nginx-proxy', 1e6 / proxy.cpuUsPerRequest, targetVsProxy))
+  }
+  const floor = results.get('node-minimal')
+  if (floor !== undefined && s.cpuUsPerRequest !== null && floor.cpuUsPerRequest !== null && unit === 'rps') {
+    ctx.comparisons.push(compare(scenario, 'per CPU-second', 'rps', 'sallyport', 1e6 / s.cpuUsPerRequest, 'node-minimal', 1e6 / floor.cpuUsPerRequest, null))
   }
 }
 
