@@ -1,28 +1,16 @@
 // Downstream HTTP metrics. Labels are bounded: route is the route's ns/name
 // ('' when none matched), backend the cluster id, code the exact status,
 // namespace/service_account the client's identity from table.clients ('' when unknown).
+//
+// Per-request cost: prom-client hashes and validates the label object on every
+// inc/observe (≈1 µs per metric, 4 metrics per request). Instead each request
+// updates one plain Series found by identity lookups (no label strings built),
+// and the four families are rendered from the series at scrape time
+// (bench/request-path.ts).
 
-import { Counter, Gauge, Histogram } from 'prom-client'
+import { Gauge, type Metric } from 'prom-client'
 import { registry } from './metrics.ts'
 
-export const downstreamRequests = new Counter({
-  name: 'sallyport_downstream_requests_total', help: 'Requests answered on the data plane, by final status code.',
-  labelNames: ['gateway', 'listener', 'route', 'backend', 'namespace', 'service_account', 'code'] as const, registers: [registry],
-})
-export const downstreamDuration = new Histogram({
-  name: 'sallyport_downstream_request_duration_seconds', help: 'Time from request arrival to the end of the response.',
-  labelNames: ['gateway', 'route', 'backend'] as const,
-  buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-  registers: [registry],
-})
-export const downstreamBytesReceived = new Counter({
-  name: 'sallyport_downstream_bytes_received_total', help: 'Request bytes received from clients.',
-  labelNames: ['gateway', 'route'] as const, registers: [registry],
-})
-export const downstreamBytesSent = new Counter({
-  name: 'sallyport_downstream_bytes_sent_total', help: 'Response body bytes sent to clients.',
-  labelNames: ['gateway', 'route'] as const, registers: [registry],
-})
 export const downstreamActiveConnections = new Gauge({
   name: 'sallyport_downstream_active_connections', help: 'Open client connections by listening port.',
   labelNames: ['port'] as const, registers: [registry],
@@ -32,7 +20,8 @@ export const downstreamActiveStreams = new Gauge({
   registers: [registry],
 })
 
-export interface RequestSample {
+/** Label values of a request series; built only the first time a series is seen. */
+export interface RequestLabels {
   readonly gateway: string
   readonly listener: string
   readonly route: string
@@ -40,19 +29,183 @@ export interface RequestSample {
   readonly namespace: string
   readonly serviceAccount: string
   readonly status: number
-  readonly seconds: number
-  readonly bytesIn: number
-  readonly bytesOut: number
+}
+
+/**
+ * What identifies a request's series cheaply: the table objects it went
+ * through (rule, cluster, client identity; null when none) plus listener and
+ * status. Lookups are by object identity, so no label string is built or
+ * hashed per request; `labels()` runs once per new combination.
+ */
+export interface RequestKey {
+  readonly ruleKey: object | null
+  readonly clusterKey: object | null
+  readonly clientKey: object | null
+  readonly listener: string
+  readonly status: number
+  labels(): RequestLabels
+}
+
+const BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+class Series {
+  readonly gateway: string
+  readonly listener: string
+  readonly route: string
+  readonly backend: string
+  readonly namespace: string
+  readonly serviceAccount: string
+  readonly code: string
+  requests = 0
+  bytesIn = 0
+  bytesOut = 0
+  sum = 0
+  /** Non-cumulative counts per bucket; the last one is +Inf. */
+  readonly buckets = new Float64Array(BUCKETS.length + 1)
+  constructor(s: RequestLabels) {
+    this.gateway = s.gateway
+    this.listener = s.listener
+    this.route = s.route
+    this.backend = s.backend
+    this.namespace = s.namespace
+    this.serviceAccount = s.serviceAccount
+    this.code = String(s.status)
+  }
+}
+
+/** Every series ever seen, by label values (survives table swaps: counters stay monotonic). */
+const series = new Map<string, Series>()
+
+const NONE = {}
+type ByListener = Map<string, Series>
+type ByClient = Map<object, ByListener>
+type ByStatus = Map<number, ByClient>
+type ByCluster = Map<object, ByStatus>
+/** rule → cluster → status → client → listener → Series; weak at the top so old tables can go. */
+const cache = new WeakMap<object, ByCluster>()
+
+function child<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  let v = map.get(key)
+  if (v === undefined) {
+    v = make()
+    map.set(key, v)
+  }
+  return v
+}
+
+// hot path
+function seriesOf(k: RequestKey): Series {
+  const ruleKey = k.ruleKey ?? NONE
+  let byCluster = cache.get(ruleKey)
+  if (byCluster === undefined) {
+    byCluster = new Map()
+    cache.set(ruleKey, byCluster)
+  }
+  const byListener = child(child(child(byCluster, k.clusterKey ?? NONE, (): ByStatus => new Map()), k.status, (): ByClient => new Map()), k.clientKey ?? NONE, (): ByListener => new Map())
+  let x = byListener.get(k.listener)
+  if (x === undefined) {
+    const l = k.labels()
+    const key = l.route + '\u0001' + l.backend + '\u0001' + l.status + '\u0001' + l.listener + '\u0001' + l.gateway + '\u0001' + l.namespace + '\u0001' + l.serviceAccount
+    x = child(series, key, () => new Series(l))
+    byListener.set(k.listener, x)
+  }
+  return x
 }
 
 // hot path
 /** Records one finished request in every request metric. */
-export function recordRequest(s: RequestSample): void {
-  downstreamRequests.inc({
-    gateway: s.gateway, listener: s.listener, route: s.route, backend: s.backend,
-    namespace: s.namespace, service_account: s.serviceAccount, code: s.status,
-  })
-  downstreamDuration.observe({ gateway: s.gateway, route: s.route, backend: s.backend }, s.seconds)
-  if (s.bytesIn > 0) downstreamBytesReceived.inc({ gateway: s.gateway, route: s.route }, s.bytesIn)
-  if (s.bytesOut > 0) downstreamBytesSent.inc({ gateway: s.gateway, route: s.route }, s.bytesOut)
+export function recordRequest(k: RequestKey, seconds: number, bytesIn: number, bytesOut: number): void {
+  const x = seriesOf(k)
+  x.requests++
+  x.bytesIn += bytesIn
+  x.bytesOut += bytesOut
+  x.sum += seconds
+  let i = 0
+  while (i < BUCKETS.length && seconds > BUCKETS[i]) i++
+  x.buckets[i]++
 }
+
+interface Value {
+  value: number
+  labels: Record<string, string | number>
+  metricName?: string
+}
+
+/** A family rendered from the series at scrape time (prom-client's Metric shape: name, help, type, get()). */
+class Family {
+  readonly name: string
+  readonly help: string
+  readonly type: 'counter' | 'histogram'
+  readonly aggregator = 'sum' as const
+  readonly #values: () => Value[]
+  constructor(name: string, help: string, type: 'counter' | 'histogram', values: () => Value[]) {
+    this.name = name
+    this.help = help
+    this.type = type
+    this.#values = values
+  }
+  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Value[] }> {
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values: this.#values() }
+  }
+  reset(): void {}
+}
+
+/** Sums series sharing the labels `pick` selects. */
+function grouped<T>(pick: (s: Series) => Record<string, string>, init: () => T, add: (acc: T, s: Series) => void): Array<[Record<string, string>, T]> {
+  const groups = new Map<string, [Record<string, string>, T]>()
+  for (const s of series.values()) {
+    const labels = pick(s)
+    const key = Object.values(labels).join('\u0001')
+    let g = groups.get(key)
+    if (g === undefined) {
+      g = [labels, init()]
+      groups.set(key, g)
+    }
+    add(g[1], s)
+  }
+  return [...groups.values()]
+}
+
+const byRoute = (s: Series): Record<string, string> => ({ gateway: s.gateway, route: s.route })
+
+function register(family: Family): void {
+  registry.registerMetric(family as unknown as Metric<string>)
+}
+
+register(new Family('sallyport_downstream_requests_total', 'Requests answered on the data plane, by final status code.', 'counter', () => {
+  const out: Value[] = []
+  for (const s of series.values()) {
+    out.push({
+      value: s.requests,
+      labels: { gateway: s.gateway, listener: s.listener, route: s.route, backend: s.backend, namespace: s.namespace, service_account: s.serviceAccount, code: s.code },
+    })
+  }
+  return out
+}))
+
+register(new Family('sallyport_downstream_request_duration_seconds', 'Time from request arrival to the end of the response.', 'histogram', () => {
+  const out: Value[] = []
+  const name = 'sallyport_downstream_request_duration_seconds'
+  const groups = grouped(
+    (s) => ({ gateway: s.gateway, route: s.route, backend: s.backend }),
+    () => ({ buckets: new Float64Array(BUCKETS.length + 1), sum: 0, count: 0 }),
+    (acc, s) => { for (let i = 0; i < acc.buckets.length; i++) acc.buckets[i] += s.buckets[i]; acc.sum += s.sum; acc.count += s.requests },
+  )
+  for (const [labels, acc] of groups) {
+    let cumulative = 0
+    for (let i = 0; i < BUCKETS.length; i++) {
+      cumulative += acc.buckets[i]
+      out.push({ metricName: name + '_bucket', labels: { ...labels, le: BUCKETS[i] }, value: cumulative })
+    }
+    out.push({ metricName: name + '_bucket', labels: { ...labels, le: '+Inf' }, value: acc.count })
+    out.push({ metricName: name + '_sum', labels, value: acc.sum })
+    out.push({ metricName: name + '_count', labels, value: acc.count })
+  }
+  return out
+}))
+
+register(new Family('sallyport_downstream_bytes_received_total', 'Request bytes received from clients.', 'counter', () =>
+  grouped(byRoute, () => ({ n: 0 }), (acc, s) => { acc.n += s.bytesIn }).map(([labels, acc]) => ({ labels, value: acc.n }))))
+
+register(new Family('sallyport_downstream_bytes_sent_total', 'Response body bytes sent to clients.', 'counter', () =>
+  grouped(byRoute, () => ({ n: 0 }), (acc, s) => { acc.n += s.bytesOut }).map(([labels, acc]) => ({ labels, value: acc.n }))))

@@ -10,7 +10,7 @@ import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import type { AccessLog } from '../observe/access-log.ts'
-import { downstreamActiveStreams, recordRequest } from '../observe/http-metrics.ts'
+import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { findVirtualHost, matchRequest, type MatchInput } from './match.ts'
 import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
@@ -351,6 +351,38 @@ function sendMirrors(ctx: RequestContext, req: UpstreamRequest): void {
 
 // ── observability ──
 
+/** The metric series key of a finished request (labels built only for a new series). */
+class MetricKey implements RequestKey {
+  readonly ruleKey: object | null
+  readonly clusterKey: object | null
+  readonly clientKey: object | null
+  readonly listener: string
+  readonly status: number
+  readonly #ctx: RequestContext
+  constructor(ctx: RequestContext, client: ClientIdentity | undefined) {
+    this.#ctx = ctx
+    this.ruleKey = ctx.rule
+    this.clusterKey = ctx.cluster
+    this.clientKey = client ?? null
+    this.listener = listenerOf(ctx.entry, ctx.host)
+    this.status = ctx.status
+  }
+  labels(): RequestLabels {
+    const ctx = this.#ctx
+    const rule = ctx.rule
+    const client = this.clientKey as ClientIdentity | null
+    return {
+      gateway: rule !== null ? rule.gateway : (ctx.entry !== null && ctx.entry.listeners.length > 0 ? ctx.entry.listeners[0].gateway : ''),
+      listener: this.listener,
+      route: rule === null ? '' : rule.route.namespace + '/' + rule.route.name,
+      backend: ctx.cluster === null ? '' : ctx.cluster.id,
+      namespace: client === null ? '' : client.namespace,
+      serviceAccount: client === null ? '' : client.serviceAccount,
+      status: this.status,
+    }
+  }
+}
+
 // hot path
 function record(ctx: RequestContext): void {
   const ex = ctx.ex
@@ -358,18 +390,9 @@ function record(ctx: RequestContext): void {
   const durationMs = performance.now() - ctx.startedAt
   const clients = ctx.table.clients
   const client: ClientIdentity | undefined = clients.size === 0 ? undefined : clients.get(ex.clientAddress)
-  const route = rule === null ? '' : rule.route.namespace + '/' + rule.route.name
-  const backend = ctx.cluster === null ? '' : ctx.cluster.id
   const bytesIn = ex.bytesIn()
   const bytesOut = ex.bytesOut()
-  recordRequest({
-    gateway: rule !== null ? rule.gateway : (ctx.entry !== null && ctx.entry.listeners.length > 0 ? ctx.entry.listeners[0].gateway : ''),
-    listener: listenerOf(ctx.entry, ctx.host),
-    route, backend,
-    namespace: client === undefined ? '' : client.namespace,
-    serviceAccount: client === undefined ? '' : client.serviceAccount,
-    status: ctx.status, seconds: durationMs / 1000, bytesIn, bytesOut,
-  })
+  recordRequest(new MetricKey(ctx, client), durationMs / 1000, bytesIn, bytesOut)
   const log = ctx.env.accessLog
   if (log === null) return
   log.write({
@@ -377,7 +400,7 @@ function record(ctx: RequestContext): void {
     durationMs: Math.round(durationMs * 1000) / 1000,
     upstreamMs: ctx.upstreamMs === null || ctx.endpoint === '' ? null : Math.round(ctx.upstreamMs * 1000) / 1000,
     bytesIn, bytesOut,
-    route: rule === null ? '' : rule.id, backend, upstream: ctx.endpoint,
+    route: rule === null ? '' : rule.id, backend: ctx.cluster === null ? '' : ctx.cluster.id, upstream: ctx.endpoint,
     protocol: ex.protocol, client: ex.clientAddress,
     clientNamespace: client === undefined ? null : client.namespace,
     clientServiceAccount: client === undefined ? null : client.serviceAccount,
