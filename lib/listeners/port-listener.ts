@@ -285,11 +285,29 @@ export class PortListener {
       stream.once('close', () => { info.streams-- })
     }
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
+    // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's maxHeaderSize.
+    if (headerListSize(headers) > this.#plane.limits.maxHeaderSize) {
+      stream.respond({ ':status': 431 }, { endStream: true })
+      return
+    }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address), table, this.#plane.env)
   }
 }
 
 function noop(): void {}
+
+// hot path
+/** RFC 9113 §6.5.2 size: name + value + 32 per field. */
+function headerListSize(headers: IncomingHttpHeaders): number {
+  let size = 0
+  for (const name in headers) {
+    const v = headers[name]
+    if (v === undefined) continue
+    if (typeof v === 'string') size += name.length + v.length + 32
+    else for (let i = 0; i < v.length; i++) size += name.length + v[i].length + 32
+  }
+  return size
+}
 
 function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   // node's defaults would answer 400/431/408 only without a listener; keep them, quietly.

@@ -59,3 +59,14 @@ t.test('error answers: 404 no route, 500 unresolved backend, 503 no endpoint', a
   const h2r = await h2(port, { path: '/empty' })
   t.equal(h2r.status, 503)
 })
+
+t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]), { limits: { maxHeaderSize: 4096 } })
+  const big = 'x'.repeat(6000)
+  const r = await h1(port, { headers: { 'x-big': big } }).catch((err: Error) => ({ status: -1, body: err.message, headers: {} }))
+  t.equal(r.status, 431)
+  t.equal((await h2(port, { headers: { 'x-big': big } })).status, 431, 'HTTP/2 header list over the limit')
+  t.equal((await h1(port)).status, 200, 'normal requests still pass')
+})
