@@ -107,5 +107,23 @@ export function buildVirtualHost(hostname: string, specs: MatchSpec[]): VirtualH
       case 'RegularExpression': regexes.push(m); break
     }
   })
-  return { hostname, exactPaths, prefixes: root as PrefixNode, regexes, needsQuery }
+  return { hostname, exactPaths: exactPaths.size === 0 ? NO_PATHS : exactPaths, prefixes: compactNode(root), regexes: regexes.length === 0 ? NO_MATCHES : regexes, needsQuery }
+}
+
+// Empty parts of every vhost share one instance. On a large table the lookup
+// cost is set by cache misses, not instructions (bench/compile.ts): a leaf
+// node's children, an empty regex list or exact-path map are read on every
+// request, and sharing them keeps those reads in cache.
+const NO_MATCHES: readonly RouteMatch[] = Object.freeze([])
+const NO_CHILDREN: ReadonlyMap<string, PrefixNode> = new Map()
+const NO_PATHS: ReadonlyMap<string, readonly RouteMatch[]> = new Map()
+
+function compactNode(node: MutableNode): PrefixNode {
+  let children: ReadonlyMap<string, PrefixNode> = NO_CHILDREN
+  if (node.children.size > 0) {
+    const out = new Map<string, PrefixNode>()
+    for (const [seg, child] of node.children) out.set(seg, compactNode(child))
+    children = out
+  }
+  return { children, matches: node.matches.length === 0 ? NO_MATCHES : node.matches }
 }

@@ -2,6 +2,24 @@
 // decided from configuration was decided in compile/ (lowercased header names,
 // anchored regexes, ranked matches, the prefix segment tree); this file only
 // looks things up. Imports only types from the table (data-path rule).
+//
+// Data structures (bench/compile.ts; 2 vCPU Xeon, 2 MiB L2 per core, Node 24):
+// hosts are one Map plus a short wildcard scan; paths are one Map for Exact
+// and a segment tree of Maps for PathPrefix, so a lookup reads one Map per
+// path segment whatever the number of routes. findVirtualHost + matchRequest,
+// half Exact half PathPrefix, 1,000 pre-built inputs:
+//   10 routes / 10 hosts                       2.5 - 6.3 M/s
+//   10,000 routes / 1,000 hosts, all hosts hit 0.17 - 0.94 M/s
+//   same table, inputs on 300 hosts            2.8 M/s
+//   same table, inputs on 10 hosts             1.0 - 4.2 M/s  (0.6-0.8 of a 10-route table of the same vhost shape)
+//   same table, 3,000 / 10,000 routes hit      0.91 / 0.86 M/s (vs 0.94 for 1,000)
+// The cost does not grow with the number of routes; it steps down once the
+// vhosts in use no longer fit in L2 (between 300 and 1,000 hot hosts here) and
+// stays flat after that: every level of the walk is a dependent load
+// (vhost → Map → table → key → node), and a miss costs more than the rest of
+// the lookup. So the walk reads as few objects as it can (shared empty
+// children/regex lists from compile, no recursion, rank-0 exact hits return at
+// once); the ranges are run-to-run spread on a shared, loaded machine.
 
 import type { HeaderMatcher, HostIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
 
@@ -70,7 +88,10 @@ export function matchRequest(vhost: VirtualHost, input: MatchInput): RouteMatch 
   let best: RouteMatch | null = null
 
   const exact = vhost.exactPaths.get(input.path)
-  if (exact !== undefined) best = firstFit(exact, input, query, Infinity)
+  if (exact !== undefined) {
+    best = firstFit(exact, input, query, Infinity)
+    if (best !== null && best.rank === 0) return best // nothing ranks before it
+  }
 
   best = matchPrefixes(vhost.prefixes, input, query, best)
 
