@@ -1,0 +1,116 @@
+// A thin client for the Kubernetes API on top of @kubernetes/client-node's
+// KubeConfig: it does authentication and TLS (in-cluster service account token,
+// kubeconfig certificates, exec plugins) and hands us a fetch dispatcher. We
+// speak JSON to paths we build ourselves (kube-resources.ts), so one helper
+// serves every kind, core or custom, list or status write, without discovery.
+
+import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
+import { fetch } from 'undici'
+import { ErrorCode, SallyportError } from '../errors.ts'
+
+/** A non-2xx answer from the API server (or no answer: statusCode 0). */
+export class KubeApiError extends SallyportError {
+  /** HTTP status; ListWatch reads `statusCode === 410` to relist. */
+  readonly statusCode: number
+  readonly reason: string
+  constructor(statusCode: number, reason: string, message: string, options?: { cause?: unknown }) {
+    super(ErrorCode.CONFIG_READ, message, options)
+    this.statusCode = statusCode
+    this.reason = reason
+  }
+}
+
+export interface RequestOptions {
+  readonly query?: Readonly<Record<string, string | undefined>>
+  readonly body?: unknown
+  /** Default application/json; merge patches pass application/merge-patch+json. */
+  readonly contentType?: string
+}
+
+export class KubeClient {
+  readonly config: KubeConfig
+
+  constructor(config: KubeConfig) {
+    this.config = config
+  }
+
+  /** In the cluster: the Pod's service account (token, CA, KUBERNETES_SERVICE_HOST/PORT). */
+  static inCluster(): KubeClient {
+    const kc = new KubeConfig()
+    kc.loadFromCluster()
+    return new KubeClient(kc)
+  }
+
+  static fromFile(file: string): KubeClient {
+    const kc = new KubeConfig()
+    kc.loadFromFile(file)
+    return new KubeClient(kc)
+  }
+
+  server(): string {
+    const cluster = this.config.getCurrentCluster()
+    if (cluster === null) throw new KubeApiError(0, 'NoCluster', 'the kubeconfig has no current cluster')
+    return cluster.server
+  }
+
+  async request<T>(method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', path: string, options: RequestOptions = {}): Promise<T> {
+    const url = new URL(this.server().replace(/\/$/, '') + path)
+    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== '') url.searchParams.set(k, v)
+    const ctx = new RequestContext(url.toString(), HttpMethod[method])
+    await this.config.applySecurityAuthentication(ctx)
+    const headers: Record<string, string> = { ...ctx.getHeaders(), accept: 'application/json' }
+    let body: string | undefined
+    if (options.body !== undefined) {
+      body = JSON.stringify(options.body)
+      headers['content-type'] = options.contentType ?? 'application/json'
+    }
+    let response: Awaited<ReturnType<typeof fetch>>
+    try {
+      response = await fetch(url, { method, headers, body, dispatcher: ctx.getDispatcher() as never, signal: AbortSignal.timeout(30_000) })
+    } catch (err) {
+      throw new KubeApiError(0, 'Unreachable', `${method} ${path}: ${errorText(err)}`, { cause: err })
+    }
+    const text = await response.text()
+    if (response.status < 200 || response.status > 299) {
+      let reason = response.statusText
+      let message = text.slice(0, 500)
+      try {
+        const s = JSON.parse(text) as { reason?: string; message?: string }
+        reason = s.reason ?? reason
+        message = s.message ?? message
+      } catch { /* not a Status object */ }
+      throw new KubeApiError(response.status, reason, `${method} ${path}: ${response.status} ${message}`)
+    }
+    return (text === '' ? null : JSON.parse(text)) as T
+  }
+
+  /** A watcher that asks for bookmarks and lets the server end the watch first. */
+  watcher(): Watch {
+    return new BookmarkWatch(this.config)
+  }
+}
+
+// client-node's Watch sends only the query parameters ListWatch gives it; bookmarks
+// (allowWatchBookmarks) keep the resourceVersion fresh on quiet resources, so a
+// reconnect resumes close to now instead of replaying or hitting 410. The server
+// ends each watch after timeoutSeconds (spread 5–10 min like client-go's
+// reflector) before our inactivity timeout would abort it.
+class BookmarkWatch extends Watch {
+  constructor(config: KubeConfig) {
+    super(config)
+    ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = 11 * 60_000
+  }
+
+  override watch(path: string, queryParams: Record<string, string | number | boolean | undefined>, callback: Parameters<Watch['watch']>[2], done: Parameters<Watch['watch']>[3]): Promise<AbortController> {
+    const timeoutSeconds = 300 + Math.floor(Math.random() * 300)
+    return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds }, callback, done)
+  }
+}
+
+export function errorText(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as NodeJS.ErrnoException).code ?? ((err.cause as NodeJS.ErrnoException | undefined)?.code)
+    return code === undefined ? err.message : `${code}: ${err.message}`
+  }
+  return String(err)
+}

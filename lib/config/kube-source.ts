@@ -1,0 +1,389 @@
+// The Kubernetes source: one informer (client-node's ListWatch) per watched
+// resource — per namespace when scoped with --namespace — feeding a store of
+// raw objects. Every change schedules a debounced snapshot.
+//
+// What the informers do for us (client-node cache.ts): list, then watch from the
+// list's resourceVersion; on a clean end of a watch, resume from the last
+// resourceVersion seen (events or BOOKMARKs); on 410 Gone (an ERROR event or an
+// HTTP 410) forget it and relist, firing delete callbacks for what vanished.
+// What we add: chunked lists (limit/continue, 410 on an expired token restarts
+// the list), bookmarks (kube-client.ts), exponential backoff with jitter after
+// any other error (ListWatch stops on those and waits for start()), trying the
+// next served version on 404 and treating "no version served" as "CRD not
+// installed" (a log line, retried slowly — not fatal), and 403 as "this kind is
+// empty for us" (logged, retried with backoff) so one missing RBAC rule does not
+// keep the gateway from starting.
+//
+// Objects go through the same validateDocument + readObject as files (via
+// buildSnapshot), one object at a time, cached by content: a status-only update
+// (our own status writes come back as MODIFIED events) reuses the cached
+// result and does not trigger a recompile.
+
+import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node'
+import { logger } from '../observe/log.ts'
+import { configReloadFailures } from '../observe/metrics.ts'
+import { emptySnapshot } from '../resources/snapshot.ts'
+import { CLUSTER_SCOPED } from '../resources/model.ts'
+import { KubeApiError, errorText, type KubeClient } from './kube-client.ts'
+import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
+import { buildSnapshot } from './snapshot-builder.ts'
+import type { ModelObject } from '../resources/model.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+
+const log = logger('kube-source')
+
+export interface KubeSourceOptions {
+  readonly client: KubeClient
+  /** Namespaces to watch namespaced kinds in; empty: all namespaces. */
+  readonly namespaces?: readonly string[]
+  /** Label selector every watched object must match (the API server filters). */
+  readonly labelSelector?: string | null
+  /** Quiet time after the last change before a snapshot is built (default 50 ms). */
+  readonly debounceMs?: number
+  /** Items per list page (default 500). */
+  readonly pageSize?: number
+  /** Backoff after errors: first delay and cap (defaults 500 ms and 30 s), ±50 % jitter. */
+  readonly backoffMs?: { readonly base: number; readonly max: number }
+  /** How often a kind whose CRD is not installed is looked for again (default 5 min). */
+  readonly notFoundRetryMs?: number
+  /** Default: every kind the model reads (kube-resources.ts). */
+  readonly resources?: readonly KubeResource[]
+}
+
+/** A raw object as the API server has it, with the resource it came from. */
+export interface KubeObject {
+  readonly resource: KubeResource
+  readonly version: string
+  readonly raw: KubernetesObject & Record<string, unknown>
+}
+
+type SnapshotListener = (snapshot: Snapshot) => void | Promise<void>
+type InformerState = 'pending' | 'synced' | 'absent' | 'forbidden'
+
+interface Built { readonly object: ModelObject | null; readonly problems: readonly ConfigProblem[] }
+
+interface Entry {
+  readonly key: string
+  obj: KubeObject
+  fingerprint: string
+  built: Built | null
+}
+
+interface Informer {
+  readonly resource: KubeResource
+  readonly namespace: string | null
+  versionIndex: number
+  lw: ListWatch<KubernetesObject> | null
+  state: InformerState
+  failures: number
+  timer: NodeJS.Timeout | null
+  /** Entries this informer put in the store (removed if it moves to another version). */
+  readonly keys: Set<string>
+}
+
+export class KubeSource {
+  readonly #client: KubeClient
+  readonly #namespaces: readonly string[]
+  readonly #labelSelector: string | undefined
+  readonly #debounceMs: number
+  readonly #pageSize: number
+  readonly #backoff: { readonly base: number; readonly max: number }
+  readonly #notFoundRetryMs: number
+  readonly #informers: Informer[] = []
+  readonly #store = new Map<string, Entry>()
+  #onSnapshot: SnapshotListener | null = null
+  #firstSync: (() => void) | null = null
+  #synced = false
+  #timer: NodeJS.Timeout | null = null
+  #running: Promise<void> | null = null
+  #again = false
+  #closed = false
+
+  constructor(options: KubeSourceOptions) {
+    this.#client = options.client
+    this.#namespaces = [...new Set(options.namespaces ?? [])].sort()
+    this.#labelSelector = options.labelSelector === null || options.labelSelector === '' ? undefined : options.labelSelector
+    this.#debounceMs = options.debounceMs ?? 50
+    this.#pageSize = options.pageSize ?? 500
+    this.#backoff = options.backoffMs ?? { base: 500, max: 30_000 }
+    this.#notFoundRetryMs = options.notFoundRetryMs ?? 5 * 60_000
+    for (const resource of options.resources ?? KUBE_RESOURCES) {
+      const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
+      for (const namespace of scopes) {
+        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, timer: null, keys: new Set() })
+      }
+    }
+  }
+
+  /** Start every informer; resolves once each has listed (or found its kind absent or forbidden) and the first snapshot was handled. */
+  async start(onSnapshot: SnapshotListener): Promise<void> {
+    this.#onSnapshot = onSnapshot
+    const first = new Promise<void>((resolve) => { this.#firstSync = resolve })
+    for (const inf of this.#informers) this.#run(inf)
+    await first
+    await this.#schedule()
+  }
+
+  /** Build and hand on a snapshot now. */
+  reload(): Promise<void> {
+    if (!this.#synced) return Promise.resolve()
+    return this.#schedule()
+  }
+
+  /** Synced at least once: every informer listed (or its kind is absent/forbidden). */
+  synced(): boolean {
+    return this.#synced
+  }
+
+  close(): void {
+    this.#closed = true
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    for (const inf of this.#informers) {
+      if (inf.timer !== null) clearTimeout(inf.timer)
+      void inf.lw?.stop()
+    }
+  }
+
+  /** The raw object behind a snapshot object (status writes compare with it). `kind` is the model kind. */
+  lookup(modelKind: string, objApiVersion: string, namespace: string, name: string): KubeObject | null {
+    for (const e of this.#store.values()) {
+      const o = e.obj
+      if (o.resource.modelKind !== modelKind) continue
+      const meta = o.raw.metadata
+      if (meta?.name !== name || (meta.namespace ?? '') !== namespace) continue
+      if (objApiVersion !== '' && apiVersion(o.resource.group, o.version) !== objApiVersion) continue
+      return o
+    }
+    return null
+  }
+
+  /** Every raw object, for status writers that walk them all. */
+  objects(): Iterable<KubeObject> {
+    return [...this.#store.values()].map((e) => e.obj)
+  }
+
+  /** The snapshot of the current store (cached per object; only changed objects are validated again). */
+  snapshot(): Snapshot {
+    const snap = emptySnapshot() as unknown as Record<string, unknown>
+    const problems: ConfigProblem[] = []
+    const maps = new Map<string, Map<string, ModelObject>>()
+    const entries = [...this.#store.values()].sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0)
+    for (const e of entries) {
+      e.built ??= buildOne(e.obj)
+      problems.push(...e.built.problems)
+      const object = e.built.object
+      if (object === null) continue
+      const mapName = MAP_OF[object.kind]
+      let map = maps.get(mapName)
+      if (map === undefined) maps.set(mapName, map = snap[mapName] as Map<string, ModelObject>)
+      const key = CLUSTER_SCOPED.has(object.kind) ? object.meta.name : `${object.meta.namespace}/${object.meta.name}`
+      const first = map.get(key)
+      if (first !== undefined) {
+        problems.push({ source: object.source, kind: object.kind, namespace: object.meta.namespace, name: object.meta.name, field: '',
+          message: `duplicate ${object.kind} ${key}: already defined by ${first.apiVersion}; this one is ignored`, severity: 'error' })
+        continue
+      }
+      map.set(key, object)
+    }
+    snap.problems = problems
+    return snap as unknown as Snapshot
+  }
+
+  // ───────────── informers ─────────────
+
+  #run(inf: Informer): void {
+    if (this.#closed) return
+    const res = inf.resource
+    const version = res.versions[inf.versionIndex] as string
+    const path = resourcePath(res, version, inf.namespace)
+    const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
+      const list = await this.#listAll(path)
+      // ListWatch processes the items right after this promise settles (same
+      // microtask chain); the immediate runs once they are in the store.
+      setImmediate(() => this.#listed(inf))
+      return list
+    }
+    const lw = new ListWatch<KubernetesObject>(path, this.#client.watcher(), listFn, false, this.#labelSelector)
+    inf.lw = lw
+    const put = (raw: KubernetesObject): void => {
+      if (inf.lw !== lw) return
+      inf.failures = 0
+      this.#put(inf, version, raw)
+    }
+    lw.on('add', put)
+    lw.on('update', put)
+    lw.on('delete', (raw) => { if (inf.lw === lw) this.#remove(inf, raw) })
+    lw.on('error', (err: unknown) => { if (inf.lw === lw) this.#failed(inf, err) })
+    void lw.start()
+  }
+
+  async #listAll(path: string): Promise<KubernetesListObject<KubernetesObject>> {
+    for (let attempt = 0; ; attempt++) {
+      const items: KubernetesObject[] = []
+      let resourceVersion = ''
+      let token: string | undefined
+      try {
+        do {
+          const page = await this.#client.request<KubernetesListObject<KubernetesObject>>('GET', path, {
+            query: { limit: String(this.#pageSize), continue: token, labelSelector: this.#labelSelector },
+          })
+          items.push(...page.items)
+          if (token === undefined) resourceVersion = page.metadata?.resourceVersion ?? ''
+          token = page.metadata?._continue ?? (page.metadata as Record<string, string> | undefined)?.continue
+          if (token === '') token = undefined
+        } while (token !== undefined)
+      } catch (err) {
+        // The continue token expired between pages: start the list again (a new consistent snapshot).
+        if (err instanceof KubeApiError && err.statusCode === 410 && token !== undefined && attempt < 3) continue
+        throw err
+      }
+      return { metadata: { resourceVersion }, items }
+    }
+  }
+
+  #listed(inf: Informer): void {
+    if (inf.state !== 'synced') log.info({ resource: inf.resource.plural, group: inf.resource.group, version: inf.resource.versions[inf.versionIndex], namespace: inf.namespace ?? '*', objects: inf.keys.size }, 'informer synced')
+    inf.state = 'synced'
+    inf.failures = 0
+    this.#checkFirstSync()
+    this.#changed()
+  }
+
+  #failed(inf: Informer, err: unknown): void {
+    if (this.#closed) return
+    const status = err instanceof KubeApiError ? err.statusCode : (err as { statusCode?: number }).statusCode ?? 0
+    const fields = { resource: inf.resource.plural, group: inf.resource.group, version: inf.resource.versions[inf.versionIndex], namespace: inf.namespace ?? '*' }
+    let delay: number
+    if (status === 404 && inf.state !== 'synced') {
+      if (inf.versionIndex + 1 < inf.resource.versions.length) {
+        inf.versionIndex++
+        this.#run(inf)
+        return
+      }
+      log.info({ ...fields, retryInMs: this.#notFoundRetryMs }, 'resource not served (CRD not installed?); skipping it')
+      inf.state = 'absent'
+      inf.versionIndex = 0
+      delay = this.#notFoundRetryMs
+    } else {
+      if (status === 403) {
+        log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/rbac.yaml)')
+        if (inf.state === 'pending') inf.state = 'forbidden'
+      } else {
+        log.warn({ ...fields, status, err: errorText(err) }, 'watch failed; retrying with backoff')
+      }
+      configReloadFailures.inc({ source: 'kubernetes', reason: status === 403 ? 'forbidden' : 'watch' })
+      const exp = Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.failures)
+      delay = Math.round(exp * (0.5 + Math.random()))
+      inf.failures++
+    }
+    this.#checkFirstSync()
+    if (inf.timer !== null) clearTimeout(inf.timer)
+    inf.timer = setTimeout(() => {
+      inf.timer = null
+      if (this.#closed) return
+      // After a 404 the version probe starts over (a new CRD version may be served);
+      // otherwise start() resumes the same informer from its last resourceVersion.
+      if (inf.state === 'absent' || inf.lw === null) this.#run(inf)
+      else void inf.lw.start()
+    }, delay)
+    inf.timer.unref()
+  }
+
+  #checkFirstSync(): void {
+    if (this.#synced) return
+    if (this.#informers.some((i) => i.state === 'pending')) return
+    this.#synced = true
+    const resolve = this.#firstSync
+    this.#firstSync = null
+    resolve?.()
+  }
+
+  #put(inf: Informer, version: string, raw: KubernetesObject): void {
+    const key = storeKey(inf.resource, raw)
+    const fingerprint = fingerprintOf(raw)
+    const obj: KubeObject = { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> }
+    const old = this.#store.get(key)
+    inf.keys.add(key)
+    if (old !== undefined && old.fingerprint === fingerprint) {
+      old.obj = obj // newer resourceVersion / status; the model object is unchanged
+      return
+    }
+    this.#store.set(key, { key, obj, fingerprint, built: null })
+    this.#changed()
+  }
+
+  #remove(inf: Informer, raw: KubernetesObject): void {
+    const key = storeKey(inf.resource, raw)
+    inf.keys.delete(key)
+    if (this.#store.delete(key)) this.#changed()
+  }
+
+  // ───────────── snapshots ─────────────
+
+  #changed(): void {
+    if (this.#closed || !this.#synced) return
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#timer = setTimeout(() => {
+      this.#timer = null
+      void this.#schedule()
+    }, this.#debounceMs)
+  }
+
+  #schedule(): Promise<void> {
+    if (this.#running !== null) {
+      this.#again = true
+      return this.#running
+    }
+    this.#running = (async () => {
+      try {
+        do {
+          this.#again = false
+          if (this.#closed || this.#onSnapshot === null) return
+          const snapshot = this.snapshot()
+          try {
+            await this.#onSnapshot(snapshot)
+          } catch (err) {
+            log.error({ err }, 'applying configuration failed')
+          }
+        } while (this.#again && !this.#closed)
+      } finally {
+        this.#running = null
+      }
+    })()
+    return this.#running
+  }
+}
+
+/** Which Snapshot map holds each model kind. */
+const MAP_OF: Record<ModelObject['kind'], keyof Omit<Snapshot, 'problems'>> = {
+  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
+  TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
+  BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
+  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services',
+  EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
+}
+
+/** One object through the file path's validate + read (SourceRef `kube:<apiVersion>/<kind>`, doc 0). */
+function buildOne(o: KubeObject): Built {
+  const av = apiVersion(o.resource.group, o.version)
+  // Watch events carry apiVersion/kind; list items of core kinds may not.
+  const doc = { ...o.raw, apiVersion: o.raw.apiVersion ?? av, kind: o.raw.kind ?? o.resource.kind }
+  const snap = buildSnapshot([{ source: { file: `kube:${av}/${o.resource.kind}`, doc: 0 }, doc }])
+  let object: ModelObject | null = null
+  for (const value of Object.values(snap)) {
+    if (value instanceof Map && value.size > 0) object = value.values().next().value as ModelObject
+  }
+  return { object, problems: snap.problems }
+}
+
+function storeKey(res: KubeResource, raw: KubernetesObject): string {
+  return `${res.group}|${res.kind}|${raw.metadata?.namespace ?? ''}|${raw.metadata?.name ?? ''}`
+}
+
+/** Everything but status and bookkeeping: two objects with the same fingerprint read the same. */
+function fingerprintOf(raw: KubernetesObject): string {
+  const { status: _status, metadata, ...rest } = raw as KubernetesObject & { status?: unknown }
+  const { resourceVersion: _rv, managedFields: _mf, ...meta } = metadata ?? {}
+  return JSON.stringify([meta, rest])
+}

@@ -1,0 +1,452 @@
+// An in-process Kubernetes API server for tests (node:http on 127.0.0.1). It
+// implements the parts of the API machinery sallyport relies on, the way the
+// real one behaves:
+// - one global resourceVersion counter; every write bumps it and stamps the object;
+// - list with `limit`/`continue` (chunked lists served from a consistent snapshot),
+//   `labelSelector` (equality and existence forms), 410 Gone for an expired token;
+// - watch from a resourceVersion: ADDED/MODIFIED/DELETED replayed from the event
+//   history, then streamed as newline-delimited JSON; BOOKMARKs when asked for
+//   (`allowWatchBookmarks`); a resourceVersion older than the retained history
+//   gets an ERROR event with code 410 (what kube-apiserver does: "too old
+//   resource version"), and `expireWatches()` sends the same to open watches;
+// - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
+//   (409 Conflict on a stale metadata.resourceVersion);
+// - generic create/get/update/delete/patch (Leases, Events);
+// - failure injection: `dropWatches()`, `forbid(plural)`, `hide(plural)` (404 as
+//   for a CRD that is not installed), `stop()`/`start()` for an unreachable server.
+// Driven by the real @kubernetes/client-node client (KubeConfig at http://127.0.0.1:PORT).
+
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { Socket } from 'node:net'
+
+export interface ResourceDef {
+  readonly group: string
+  readonly version: string
+  readonly plural: string
+  readonly kind: string
+  readonly namespaced: boolean
+}
+
+type Obj = Record<string, unknown> & { metadata: Record<string, unknown> }
+
+interface WatchEvent { readonly type: 'ADDED' | 'MODIFIED' | 'DELETED'; readonly rv: number; readonly object: Obj }
+
+interface Watcher {
+  readonly res: http.ServerResponse
+  readonly def: ResourceDef
+  readonly namespace: string | null
+  readonly selector: Selector | null
+  readonly bookmarks: boolean
+}
+
+interface Store {
+  readonly def: ResourceDef
+  readonly objects: Map<string, Obj>
+  readonly history: WatchEvent[]
+}
+
+export interface RequestRecord { readonly method: string; readonly path: string; readonly query: string }
+
+const clone = <T>(v: T): T => structuredClone(v)
+
+export class FakeApiServer {
+  #server: http.Server | null = null
+  #port = 0
+  #rv = 1
+  /** Events at or below this resourceVersion are gone from the history. */
+  #compactedRv = 0
+  readonly #stores = new Map<string, Store>() // by `${group}/${plural}`
+  readonly #watchers = new Set<Watcher>()
+  readonly #sockets = new Set<Socket>()
+  readonly #forbidden = new Set<string>()
+  readonly #hidden = new Set<string>()
+  readonly #listings = new Map<string, { readonly items: Obj[]; readonly rv: number }>()
+  #nextListing = 1
+  #bookmarkTimer: NodeJS.Timeout | null = null
+  /** Every request served (tests count status writes, lease updates, relists). */
+  readonly requests: RequestRecord[] = []
+
+  constructor(defs: readonly ResourceDef[]) {
+    for (const def of defs) this.#stores.set(`${def.group}/${def.plural}`, { def, objects: new Map(), history: [] })
+  }
+
+  get port(): number { return this.#port }
+  get url(): string { return `http://127.0.0.1:${this.#port}` }
+  get resourceVersion(): string { return String(this.#rv) }
+
+  /** Listen (again, on the same port after `stop()`). */
+  async start(bookmarkIntervalMs = 0): Promise<void> {
+    const server = http.createServer((req, res) => this.#handle(req, res))
+    server.on('connection', (s: Socket) => { this.#sockets.add(s); s.on('close', () => this.#sockets.delete(s)) })
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(this.#port, '127.0.0.1', resolve)
+    })
+    this.#port = (server.address() as AddressInfo).port
+    this.#server = server
+    if (bookmarkIntervalMs > 0) {
+      this.#bookmarkTimer = setInterval(() => this.bookmark(), bookmarkIntervalMs)
+      this.#bookmarkTimer.unref()
+    }
+  }
+
+  /** Close the listener and every connection: the server is unreachable until `start()`. */
+  async stop(): Promise<void> {
+    if (this.#bookmarkTimer !== null) clearInterval(this.#bookmarkTimer)
+    this.#bookmarkTimer = null
+    const server = this.#server
+    this.#server = null
+    this.#watchers.clear()
+    for (const s of this.#sockets) s.destroy()
+    if (server !== null) await new Promise<void>((resolve) => server.close(() => resolve()))
+  }
+
+  /** A kubeconfig (YAML text) pointing at this server over plain http. */
+  kubeconfig(): string {
+    return [
+      'apiVersion: v1', 'kind: Config', 'current-context: fake',
+      'clusters:', `- name: fake`, '  cluster:', `    server: ${this.url}`, '    insecure-skip-tls-verify: true',
+      'contexts:', '- name: fake', '  context:', '    cluster: fake', '    user: fake',
+      'users:', '- name: fake', '  user:', '    token: fake-token', '',
+    ].join('\n')
+  }
+
+  // ───────────── test controls ─────────────
+
+  /** Create or replace an object (spec changes bump metadata.generation). Returns the stored copy. */
+  apply(object: Record<string, unknown>): Obj {
+    const store = this.#storeOfObject(object)
+    const obj = clone(object) as Obj
+    const meta = obj.metadata
+    const key = this.#key(store.def, meta.namespace as string | undefined, meta.name as string)
+    const old = store.objects.get(key)
+    if (old === undefined) return this.#create(store, obj)
+    if (JSON.stringify(old.spec) !== JSON.stringify(obj.spec) || JSON.stringify((old as Record<string, unknown>).data) !== JSON.stringify((obj as Record<string, unknown>).data)) {
+      meta.generation = (old.metadata.generation as number) + 1
+    } else {
+      meta.generation = old.metadata.generation
+    }
+    if (obj.status === undefined && old.status !== undefined) obj.status = old.status
+    return this.#update(store, key, obj, old)
+  }
+
+  remove(apiVersion: string, kind: string, namespace: string, name: string): boolean {
+    const store = this.#storeOf(apiVersion, kind)
+    const key = this.#key(store.def, namespace, name)
+    const old = store.objects.get(key)
+    if (old === undefined) return false
+    this.#delete(store, key, old)
+    return true
+  }
+
+  get(apiVersion: string, kind: string, namespace: string, name: string): Obj | null {
+    const store = this.#storeOf(apiVersion, kind)
+    const o = store.objects.get(this.#key(store.def, namespace, name))
+    return o === undefined ? null : clone(o)
+  }
+
+  list(apiVersion: string, kind: string): Obj[] {
+    return [...this.#storeOf(apiVersion, kind).objects.values()].map(clone)
+  }
+
+  /** Drop every open watch connection without a word (a load balancer timing out, a restart). */
+  dropWatches(): void {
+    for (const w of this.#watchers) w.res.socket?.destroy()
+    this.#watchers.clear()
+  }
+
+  /** Forget the event history up to now: older resourceVersions get 410 Gone; open watches get an ERROR 410 event and are closed. */
+  expireWatches(): void {
+    this.#compactedRv = this.#rv
+    for (const store of this.#stores.values()) store.history.length = 0
+    for (const w of this.#watchers) {
+      w.res.end(JSON.stringify({ type: 'ERROR', object: gone('too old resource version') }) + '\n')
+    }
+    this.#watchers.clear()
+  }
+
+  /** Continue tokens of chunked lists in flight expire (410 on the next page). */
+  expireContinueTokens(): void {
+    this.#listings.clear()
+  }
+
+  /** Send a BOOKMARK with the current resourceVersion to every watch that asked for them. */
+  bookmark(): void {
+    for (const w of this.#watchers) {
+      if (!w.bookmarks) continue
+      const object = { apiVersion: apiVersionOf(w.def), kind: w.def.kind, metadata: { resourceVersion: String(this.#rv) } }
+      w.res.write(JSON.stringify({ type: 'BOOKMARK', object }) + '\n')
+    }
+  }
+
+  /** 403 Forbidden for every request on this resource (plural) until `allow`. */
+  forbid(plural: string): void { this.#forbidden.add(plural); for (const w of [...this.#watchers]) if (w.def.plural === plural) { w.res.socket?.destroy(); this.#watchers.delete(w) } }
+  allow(plural: string): void { this.#forbidden.delete(plural) }
+  /** 404 for every request on this resource, as when its CRD is not installed. */
+  hide(plural: string): void { this.#hidden.add(plural) }
+  unhide(plural: string): void { this.#hidden.delete(plural) }
+
+  /** Requests matching a method and a path pattern. */
+  count(method: string, path: RegExp): number {
+    return this.requests.filter((r) => r.method === method && path.test(r.path)).length
+  }
+
+  // ───────────── storage ─────────────
+
+  #key(def: ResourceDef, namespace: string | undefined, name: string): string {
+    return def.namespaced ? `${namespace ?? 'default'}/${name}` : name
+  }
+
+  #storeOf(apiVersion: string, kind: string): Store {
+    for (const s of this.#stores.values()) if (apiVersionOf(s.def) === apiVersion && s.def.kind === kind) return s
+    throw new Error(`fake API server: no resource ${apiVersion} ${kind}`)
+  }
+
+  #storeOfObject(o: Record<string, unknown>): Store {
+    return this.#storeOf(String(o.apiVersion), String(o.kind))
+  }
+
+  #stamp(store: Store, obj: Obj): void {
+    obj.apiVersion = apiVersionOf(store.def)
+    obj.kind = store.def.kind
+    obj.metadata.resourceVersion = String(++this.#rv)
+  }
+
+  #create(store: Store, obj: Obj): Obj {
+    const meta = obj.metadata
+    if (store.def.namespaced && (meta.namespace === undefined || meta.namespace === '')) meta.namespace = 'default'
+    if (!store.def.namespaced) delete meta.namespace
+    meta.uid ??= `uid-${store.def.plural}-${String(meta.name)}-${this.#rv}`
+    meta.generation ??= 1
+    meta.creationTimestamp ??= new Date().toISOString().replace(/\.\d+Z$/, 'Z')
+    this.#stamp(store, obj)
+    store.objects.set(this.#key(store.def, meta.namespace as string | undefined, meta.name as string), obj)
+    this.#emit(store, 'ADDED', obj)
+    return clone(obj)
+  }
+
+  #update(store: Store, key: string, obj: Obj, old: Obj): Obj {
+    obj.metadata.uid = old.metadata.uid
+    obj.metadata.creationTimestamp = old.metadata.creationTimestamp
+    if (store.def.namespaced) obj.metadata.namespace = old.metadata.namespace
+    this.#stamp(store, obj)
+    store.objects.set(key, obj)
+    this.#emit(store, 'MODIFIED', obj)
+    return clone(obj)
+  }
+
+  #delete(store: Store, key: string, old: Obj): void {
+    store.objects.delete(key)
+    const gone = clone(old)
+    gone.metadata.resourceVersion = String(++this.#rv)
+    this.#emit(store, 'DELETED', gone)
+  }
+
+  #emit(store: Store, type: WatchEvent['type'], obj: Obj): void {
+    const event: WatchEvent = { type, rv: Number(obj.metadata.resourceVersion), object: clone(obj) }
+    store.history.push(event)
+    for (const w of this.#watchers) {
+      if (w.def !== store.def || !matchesWatch(w, obj)) continue
+      w.res.write(JSON.stringify({ type, object: obj }) + '\n')
+    }
+  }
+
+  // ───────────── HTTP ─────────────
+
+  #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://x')
+    this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search })
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', () => {
+      let body: unknown = null
+      if (chunks.length > 0) {
+        try { body = JSON.parse(Buffer.concat(chunks).toString('utf8')) } catch { return status(res, 400, 'BadRequest', 'body is not JSON') }
+      }
+      try {
+        this.#route(req, res, url, body)
+      } catch (err) {
+        status(res, 500, 'InternalError', err instanceof Error ? err.message : String(err))
+      }
+    })
+  }
+
+  #route(req: http.IncomingMessage, res: http.ServerResponse, url: URL, body: unknown): void {
+    const parts = url.pathname.split('/').filter((p) => p !== '')
+    let group: string
+    let rest: string[]
+    if (parts[0] === 'api' && parts[1] === 'v1') { group = ''; rest = parts.slice(2) }
+    else if (parts[0] === 'apis' && parts.length >= 3) { group = parts[1] as string; rest = parts.slice(3) }
+    else return status(res, 404, 'NotFound', `no route ${url.pathname}`)
+    let namespace: string | null = null
+    if (rest[0] === 'namespaces' && rest.length >= 3) { namespace = rest[1] as string; rest = rest.slice(2) }
+    const [plural, name, sub] = rest as [string, string | undefined, string | undefined]
+    const store = this.#stores.get(`${group}/${plural}`)
+    if (store === undefined || this.#hidden.has(plural) || (group !== '' && parts[2] !== store.def.version)) {
+      return status(res, 404, 'NotFound', `the server could not find the requested resource (${url.pathname})`)
+    }
+    if (this.#forbidden.has(plural)) return status(res, 403, 'Forbidden', `${plural} is forbidden: User "fake" cannot ${req.method} resource "${plural}"`)
+    const def = store.def
+    const method = req.method ?? 'GET'
+    if (name === undefined) {
+      if (method === 'GET' && url.searchParams.get('watch') === 'true') return this.#watch(store, namespace, url, res)
+      if (method === 'GET') return this.#list(store, namespace, url, res)
+      if (method === 'POST') {
+        const obj = body as Obj
+        if (obj?.metadata === undefined) return status(res, 400, 'BadRequest', 'metadata required')
+        if (def.namespaced) obj.metadata.namespace = namespace ?? obj.metadata.namespace
+        if (obj.metadata.name === undefined && typeof obj.metadata.generateName === 'string') obj.metadata.name = `${obj.metadata.generateName}${this.#rv.toString(36)}`
+        const key = this.#key(def, obj.metadata.namespace as string, String(obj.metadata.name))
+        if (store.objects.has(key)) return status(res, 409, 'AlreadyExists', `${plural} "${String(obj.metadata.name)}" already exists`)
+        obj.apiVersion = apiVersionOf(def); obj.kind = def.kind
+        delete obj.metadata.resourceVersion
+        return json(res, 201, this.#create(store, clone(obj)))
+      }
+      return status(res, 405, 'MethodNotAllowed', method)
+    }
+    const key = this.#key(def, namespace ?? undefined, name)
+    const current = store.objects.get(key)
+    if (current === undefined) return status(res, 404, 'NotFound', `${plural} "${name}" not found`)
+    if (sub !== undefined && sub !== 'status') return status(res, 404, 'NotFound', `no subresource ${sub}`)
+    if (method === 'GET') return json(res, 200, current)
+    if (method === 'DELETE') { this.#delete(store, key, current); return json(res, 200, current) }
+    if (method !== 'PUT' && method !== 'PATCH') return status(res, 405, 'MethodNotAllowed', method)
+    const incoming = (body ?? {}) as Obj
+    const rv = (incoming.metadata as Record<string, unknown> | undefined)?.resourceVersion
+    if (method === 'PUT' && rv !== undefined && rv !== '' && rv !== current.metadata.resourceVersion) {
+      return status(res, 409, 'Conflict', `Operation cannot be fulfilled on ${plural} "${name}": the object has been modified; please apply your changes to the latest version and try again`)
+    }
+    if (method === 'PATCH' && rv !== undefined && rv !== current.metadata.resourceVersion) {
+      return status(res, 409, 'Conflict', `Operation cannot be fulfilled on ${plural} "${name}": the object has been modified`)
+    }
+    const next = clone(current)
+    if (sub === 'status') {
+      // The status subresource changes status only (metadata and spec writes are ignored).
+      next.status = method === 'PUT' ? incoming.status : mergePatch(current.status, incoming.status)
+    } else {
+      const merged = method === 'PUT' ? clone(incoming) : mergePatch(current, incoming) as Obj
+      merged.metadata = { ...merged.metadata, uid: current.metadata.uid, generation: current.metadata.generation }
+      if (JSON.stringify(merged.spec) !== JSON.stringify(current.spec)) merged.metadata.generation = (current.metadata.generation as number) + 1
+      if (merged.status === undefined && current.status !== undefined && def.kind !== 'Lease' && def.kind !== 'Event') merged.status = current.status
+      Object.assign(next, merged)
+      for (const k of Object.keys(next)) if (!(k in merged)) delete (next as Record<string, unknown>)[k]
+    }
+    if (JSON.stringify(next) === JSON.stringify(current)) return json(res, 200, current) // a no-op write keeps the resourceVersion
+    return json(res, 200, this.#update(store, key, next, current))
+  }
+
+  #list(store: Store, namespace: string | null, url: URL, res: http.ServerResponse): void {
+    const limit = Number(url.searchParams.get('limit') ?? 0)
+    const token = url.searchParams.get('continue')
+    let listing: { readonly items: Obj[]; readonly rv: number }
+    let offset = 0
+    if (token !== null && token !== '') {
+      const [id, off] = token.split(':')
+      const found = this.#listings.get(id as string)
+      if (found === undefined) return status(res, 410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.')
+      listing = found
+      offset = Number(off)
+    } else {
+      const selector = parseSelector(url.searchParams.get('labelSelector'))
+      const items = [...store.objects.values()]
+        .filter((o) => namespace === null || o.metadata.namespace === namespace)
+        .filter((o) => selector === null || selector(labelsOf(o)))
+        .sort((a, b) => this.#key(store.def, a.metadata.namespace as string, a.metadata.name as string) < this.#key(store.def, b.metadata.namespace as string, b.metadata.name as string) ? -1 : 1)
+        .map(clone)
+      listing = { items, rv: this.#rv }
+    }
+    const end = limit > 0 ? Math.min(offset + limit, listing.items.length) : listing.items.length
+    let next = ''
+    if (end < listing.items.length) {
+      const id = token === null || token === '' ? String(this.#nextListing++) : (token.split(':')[0] as string)
+      this.#listings.set(id, listing)
+      next = `${id}:${end}`
+    }
+    json(res, 200, {
+      apiVersion: apiVersionOf(store.def), kind: `${store.def.kind}List`,
+      metadata: { resourceVersion: String(listing.rv), ...(next === '' ? {} : { continue: next }) },
+      items: listing.items.slice(offset, end),
+    })
+  }
+
+  #watch(store: Store, namespace: string | null, url: URL, res: http.ServerResponse): void {
+    const rvParam = url.searchParams.get('resourceVersion') ?? ''
+    const w: Watcher = {
+      res, def: store.def, namespace, selector: parseSelector(url.searchParams.get('labelSelector')),
+      bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' })
+    if (rvParam === '' || rvParam === '0') {
+      // "Any" resourceVersion: the current state as synthetic ADDED events, then changes.
+      for (const o of store.objects.values()) if (matchesWatch(w, o)) res.write(JSON.stringify({ type: 'ADDED', object: o }) + '\n')
+    } else {
+      const from = Number(rvParam)
+      if (!Number.isFinite(from) || from < this.#compactedRv) {
+        res.end(JSON.stringify({ type: 'ERROR', object: gone(`too old resource version: ${rvParam} (${this.#compactedRv})`) }) + '\n')
+        return
+      }
+      for (const e of store.history) {
+        if (e.rv > from && matchesWatch(w, e.object)) res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n')
+      }
+    }
+    this.#watchers.add(w)
+    const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0)
+    const timer = timeout > 0 ? setTimeout(() => { this.#watchers.delete(w); res.end() }, timeout * 1000) : null
+    res.on('close', () => { this.#watchers.delete(w); if (timer !== null) clearTimeout(timer) })
+  }
+}
+
+export function apiVersionOf(def: ResourceDef): string {
+  return def.group === '' ? def.version : `${def.group}/${def.version}`
+}
+
+function labelsOf(o: Obj): Record<string, string> {
+  return (o.metadata.labels ?? {}) as Record<string, string>
+}
+
+function matchesWatch(w: Watcher, o: Obj): boolean {
+  if (w.namespace !== null && o.metadata.namespace !== w.namespace) return false
+  return w.selector === null || w.selector(labelsOf(o))
+}
+
+type Selector = (labels: Record<string, string>) => boolean
+
+/** `a=b`, `a==b`, `a!=b`, `a`, `!a`, comma-separated (the set-based forms are not needed here). */
+function parseSelector(text: string | null): Selector | null {
+  if (text === null || text.trim() === '') return null
+  const terms = text.split(',').map((t) => t.trim()).filter((t) => t !== '').map((t): Selector => {
+    const ne = t.indexOf('!=')
+    if (ne > 0) { const k = t.slice(0, ne); const v = t.slice(ne + 2); return (l) => l[k] !== v }
+    const eq = t.indexOf('=')
+    if (eq > 0) { const k = t.slice(0, eq); const v = t.slice(t[eq + 1] === '=' ? eq + 2 : eq + 1); return (l) => l[k] === v }
+    if (t.startsWith('!')) { const k = t.slice(1); return (l) => !Object.hasOwn(l, k) }
+    return (l) => Object.hasOwn(l, t)
+  })
+  return (labels) => terms.every((s) => s(labels))
+}
+
+function gone(message: string): Record<string, unknown> {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason: 'Expired', code: 410 }
+}
+
+function json(res: http.ServerResponse, code: number, body: unknown): void {
+  const text = JSON.stringify(body)
+  res.writeHead(code, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
+  res.end(text)
+}
+
+function status(res: http.ServerResponse, code: number, reason: string, message: string): void {
+  json(res, code, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code })
+}
+
+/** RFC 7386 JSON merge patch. */
+export function mergePatch(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return clone(patch)
+  const out: Record<string, unknown> = typeof target === 'object' && target !== null && !Array.isArray(target) ? clone(target as Record<string, unknown>) : {}
+  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
+    if (v === null) delete out[k]
+    else out[k] = mergePatch(out[k], v)
+  }
+  return out
+}

@@ -1,0 +1,119 @@
+// The Kubernetes source against the fake API server, driven by client-node's
+// ListWatch: sync, update, delete, chunked lists, 410 relist, dropped watches,
+// 403 and 404 kinds, label and namespace scoping.
+import './quiet.ts'
+import t from 'tap'
+import { KubeSource } from '../../lib/config/kube-source.ts'
+import type { Snapshot } from '../../lib/resources/snapshot.ts'
+import { backend, clientFor, gateway, gatewayClass, route, startFake, until } from './fixtures.ts'
+
+function hostsOf(s: Snapshot): string[] {
+  return [...s.httpRoutes.values()].flatMap((r) => [...r.hostnames]).sort()
+}
+
+t.test('sync, update, delete, chunked lists, validation', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  fake.apply(gateway(8080))
+  fake.apply(backend('a', 9000))
+  for (let i = 0; i < 7; i++) fake.apply(route(`r${i}`, `r${i}.example.test`, 'a', 9000))
+  // Invalid: dropped with a problem, never fatal.
+  fake.apply({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'bad', namespace: 'default' }, spec: { rules: [{ matches: [{ path: { type: 'Nope', value: '/' } }] }] } })
+  const source = new KubeSource({ client: clientFor(fake), pageSize: 3, debounceMs: 10 })
+  t.teardown(() => source.close())
+  const snaps: Snapshot[] = []
+  await source.start((s) => { snaps.push(s) })
+  t.ok(source.synced())
+  const first = snaps.at(-1) as Snapshot
+  t.equal(first.httpRoutes.size, 7, 'every page of the chunked list arrived')
+  t.ok(fake.count('GET', /\/httproutes$/) >= 3, 'listed in pages')
+  t.equal(first.gateways.size, 1)
+  t.equal(first.backends.size, 1)
+  const bad = first.problems.find((p) => p.name === 'bad')
+  t.ok(bad, 'the invalid route is reported')
+  t.equal(bad?.source.file, 'kube:gateway.networking.k8s.io/v1/HTTPRoute')
+  t.match(first.httpRoutes.get('default/r0')?.source, { file: 'kube:gateway.networking.k8s.io/v1/HTTPRoute', doc: 0 })
+
+  fake.apply(route('r0', 'changed.example.test', 'a', 9000))
+  await until('update', () => hostsOf(snaps.at(-1) as Snapshot).includes('changed.example.test'))
+  fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r1')
+  await until('delete', () => !(snaps.at(-1) as Snapshot).httpRoutes.has('default/r1'))
+
+  // A status-only write does not rebuild the snapshot.
+  const before = snaps.length
+  const r2 = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r2')
+  fake.apply({ ...r2, status: { parents: [] } })
+  await new Promise((r) => setTimeout(r, 100))
+  t.equal(snaps.length, before, 'no snapshot for a status-only change')
+})
+
+t.test('410 Gone relists; dropped watches resume from the last resourceVersion', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  const source = new KubeSource({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 20, max: 100 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  const lists = (): number => fake.requests.filter((r) => r.method === 'GET' && r.path.endsWith('/httproutes') && !r.query.includes('watch=true')).length
+  const watches = (): typeof fake.requests => fake.requests.filter((r) => r.path.endsWith('/httproutes') && r.query.includes('watch=true'))
+  t.equal(lists(), 1)
+  await until('watching', () => watches().length === 1)
+  t.match(watches()[0]?.query, /allowWatchBookmarks=true/, 'bookmarks asked for')
+
+  // Dropped: the next watch starts at the last resourceVersion seen, and
+  // events written meanwhile arrive once (no relist, nothing lost).
+  const rvBefore = fake.resourceVersion
+  fake.dropWatches()
+  fake.apply(route('r1', 'r1.example.test', 'a', 9000))
+  await until('r1 after the drop', () => last?.httpRoutes.has('default/r1') === true)
+  t.equal(lists(), 1, 'no relist after a dropped connection')
+  const resumed = watches().at(-1)
+  t.ok(resumed !== undefined && new URLSearchParams(resumed.query).get('resourceVersion') === rvBefore, `resumed from ${rvBefore}`)
+
+  // Bookmarks move the resourceVersion forward on a quiet resource.
+  fake.apply(gatewayClass())
+  fake.bookmark()
+  await new Promise((r) => setTimeout(r, 50))
+  fake.dropWatches()
+  await until('re-watch', () => watches().length >= 3)
+  t.equal(new URLSearchParams(watches().at(-1)?.query).get('resourceVersion'), fake.resourceVersion, 'resumed from the bookmark')
+
+  // 410: the history is gone; the informer relists and ends up correct, with a
+  // delete that happened while it could not see.
+  fake.expireWatches()
+  fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r0')
+  fake.apply(route('r2', 'r2.example.test', 'a', 9000))
+  await until('relist', () => lists() === 2)
+  await until('state after relist', () => last !== null && !last.httpRoutes.has('default/r0') && last.httpRoutes.has('default/r2'))
+  t.same(hostsOf(last as unknown as Snapshot), ['r1.example.test', 'r2.example.test'])
+})
+
+t.test('403 on one kind is logged and the rest works; 404 kinds are skipped', async (t) => {
+  const fake = await startFake(t)
+  fake.forbid('secrets')
+  fake.hide('egressextensions')
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  const source = new KubeSource({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 20, max: 50 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  t.equal((last as Snapshot | null)?.httpRoutes.size, 1, 'routes served though secrets are forbidden')
+  fake.apply({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's', namespace: 'default' }, data: { token: 'eA==' } })
+  fake.allow('secrets')
+  await until('secrets after RBAC fixed', () => last?.secrets.has('default/s') === true)
+  t.pass('the forbidden kind recovered with backoff')
+})
+
+t.test('namespace and label scoping', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('in', 'in.example.test', 'a', 9000, { namespace: 'team-a', labels: { egress: 'yes' } }))
+  fake.apply(route('unlabelled', 'x.example.test', 'a', 9000, { namespace: 'team-a' }))
+  fake.apply(route('other', 'other.example.test', 'a', 9000, { namespace: 'team-b', labels: { egress: 'yes' } }))
+  const source = new KubeSource({ client: clientFor(fake), namespaces: ['team-a'], labelSelector: 'egress=yes', debounceMs: 10 })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  t.same(hostsOf(last as unknown as Snapshot), ['in.example.test'])
+  t.ok(fake.requests.some((r) => r.path === '/apis/gateway.networking.k8s.io/v1/namespaces/team-a/httproutes'), 'namespaced list')
+  t.ok(fake.requests.some((r) => r.path === '/apis/gateway.networking.k8s.io/v1/gatewayclasses'), 'cluster-scoped kinds cluster-wide')
+})
