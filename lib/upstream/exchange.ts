@@ -9,6 +9,7 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
 import { connectReason, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
+import { isCountedTlsError } from './connect.ts'
 import {
   upstreamActiveRequests, upstreamConnectErrors, upstreamRequestDuration, upstreamTlsHandshakeErrors,
 } from '../observe/upstream-metrics.ts'
@@ -90,7 +91,7 @@ export class Exchange {
     this.#answered = true
     const body = new ResponseBody(this, attempt, status)
     this.#body = body
-    this.#handler.onResponse({ status, headers, body, endpoint: this.endpoint, protocol })
+    this.#handler.onResponse({ status, headers, body, endpoint: this.endpoint, protocol, trailers: () => body.trailers })
     return body
   }
 
@@ -126,7 +127,9 @@ export class Exchange {
 
   #count(error: SallyportError): void {
     if (error.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: this.cluster.id, reason: connectReason(error) })
-    else if (error.code === ErrorCode.UPSTREAM_TLS) upstreamTlsHandshakeErrors.inc({ backend: this.cluster.id, reason: tlsReason(error) })
+    // Handshake failures are counted by the Connector, once per handshake; what it did not see
+    // (e.g. a TLS 1.3 server rejecting our certificate after the handshake) is counted here.
+    else if (error.code === ErrorCode.UPSTREAM_TLS && !isCountedTlsError(error.cause)) upstreamTlsHandshakeErrors.inc({ backend: this.cluster.id, reason: tlsReason(error) })
   }
 
   /** End of the exchange: metrics, and the abort listener goes. Idempotent. */
@@ -149,6 +152,8 @@ export class ResponseBody extends Readable {
   readonly #exchange: Exchange
   readonly #attempt: Attempt
   readonly #status: number
+  /** Set by the pool just before the end of the body when the upstream sent trailers (gRPC's grpc-status). */
+  trailers: OutgoingHeaders | null = null
 
   constructor(exchange: Exchange, attempt: Attempt, status: number) {
     super({ highWaterMark: 64 * 1024 })

@@ -127,9 +127,13 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
     if (body !== null && !body.push(chunk)) controller.pause()
   }
 
-  onResponseEnd(): void {
+  onResponseEnd(_controller: Controller, trailers: IncomingHttpHeaders): void {
     const body = this.#body
-    if (body !== null) body.push(null)
+    if (body === null) return
+    if (trailers !== undefined && trailers !== null) {
+      for (const _ in trailers) { body.trailers = responseHeaders(trailers, null); break }
+    }
+    body.push(null)
   }
 
   onResponseError(_controller: Controller, err: Error): void {

@@ -258,6 +258,9 @@ function onStreamData(this: ClientHttp2Stream, chunk: Buffer): void {
 function onStreamEnd(this: ClientHttp2Stream): void {
   attemptOf(this).onEnd()
 }
+function onStreamTrailers(this: ClientHttp2Stream, headers: IncomingHttpHeaders): void {
+  attemptOf(this).onTrailers(headers)
+}
 function onStreamError(this: ClientHttp2Stream, err: Error): void {
   attemptOf(this).error ??= err
 }
@@ -318,7 +321,13 @@ class H2Attempt implements Attempt {
     this.#body = this.#ex.respond(status, responseHeaders(headers, null), this, this.#pool.protocol)
     if (this.#body === null) return
     stream.on('data', onStreamData)
+    stream.on('trailers', onStreamTrailers)
     stream.on('end', onStreamEnd)
+  }
+
+  onTrailers(headers: IncomingHttpHeaders): void {
+    const body = this.#body
+    if (body !== null) body.trailers = responseHeaders(headers, null)
   }
 
   onData(chunk: Buffer): void {

@@ -24,6 +24,7 @@ type IncomingHeaderValue = string | string[] | number | undefined
 // hot path
 export function responseHeaders(raw: Record<string, IncomingHeaderValue>, keep: string | null): OutgoingHeaders {
   const out: OutgoingHeaders = {}
+  const connection = raw.connection
   for (const name in raw) {
     const value = raw[name]
     if (value === undefined) continue
@@ -32,7 +33,17 @@ export function responseHeaders(raw: Record<string, IncomingHeaderValue>, keep: 
     if (HOP_BY_HOP.has(lower) && lower !== keep) continue
     out[lower] = typeof value === 'number' ? String(value) : value
   }
+  // RFC 9110 §7.6.1: fields named in Connection are hop-by-hop too.
+  if (connection !== undefined && typeof connection !== 'number') dropConnectionNamed(out, connection)
   return out
+}
+
+function dropConnectionNamed(out: OutgoingHeaders, connection: string | string[]): void {
+  const list = Array.isArray(connection) ? connection.join(',') : connection
+  for (const token of list.split(',')) {
+    const name = token.trim().toLowerCase()
+    if (name !== '' && name !== 'upgrade') delete out[name]
+  }
 }
 
 /** Request headers for undici: end-to-end fields plus `host`. */
