@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks'
 import { compile } from '../compile/compile.ts'
 import { dumpTable } from '../compile/print.ts'
 import { FileSource } from '../config/file-source.ts'
+import type { ConfigSource } from '../config/kube-combined-source.ts'
 import { createDataPlane } from '../listeners/data-plane.ts'
 import { logger } from '../observe/log.ts'
 import {
@@ -44,13 +45,20 @@ export interface RuntimeOptions {
   readonly reportStatus?: boolean
   /** Called whenever readiness may have changed. */
   readonly onReadyChange?: (ready: boolean) => void
+  /** Another source instead of the files of `configPaths` (Kubernetes mode: kube-source, or files + kube). */
+  readonly source?: ConfigSource
+  /** `source` label of the config metrics (default `file`). */
+  readonly sourceLabel?: string
+  /** After each applied table: the status compile produced and the snapshot it came from (status writer, Events). */
+  readonly onApplied?: (applied: { readonly status: Status; readonly snapshot: Snapshot; readonly table: RouteTable }) => void
 }
 
 const BIND_RETRY_MS = [500, 1000, 2000, 5000, 10000]
 
 export class Runtime {
   readonly #options: RuntimeOptions
-  readonly #source: FileSource
+  readonly #source: ConfigSource
+  readonly #sourceLabel: string
   readonly #upstreams: Upstreams
   readonly #dataPlane: DataPlane
   readonly #statusLog: StatusLog
@@ -68,7 +76,8 @@ export class Runtime {
 
   constructor(options: RuntimeOptions) {
     this.#options = options
-    this.#source = new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
+    this.#source = options.source ?? new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
+    this.#sourceLabel = options.sourceLabel ?? 'file'
     this.#upstreams = createUpstreams()
     this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
     this.#statusLog = new StatusLog(options.reportStatus ?? true)
@@ -133,7 +142,7 @@ export class Runtime {
     try {
       compiled = compile(snapshot, { now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME })
     } catch (err) {
-      configReloadFailures.inc({ source: 'file', reason: 'compile' })
+      configReloadFailures.inc({ source: this.#sourceLabel, reason: 'compile' })
       log.error({ err, version }, 'compile failed; keeping the previous route table')
       return
     } finally {
@@ -145,11 +154,16 @@ export class Runtime {
     this.#status = compiled.status
     this.#problems = snapshot.problems
     this.#statusLog.status(compiled.status)
-    configReloads.inc({ source: 'file' })
+    configReloads.inc({ source: this.#sourceLabel })
     tableVersion.set(compiled.table.version)
     tableBuiltAt.set(compiled.table.builtAt / 1000)
     setInvalidObjects(snapshot.problems)
     log.info({ version, ports: [...compiled.table.ports.keys()], clusters: compiled.table.clusters.size, problems: snapshot.problems.length }, 'route table applied')
+    try {
+      this.#options.onApplied?.({ status: compiled.status, snapshot, table: compiled.table })
+    } catch (err) {
+      log.error({ err }, 'after-apply hook failed')
+    }
   }
 
   async #applyTable(table: RouteTable): Promise<void> {
@@ -165,7 +179,7 @@ export class Runtime {
     this.#table = table
     this.#failedPorts = failed
     if (failed.length > 0) {
-      configReloadFailures.inc({ source: 'file', reason: 'listen' })
+      configReloadFailures.inc({ source: this.#sourceLabel, reason: 'listen' })
       for (const f of failed) log.error({ port: f.port, bind: this.#options.bind, error: f.error }, 'cannot listen on port; not ready until it binds')
       this.#scheduleBindRetry()
     } else {

@@ -44,7 +44,8 @@ export function gatewayClass(): Record<string, unknown> {
 
 export function gateway(port: number): Record<string, unknown> {
   return {
-    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'Gateway', metadata: { name: 'egress', namespace: 'default' },
+    // Upstreams are on loopback, which the destination guard refuses unless allowed.
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'Gateway', metadata: { name: 'egress', namespace: 'default', annotations: { 'sallyport.io/allow-destination-cidrs': '127.0.0.0/8' } },
     spec: { gatewayClassName: 'sallyport', listeners: [{ name: 'http', protocol: 'HTTP', port }] },
   }
 }

@@ -1,0 +1,99 @@
+// `serve --kubernetes`: the pieces around the Runtime in Kubernetes mode.
+//   source     KubeSource (informers), or files + API server (CombinedSource)
+//   leader     LeaderElector on a Lease (POD_NAMESPACE / POD_NAME)
+//   status     StatusWriter, writing only while leader
+//   events     KubeEventRecorder (every replica), fed config problems now and
+//              the data path later
+// The Runtime stays source-agnostic: it gets `source` and calls `onApplied`.
+
+import { FileSource } from '../config/file-source.ts'
+import { CombinedSource, type ConfigSource } from '../config/kube-combined-source.ts'
+import { KubeClient } from '../config/kube-client.ts'
+import { KubeSource } from '../config/kube-source.ts'
+import { logger } from '../observe/log.ts'
+import { ConfigEvents } from './events-config.ts'
+import { KubeEventRecorder, type EventRecorder } from './events.ts'
+import { LeaderElector, podIdentity } from './leader-election.ts'
+import { CONTROLLER_NAME } from './runtime.ts'
+import { StatusWriter } from './status-writer.ts'
+import type { RuntimeOptions } from './runtime.ts'
+
+const log = logger('kube-mode')
+
+export interface KubeModeOptions {
+  /** A kubeconfig file; null: in-cluster service account. Or a ready client (tests). */
+  readonly kubeconfig?: string | null
+  readonly client?: KubeClient
+  readonly namespaces?: readonly string[]
+  readonly labelSelector?: string | null
+  /** Files served together with the API server's objects (file wins on collisions). */
+  readonly configPaths?: readonly string[]
+  /** Campaign for leadership and write status (false: a --workers worker other than the first). */
+  readonly writeStatus?: boolean
+  readonly gatewayClass?: string
+  /** Lease timings (defaults: client-go's 15 s / 10 s / 2 s). */
+  readonly lease?: { readonly name?: string; readonly namespace?: string; readonly identity?: string; readonly durationMs?: number; readonly renewDeadlineMs?: number; readonly retryPeriodMs?: number }
+  readonly debounceMs?: number
+  readonly backoffMs?: { readonly base: number; readonly max: number }
+}
+
+export interface KubeMode {
+  readonly client: KubeClient
+  readonly kubeSource: KubeSource
+  readonly elector: LeaderElector | null
+  readonly statusWriter: StatusWriter | null
+  readonly events: EventRecorder
+  /** What to give the Runtime. */
+  readonly runtimeOptions: Pick<RuntimeOptions, 'source' | 'sourceLabel' | 'onApplied'>
+  /** Start campaigning (after the Runtime started). */
+  start(): void
+  /** Release the lease and stop watching. `release: false`: as if the process died. */
+  stop(options?: { release?: boolean }): Promise<void>
+}
+
+export function createKubeMode(options: KubeModeOptions): KubeMode {
+  const client = options.client ?? (options.kubeconfig == null ? KubeClient.inCluster() : KubeClient.fromFile(options.kubeconfig))
+  const kubeSource = new KubeSource({
+    client, namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null,
+    debounceMs: options.debounceMs, backoffMs: options.backoffMs,
+  })
+  const paths = options.configPaths ?? []
+  const source: ConfigSource = paths.length === 0 ? kubeSource : new CombinedSource(new FileSource(paths, { debounceMs: options.debounceMs ?? 200 }), kubeSource)
+  const pod = podIdentity()
+  const identity = options.lease?.identity ?? pod.identity
+  const leaseNamespace = options.lease?.namespace ?? pod.namespace
+  const events = new KubeEventRecorder({ client, instance: identity, fallbackNamespace: leaseNamespace })
+  const configEvents = new ConfigEvents(events)
+  let statusWriter: StatusWriter | null = null
+  let elector: LeaderElector | null = null
+  if (options.writeStatus ?? true) {
+    elector = new LeaderElector({
+      client, namespace: leaseNamespace, identity,
+      name: options.lease?.name ?? `sallyport-${options.gatewayClass ?? 'sallyport'}`,
+      leaseDurationMs: options.lease?.durationMs, renewDeadlineMs: options.lease?.renewDeadlineMs, retryPeriodMs: options.lease?.retryPeriodMs,
+      onChange: (leader) => { if (leader) void statusWriter?.sync() },
+    })
+    const e = elector
+    statusWriter = new StatusWriter({ client, source: kubeSource, controllerName: CONTROLLER_NAME, isLeader: () => e.isLeader() })
+  }
+  const writer = statusWriter
+  log.info({ server: client.server(), namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, files: paths, identity, leaseNamespace }, 'kubernetes mode')
+  return {
+    client, kubeSource, elector, statusWriter, events,
+    runtimeOptions: {
+      source,
+      sourceLabel: 'kubernetes',
+      onApplied: ({ status, snapshot }) => {
+        configEvents.update(snapshot.problems)
+        writer?.update(status, snapshot)
+      },
+    },
+    start: () => elector?.start(),
+    stop: async (stopOptions = {}) => {
+      await elector?.stop(stopOptions)
+      writer?.close()
+      source.close()
+      await events.close()
+    },
+  }
+}

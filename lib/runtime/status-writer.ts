@@ -1,0 +1,286 @@
+// Writes compile's Status back to the API server — on the leader only.
+//
+// For every object read from the API server (not file-defined, not shadowed by
+// a file) whose kind has a status subresource:
+//   GatewayClass  status.conditions
+//   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions)
+//   *Route        status.parents[]   (RouteParentStatus, ours by controllerName)
+//   Backend       status.parents[]   (GEP-4488 BackendParentStatus: controller in `name`);
+//                 Envoy Gateway's Backend: status.conditions
+//   policies      status.ancestors[] (PolicyAncestorStatus: BackendTLSPolicy,
+//                 BackendTrafficPolicy, EgressExtension)
+// Entries other controllers own in parents/ancestors are preserved untouched.
+// Conditions carry observedGeneration; lastTransitionTime is kept while a
+// condition's status stays the same (metav1.Condition semantics).
+//
+// The desired status is compared with what the object has (the informer's copy,
+// or what we last wrote when the informer has not seen our write yet): equal
+// means no request. Writes replace the status subresource (PUT .../status) with
+// the resourceVersion we based them on; a 409 re-reads the object and tries
+// again, so a concurrent writer (another controller's entry) is never lost.
+
+import { logger } from '../observe/log.ts'
+import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
+import { isKubeSourced } from '../config/kube-combined-source.ts'
+import { apiVersion, objectPath } from '../config/kube-resources.ts'
+import type { KubeObject, KubeSource } from '../config/kube-source.ts'
+import type { Condition, ObjectStatus, ParentStatus, Status } from '../compile/status.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+
+const log = logger('status-writer')
+
+const ROUTE_KINDS = new Set(['HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute'])
+const POLICY_KINDS = new Set(['BackendTLSPolicy', 'BackendTrafficPolicy', 'EgressExtension'])
+const MAX_ATTEMPTS = 5
+const CONCURRENCY = 4
+
+export interface StatusWriterOptions {
+  readonly client: KubeClient
+  readonly source: Pick<KubeSource, 'lookup'>
+  readonly controllerName: string
+  /** Writes happen only while this says true. */
+  readonly isLeader: () => boolean
+  readonly now?: () => Date
+}
+
+type Json = Record<string, unknown>
+
+interface Written { readonly basedOn: string; readonly rv: string; readonly status: Json }
+
+export class StatusWriter {
+  readonly #client: KubeClient
+  readonly #source: Pick<KubeSource, 'lookup'>
+  readonly #controller: string
+  readonly #isLeader: () => boolean
+  readonly #now: () => Date
+  #latest: { status: Status; snapshot: Snapshot } | null = null
+  #running: Promise<void> | null = null
+  #again = false
+  #retry: NodeJS.Timeout | null = null
+  readonly #written = new Map<string, Written>()
+  /** Status PUTs sent (tests and the log). */
+  writes = 0
+
+  constructor(options: StatusWriterOptions) {
+    this.#client = options.client
+    this.#source = options.source
+    this.#controller = options.controllerName
+    this.#isLeader = options.isLeader
+    this.#now = options.now ?? (() => new Date())
+  }
+
+  /** A new compile result: write what changed (if leader). */
+  update(status: Status, snapshot: Snapshot): void {
+    this.#latest = { status, snapshot }
+    void this.sync()
+  }
+
+  /** Write the latest status now if leader (call on becoming leader). Resolves when the pass is done. */
+  sync(): Promise<void> {
+    if (this.#running !== null) {
+      this.#again = true
+      return this.#running
+    }
+    this.#running = (async () => {
+      try {
+        do {
+          this.#again = false
+          await this.#pass()
+        } while (this.#again)
+      } finally {
+        this.#running = null
+      }
+    })()
+    return this.#running
+  }
+
+  close(): void {
+    if (this.#retry !== null) clearTimeout(this.#retry)
+    this.#latest = null
+  }
+
+  async #pass(): Promise<void> {
+    const latest = this.#latest
+    if (latest === null || !this.#isLeader()) return
+    const fromFiles = fileDefined(latest.snapshot)
+    const work: Array<{ status: ObjectStatus; obj: KubeObject }> = []
+    for (const s of latest.status.objects.values()) {
+      if (fromFiles.has(`${s.kind}/${s.namespace}/${s.name}`)) continue
+      const obj = this.#source.lookup(s.kind, s.apiVersion, s.namespace, s.name)
+      if (obj === null || !obj.resource.status) continue
+      work.push({ status: s, obj })
+    }
+    let failed = 0
+    let index = 0
+    const worker = async (): Promise<void> => {
+      while (index < work.length && this.#isLeader()) {
+        const item = work[index++] as { status: ObjectStatus; obj: KubeObject }
+        try {
+          await this.#write(item.status, item.obj)
+        } catch (err) {
+          failed++
+          log.warn({ kind: item.status.kind, namespace: item.status.namespace, name: item.status.name, err: errorText(err) }, 'status write failed')
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+    if (failed > 0 && this.#retry === null) {
+      // The API server may be away; the next compile or this retry tries again.
+      this.#retry = setTimeout(() => { this.#retry = null; void this.sync() }, 5000)
+      this.#retry.unref()
+    }
+  }
+
+  async #write(status: ObjectStatus, obj: KubeObject): Promise<void> {
+    const path = `${objectPath(obj.resource, obj.version, status.namespace, status.name)}/status`
+    const key = `${obj.resource.group}/${obj.resource.kind}/${status.namespace}/${status.name}`
+    let raw = obj.raw as Json
+    for (let attempt = 1; ; attempt++) {
+      const meta = (raw.metadata ?? {}) as Json
+      const rv = String(meta.resourceVersion ?? '')
+      // The informer may not have seen our last write yet: compare with it then.
+      const written = this.#written.get(key)
+      const current = written !== undefined && written.basedOn === rv ? written.status : ((raw.status ?? {}) as Json)
+      const generation = typeof meta.generation === 'number' ? meta.generation : 0
+      const desired = this.#desired(status, obj, raw, current, generation)
+      if (canonical(desired) === canonical(current)) return
+      try {
+        const body = { apiVersion: apiVersion(obj.resource.group, obj.version), kind: obj.resource.kind, metadata: { name: status.name, ...(obj.resource.namespaced ? { namespace: status.namespace } : {}), resourceVersion: written?.basedOn === rv ? written.rv : rv }, status: desired }
+        const result = await this.#client.request<Json>('PUT', path, { body })
+        this.writes++
+        this.#written.set(key, { basedOn: rv, rv: String((result?.metadata as Json | undefined)?.resourceVersion ?? ''), status: desired })
+        log.debug({ kind: status.kind, namespace: status.namespace, name: status.name }, 'status written')
+        return
+      } catch (err) {
+        if (!(err instanceof KubeApiError)) throw err
+        if (err.statusCode === 404) return // deleted meanwhile
+        if (err.statusCode !== 409 || attempt >= MAX_ATTEMPTS) throw err
+        // Conflict: someone (another controller, an edit) wrote since; read fresh and redo.
+        this.#written.delete(key)
+        raw = await this.#client.request<Json>('GET', objectPath(obj.resource, obj.version, status.namespace, status.name))
+      }
+    }
+  }
+
+  #desired(s: ObjectStatus, obj: KubeObject, raw: Json, current: Json, generation: number): Json {
+    const kind = s.kind
+    const cond = (list: readonly Condition[], existing: unknown): Json[] => this.#conditions(list, existing, generation)
+    const curConditions = current.conditions
+    if (kind === 'GatewayClass') return { ...current, conditions: cond(s.conditions, curConditions) }
+    if (kind === 'Gateway') {
+      const curListeners = Array.isArray(current.listeners) ? current.listeners as Json[] : []
+      return {
+        ...current,
+        conditions: cond(s.conditions, curConditions),
+        listeners: s.listeners.map((l) => ({
+          name: l.name,
+          supportedKinds: l.supportedKinds.map((k) => ({ group: k.group, kind: k.kind })),
+          attachedRoutes: l.attachedRoutes,
+          conditions: cond(l.conditions, curListeners.find((c) => c.name === l.name)?.conditions),
+        })),
+      }
+    }
+    const parents = s.parents.length > 0 || s.conditions.length === 0 ? s.parents : this.#fallbackParents(s, raw)
+    if (ROUTE_KINDS.has(kind)) {
+      const cur = Array.isArray(current.parents) ? current.parents as Json[] : []
+      const others = cur.filter((p) => p.controllerName !== this.#controller)
+      const ours = parents.map((p) => ({
+        parentRef: parentRef(p.parentRef), controllerName: this.#controller,
+        conditions: cond(p.conditions, cur.find((c) => c.controllerName === this.#controller && sameRef(c.parentRef, p.parentRef))?.conditions),
+      }))
+      return { ...current, parents: [...others, ...ours] }
+    }
+    if (kind === 'Backend' && obj.resource.group === 'gateway.envoyproxy.io') {
+      return { ...current, conditions: cond(s.conditions, curConditions) }
+    }
+    if (kind === 'Backend') {
+      // GEP-4488 BackendParentStatus names the controller in `name`.
+      const cur = Array.isArray(current.parents) ? current.parents as Json[] : []
+      const others = cur.filter((p) => p.name !== this.#controller)
+      const ours = parents.map((p) => ({
+        name: this.#controller, parentRef: parentRef(p.parentRef),
+        conditions: cond(p.conditions, cur.find((c) => c.name === this.#controller && sameRef(c.parentRef, p.parentRef))?.conditions),
+      }))
+      return { ...current, parents: [...others, ...ours] }
+    }
+    if (POLICY_KINDS.has(kind)) {
+      const cur = Array.isArray(current.ancestors) ? current.ancestors as Json[] : []
+      const others = cur.filter((p) => p.controllerName !== this.#controller)
+      const ours = parents.map((p) => ({
+        ancestorRef: parentRef(p.parentRef), controllerName: this.#controller,
+        conditions: cond(p.conditions, cur.find((c) => c.controllerName === this.#controller && sameRef(c.ancestorRef, p.parentRef))?.conditions),
+      }))
+      return { ...current, ancestors: [...others, ...ours] }
+    }
+    return { ...current, conditions: cond(s.conditions, curConditions) }
+  }
+
+  /** An object dropped as invalid has object-level conditions only: report them on each parent/target it names. */
+  #fallbackParents(s: ObjectStatus, raw: Json): ParentStatus[] {
+    const spec = (raw.spec ?? {}) as Json
+    const refs = (Array.isArray(spec.parentRefs) ? spec.parentRefs : Array.isArray(spec.targetRefs) ? spec.targetRefs : spec.targetRef !== undefined ? [spec.targetRef] : []) as Json[]
+    const isPolicy = POLICY_KINDS.has(s.kind)
+    return refs.filter((r) => typeof r?.name === 'string').map((r) => ({
+      parentRef: {
+        group: typeof r.group === 'string' ? r.group : 'gateway.networking.k8s.io',
+        kind: typeof r.kind === 'string' ? r.kind : 'Gateway',
+        namespace: typeof r.namespace === 'string' && !isPolicy ? r.namespace : s.namespace,
+        name: r.name as string,
+        sectionName: typeof r.sectionName === 'string' ? r.sectionName : null,
+        port: typeof r.port === 'number' ? r.port : null,
+      },
+      controllerName: this.#controller,
+      conditions: s.conditions,
+    }))
+  }
+
+  #conditions(list: readonly Condition[], existing: unknown, generation: number): Json[] {
+    const prior = Array.isArray(existing) ? existing as Json[] : []
+    const now = this.#now().toISOString().replace(/\.\d+Z$/, 'Z')
+    return list.map((c) => {
+      const before = prior.find((p) => p.type === c.type)
+      return {
+        type: c.type, status: c.status, reason: c.reason, message: c.message,
+        // Invalid objects compile with generation 0; the object's own is the one observed.
+        observedGeneration: c.observedGeneration > 0 ? c.observedGeneration : generation,
+        lastTransitionTime: before !== undefined && before.status === c.status && typeof before.lastTransitionTime === 'string' ? before.lastTransitionTime : now,
+      }
+    })
+  }
+}
+
+/** kind/namespace/name of every object in the snapshot that came from a file (shadowing wins over the API server). */
+function fileDefined(snapshot: Snapshot): Set<string> {
+  const out = new Set<string>()
+  for (const [name, value] of Object.entries(snapshot)) {
+    if (name === 'problems' || !(value instanceof Map)) continue
+    for (const o of (value as Map<string, { kind: string; meta: { namespace: string; name: string }; source: { file: string } }>).values()) {
+      if (!isKubeSourced(o.source)) out.add(`${o.kind}/${o.meta.namespace}/${o.meta.name}`)
+    }
+  }
+  return out
+}
+
+function parentRef(ref: ParentStatus['parentRef']): Json {
+  const out: Json = { group: ref.group, kind: ref.kind, name: ref.name }
+  if (ref.namespace !== '') out.namespace = ref.namespace
+  if (ref.sectionName !== null) out.sectionName = ref.sectionName
+  if (ref.port !== null) out.port = ref.port
+  return out
+}
+
+function sameRef(a: unknown, b: ParentStatus['parentRef']): boolean {
+  if (typeof a !== 'object' || a === null) return false
+  const r = a as Json
+  return (r.name ?? '') === b.name && (r.kind ?? 'Gateway') === b.kind && (r.namespace ?? '') === b.namespace &&
+    (r.sectionName ?? null) === b.sectionName && (r.port ?? null) === b.port
+}
+
+/** JSON with sorted keys: the API server does not keep our key order. */
+export function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`
+  if (typeof v === 'object' && v !== null) {
+    return `{${Object.keys(v).sort().filter((k) => (v as Json)[k] !== undefined).map((k) => `${JSON.stringify(k)}:${canonical((v as Json)[k])}`).join(',')}}`
+  }
+  return JSON.stringify(v)
+}
