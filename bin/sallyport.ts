@@ -10,14 +10,18 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 const USAGE = `Usage: sallyport <command> [options]
 
 Commands:
-  serve        Serve the Gateway API manifests in --config, reloading them on change
+  serve        Serve the Gateway API manifests in --config and/or the API server (--kubernetes), reloading on change
   validate     Check manifests: one line per problem, exit 1 if any error
   routes       Print the route table the manifests compile to
   quickstart   Run a demo upstream and a gateway in front of it (what npm start runs)
   version      Print the version
 
 serve [options]
-  --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json (repeatable, required)
+  --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json (repeatable; required without --kubernetes)
+  --kubernetes             Watch Gateway API objects in the API server (in-cluster service account); write status, Events
+  --kubeconfig FILE        Use this kubeconfig instead of the in-cluster service account (implies --kubernetes)
+  --namespace NS           Watch namespaced kinds only in NS (repeatable; default: all namespaces)
+  --label-selector SEL     Watch only objects matching this label selector (e.g. egress=sallyport)
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
   --bind ADDR              Address the Gateway listeners bind (default: 0.0.0.0)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump (default: 0.0.0.0:9901)
@@ -98,10 +102,18 @@ async function main(argv: string[]): Promise<number | null> {
         'access-log': { type: 'string' },
         'log-level': { type: 'string' },
         'drain-seconds': { type: 'string' },
+        kubernetes: { type: 'boolean' },
+        kubeconfig: { type: 'string' },
+        namespace: { type: 'string', multiple: true },
+        'label-selector': { type: 'string' },
       }, true)
       if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (use --config PATH)`)
       const configPaths = (values.config ?? []) as string[]
-      if (configPaths.length === 0) throw new UsageError('serve needs at least one --config PATH')
+      const kubeconfig = typeof values.kubeconfig === 'string' ? values.kubeconfig : null
+      const kubernetes = values.kubernetes === true || kubeconfig !== null
+      if (kubeconfig !== null && !fs.existsSync(kubeconfig)) throw new UsageError(`--kubeconfig ${kubeconfig}: no such file`)
+      if (!kubernetes && (values.namespace !== undefined || values['label-selector'] !== undefined)) throw new UsageError('--namespace and --label-selector need --kubernetes')
+      if (configPaths.length === 0 && !kubernetes) throw new UsageError('serve needs at least one --config PATH (or --kubernetes)')
       for (const p of configPaths) if (!fs.existsSync(p)) throw new UsageError(`--config ${p}: no such file or directory`)
       const accessLog = str(values, 'access-log', 'on')
       if (accessLog !== 'on' && accessLog !== 'off') throw new UsageError('--access-log must be on or off')
@@ -112,6 +124,7 @@ async function main(argv: string[]): Promise<number | null> {
       const { serve } = await import('../lib/runtime/serve.ts')
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
+        kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
         admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds,
       })
       return null // keeps running until a signal

@@ -181,7 +181,11 @@ export class BackendResolver {
     const c = cluster('Backend', ns, backend.meta.name, port.port, protocol, hostname, endpoints, tls, port.protocol === 'MCP' ? (port.mcp?.path ?? '/mcp') : null)
     return {
       ok: true,
-      value: { ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region },
+      value: {
+        ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
+        // Issue 6, parent mode: the Backend is another egress gateway; only connections to it are retried.
+        parentGateway: backend.meta.annotations['sallyport.io/parent-gateway'] === 'true',
+      },
     }
   }
 }

@@ -200,6 +200,8 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
       lb: policy.loadBalancer,
       circuitBreaker: policy.circuitBreaker,
       healthCheck: policy.healthCheck,
+      // Issue 6: the policy's TCP connect timeout applies to the cluster's pools.
+      connectTimeoutMs: policy.timeout?.connectMs ?? null,
       enableIPv6: policy.enableIPv6 ?? c.enableIPv6,
     })
   }

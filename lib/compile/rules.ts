@@ -62,6 +62,26 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
   return { rules, matches, refProblems, invalidMatches }
 }
 
+/**
+ * Issue 6: failover levels by backendRef name, on the route —
+ * `sallyport.io/backend-priority: "openai=0, anthropic=1"` (0 primary, 1
+ * secondary…). A name not listed keeps the ref's own `priority` (default 0);
+ * an unreadable entry is skipped.
+ */
+export const BACKEND_PRIORITY = 'sallyport.io/backend-priority'
+
+export function backendPriorities(text: string | undefined): Map<string, number> {
+  const out = new Map<string, number>()
+  if (text === undefined) return out
+  for (const part of text.split(',')) {
+    const eq = part.indexOf('=')
+    if (eq === -1) continue
+    const n = Number(part.slice(eq + 1).trim())
+    if (Number.isInteger(n) && n >= 0) out.set(part.slice(0, eq).trim(), n)
+  }
+  return out
+}
+
 const defaultMatch: HTTPRouteMatch = { path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [], method: null }
 
 function anchored(pattern: string): RegExp {
@@ -175,6 +195,7 @@ function compileRule(
   }
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.
+  const priorities = backendPriorities(route.meta.annotations[BACKEND_PRIORITY])
   const backends: WeightedCluster[] = []
   let totalWeight = 0
   let valid = 0
@@ -188,7 +209,7 @@ function compileRule(
       if (f.type === 'RequestHeaderModifier') req = headerEdits(f.requestHeaderModifier)
       if (f.type === 'ResponseHeaderModifier') res = headerEdits(f.responseHeaderModifier)
     }
-    backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: req, responseHeaders: res })
+    backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: priorities.get(ref.name) ?? ref.priority, requestHeaders: req, responseHeaders: res })
     totalWeight += ref.weight
   }
 

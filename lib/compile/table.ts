@@ -310,4 +310,12 @@ export interface Cluster {
   /** Region label of the Backend, if any. */
   readonly region: string | null
   readonly enableIPv6: boolean
+  /** TCP(+TLS) connect timeout of the cluster's pools (BackendTrafficPolicy timeout.tcp.connectTimeout); null/absent: the global one. Issue 6. */
+  readonly connectTimeoutMs?: number | null
+  /**
+   * Parent mode (egress proposal, gateway chaining): the Backend is another egress
+   * gateway (annotation sallyport.io/parent-gateway: "true"). Only the connection
+   * to it is retried, never the request. Absent: false. Issue 6.
+   */
+  readonly parentGateway?: boolean
 }

@@ -15,6 +15,7 @@ import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { findVirtualHost, matchRequest, type MatchInput } from './match.ts'
 import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
+import { attemptPlanOf, pickFailover, startAttempts } from './attempts.ts'
 
 export interface RouterEnv {
   readonly upstreams: Upstreams
@@ -138,7 +139,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
       return this.answer(rule.redirect.statusCode, { location }, null)
     }
 
-    const backend = pickBackend(rule, Math.random())
+    // Issue 6: priority levels, retries or a parent gateway → the attempt loop (attempts.ts).
+    const plan = attemptPlanOf(rule, this.table)
+    const picked = plan === null ? null : pickFailover(plan, this.table, this.env.upstreams.resilience, null, Math.random())
+    const backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
     this.backend = backend
     const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
@@ -150,7 +154,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     if (markHop(headers, this.env.gatewayId)) return this.fail(ErrorCode.LOOP_DETECTED)
     addForwarded(headers, ex.clientAddress, ex.scheme)
     if (rule.requestHeaders !== null) applyHeaderEdits(headers, rule.requestHeaders)
-    if (backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
+    if (plan === null && backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
 
     const path = rule.rewritePath === null ? this.path : rewritePath(this.path, rule.rewritePath, match.path)
     const controller = new AbortController()
@@ -172,7 +176,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     if (timeouts.requestMs !== null && timeouts.requestMs > 0) this.timer = setTimeout(onRequestTimeout, timeouts.requestMs, this)
     if (rule.mirrors !== null && ex.upgrade === null) sendMirrors(this, req)
     this.upstreamMs = performance.now()
-    this.env.upstreams.forward(req, this)
+    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, this.env.upstreams)
+    else this.env.upstreams.forward(req, this)
   }
 
   // ── upstream callbacks ──
@@ -270,7 +275,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
       return
     }
     if (this.isGrpc()) return this.answerGrpc(code)
-    this.answer(statusOf(code), { ...TEXT_PLAIN }, this.reason + '\n')
+    // Issue 6: a circuit-breaker 503 says so, so clients and parent gateways can tell overload from failure.
+    this.answer(statusOf(code), code === ErrorCode.OVERLOADED ? { ...TEXT_PLAIN, 'x-sallyport-overloaded': 'true' } : { ...TEXT_PLAIN }, this.reason + '\n')
   }
 
   answerGrpc(code: ErrorCode): void {

@@ -29,6 +29,8 @@ export interface ServeOptions {
   readonly workers: number
   readonly accessLog: boolean
   readonly drainSeconds: number
+  /** `--kubernetes`: watch the API server (in-cluster unless a kubeconfig is given); null: files only. */
+  readonly kubernetes?: { readonly kubeconfig: string | null; readonly namespaces: readonly string[]; readonly labelSelector: string | null } | null
 }
 
 /** Runs until SIGTERM/SIGINT, then drains and exits 0. */
@@ -39,7 +41,9 @@ export async function serve(options: ServeOptions): Promise<void> {
 }
 
 async function serveSingle(options: ServeOptions): Promise<void> {
+  const kube = await kubeMode(options, true)
   const runtime = new Runtime({
+    ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
@@ -51,6 +55,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   })
   onShutdownSignal(async (signal) => {
     log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining')
+    await kube?.stop() // hand the lease over now, not after it expires
     await runtime.stop(options.drainSeconds * 1000)
     await admin?.close()
     log.info('stopped')
@@ -58,6 +63,18 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   // SIGHUP: re-read the files now (for file systems where watching is unreliable, e.g. some network mounts).
   process.on('SIGHUP', () => { void runtime.reload() })
   await runtime.start()
+  kube?.start()
+}
+
+/** Kubernetes mode pieces (loaded only then: client-node is large). `writeStatus`: campaign for the lease. */
+async function kubeMode(options: ServeOptions, writeStatus: boolean): Promise<import('./kube-mode.ts').KubeMode | null> {
+  const k = options.kubernetes
+  if (k == null) return null
+  const { createKubeMode } = await import('./kube-mode.ts')
+  return createKubeMode({
+    kubeconfig: k.kubeconfig, namespaces: k.namespaces, labelSelector: k.labelSelector,
+    configPaths: options.configPaths, writeStatus, gatewayClass: options.gatewayClass,
+  })
 }
 
 // ───────────────────────────── cluster ─────────────────────────────
@@ -143,7 +160,10 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   new AggregatorRegistry()
   const index = Number(process.env[WORKER_INDEX_ENV] ?? 0)
   const send = (msg: ToPrimary): void => { if (process.connected) process.send?.(msg) }
+  // One identity per Pod: only the first worker campaigns for the lease and writes status.
+  const kube = await kubeMode(options, index === 0)
   const runtime = new Runtime({
+    ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
@@ -151,6 +171,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   let stopping: Promise<void> | null = null
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
+      await kube?.stop()
       await runtime.stop(options.drainSeconds * 1000)
       process.disconnect?.()
       process.exit(0)
@@ -168,6 +189,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   // The primary gone (killed hard): nobody would ever tell us to stop.
   process.on('disconnect', () => { void stop() })
   await runtime.start()
+  kube?.start()
   send({ type: 'sallyport:ready', ready: runtime.ready() })
 }
 

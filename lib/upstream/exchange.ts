@@ -22,6 +22,21 @@ export interface Attempt {
   resume(): void
 }
 
+/**
+ * Resilience hooks (issue 6, lib/upstream/resilience.ts): outcome per endpoint
+ * for outlier detection and overload tracking, in-flight counts for the
+ * circuit breaker and LeastRequest. Client aborts are reported too; the guard
+ * does not count them against the backend.
+ */
+export interface ExchangeGuard {
+  started(ex: Exchange): void
+  /** Before an attempt goes to endpoint `index` (ex.tried/endpointIndex still describe the previous one). */
+  entering(ex: Exchange, index: number): void
+  responded(ex: Exchange, status: number, headers: OutgoingHeaders): void
+  failed(ex: Exchange, err: SallyportError): void
+  finished(ex: Exchange): void
+}
+
 /** Called by the exchange when a connect failure may move to the next endpoint. */
 export interface Redispatcher {
   redispatch(ex: Exchange): boolean
@@ -41,6 +56,8 @@ export class Exchange {
   tried = 0
   /** True once request bytes may have left: never retried after this point. */
   sent = false
+  /** Resilience hooks; null when none (set by the registry before the first attempt). */
+  guard: ExchangeGuard | null = null
   #attempt: Attempt | null = null
   #answered = false
   #finished = false
@@ -89,6 +106,7 @@ export class Exchange {
       return null
     }
     this.#answered = true
+    if (this.guard !== null) this.guard.responded(this, status, headers)
     const body = new ResponseBody(this, attempt, status)
     this.#body = body
     this.#handler.onResponse({ status, headers, body, endpoint: this.endpoint, protocol, trailers: () => body.trailers })
@@ -111,6 +129,7 @@ export class Exchange {
     if (this.#answered) return
     const error = normalizeUpstreamError(err, this.req.signal, this.endpoint)
     this.#count(error)
+    if (this.guard !== null) this.guard.failed(this, error)
     if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.#redispatcher.redispatch(this)) return
     this.#answered = true
     this.#attempt = null
@@ -137,6 +156,7 @@ export class Exchange {
     if (this.#finished) return
     this.#finished = true
     this.req.signal.removeEventListener('abort', this)
+    if (this.guard !== null) this.guard.finished(this)
     const backend = this.cluster.id
     upstreamActiveRequests.dec({ backend })
     upstreamRequestDuration.observe({ backend, code }, (performance.now() - this.#started) / 1000)

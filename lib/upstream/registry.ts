@@ -12,8 +12,9 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
 import { addPoolStatsSource, type PoolConnectionSample } from '../observe/upstream-metrics.ts'
-import type { UpstreamHandler, UpstreamRequest, Upstreams } from './types.ts'
-import { WeightedRoundRobin } from './balancer.ts'
+import type { ResilienceView, UpstreamHandler, UpstreamRequest, Upstreams } from './types.ts'
+import { Resilience, type ClusterRuntime } from './resilience.ts'
+import { poolSettingsFor, poolVariant } from './pool-limits.ts'
 import { Connector } from './connect.ts'
 import { Exchange, type Redispatcher } from './exchange.ts'
 import { AlpnPool } from './alpn-pool.ts'
@@ -53,7 +54,8 @@ interface PoolEntry {
 
 /** Per Cluster object (i.e. per table): balancer state and resolved pools by endpoint index. */
 interface ClusterState {
-  readonly balancer: WeightedRoundRobin
+  /** Endpoint choice, health and circuit breaking of these endpoints (issue 6). */
+  readonly balancer: ClusterRuntime
   readonly keys: readonly string[]
   readonly labels: readonly string[]
   readonly pools: Array<UpstreamPool | null>
@@ -61,7 +63,7 @@ interface ClusterState {
 
 function poolKey(cluster: Cluster, endpoint: Endpoint): string {
   const where = endpoint.kind === 'unix' ? `unix:${endpoint.host}` : `${endpoint.host}:${endpoint.port}`
-  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}`
+  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}${poolVariant(cluster)}`
 }
 
 function endpointLabel(endpoint: Endpoint): string {
@@ -75,6 +77,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   readonly #pools = new Map<string, PoolEntry>()
   readonly #clusters = new WeakMap<Cluster, ClusterState>()
   readonly #unregister: () => void
+  readonly #resilience: Resilience
   #closed = false
 
   constructor(options: UpstreamOptions) {
@@ -86,6 +89,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     }
     this.#resolver = createResolver(options.resolve as ResolveFn | undefined)
     this.#unregister = addPoolStatsSource(() => this.#samples())
+    this.#resilience = new Resilience(this.#resolver)
   }
 
   // hot path
@@ -100,8 +104,25 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       return handler.onError(new SallyportError(ErrorCode.UPSTREAM_PROTOCOL, `${cluster.id} is an L4 (${cluster.protocol}) backend`))
     }
     const state = this.#stateOf(cluster)
+    this.#start(req, handler, state)
+  }
+
+  get resilience(): ResilienceView {
+    return this.#resilience
+  }
+
+  // hot path
+  /** Circuit breaker admission, then the first attempt to the balancer's endpoint. */
+  #start(req: UpstreamRequest, handler: UpstreamHandler, state: ClusterState): void {
+    const rt = state.balancer
+    const refused = rt.admit()
+    if (refused !== null) return handler.onError(refused)
+    const index = rt.pick(req)
+    if (index === null) return handler.onError(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${req.cluster.id}`))
     const ex = new Exchange(req, handler, this)
-    this.#send(ex, state, state.balancer.pick())
+    ex.guard = rt
+    rt.started(ex)
+    this.#send(ex, state, index)
   }
 
   redispatch(ex: Exchange): boolean {
@@ -119,6 +140,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   }
 
   retain(table: RouteTable): void {
+    this.#resilience.retain(table)
     const wanted = new Set<string>()
     for (const cluster of table.clusters.values()) {
       for (const endpoint of cluster.endpoints) wanted.add(poolKey(cluster, endpoint))
@@ -144,6 +166,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     if (this.#closed) return
     this.#closed = true
     this.#unregister()
+    this.#resilience.close()
     const entries = [...this.#pools.values()]
     this.#pools.clear()
     await Promise.all(entries.map((e) => e.pool.close()))
@@ -158,11 +181,12 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   #stateOf(cluster: Cluster): ClusterState {
     let state = this.#clusters.get(cluster)
     if (state === undefined) {
+      const pools: Array<UpstreamPool | null> = cluster.endpoints.map(() => null)
       state = {
-        balancer: new WeightedRoundRobin(cluster.endpoints),
+        balancer: this.#resilience.runtime(cluster, cluster.endpoints, pools),
         keys: cluster.endpoints.map((e) => poolKey(cluster, e)),
         labels: cluster.endpoints.map(endpointLabel),
-        pools: cluster.endpoints.map(() => null),
+        pools,
       }
       this.#clusters.set(cluster, state)
     }
@@ -171,6 +195,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
 
   // hot path
   #send(ex: Exchange, state: ClusterState, index: number): void {
+    state.balancer.entering(ex, index)
     ex.endpointIndex = index
     ex.endpoint = state.labels[index]
     ex.tried++
@@ -193,7 +218,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
 
   #createPool(cluster: Cluster, endpoint: Endpoint): UpstreamPool {
     const tls = cluster.tls
-    const settings = this.#settings
+    // Per-cluster connect timeout and connection cap (BackendTrafficPolicy; the pool key carries them).
+    const settings = poolSettingsFor(cluster, this.#settings)
     // h2c is cleartext by definition; every other protocol originates TLS when the cluster has it.
     const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls)
     if (tls !== null && tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration')

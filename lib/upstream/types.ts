@@ -76,8 +76,25 @@ export interface UpstreamHandler {
   onError(err: SallyportError): void
 }
 
+/**
+ * Resilience state the router's failover and retry loop read (issue 6);
+ * lib/upstream/resilience.ts implements it.
+ */
+export interface ResilienceView {
+  // hot path
+  /** The cluster takes traffic now: some endpoint is neither ejected nor failing checks, and the cluster is not marked overloaded. */
+  available(cluster: Cluster): boolean
+  /** null: a retry to the cluster may start (it counts until retryDone); else why not ('budget', 'max_parallel_retries'). */
+  admitRetry(cluster: Cluster): string | null
+  retryDone(cluster: Cluster): void
+  /** Health, ejection, overload and circuit state per cluster of the current table (/config_dump). */
+  health(): ReadonlyArray<Readonly<Record<string, unknown>>>
+}
+
 /** Pool registry: outlives route tables; keyed by (endpoint, protocol, TLS identity hash). */
 export interface Upstreams {
+  /** Failover and retry state (issue 6); absent in test doubles. */
+  readonly resilience?: ResilienceView
   // hot path
   forward(req: UpstreamRequest, handler: UpstreamHandler): void
   /** After a swap: keep pools the new table references, drain and close the rest. */

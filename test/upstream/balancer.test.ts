@@ -12,7 +12,7 @@ t.test('smooth weighted round robin honours weights and interleaves', async (t) 
 })
 
 t.test('edge cases: none, one, all-zero weights', async (t) => {
-  t.equal(new WeightedRoundRobin([]).pick(), -1)
+  t.equal(new WeightedRoundRobin([]).pick(), null, 'nothing available is null')
   t.equal(new WeightedRoundRobin([endpoint(1)]).pick(), 0)
   const zero = new WeightedRoundRobin([endpoint(1, '127.0.0.1', 0), endpoint(2, '127.0.0.1', 0)])
   t.same([zero.pick(), zero.pick(), zero.pick(), zero.pick()], [0, 1, 0, 1])

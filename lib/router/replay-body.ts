@@ -1,0 +1,72 @@
+// A request body that can be sent again (issue 6: retries replay the body).
+// The client's body streams to the first attempt with backpressure while a
+// copy of it is kept, up to a bound (DEFAULT_REPLAY_BYTES, 64 KiB). Each
+// attempt gets its own stream: the kept bytes first, then whatever the client
+// still sends. A body past the bound keeps streaming to the attempt it is
+// feeding, but can no longer be replayed: `replayable` turns false and the
+// request is not retried (DESIGN.md: a body is buffered only with a bound).
+
+import { PassThrough, type Readable } from 'node:stream'
+
+export const DEFAULT_REPLAY_BYTES = 64 * 1024
+
+export class ReplayBody {
+  readonly #source: Readable
+  readonly #limit: number
+  #chunks: Buffer[] | null = []
+  #size = 0
+  #ended = false
+  #failed: Error | null = null
+  #current: PassThrough | null = null
+
+  constructor(source: Readable, limit = DEFAULT_REPLAY_BYTES) {
+    this.#source = source
+    this.#limit = limit
+    source.on('data', (chunk: Buffer) => this.#onData(chunk))
+    source.on('end', () => { this.#ended = true; this.#current?.end() })
+    source.on('error', (err: Error) => { this.#failed = err; this.#current?.destroy(err) })
+    source.pause()
+  }
+
+  /** Whether a new attempt can get the whole body. */
+  get replayable(): boolean {
+    return this.#chunks !== null && this.#failed === null
+  }
+
+  /** A fresh stream for the next attempt: kept bytes, then the rest as it arrives. Call only while replayable. */
+  next(): Readable {
+    const previous = this.#current
+    const out = new PassThrough()
+    this.#current = out
+    if (previous !== null) {
+      previous.removeAllListeners('drain')
+      if (!previous.destroyed) previous.destroy()
+    }
+    for (const chunk of this.#chunks ?? []) out.write(chunk)
+    if (this.#ended) out.end()
+    else {
+      out.on('drain', () => this.#source.resume())
+      // A stream that is cut before it was read to the end must not hold the client.
+      out.on('close', () => { if (this.#current === out) this.#source.resume() })
+      this.#source.resume()
+    }
+    return out
+  }
+
+  /** Drop the copy (the request is answered). */
+  release(): void {
+    this.#chunks = null
+  }
+
+  #onData(chunk: Buffer): void {
+    const chunks = this.#chunks
+    if (chunks !== null) {
+      this.#size += chunk.length
+      if (this.#size > this.#limit) this.#chunks = null
+      else chunks.push(chunk)
+    }
+    const out = this.#current
+    if (out === null || out.destroyed) return
+    if (!out.write(chunk)) this.#source.pause()
+  }
+}

@@ -1,0 +1,125 @@
+// Per-backend (cluster) admission: Envoy's circuit breaker thresholds as Envoy
+// Gateway's BackendTrafficPolicy circuitBreaker exposes them, the retry budget,
+// and the overload marker the router's failover reads.
+//
+// - maxParallelRequests: exchanges in flight to the cluster; maxPendingRequests:
+//   exchanges waiting for a pooled connection; maxConnections: split evenly
+//   over the endpoints' HTTP/1.1 pools as their connection cap (an HTTP/2
+//   endpoint has one session); maxParallelRetries: retries in flight. Unset
+//   limits are Envoy's default, 1024. A cluster without a circuitBreaker
+//   policy has no request limits (its pools keep their own caps) — but it
+//   always has the retry budget.
+// - Retry budget (Envoy's retry_budget semantics): retries in flight may be at
+//   most 20 % of the cluster's active requests, and always at least 3. It keeps
+//   retries from multiplying an outage: when every request fails, at most one
+//   in five gets a second try.
+// - Overload: a backend that answers 429/503 three times in a row, or once with
+//   Retry-After, is "overloaded" for the Retry-After time (capped at 60 s) or
+//   5 s; the router spills to the next priority level meanwhile, and comes back
+//   once the time is over (the next answer decides again).
+
+import { ErrorCode, SallyportError } from '../errors.ts'
+import type { CircuitBreakerPolicy } from '../compile/table.ts'
+import type { OutgoingHeaders } from './types.ts'
+import { upstreamOverloads } from '../observe/resilience-metrics.ts'
+
+export const DEFAULT_CIRCUIT_LIMIT = 1024
+export const RETRY_BUDGET_PERCENT = 20
+export const RETRY_BUDGET_MIN_CONCURRENCY = 3
+export const OVERLOAD_CONSECUTIVE = 3
+export const OVERLOAD_DEFAULT_MS = 5_000
+export const OVERLOAD_MAX_MS = 60_000
+
+export interface CircuitLimits {
+  readonly maxConnections: number
+  readonly maxPendingRequests: number
+  readonly maxParallelRequests: number
+  readonly maxParallelRetries: number
+}
+
+/** Limits of a cluster's policy, Envoy's 1024 for those unset; null: no policy, no request limits. */
+export function limitsOf(policy: CircuitBreakerPolicy | null): CircuitLimits | null {
+  if (policy === null) return null
+  return {
+    maxConnections: policy.maxConnections ?? DEFAULT_CIRCUIT_LIMIT,
+    maxPendingRequests: policy.maxPendingRequests ?? DEFAULT_CIRCUIT_LIMIT,
+    maxParallelRequests: policy.maxParallelRequests ?? DEFAULT_CIRCUIT_LIMIT,
+    maxParallelRetries: policy.maxParallelRetries ?? DEFAULT_CIRCUIT_LIMIT,
+  }
+}
+
+/**
+ * Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, in ms from
+ * `nowEpochMs`; null when absent or unreadable.
+ */
+export function retryAfterMs(headers: OutgoingHeaders, nowEpochMs: number): number | null {
+  const v = headers['retry-after']
+  if (v === undefined) return null
+  const text = (Array.isArray(v) ? v[0] : v).trim()
+  if (/^\d+$/.test(text)) return Number(text) * 1000
+  const at = Date.parse(text)
+  return Number.isNaN(at) ? null : Math.max(0, at - nowEpochMs)
+}
+
+/** Counters and limits of one cluster id; outlives route tables so in-flight counts stay right across a swap. */
+export class ClusterGuard {
+  readonly id: string
+  limits: CircuitLimits | null = null
+  active = 0
+  activeRetries = 0
+  consecutiveOverload = 0
+  /** performance.now() until which the cluster counts as overloaded; 0: not. */
+  overloadedUntil = 0
+
+  constructor(id: string) {
+    this.id = id
+  }
+
+  // hot path
+  /** null: admitted; else the overload error (counted). `pending`: exchanges waiting for a connection now. */
+  admit(pending: () => number): SallyportError | null {
+    const limits = this.limits
+    if (limits === null) return null
+    if (this.active >= limits.maxParallelRequests) return this.#overflow('max_parallel_requests')
+    if (pending() >= limits.maxPendingRequests) return this.#overflow('max_pending_requests')
+    return null
+  }
+
+  /** null: a retry may start; else why not ('budget' | 'max_parallel_retries'). */
+  admitRetry(): string | null {
+    if (this.limits !== null && this.activeRetries >= this.limits.maxParallelRetries) {
+      upstreamOverloads.inc({ backend: this.id, limit: 'max_parallel_retries' })
+      return 'max_parallel_retries'
+    }
+    const budget = Math.max(RETRY_BUDGET_MIN_CONCURRENCY, (this.active * RETRY_BUDGET_PERCENT) / 100)
+    return this.activeRetries < budget ? null : 'budget'
+  }
+
+  /** An answer from the cluster: track consecutive overload answers (429/503). */
+  // hot path
+  onStatus(status: number, headers: OutgoingHeaders, now: number): void {
+    if (status !== 429 && status !== 503) {
+      this.consecutiveOverload = 0
+      return
+    }
+    this.consecutiveOverload++
+    const after = headers['retry-after'] === undefined ? null : retryAfterMs(headers, Date.now())
+    if (after !== null) this.overloadedUntil = now + Math.min(after, OVERLOAD_MAX_MS)
+    else if (this.consecutiveOverload >= OVERLOAD_CONSECUTIVE) this.overloadedUntil = now + OVERLOAD_DEFAULT_MS
+  }
+
+  // hot path
+  isOverloaded(now: number): boolean {
+    if (this.overloadedUntil === 0) return false
+    if (now < this.overloadedUntil) return true
+    this.overloadedUntil = 0
+    this.consecutiveOverload = 0
+    return false
+  }
+
+  #overflow(limit: string): SallyportError {
+    upstreamOverloads.inc({ backend: this.id, limit })
+    this.consecutiveOverload++
+    return new SallyportError(ErrorCode.OVERLOADED, `${this.id}: circuit breaker ${limit} reached`)
+  }
+}

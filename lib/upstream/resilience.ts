@@ -1,0 +1,285 @@
+// The resilience state of the upstream layer (issue 6), owned by the pool
+// registry and outliving route tables: per cluster id a ClusterGuard (circuit
+// breaker counters, retry budget, overload marker), per endpoint an
+// EndpointHealth (ejection, active checks, requests in flight), active health
+// checkers for the clusters of the current table. Per Cluster object (i.e. per
+// table) a ClusterRuntime ties them to that table's endpoint list, balancer
+// and outlier thresholds; the registry asks it for an endpoint and the
+// exchange reports outcomes to it (ExchangeGuard).
+
+import { performance } from 'node:perf_hooks'
+import { ErrorCode, type SallyportError } from '../errors.ts'
+import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
+import { addEndpointHealthSource, type EndpointHealthSample } from '../observe/resilience-metrics.ts'
+import type { Exchange, ExchangeGuard } from './exchange.ts'
+import type { OutgoingHeaders, ResilienceView } from './types.ts'
+import { createBalancer, type Balancer, type PickInput } from './balancer.ts'
+import { ClusterGuard, limitsOf } from './circuit-breaker.ts'
+import { HealthChecker } from './health-check.ts'
+import { EndpointHealth, OutlierDetector } from './outlier.ts'
+import type { Resolver } from './resolve.ts'
+import type { UpstreamPool } from './pool.ts'
+
+/** Exchanges waiting for a connection in a cluster's pools (circuit breaker maxPendingRequests). */
+function pendingOf(pools: ReadonlyArray<UpstreamPool | null>): number {
+  let n = 0
+  for (let i = 0; i < pools.length; i++) {
+    const p = pools[i]
+    if (p !== null) n += p.stats().pending
+  }
+  return n
+}
+
+export function endpointLabel(endpoint: Endpoint): string {
+  if (endpoint.kind === 'unix') return `unix:${endpoint.host}`
+  return endpoint.host.includes(':') ? `[${endpoint.host}]:${endpoint.port}` : `${endpoint.host}:${endpoint.port}`
+}
+
+/** Failures that say something about the endpoint (not the client, not us). */
+function isLocalOriginFailure(code: ErrorCode): boolean {
+  return code === ErrorCode.UPSTREAM_CONNECT || code === ErrorCode.UPSTREAM_RESET || code === ErrorCode.UPSTREAM_TIMEOUT ||
+    code === ErrorCode.UPSTREAM_TLS || code === ErrorCode.UPSTREAM_PROTOCOL
+}
+
+/** One cluster of one table: its endpoints' health, balancer and outlier thresholds. */
+export class ClusterRuntime implements ExchangeGuard {
+  readonly cluster: Cluster
+  readonly guard: ClusterGuard
+  readonly health: readonly EndpointHealth[]
+  readonly detector: OutlierDetector | null
+  readonly balancer: Balancer
+  /** Health can change (passive or active checks): picks need the clock. */
+  readonly dynamic: boolean
+  #pending: () => number = () => 0
+
+  constructor(cluster: Cluster, guard: ClusterGuard, health: readonly EndpointHealth[], endpoints: readonly Endpoint[]) {
+    this.cluster = cluster
+    this.guard = guard
+    this.health = health
+    const passive = cluster.healthCheck?.passive ?? null
+    this.detector = passive === null ? null : new OutlierDetector(passive)
+    this.detector?.setEndpoints(health)
+    this.balancer = createBalancer(endpoints, health, cluster.lb)
+    this.dynamic = passive !== null || (cluster.healthCheck?.active ?? null) !== null || (cluster.lb?.slowStartWindowMs ?? 0) > 0
+  }
+
+  /** How to count exchanges waiting for a connection (the registry's pools of this cluster). */
+  setPending(pending: () => number): void {
+    this.#pending = pending
+  }
+
+  // hot path
+  pick(input: PickInput): number | null {
+    return this.balancer.pick(input, this.dynamic ? performance.now() : 0)
+  }
+
+  // hot path
+  /** Circuit breaker admission; on success the exchange counts as active until finished(). */
+  admit(): SallyportError | null {
+    return this.guard.admit(this.#pending)
+  }
+
+  available(now: number): boolean {
+    if (this.guard.isOverloaded(now)) return false
+    const health = this.health
+    for (let i = 0; i < health.length; i++) if (health[i].isAvailable(now)) return true
+    return false
+  }
+
+  // ── ExchangeGuard ──
+
+  started(_ex: Exchange): void {
+    this.guard.active++
+  }
+
+  entering(ex: Exchange, index: number): void {
+    if (ex.tried > 0) this.health[ex.endpointIndex].inflight--
+    this.health[index].inflight++
+  }
+
+  responded(ex: Exchange, status: number, headers: OutgoingHeaders): void {
+    const needsClock = this.detector !== null || status === 429 || status === 503
+    const now = needsClock ? performance.now() : 0
+    if (this.detector !== null) this.detector.onStatus(this.health[ex.endpointIndex], status, now)
+    this.guard.onStatus(status, headers, now)
+  }
+
+  failed(ex: Exchange, err: SallyportError): void {
+    // A client that goes away is not an upstream failure (STYLE.md §5).
+    if (this.detector === null || !isLocalOriginFailure(err.code) || ex.tried === 0) return
+    this.detector.onLocalFailure(this.health[ex.endpointIndex], performance.now())
+  }
+
+  finished(ex: Exchange): void {
+    this.guard.active--
+    if (ex.tried > 0) this.health[ex.endpointIndex].inflight--
+  }
+}
+
+export class Resilience implements ResilienceView {
+  readonly #resolver: Resolver
+  readonly #guards = new Map<string, ClusterGuard>()
+  readonly #endpoints = new Map<string, EndpointHealth>()
+  readonly #checkers = new Map<string, HealthChecker>()
+  /** The runtime of a cluster's latest endpoint list (hostname clusters rebuild it when DNS answers change). */
+  readonly #latest = new WeakMap<Cluster, ClusterRuntime>()
+  readonly #unregister: () => void
+  #table: RouteTable | null = null
+
+  constructor(resolver: Resolver) {
+    this.#resolver = resolver
+    this.#unregister = addEndpointHealthSource(() => this.#samples())
+  }
+
+  /**
+   * A runtime for `endpoints` of `cluster` (the cluster's own, or the usable
+   * addresses its hostnames resolved to); `pools` lets the breaker count
+   * exchanges waiting for a connection. Endpoint health is keyed by cluster
+   * id and address, so it survives table swaps and DNS rebuilds.
+   */
+  runtime(cluster: Cluster, endpoints: readonly Endpoint[], pools: ReadonlyArray<UpstreamPool | null> | null): ClusterRuntime {
+    const now = performance.now()
+    let guard = this.#guards.get(cluster.id)
+    if (guard === undefined) {
+      guard = new ClusterGuard(cluster.id)
+      this.#guards.set(cluster.id, guard)
+    }
+    guard.limits = limitsOf(cluster.circuitBreaker)
+    const health = endpoints.map((e) => {
+      const key = `${cluster.id}|${endpointLabel(e)}`
+      let h = this.#endpoints.get(key)
+      if (h === undefined) {
+        h = new EndpointHealth(cluster.id, endpointLabel(e), now)
+        this.#endpoints.set(key, h)
+      }
+      // A resolved address takes the active-check verdict of the configured (hostname) endpoint it came from.
+      if (e.kind === 'ip' && !cluster.endpoints.includes(e)) {
+        const origin = cluster.endpoints.find((c) => c.kind === 'hostname' && c.port === e.port)
+        h.parent = origin === undefined ? null : this.#endpointHealth(cluster, origin, now)
+      }
+      return h
+    })
+    const rt = new ClusterRuntime(cluster, guard, health, endpoints)
+    if (pools !== null) rt.setPending(() => pendingOf(pools))
+    this.#latest.set(cluster, rt)
+    return rt
+  }
+
+  #endpointHealth(cluster: Cluster, e: Endpoint, now: number): EndpointHealth {
+    const key = `${cluster.id}|${endpointLabel(e)}`
+    let h = this.#endpoints.get(key)
+    if (h === undefined) {
+      h = new EndpointHealth(cluster.id, endpointLabel(e), now)
+      this.#endpoints.set(key, h)
+    }
+    return h
+  }
+
+  /** The latest runtime of a cluster, or one over its configured endpoints. */
+  runtimeOf(cluster: Cluster): ClusterRuntime {
+    return this.#latest.get(cluster) ?? this.runtime(cluster, cluster.endpoints, null)
+  }
+
+  // hot path
+  available(cluster: Cluster): boolean {
+    if (cluster.endpoints.length === 0) return false
+    return this.runtimeOf(cluster).available(performance.now())
+  }
+
+  admitRetry(cluster: Cluster): string | null {
+    const guard = this.runtimeOf(cluster).guard
+    const refused = guard.admitRetry()
+    if (refused === null) guard.activeRetries++
+    return refused
+  }
+
+  retryDone(cluster: Cluster): void {
+    const guard = this.#guards.get(cluster.id)
+    if (guard !== undefined && guard.activeRetries > 0) guard.activeRetries--
+  }
+
+  /** After a swap: health state and checkers for the table's clusters; the rest goes. */
+  retain(table: RouteTable): void {
+    this.#table = table
+    const wantedClusters = new Set<string>()
+    const wantedCheckers = new Set<string>()
+    for (const cluster of table.clusters.values()) {
+      if (cluster.protocol === 'TCP' || cluster.protocol === 'TLS') continue
+      const active = cluster.healthCheck?.active ?? null
+      wantedClusters.add(cluster.id)
+      if (active === null) continue
+      for (const endpoint of cluster.endpoints) {
+        const key = `${cluster.id}|${endpointLabel(endpoint)}`
+        wantedCheckers.add(key)
+        const existing = this.#checkers.get(key)
+        if (existing !== undefined && existing.sameAs(active)) continue
+        existing?.stop()
+        const checker = new HealthChecker(cluster, endpoint, this.#endpointHealth(cluster, endpoint, performance.now()), active, this.#resolver)
+        this.#checkers.set(key, checker)
+        checker.start()
+      }
+    }
+    for (const [key, checker] of this.#checkers) {
+      if (wantedCheckers.has(key)) continue
+      checker.stop()
+      this.#checkers.delete(key)
+      const h = this.#endpoints.get(key)
+      if (h !== undefined) { h.activeHealthy = true; h.checkFailures = 0; h.checkSuccesses = 0 }
+    }
+    for (const [key, h] of this.#endpoints) if (!wantedClusters.has(h.backend)) this.#endpoints.delete(key)
+    for (const id of this.#guards.keys()) if (!table.clusters.has(id)) {
+      const guard = this.#guards.get(id) as ClusterGuard
+      if (guard.active === 0 && guard.activeRetries === 0) this.#guards.delete(id)
+    }
+  }
+
+  health(): ReadonlyArray<Readonly<Record<string, unknown>>> {
+    const table = this.#table
+    if (table === null) return []
+    const now = performance.now()
+    const out: Array<Record<string, unknown>> = []
+    for (const cluster of table.clusters.values()) {
+      if (cluster.protocol === 'TCP' || cluster.protocol === 'TLS') continue
+      const rt = this.runtimeOf(cluster)
+      const g = rt.guard
+      out.push({
+        backend: cluster.id,
+        available: rt.available(now),
+        overloaded: g.isOverloaded(now),
+        overloadedForMs: g.overloadedUntil === 0 ? 0 : Math.round(g.overloadedUntil - now),
+        activeRequests: g.active,
+        activeRetries: g.activeRetries,
+        circuitLimits: g.limits,
+        loadBalancer: cluster.lb?.type ?? 'RoundRobin',
+        activeChecks: cluster.healthCheck?.active !== null && cluster.healthCheck?.active !== undefined,
+        outlierDetection: rt.detector !== null,
+        endpoints: rt.health.map((h) => ({
+          endpoint: h.label,
+          healthy: h.isAvailable(now),
+          ejected: h.isEjected(now),
+          ejectedForMs: h.isEjected(now) ? Math.round(h.ejectedUntil - now) : 0,
+          ejections: h.ejections,
+          activeCheckHealthy: h.activeHealthy,
+          inflight: h.inflight,
+        })),
+      })
+    }
+    return out
+  }
+
+  close(): void {
+    for (const checker of this.#checkers.values()) checker.stop()
+    this.#checkers.clear()
+    this.#unregister()
+  }
+
+  *#samples(): Iterable<EndpointHealthSample> {
+    const table = this.#table
+    if (table === null) return
+    const now = performance.now()
+    for (const cluster of table.clusters.values()) {
+      if (cluster.protocol === 'TCP' || cluster.protocol === 'TLS') continue
+      for (const h of this.runtimeOf(cluster).health) yield { backend: cluster.id, endpoint: h.label, healthy: h.isAvailable(now) }
+    }
+  }
+}
