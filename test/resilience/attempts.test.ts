@@ -1,0 +1,134 @@
+// Fault injection with real upstreams (node:http on 127.0.0.1): retries
+// counted on the upstream side, priority failover and fail-back, circuit
+// breaker overload answers. The real data plane and registry.
+import t, { type Test } from 'tap'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { Cluster, RouteTable } from '../../lib/compile/table.ts'
+import { createDataPlane } from '../../lib/listeners/data-plane.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+
+configureLogger({ level: 'silent' })
+
+interface Upstream { port: number; hits: number; handler: (req: http.IncomingMessage, res: http.ServerResponse) => void }
+
+async function upstream(t: Test, handler: Upstream['handler']): Promise<Upstream> {
+  const u: Upstream = { port: 0, hits: 0, handler }
+  const server = http.createServer((req, res) => { u.hits++; u.handler(req, res) })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  u.port = (server.address() as AddressInfo).port
+  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  return u
+}
+
+async function gateway(t: Test, table: RouteTable): Promise<number> {
+  const upstreams = createUpstreams({ connectTimeoutMs: 1000 })
+  upstreams.retain(table)
+  const p = createDataPlane({ bind: '127.0.0.1', upstreams, accessLog: false, gatewayId: 'gw-test' })
+  await p.apply(table)
+  t.teardown(async () => { await p.drain(100); await upstreams.close() })
+  return table.ports.keys().next().value as number
+}
+
+function get(port: number, path = '/'): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, agent: false, headers: { host: 'x' } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8').on('data', (s: string) => { body += s }).on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }))
+    })
+    req.setTimeout(5000, () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+const retry503 = { attempts: 2, codes: [503], backoffMs: 1, policy: null }
+
+t.test('HTTPRoute retry: a 503 is retried up to `attempts` times (upstream counts), then answered', async (t) => {
+  const u = await upstream(t, (_req, res) => { res.writeHead(503).end('busy') })
+  const port = await freePort()
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry: retry503, backends: [{ cluster: 'a' }] }] }] } }, [cluster('a', u.port)]))
+  const r = await get(gw)
+  t.equal(r.status, 503)
+  t.equal(u.hits, 3, 'first try + 2 retries')
+})
+
+t.test('a retry that succeeds answers the client; a 508 loop answer is never retried', async (t) => {
+  let n = 0
+  const u = await upstream(t, (req, res) => {
+    if (req.url === '/loop') return void res.writeHead(508).end()
+    res.writeHead(++n === 1 ? 503 : 200).end('ok')
+  })
+  const port = await freePort()
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry: { ...retry503, codes: [503, 508] }, backends: [{ cluster: 'a' }] }] }] } }, [cluster('a', u.port)]))
+  t.equal((await get(gw)).status, 200)
+  t.equal(u.hits, 2)
+  t.equal((await get(gw, '/loop')).status, 508)
+  t.equal(u.hits, 3, 'the 508 went out once')
+})
+
+t.test('failover: primary refuses connections → secondary answers; Retry-After overload spills; fail-back', async (t) => {
+  const secondary = await upstream(t, (_req, res) => { res.writeHead(200).end('secondary') })
+  let primaryMode: 'overloaded' | 'ok' = 'overloaded'
+  const primary = await upstream(t, (_req, res) => {
+    if (primaryMode === 'overloaded') res.writeHead(429, { 'retry-after': '1' }).end('slow down')
+    else res.writeHead(200).end('primary')
+  })
+  const deadPort = await freePort()
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [
+    { name: 'dead', hostnames: ['dead'], rules: [{ backends: [{ cluster: 'dead', priority: 0 }, { cluster: 'b', priority: 1 }] }] },
+    { name: 'r', rules: [{ backends: [{ cluster: 'p', priority: 0 }, { cluster: 'b', priority: 1 }] }] },
+  ] } }, [cluster('dead', deadPort), cluster('p', primary.port), cluster('b', secondary.port)])
+  const gw = await gateway(t, table)
+  const dead = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    http.request({ host: '127.0.0.1', port: gw, path: '/', agent: false, headers: { host: 'dead' } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8').on('data', (s: string) => { body += s }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+    }).on('error', reject).end()
+  })
+  t.same(dead, { status: 200, body: 'secondary' }, 'connection refused on priority 0 fails over to priority 1')
+
+  const first = await get(gw)
+  t.equal(first.status, 429, 'no retry policy: the overload answer itself goes back')
+  const spilled = await get(gw)
+  t.equal(spilled.body, 'secondary', 'Retry-After marks the primary overloaded: traffic spills to priority 1')
+  t.equal(primary.hits, 1)
+  primaryMode = 'ok'
+  await new Promise((r) => setTimeout(r, 1100))
+  t.equal((await get(gw)).body, 'primary', 'fail-back once the Retry-After time is over')
+})
+
+t.test('circuit breaker: requests beyond maxParallelRequests get 503 marked overloaded', async (t) => {
+  const held: http.ServerResponse[] = []
+  const u = await upstream(t, (_req, res) => { held.push(res) })
+  const port = await freePort()
+  const c: Cluster = cluster('a', u.port, { circuitBreaker: { maxConnections: null, maxPendingRequests: null, maxParallelRequests: 2, maxParallelRetries: null, maxRequestsPerConnection: null } })
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'a' }] }] }] } }, [c]))
+  const inflight = [get(gw), get(gw)]
+  for (let i = 0; i < 100 && held.length < 2; i++) await new Promise((r) => setTimeout(r, 10))
+  const over = await get(gw)
+  t.equal(over.status, 503)
+  t.equal(over.headers['x-sallyport-overloaded'], 'true')
+  for (const res of held) res.writeHead(200).end('ok')
+  const done = await Promise.all(inflight)
+  t.same(done.map((r) => r.status), [200, 200])
+})
+
+t.test('passive outlier detection ejects a failing endpoint, the healthy one takes the traffic', async (t) => {
+  const bad = await upstream(t, (_req, res) => { res.writeHead(500).end() })
+  const good = await upstream(t, (_req, res) => { res.writeHead(200).end() })
+  const port = await freePort()
+  const c: Cluster = cluster('a', bad.port, {
+    endpoints: [{ host: '127.0.0.1', port: bad.port, kind: 'ip', weight: 1, zone: null }, { host: '127.0.0.1', port: good.port, kind: 'ip', weight: 1, zone: null }],
+    healthCheck: { active: null, passive: { consecutive5xxErrors: 2, consecutiveGatewayErrors: 0, consecutiveLocalOriginFailures: 5, splitExternalLocalOriginErrors: false, intervalMs: 1000, baseEjectionTimeMs: 60_000, maxEjectionPercent: 50 } },
+  })
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'a' }] }] }] } }, [c]))
+  for (let i = 0; i < 4; i++) await get(gw)
+  const before = bad.hits
+  t.equal(before, 2, 'round robin until two 500s in a row eject it')
+  for (let i = 0; i < 6; i++) t.equal((await get(gw)).status, 200)
+  t.equal(bad.hits, before, 'ejected: no more traffic')
+})
