@@ -1,0 +1,107 @@
+// deploy/: the generated CRDs are up to date and structural; the manifests parse;
+// RBAC grants exactly what Kubernetes mode uses; the Deployment keeps the
+// promised safety settings; the worked example validates.
+import './quiet.ts'
+import t from 'tap'
+import fs from 'node:fs'
+import path from 'node:path'
+import { parseAllDocuments } from 'yaml'
+import { CRD_DIR, generateCrds } from '../../scripts/gen-crds.ts'
+import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
+import { readConfigSet } from '../../lib/config/file-source.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { ROOT } from '../e2e/harness.ts'
+
+type Json = Record<string, unknown>
+const DEPLOY = path.join(ROOT, 'deploy')
+
+function docsOf(file: string): Json[] {
+  return parseAllDocuments(fs.readFileSync(file, 'utf8')).map((d) => d.toJSON() as Json).filter((d) => d !== null)
+}
+
+t.test('CRDs in deploy/crds are generated from schemas/ and current', async (t) => {
+  for (const [name, text] of generateCrds()) {
+    const file = path.join(CRD_DIR, name)
+    t.ok(fs.existsSync(file), `${name} exists`)
+    t.equal(fs.readFileSync(file, 'utf8'), text, `${name} is up to date (npm run gen-crds)`)
+  }
+})
+
+t.test('CRD schemas are structural', async (t) => {
+  const problems: string[] = []
+  const walk = (node: Json, at: string): void => {
+    for (const k of ['$ref', 'oneOf', 'anyOf', 'allOf', 'not', 'if', 'then', 'else', 'const', '$defs', 'patternProperties']) {
+      if (k in node) problems.push(`${at}: ${k}`)
+    }
+    if (node.type === undefined && node['x-kubernetes-preserve-unknown-fields'] !== true) problems.push(`${at}: no type`)
+    for (const [k, v] of Object.entries((node.properties ?? {}) as Record<string, Json>)) walk(v, `${at}.${k}`)
+    if (typeof node.items === 'object' && node.items !== null) walk(node.items as Json, `${at}[]`)
+    if (typeof node.additionalProperties === 'object' && node.additionalProperties !== null) walk(node.additionalProperties as Json, `${at}{}`)
+  }
+  for (const name of fs.readdirSync(CRD_DIR)) {
+    const [crd] = docsOf(path.join(CRD_DIR, name)) as [Json]
+    t.equal(crd.kind, 'CustomResourceDefinition')
+    const versions = (crd.spec as Json).versions as Json[]
+    for (const v of versions) {
+      t.same(v.subresources, { status: {} }, `${name}: status subresource`)
+      walk(((v.schema as Json).openAPIV3Schema) as Json, name)
+    }
+    const group = (crd.spec as Json).group as string
+    if (group.endsWith('.k8s.io')) t.ok(((crd.metadata as Json).annotations as Json | undefined)?.['api-approved.kubernetes.io'], `${name}: protected group annotation`)
+  }
+  t.same(problems, [], 'no non-structural keywords or untyped nodes')
+})
+
+t.test('every manifest under deploy/ parses; kustomizations list existing files', async (t) => {
+  const walk = (dir: string): string[] => fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith('.yaml') ? [path.join(dir, e.name)] : [])
+  for (const file of walk(DEPLOY)) {
+    const docs = parseAllDocuments(fs.readFileSync(file, 'utf8'))
+    t.same(docs.flatMap((d) => d.errors.map((e) => e.message)), [], path.relative(ROOT, file))
+    if (path.basename(file) === 'kustomization.yaml') {
+      for (const r of ((docsOf(file)[0] as Json).resources as string[])) t.ok(fs.existsSync(path.join(path.dirname(file), r)), `${path.relative(ROOT, file)}: ${r}`)
+    }
+  }
+})
+
+t.test('RBAC: list/watch every watched kind, status of the ones written, Events, Leases', async (t) => {
+  const docs = docsOf(path.join(DEPLOY, 'kubernetes', 'rbac.yaml'))
+  const clusterRole = docs.find((d) => d.kind === 'ClusterRole') as { rules: Array<{ apiGroups: string[]; resources: string[]; verbs: string[] }> }
+  const allows = (group: string, resource: string, verb: string): boolean =>
+    clusterRole.rules.some((r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb))
+  for (const res of KUBE_RESOURCES) {
+    t.ok(allows(res.group, res.plural, 'list') && allows(res.group, res.plural, 'watch'), `list/watch ${res.group}/${res.plural}`)
+    if (res.status) t.ok(allows(res.group, `${res.plural}/status`, 'update'), `update ${res.group}/${res.plural}/status`)
+  }
+  t.ok(allows('', 'events', 'create') && allows('', 'events', 'patch'), 'events create/patch')
+  for (const r of clusterRole.rules) t.notOk(r.verbs.some((v) => ['get', 'create', 'update', 'delete', '*'].includes(v)) && !r.resources.every((x) => x.endsWith('/status') || x === 'events'), `no write/get verbs on ${r.resources.join(',')}`)
+  const role = docs.find((d) => d.kind === 'Role') as { rules: Array<{ apiGroups: string[]; resources: string[]; verbs: string[] }> }
+  t.same(role.rules, [{ apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] }], 'leases in its own namespace only')
+})
+
+t.test('Deployment: downward API identity, non-root, read-only root, probes, preStop, anti-affinity', async (t) => {
+  const [dep] = docsOf(path.join(DEPLOY, 'kubernetes', 'deployment.yaml')) as [Json]
+  const pod = ((dep.spec as Json).template as Json).spec as Json
+  const c = (pod.containers as Json[])[0] as Json
+  t.match(c.args, ['--kubernetes'])
+  const env = c.env as Array<{ name: string; valueFrom: { fieldRef: { fieldPath: string } } }>
+  t.equal(env.find((e) => e.name === 'POD_NAME')?.valueFrom.fieldRef.fieldPath, 'metadata.name')
+  t.equal(env.find((e) => e.name === 'POD_NAMESPACE')?.valueFrom.fieldRef.fieldPath, 'metadata.namespace')
+  t.equal((pod.securityContext as Json).runAsNonRoot, true)
+  t.equal((c.securityContext as Json).readOnlyRootFilesystem, true)
+  t.equal(((c.readinessProbe as Json).httpGet as Json).port, 'admin')
+  t.equal(((c.livenessProbe as Json).httpGet as Json).port, 'admin')
+  t.ok((c.lifecycle as Json).preStop, 'preStop')
+  t.ok((pod.affinity as Json).podAntiAffinity, 'anti-affinity')
+  t.ok((c.resources as Json).requests, 'resources')
+  t.equal(pod.serviceAccountName, 'sallyport')
+})
+
+t.test('the worked example validates and compiles its references', async (t) => {
+  const set = await readConfigSet([path.join(DEPLOY, 'examples', 'ai-egress')])
+  const snap = buildSnapshot(set.docs, set.problems)
+  t.same(snap.problems.filter((p) => p.severity === 'error'), [], 'no errors')
+  t.equal(snap.backends.size, 2, 'two providers')
+  const route = snap.httpRoutes.get('team-a/ai')
+  t.ok(route, 'the route')
+  t.ok(set.docs.some((d) => JSON.stringify(d.doc).includes('CredentialInjector')), 'credential injection extension')
+})
