@@ -113,6 +113,8 @@ export class Runtime {
       status: this.#status === null ? [] : [...this.#status.objects.values()],
       problems: this.#problems.map((p) => ({ ...p, line: formatProblem(p) })),
       upstreams: this.#upstreams.stats(),
+      // Issue 6: health, ejection, overload and circuit state per backend.
+      upstreamHealth: this.#upstreams.resilience?.health() ?? [],
     }
   }
 
