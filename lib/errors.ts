@@ -22,6 +22,8 @@ export const ErrorCode = {
   RATE_LIMITED: 'SP_ERR_RATE_LIMITED',
   OVERLOADED: 'SP_ERR_OVERLOADED',
   EXTENSION_FAILED: 'SP_ERR_EXTENSION_FAILED',
+  /** A response body an extension must read exceeded its bound (issue 7). */
+  RESPONSE_TOO_LARGE: 'SP_ERR_RESPONSE_TOO_LARGE',
   SHUTTING_DOWN: 'SP_ERR_SHUTTING_DOWN',
   INTERNAL: 'SP_ERR_INTERNAL',
   // side loop
@@ -52,6 +54,7 @@ const STATUS: Record<ErrorCode, number> = {
   SP_ERR_RATE_LIMITED: 429,
   SP_ERR_OVERLOADED: 503,
   SP_ERR_EXTENSION_FAILED: 500,
+  SP_ERR_RESPONSE_TOO_LARGE: 502,
   SP_ERR_SHUTTING_DOWN: 503,
   SP_ERR_INTERNAL: 500,
   SP_ERR_CONFIG_READ: 500,
@@ -69,11 +72,17 @@ export function statusOf(code: ErrorCode): number {
 export class SallyportError extends Error {
   readonly code: ErrorCode
   readonly status: number
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /**
+   * A bounded reason class refining the code, safe to show to the client and to
+   * use as a metric label (e.g. the TLS failure class `unknown_ca`); null: none.
+   */
+  readonly detail: string | null
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; detail?: string }) {
     super(message, options)
     this.name = 'SallyportError'
     this.code = code
     this.status = STATUS[code]
+    this.detail = options?.detail ?? null
   }
 }
 

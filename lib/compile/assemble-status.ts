@@ -11,6 +11,8 @@ import { gatewayConditions, gatewayStatus } from './gateways.ts'
 import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { condition, gatewayParent, sortedValues, statusKey } from './conditions.ts'
+import { addTlsWarnings } from './tls.ts'
+import { addExtensionVerdicts, type ExtensionVerdict } from './extensions.ts'
 
 export interface StatusInput {
   readonly snapshot: Snapshot
@@ -21,6 +23,8 @@ export interface StatusInput {
   readonly resolver: BackendResolver
   readonly traffic: PolicyIndex<BackendTrafficPolicy>
   readonly extensions: PolicyIndex<EgressExtension>
+  /** Issue 7: extension precedence decisions (Conflicted / Overridden). */
+  readonly extensionVerdicts?: readonly ExtensionVerdict[]
 }
 
 export function assembleStatus(input: StatusInput): Status {
@@ -119,6 +123,8 @@ export function assembleStatus(input: StatusInput): Status {
     const [kind, namespace, name] = key.split('/') as [string, string, string]
     put({ kind, apiVersion: '', namespace, name, generation: 0, conditions: [condition('Accepted', false, 'Invalid', messages.join('; '), 0)], parents: [], listeners: [] })
   }
+  addTlsWarnings(snapshot, objects)
+  if (input.extensionVerdicts !== undefined) addExtensionVerdicts(objects, input.extensionVerdicts)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   return { objects: sorted }
 }

@@ -11,7 +11,7 @@ import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed } from './refs.ts'
 import type { TlsPolicyPlan } from './tls.ts'
-import { buildClusterTls, tlsPolicyFor } from './tls.ts'
+import { buildClusterTls, buildMeshTls, tlsPolicyFor } from './tls.ts'
 
 export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
 
@@ -40,9 +40,25 @@ export class BackendResolver {
   /** Backend key → Gateways whose routes use it. */
   readonly backendUse = new Map<string, Set<string>>()
 
-  constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan) {
+  /** Gateway destination policies (issue 5): region locks, allow/deny lists, the guard on static addresses. */
+  readonly destinations: DestinationPolicies
+
+  constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan, destinations: DestinationPolicies = new DestinationPolicies(snapshot, undefined)) {
     this.#snapshot = snapshot
     this.tlsPlan = tlsPlan
+    this.destinations = destinations
+  }
+
+  /** Whether routes of `gatewayKey` may send to the resolved cluster `id`; null: allowed. */
+  denial(id: string, gatewayKey: string): Denial | null {
+    const r = this.#clusters.get(id)
+    return r === undefined || !r.ok ? null : this.destinations.check(r.value, gatewayKey)
+  }
+
+  /** One resolved cluster by id, or null (issue 7: its Backend-scope extensions). */
+  cluster(id: string): Cluster | null {
+    const r = this.#clusters.get(id)
+    return r !== undefined && r.ok ? r.value : null
   }
 
   clusters(): Map<string, Cluster> {
@@ -51,15 +67,20 @@ export class BackendResolver {
     return out
   }
 
-  resolve(ref: BackendRef, from: From & { readonly name: string }, routeKind: RouteKind, gatewayKey: string): Resolved<string> {
+  /** `meshed` (GEP-3792): in-cluster plaintext backends get a mesh-mTLS variant of the cluster. */
+  resolve(ref: BackendRef, from: From & { readonly name: string }, routeKind: RouteKind, gatewayKey: string, meshed = false): Resolved<string> {
     const target = { group: ref.group, kind: ref.kind, namespace: ref.namespace, name: ref.name }
     const isService = ref.group === '' && ref.kind === 'Service'
     if (!isService && !isBackendKind(ref.group, ref.kind)) return fail('InvalidKind', `backendRef kind ${ref.group === '' ? '' : ref.group + '/'}${ref.kind} is not supported`)
     if (!isReferenceAllowed(this.#snapshot, from, target)) {
       return fail('RefNotPermitted', `${ref.kind} ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
     }
-    const r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
+    let r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
     if (!r.ok) return r
+    if (meshed) {
+      r = this.#meshed(r.value, gatewayKey)
+      if (!r.ok) return r
+    }
     const users = this.users.get(r.value) ?? []
     users.push({ routeKind, routeKey: `${from.namespace}/${from.name}`, gatewayKey })
     this.users.set(r.value, users)
@@ -71,6 +92,30 @@ export class BackendResolver {
     let r = this.#clusters.get(id)
     if (r === undefined) { r = build(); this.#clusters.set(id, r) }
     return r.ok ? { ok: true, value: id } : r
+  }
+
+  /** Cluster ids whose endpoints are in-cluster workloads (Service endpoints, selected Pods): mesh candidates. */
+  readonly #inCluster = new Set<string>()
+
+  /**
+   * GEP-3792: a meshed route reaches in-cluster workloads with bare mTLS (the
+   * gateway identity, the mesh trust bundle). A backend that already has its
+   * own TLS (BackendTLSPolicy, Backend tls) keeps it: that is application TLS.
+   * A broken mesh configuration fails the reference — never plaintext instead.
+   */
+  #meshed(id: string, gatewayKey: string): Resolved<string> {
+    const base = this.#clusters.get(id)
+    if (base === undefined || !base.ok || base.value.tls !== null || !this.#inCluster.has(id)) return { ok: true, value: id }
+    const c = base.value
+    if (c.protocol === 'TCP' || c.protocol === 'TLS') return { ok: true, value: id }
+    return this.#cache(`${id}#mesh:${gatewayKey}`, () => {
+      const gateway = this.#snapshot.gateways.get(gatewayKey)
+      if (gateway === undefined) return fail('InvalidMeshConfig', `Gateway ${gatewayKey} not found`)
+      const protocol = c.protocol === 'H2C' ? 'HTTP2' : c.protocol
+      const tls = buildMeshTls(this.#snapshot, gateway, protocol)
+      if (!tls.ok) return fail(tls.reason, `meshed route to ${c.id}: ${tls.message}`)
+      return { ok: true, value: { ...c, id: `${id}#mesh:${gatewayKey}`, protocol, tls: tls.value } }
+    })
   }
 
   #noteTlsPolicy(ref: BackendRef, gatewayKey: string): void {
@@ -91,17 +136,21 @@ export class BackendResolver {
     if (ref.port === null) return fail('BackendNotFound', `backendRef to Service ${ref.namespace}/${ref.name} needs a port`)
     const port = svc.ports.find(p => p.port === ref.port)
     if (port === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} has no port ${ref.port}`)
-    return this.#cache(`Service/${ref.namespace}/${ref.name}:${port.port}`, () => this.#serviceCluster(svc, port, routeKind))
+    const id = `Service/${ref.namespace}/${ref.name}:${port.port}`
+    if (svc.type !== 'ExternalName') this.#inCluster.add(id)
+    return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind))
   }
 
   #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind): Resolved<Cluster> {
     const ns = svc.meta.namespace
-    const policy = tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
+    // GEP-1897 "How a client behaves": HTTPRoute (and, our choice, GRPCRoute) to a
+    // targeted Service connects with TLS; TLSRoute and TCPRoute forward bytes and never do.
+    const policy = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? null : tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
     let protocol = serviceProtocol(port.appProtocol, routeKind, policy !== null)
     let tls: ClusterTls | null = null
     if (policy !== null) {
       const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
-      const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol)
+      const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol, policy.meta.annotations)
       if (!r.ok) {
         this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
         return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
@@ -124,14 +173,18 @@ export class BackendResolver {
     const use = this.backendUse.get(key) ?? new Set()
     use.add(gatewayKey)
     this.backendUse.set(key, use)
-    return this.#cache(`Backend/${key}:${port.port}`, () => this.#backendCluster(backend, port, routeKind))
+    const id = `Backend/${key}:${port.port}`
+    const d = backend.destination
+    if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
+    return this.#cache(id, () => this.#backendCluster(backend, port, routeKind))
   }
 
   #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind): Resolved<Cluster> {
     const ns = backend.meta.namespace
     const d = backend.destination
-    const protocol: UpstreamProtocol = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? (port.protocol === 'TLS' ? 'TLS' : 'TCP') : port.protocol
+    let protocol: UpstreamProtocol = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? (port.protocol === 'TLS' ? 'TLS' : 'TCP') : port.protocol
     let hostname: string | null = null
+    let wrapped: { svc: Service; port: ServicePort } | null = null
     let endpoints: Endpoint[]
     switch (d.type) {
       case 'ExternalHostname':
@@ -144,7 +197,16 @@ export class BackendResolver {
       case 'EndpointSelector': {
         const selector = d.selector
         endpoints = []
-        if (selector !== null) {
+        const ref = d.selectorRef
+        if (selector === null && ref !== null && ref.group === '' && ref.kind === 'Service') {
+          // GEP-4488 selectorRef: the Service's endpoints (and its BackendTLSPolicy, below).
+          const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
+          if (svc === undefined) return fail('BackendNotFound', `Backend ${ns}/${backend.meta.name}: Service ${ref.namespace}/${ref.name} not found`)
+          const sp = svc.ports.find(p => p.port === port.port) ?? svc.ports[0]
+          if (sp === undefined) return fail('BackendNotFound', `Backend ${ns}/${backend.meta.name}: Service ${svc.meta.name} has no ports`)
+          endpoints = serviceEndpoints(this.#snapshot, svc.meta.namespace, svc.meta.name, sp)
+          wrapped = { svc, port: sp }
+        } else if (selector !== null) {
           for (const pod of [...this.#snapshot.pods.values()].sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)) {
             if (pod.meta.namespace !== ns || !matchesSelector(selector, pod.meta.labels)) continue
             for (const ip of pod.podIPs) endpoints.push({ host: ip, port: port.port, kind: 'ip', weight: 1, zone: null })
@@ -160,6 +222,7 @@ export class BackendResolver {
         endpoints = svc.type === 'ExternalName' && svc.externalName !== null
           ? [hostEndpoint(svc.externalName, sp.port)]
           : serviceEndpoints(this.#snapshot, svc.meta.namespace, svc.meta.name, sp)
+        wrapped = { svc, port: sp }
         break
       }
       case 'Endpoints':
@@ -174,9 +237,25 @@ export class BackendResolver {
     let tls: ClusterTls | null = null
     if (port.tls !== null) {
       const from = { group: 'gateway.networking.k8s.io', kind: 'Backend', namespace: ns }
-      const r = buildClusterTls(this.#snapshot, from, port.tls, hostname, protocol)
+      const r = buildClusterTls(this.#snapshot, from, port.tls, hostname, protocol, backend.meta.annotations)
       if (!r.ok) return fail('InvalidBackendTLS', `Backend ${ns}/${backend.meta.name}: ${r.message}`)
       tls = r.value
+    } else if (wrapped !== null && protocol !== 'TCP' && protocol !== 'TLS') {
+      // A Backend wrapping a Service (GEP-4488 EndpointSelector with a selectorRef, or a
+      // Service destination) without TLS of its own: a BackendTLSPolicy on that Service
+      // port applies as it would to the Service (GEP-1897 table, HTTP-like routes only).
+      // The Backend itself is never a BackendTLSPolicy target (planTlsPolicies).
+      const policy = tlsPolicyFor(this.tlsPlan, wrapped.svc.meta.namespace, wrapped.svc.meta.name, wrapped.port.name)
+      if (policy !== null) {
+        const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
+        const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol, policy.meta.annotations)
+        if (!r.ok) {
+          this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
+          return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
+        }
+        tls = r.value
+        if (protocol === 'H2C') protocol = 'HTTP2'
+      }
     }
     const c = cluster('Backend', ns, backend.meta.name, port.port, protocol, hostname, endpoints, tls, port.protocol === 'MCP' ? (port.mcp?.path ?? '/mcp') : null)
     return {
@@ -196,7 +275,7 @@ function cluster(
 ): Cluster {
   return {
     id: `${kind}/${namespace}/${name}:${port}`, kind, namespace, name, port, protocol, hostname, endpoints, tls, mcpPath,
-    extensions: null, lb: null, circuitBreaker: null, healthCheck: null, fallback: false, region: null, enableIPv6: true,
+    extensions: null, lb: null, circuitBreaker: null, healthCheck: null, fallback: false, region: null, enableIPv6: false, destination: null,
   }
 }
 

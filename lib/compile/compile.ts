@@ -23,6 +23,7 @@ import { ANY_HOST } from './hostnames.ts'
 import { sortedValues } from './conditions.ts'
 import { assembleStatus } from './assemble-status.ts'
 import { deepFreeze } from './freeze.ts'
+import { ExtensionCompiler } from './extensions.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -60,9 +61,10 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const controllerName = options.controllerName ?? DEFAULT_CONTROLLER
   const plan = planGateways(snapshot, options.gatewayClass, controllerName)
   const served = new Map(plan.served.map(g => [g.key, g]))
-  const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot))
+  const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot), new DestinationPolicies(snapshot, options.destination))
   const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
   const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
+  const extensionCompiler = new ExtensionCompiler(snapshot)
 
   const attached = new Map<ServedListener, number>()
   const placed = new Map<number, PlacedMatch[]>()
@@ -92,7 +94,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
           if (compiled === undefined) {
             compiled = compileHttpLikeRoute(route, {
               resolver, traffic, extensions, egressExtensions: snapshot.egressExtensions,
-              gatewayKey: parent.gatewayKey, listenerName: l.listener.name, meshed: isMeshed(snapshot, sg, route),
+              gatewayKey: parent.gatewayKey, listenerName: l.listener.name, meshed: isMeshed(snapshot, sg, route), extensionCompiler,
             })
             if (cache.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
             cache.set(cacheKey, compiled)
@@ -131,10 +133,12 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       if (!clients.has(ip)) clients.set(ip, { namespace: pod.meta.namespace, serviceAccount: pod.serviceAccountName, pod: pod.meta.name })
     }
   }
+  const chains = extensionCompiler.chains()
   const table: RouteTable = {
     version: options.version, builtAt: options.now, gatewayClass: options.gatewayClass, ports, clusters, clients,
+    ...(chains.length > 0 ? { extensionChains: chains } : {}),
   }
-  const status = assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions })
+  const status = assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts })
   return { table: deepFreeze(table), status }
 }
 

@@ -12,6 +12,7 @@ import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
+import type { ExtensionCompiler, ScopedExtensions } from './extensions.ts'
 
 export interface RuleContext {
   readonly resolver: BackendResolver
@@ -21,6 +22,8 @@ export interface RuleContext {
   readonly gatewayKey: string
   readonly listenerName: string
   readonly meshed: boolean
+  /** Issue 7: builds the rule × cluster extension chains (absent: no chains, as before). */
+  readonly extensionCompiler?: ExtensionCompiler
 }
 
 export interface RefProblem { readonly reason: string; readonly message: string }
@@ -162,6 +165,7 @@ function compileRule(
   let rewritePath: PathRewrite | null = null
   const mirrors: Mirror[] = []
   const refExtensions: import('../resources/model.ts').ExtensionSpec[] = []
+  const refScopes: ScopedExtensions[] = []
   let badFilter: string | null = null
   for (const f of filters) {
     switch (f.type) {
@@ -188,11 +192,15 @@ function compileRule(
           refProblems.push({ reason: ref.kind === 'EgressExtension' ? 'BackendNotFound' : 'InvalidKind', message: badFilter })
         } else {
           refExtensions.push(...ext.extensions)
+          refScopes.push({ scope: 'Route', owner: egressOwner(ext), list: ext.extensions })
         }
         break
       }
     }
   }
+
+  const ruleId = `${route.kind.toLowerCase()}/${route.meta.namespace}/${route.meta.name}/rule/${ruleIndex}`
+  const scopes = ctx.extensionCompiler === undefined ? [] : ruleScopes(route, ctx, refScopes)
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.
   const priorities = backendPriorities(route.meta.annotations[BACKEND_PRIORITY])
@@ -200,7 +208,7 @@ function compileRule(
   let totalWeight = 0
   let valid = 0
   for (const ref of backendRefs) {
-    const r = ctx.resolver.resolve(ref, from, route.kind, ctx.gatewayKey)
+    const r = ctx.resolver.resolve(ref, from, route.kind, ctx.gatewayKey, ctx.meshed)
     if (!r.ok) refProblems.push(r)
     else valid++
     let req: HeaderEdits | null = null
@@ -209,7 +217,10 @@ function compileRule(
       if (f.type === 'RequestHeaderModifier') req = headerEdits(f.requestHeaderModifier)
       if (f.type === 'ResponseHeaderModifier') res = headerEdits(f.responseHeaderModifier)
     }
-    backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: priorities.get(ref.name) ?? ref.priority, requestHeaders: req, responseHeaders: res })
+    const wc: WeightedCluster = { cluster: r.ok ? r.value : null, weight: ref.weight, priority: priorities.get(ref.name) ?? ref.priority, requestHeaders: req, responseHeaders: res }
+    const chain = r.ok && ctx.extensionCompiler !== undefined ? clusterChain(ctx, ctx.extensionCompiler, ruleId, r.value, scopes) : null
+    const withChain = chain === null ? wc : { ...wc, extensions: chain }
+    backends.push(denial === null ? withChain : { ...withChain, denied: denial.direct })
     totalWeight += ref.weight
   }
 
@@ -236,7 +247,7 @@ function compileRule(
   }
   const answered = direct !== null || redirect !== null
   return {
-    id: `${route.kind.toLowerCase()}/${route.meta.namespace}/${route.meta.name}/rule/${ruleIndex}`,
+    id: ruleId,
     route: { kind: route.kind, namespace: route.meta.namespace, name: route.meta.name },
     ruleIndex, ruleName, gateway: `${ctx.gatewayKey}/${ctx.listenerName}`,
     requestHeaders, responseHeaders, redirect, rewriteHost, rewritePath,
@@ -250,4 +261,30 @@ function compileRule(
     meshed: ctx.meshed,
     grpc: route.kind === 'GRPCRoute',
   }
+}
+
+// ── extension scopes (issue 7) ──
+
+function egressOwner(ext: EgressExtension): import('./extensions.ts').ExtensionOwner {
+  return { kind: 'EgressExtension', group: 'sallyport.io', namespace: ext.meta.namespace, name: ext.meta.name, createdAt: ext.meta.creationTimestamp }
+}
+
+/** Route scope (the route's EgressExtension and ExtensionRef filters) and Gateway scope (listener, else whole Gateway). */
+function ruleScopes(route: HTTPRoute | GRPCRoute, ctx: RuleContext, refScopes: readonly ScopedExtensions[]): ScopedExtensions[] {
+  const out: ScopedExtensions[] = [...refScopes]
+  const own = ctx.extensions.get(`${route.kind}/${route.meta.namespace}/${route.meta.name}`)
+  if (own !== null && !refScopes.some(s => s.owner.namespace === own.meta.namespace && s.owner.name === own.meta.name)) out.push({ scope: 'Route', owner: egressOwner(own), list: own.extensions })
+  const gw = ctx.extensions.get(`Listener/${ctx.gatewayKey}/${ctx.listenerName}`) ?? ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
+  if (gw !== null) out.push({ scope: 'Gateway', owner: egressOwner(gw), list: gw.extensions })
+  return out
+}
+
+function clusterChain(ctx: RuleContext, compiler: ExtensionCompiler, ruleId: string, clusterId: string, scopes: readonly ScopedExtensions[]): import('./table.ts').ExtensionChain | null {
+  const cluster = ctx.resolver.cluster(clusterId)
+  const list = scopes.slice()
+  if (cluster !== null && cluster.extensions !== null && cluster.kind === 'Backend') {
+    list.push({ scope: 'Backend', owner: compiler.backendOwner(cluster.namespace, cluster.name), list: cluster.extensions })
+  }
+  if (list.length === 0) return null
+  return compiler.chain(`${ruleId} → ${clusterId}`, list)
 }

@@ -25,6 +25,11 @@ export interface RouteTable {
   readonly clusters: ReadonlyMap<string, Cluster>
   /** Client attribution: Pod IP → identity (issue 7). Empty when no Pods are known. */
   readonly clients: ReadonlyMap<string, ClientIdentity>
+  /**
+   * Every extension chain the rules reference (issue 7), so the runtime can
+   * prepare them (load plugins, reuse state) before the swap. Absent: none.
+   */
+  readonly extensionChains?: readonly ExtensionChain[]
 }
 
 export interface ClientIdentity {
@@ -195,6 +200,17 @@ export interface WeightedCluster {
   /** Per-backendRef header edits. */
   readonly requestHeaders: HeaderEdits | null
   readonly responseHeaders: HeaderEdits | null
+  /**
+   * Set (403) when the Gateway's destination policy denies this backend (issue 5:
+   * region lock, deny-list, guard on a static address); absent otherwise.
+   */
+  readonly denied?: DirectResponse
+  /**
+   * The ready-to-run extension chain for this rule × cluster (issue 7): Route,
+   * Backend and Gateway scopes merged by precedence and sorted by priority in
+   * compile. Absent or null: no extensions.
+   */
+  readonly extensions?: ExtensionChain | null
 }
 
 export interface RouteRule {
@@ -283,6 +299,18 @@ export interface ClusterTls {
   readonly minVersion: 'TLSv1.2' | 'TLSv1.3'
   /** ALPN offered; empty: none. */
   readonly alpn: readonly string[]
+  /** A CRL past its nextUpdate: 'fail' (default, fail closed) or 'allow' (annotation sallyport.io/crl-stale). */
+  readonly crlStale: 'fail' | 'allow'
+  /** Fetch CRLs from the certificates' http(s) distribution points, cached (annotation sallyport.io/crl-fetch; default off). */
+  readonly crlFetch: boolean
+  /**
+   * Stapled OCSP (annotation sallyport.io/ocsp): always requested and verified when present
+   * (a revoked answer refuses), except 'off'. Without a staple: 'allow' accepts, 'must-staple'
+   * (default) refuses only certificates carrying the RFC 7633 must-staple extension, 'require' refuses.
+   */
+  readonly ocsp: 'off' | 'allow' | 'must-staple' | 'require'
+  /** false: verify the chain only, no name (GEP-3792 mesh mTLS: workload identities are not hostnames). */
+  readonly verifyName: boolean
   /** sha256 over every field above: part of the pool key, so rotation gets new pools. */
   readonly identityHash: string
 }
@@ -318,4 +346,73 @@ export interface Cluster {
    * to it is retried, never the request. Absent: false. Issue 6.
    */
   readonly parentGateway?: boolean
+  /**
+   * What resolved addresses must satisfy (issue 5): set on Backend clusters with
+   * hostname endpoints; null (or absent) otherwise. The confused-deputy guard
+   * itself applies to every resolved Backend address whether or not this is set.
+   */
+  readonly destination?: ClusterDestination | null
+}
+
+/** Per-Gateway rules for the addresses a Backend's hostnames resolve to. */
+export interface GatewayAddressPolicy {
+  /** `namespace/name`. */
+  readonly gateway: string
+  /** Guarded ranges (loopback, private...) this Gateway allows, as CIDR text. */
+  readonly allowCidrs: readonly string[]
+  /** Never reachable through this Gateway. */
+  readonly denyCidrs: readonly string[]
+  /** Allow-list: addresses must be in one of these; null: no allow-list applies (none, or the hostname is on it). */
+  readonly onlyCidrs: readonly string[] | null
+  /** PTR names must end in one of these; null: no reverse-DNS check by this Gateway. */
+  readonly reverseDnsSuffixes: readonly string[] | null
+}
+
+export interface ClusterDestination {
+  /** One per Gateway whose routes use the cluster; an address must satisfy every one. */
+  readonly gateways: readonly GatewayAddressPolicy[]
+  /** The Backend's own sallyport.io/reverse-dns-suffixes; null: none. */
+  readonly reverseDnsSuffixes: readonly string[] | null
+}
+
+// ───────────────────────────── extensions (issue 7) ─────────────────────────────
+
+export type ExtensionPhase = 'request-headers' | 'request-body' | 'response-headers' | 'response-body'
+
+/** One extension as the data path runs it: canonical type, phases, resolved secrets. */
+export interface CompiledExtension {
+  /**
+   * State key: owner + name + a hash of type, config and secret values. State
+   * (token buckets, cached OAuth2 tokens, loaded plugins) is kept across
+   * reloads under this key; a rotated Secret changes it, so it starts fresh.
+   */
+  readonly key: string
+  readonly name: string
+  /** Canonical built-in type (CredentialInjector, RateLimit, ...) or the type as written when unknown. */
+  readonly type: string
+  /** The phases it runs in, from `phase` or the type's default. */
+  readonly phases: readonly ExtensionPhase[]
+  readonly priority: number
+  readonly failOpen: boolean
+  readonly scope: 'Route' | 'Backend' | 'Gateway'
+  /** Where it was declared: `EgressExtension ns/name` or `Backend ns/name`. */
+  readonly source: string
+  /** Namespace of the declaring object (Secret refs default to it). */
+  readonly namespace: string
+  readonly config: Readonly<Record<string, unknown>>
+  /**
+   * Secret data resolved in compile, by the config path of the reference
+   * (`secretRef`, `oauth2.secretRef`): key → value. Never printed: dumpTable
+   * redacts `secrets`, logs never take it.
+   */
+  readonly secrets: Readonly<Record<string, Readonly<Record<string, string>>>>
+  /** A resolution problem (missing Secret, no ReferenceGrant, unknown type): running it fails, per failOpen. */
+  readonly error: string | null
+}
+
+export interface ExtensionChain {
+  /** `rule id → cluster id`; stable, for logs and metrics. */
+  readonly id: string
+  /** Higher priority first; ties: Gateway, Backend, Route scope, then declaration order. */
+  readonly extensions: readonly CompiledExtension[]
 }

@@ -8,13 +8,15 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import type { Upstreams } from '../upstream/types.ts'
 import { createAccessLog } from '../observe/access-log.ts'
-import { logger } from '../observe/log.ts'
+import { logger, type Logger } from '../observe/log.ts'
 import type { RouterEnv } from '../router/forward.ts'
+import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
 import { DEFAULT_LIMITS, PortListener, type HttpLimits, type PlaneContext } from './port-listener.ts'
 import { SecureContexts } from './tls-contexts.ts'
+import { DEFAULT_L4_LIMITS, L4Listener, type L4Limits, type L4PlaneContext } from './tcp-listener.ts'
 
-export type { HttpLimits }
-export { DEFAULT_LIMITS }
+export type { HttpLimits, L4Limits }
+export { DEFAULT_LIMITS, DEFAULT_L4_LIMITS }
 
 const log = logger('data-plane')
 
@@ -28,8 +30,12 @@ export interface DataPlaneOptions {
   /** One pino JSON line per request on the `access` logger. */
   readonly accessLog: boolean
   readonly limits?: Partial<HttpLimits>
+  /** TCP/TLS listeners (issue 8): connections per port, idle and ClientHello timeouts. */
+  readonly l4Limits?: Partial<L4Limits>
   /** Value of this gateway in the loop-detection hop header; default random per process. */
   readonly gatewayId?: string
+  /** Issue 7: extension runtime (default: the process-wide one). */
+  readonly extensions?: ExtensionRuntime
 }
 
 export interface ApplyResult {
@@ -72,7 +78,9 @@ class HttpDataPlane implements DataPlane, PlaneContext {
       upstreams: options.upstreams,
       gatewayId: options.gatewayId ?? randomBytes(6).toString('hex'),
       accessLog: createAccessLog(options.accessLog),
+      extensions: options.extensions ?? defaultExtensionRuntime(),
     }
+    this.accessLog = options.accessLog ? logger('access') : null
   }
 
   current(): RouteTable | null { return this.#table }
@@ -85,6 +93,8 @@ class HttpDataPlane implements DataPlane, PlaneContext {
 
   async #apply(table: RouteTable): Promise<ApplyResult> {
     if (this.#draining) throw new SallyportError(ErrorCode.SHUTTING_DOWN, 'data plane is draining')
+    // Issue 7: load plugins and build extension chains before any request can see the table.
+    await (this.env.extensions as ExtensionRuntime).prepare(table).catch((err: unknown) => log.error({ err }, 'preparing extensions failed'))
     this.#table = table // the swap: every request from here on sees the new table
     const failed: Array<{ port: number; error: SallyportError }> = []
     const opening: Array<Promise<void>> = []

@@ -1,6 +1,7 @@
 // HTTP/1.1 exchanges: an ordinary request (IncomingMessage/ServerResponse), and
 // an Upgrade request whose raw socket we own after the handshake (WebSocket).
 
+import { peerSpiffeId } from '../extensions/client.ts'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
@@ -112,6 +113,8 @@ export class H1Exchange implements Exchange {
   }
 
   bytesIn(): number { return this.#socket.bytesRead - this.#bytesReadAtStart }
+  /** Issue 7: SPIFFE ID of a verified client certificate (HTTPS with frontend validation). */
+  spiffeId(): string | null { return this.scheme === 'https' ? peerSpiffeId(this.#socket) : null }
   bytesOut(): number { return this.#bytesOut }
 }
 

@@ -1,6 +1,7 @@
 // HTTP/2 exchanges (TLS h2 and h2c) on the core stream API: no compat objects.
 // Extended CONNECT (RFC 8441, :protocol) becomes a tunnel request.
 
+import { peerSpiffeId } from '../extensions/client.ts'
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { Readable, pipeline, type Duplex } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
@@ -123,6 +124,12 @@ export class H2Exchange implements Exchange {
 
   reset(): void {
     if (!this.#stream.destroyed) this.#stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+  }
+
+  /** Issue 7: SPIFFE ID of a verified client certificate (HTTPS with frontend validation). */
+  spiffeId(): string | null {
+    const socket = this.scheme === 'https' ? this.#stream.session?.socket : undefined
+    return socket === undefined ? null : peerSpiffeId(socket)
   }
 
   bytesIn(): number {

@@ -46,6 +46,12 @@ export interface Exchange {
   bytesIn(): number
   /** Response body bytes sent so far. */
   bytesOut(): number
+  /**
+   * Issue 7: the spiffe:// URI SAN of the client certificate, when the listener
+   * validated one (Gateway.spec.tls.frontend); null otherwise. Optional so
+   * exchanges without TLS need not implement it.
+   */
+  spiffeId?(): string | null
 }
 
 export interface ExchangeObserver {

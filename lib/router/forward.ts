@@ -16,12 +16,18 @@ import { findVirtualHost, matchRequest, type MatchInput } from './match.ts'
 import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { attemptPlanOf, pickFailover, startAttempts } from './attempts.ts'
+import type { ExtensionChain } from '../compile/table.ts'
+import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
+import { clientInfo, identify } from '../extensions/client.ts'
+import { Flow, type FlowHost } from '../extensions/flow.ts'
 
 export interface RouterEnv {
   readonly upstreams: Upstreams
   /** This process's id in the loop-detection hop list. */
   readonly gatewayId: string
   readonly accessLog: AccessLog | null
+  /** Issue 7: runs extension chains (absent: the process-wide default runtime). */
+  readonly extensions?: ExtensionRuntime | null
 }
 
 /** Short text bodies naming the reason; stable, for humans and tests. */
@@ -63,7 +69,7 @@ export function handleExchange(ex: Exchange, table: RouteTable, env: RouterEnv):
   ctx.route()
 }
 
-class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
+class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, FlowHost {
   readonly ex: Exchange
   readonly table: RouteTable
   readonly env: RouterEnv
@@ -88,6 +94,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
   reason: string | null = null
   upstreamMs: number | null = null
   endpoint = ''
+  /** Issue 7: the extension chain run of this request; null when the backend has none. */
+  flow: Flow | null = null
+  #dispatch: ((req: UpstreamRequest) => void) | null = null
+  /** Client attribution, computed once (undefined: not yet). */
+  #identity: ClientIdentity | null | undefined = undefined
 
   constructor(ex: Exchange, table: RouteTable, env: RouterEnv) {
     this.ex = ex
@@ -175,9 +186,62 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
     }
     if (timeouts.requestMs !== null && timeouts.requestMs > 0) this.timer = setTimeout(onRequestTimeout, timeouts.requestMs, this)
     if (rule.mirrors !== null && ex.upgrade === null) sendMirrors(this, req)
+    // Issue 7: the extension chain of this rule × backend runs first, then dispatches (extensions/flow.ts).
+    if (backend.extensions != null && ex.upgrade === null) return this.runExtensions(backend.extensions, req, (r) => this.dispatch(r, plan, picked))
+    this.dispatch(req, plan, picked)
+  }
+
+  dispatch(req: UpstreamRequest, plan: ReturnType<typeof attemptPlanOf>, picked: ReturnType<typeof pickFailover>): void {
     this.upstreamMs = performance.now()
     if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, this.env.upstreams)
     else this.env.upstreams.forward(req, this)
+  }
+
+  // ── extensions (issue 7) ──
+
+  identity(): ClientIdentity | null {
+    if (this.#identity === undefined) this.#identity = identify(this.table, this.ex.clientAddress, this.ex.spiffeId?.() ?? null)
+    return this.#identity
+  }
+
+  runExtensions(chain: ExtensionChain, req: UpstreamRequest, dispatch: (req: UpstreamRequest) => void): void {
+    const runtime = this.env.extensions ?? defaultExtensionRuntime()
+    const rule = this.rule as RouteRule
+    const cluster = this.cluster as Cluster
+    this.#dispatch = dispatch
+    const flow = new Flow(this, runtime.runnable(chain), req, {
+      client: clientInfo(this.ex.clientAddress, this.identity(), this.ex.spiffeId?.() ?? null),
+      route: rule.route.namespace + '/' + rule.route.name, rule: rule.id, backend: cluster.id,
+      gateway: rule.gateway, scheme: cluster.tls === null ? 'http' : 'https',
+    })
+    this.flow = flow
+    flow.start()
+  }
+
+  isDone(): boolean {
+    return this.answered || this.ended
+  }
+
+  send(req: UpstreamRequest): void {
+    const dispatch = this.#dispatch
+    this.#dispatch = null
+    if (dispatch !== null) dispatch(req)
+  }
+
+  relay(res: UpstreamResponse): void {
+    this.onResponse(res)
+  }
+
+  deny(status: number, code: ErrorCode, reason: string, headers: OutgoingHeaders): void {
+    this.clearTimer()
+    this.code = code
+    this.reason = reason
+    if (this.ex.headersSent()) {
+      this.answered = true
+      this.ex.reset()
+      return
+    }
+    this.answer(status, headers, reason + '\n')
   }
 
   // ── upstream callbacks ──
@@ -187,6 +251,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
       res.body.destroy()
       return
     }
+    // Issue 7: response hooks first; the flow relays back here (flow.res set) when done.
+    const flow = this.flow
+    if (flow !== null && flow.res === null && flow.chain.wantsResponse) return flow.onResponse(res)
     this.upstreamMs = performance.now() - (this.upstreamMs ?? this.startedAt)
     this.endpoint = res.endpoint
     // MCP (and SSE generally): the route's overall timeout covers the wait for
@@ -220,7 +287,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
   onError(err: SallyportError): void {
     if (this.upstreamMs !== null && this.endpoint === '') this.upstreamMs = performance.now() - this.upstreamMs
     if (this.answered || this.ended) return
-    this.fail(err.code)
+    this.fail(err.code, err.detail)
   }
 
   // ── downstream callbacks ──
@@ -265,10 +332,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver {
   }
 
   /** Ends the request with an error code: a status and short reason, or a reset once headers are out. */
-  fail(code: ErrorCode): void {
+  fail(code: ErrorCode, detail: string | null = null): void {
     this.clearTimer()
     this.code = code
-    this.reason = reasonOf(code)
+    // detail: a bounded reason class (e.g. the TLS failure `unknown_ca`), shown to the client.
+    this.reason = detail === null ? reasonOf(code) : `${reasonOf(code)}: ${detail}`
     if (this.ex.headersSent()) {
       this.answered = true
       this.ex.reset()
@@ -395,7 +463,8 @@ function record(ctx: RequestContext): void {
   const rule = ctx.rule
   const durationMs = performance.now() - ctx.startedAt
   const clients = ctx.table.clients
-  const client: ClientIdentity | undefined = clients.size === 0 ? undefined : clients.get(ex.clientAddress)
+  // Issue 7: the SPIFFE identity of a verified client certificate wins over the Pod IP.
+  const client: ClientIdentity | undefined = clients.size === 0 && ex.spiffeId === undefined ? undefined : ctx.identity() ?? undefined
   const bytesIn = ex.bytesIn()
   const bytesOut = ex.bytesOut()
   recordRequest(new MetricKey(ctx, client), durationMs / 1000, bytesIn, bytesOut)

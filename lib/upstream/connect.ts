@@ -4,6 +4,12 @@
 // connect-class failures; a TLS failure is an answer about the backend, not the
 // address, so it is returned at once. Used by undici pools (as their `connect`
 // function) and by the HTTP/2 session manager alike.
+//
+// TLS: one session ticket per pool is offered on the next connection
+// (resumption skips the full handshake); after the handshake the pool's
+// PeerVerifier (revocation, stapled OCSP) must accept the peer before the
+// socket is handed over. Handshake failures are counted and logged here, once
+// per handshake, by reason class.
 
 import { connect as netConnect, type Socket } from 'node:net'
 import { connect as tlsConnect, type TLSSocket } from 'node:tls'
@@ -12,6 +18,20 @@ import type { Resolver } from './resolve.ts'
 import type { ClientTls } from './tls.ts'
 import { localError, codeOf } from './normalize-error.ts'
 import { tlsFailureReason } from './tls.ts'
+import { logger } from '../observe/log.ts'
+import { upstreamTlsHandshakeErrors } from '../observe/upstream-metrics.ts'
+
+const log = logger('upstream')
+
+/** TLS failures already counted and logged by a Connector (the exchange must not count them again). */
+const countedTlsErrors = new WeakSet<object>()
+
+export function isCountedTlsError(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && countedTlsErrors.has(err)
+}
+
+/** Upper bound on waiting for a TLS 1.3 server's verdict on our client certificate (servers that send no ticket). */
+const CLIENT_CERT_VERDICT_MS = 250
 
 export type ConnectCallback = (err: Error | null, socket: Socket | null) => void
 
@@ -20,6 +40,10 @@ export interface ConnectorOptions {
   readonly tls: ClientTls | null
   readonly resolver: Resolver
   readonly timeoutMs: number
+  /** Cluster id for metrics and logs. */
+  readonly backend?: string
+  /** Offer the last session ticket on new connections (default true; bench/tls.ts turns it off). */
+  readonly resumeSessions?: boolean
 }
 
 export class Connector {
@@ -27,6 +51,8 @@ export class Connector {
   readonly #tls: ClientTls | null
   readonly #resolver: Resolver
   readonly #timeoutMs: number
+  readonly #backend: string
+  readonly #resume: boolean
   /** Last TLS session ticket of this pool: offered on the next connection (resumption). */
   #session: Buffer | undefined = undefined
 
@@ -35,6 +61,8 @@ export class Connector {
     this.#tls = options.tls
     this.#resolver = options.resolver
     this.#timeoutMs = options.timeoutMs
+    this.#backend = options.backend ?? ''
+    this.#resume = options.resumeSessions ?? true
   }
 
   get secure(): boolean {
@@ -62,37 +90,66 @@ export class Connector {
     const address = addresses[index]
     let socket: Socket
     const tls = this.#tls
+    let staple: Buffer | null = null
     if (tls !== null) {
       const tlsSocket: TLSSocket = tlsConnect({
         ...tls.options,
         ...(endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
         servername: tls.servername,
         ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
-        session: this.#session,
+        session: this.#resume ? this.#session : undefined,
       })
-      tlsSocket.on('session', (session: Buffer) => { this.#session = session })
+      if (this.#resume) tlsSocket.on('session', (session: Buffer) => { this.#session = session })
+      if (tls.verifier !== null && tls.verifier.requestOCSP) tlsSocket.once('OCSPResponse', (response: Buffer) => { staple = response })
       socket = tlsSocket
     } else {
       socket = endpoint.kind === 'unix' ? netConnect({ path: address }) : netConnect({ host: address, port: endpoint.port })
     }
     const connectEvent = tls !== null ? 'secureConnect' : 'connect'
+    let settled = false
     const timer = setTimeout(() => {
       socket.destroy(localError('SP_CONNECT_TIMEOUT', `connect to ${address}:${endpoint.port} timed out after ${this.#timeoutMs} ms`))
     }, this.#timeoutMs)
-    const onConnect = (): void => {
+    const accept = (): void => {
+      if (settled) return
+      settled = true
       clearTimeout(timer)
       socket.removeListener('error', onError)
       socket.setNoDelay(true)
       socket.setKeepAlive(true, 60_000)
       callback(null, socket)
     }
+    const verified = (): void => {
+      // TLS 1.3 (RFC 8446 §4.4.2): the server judges our certificate after our
+      // handshake is done, and says no with an alert one round trip later. Wait
+      // for its verdict — a session ticket (accepted), an alert or a close — so a
+      // rejected client certificate is a handshake failure of its own reason
+      // (client_cert_rejected) and not a reset of the first request.
+      if (tls === null || tls.options.cert === undefined || (socket as TLSSocket).getProtocol() !== 'TLSv1.3') return accept()
+      const waited = setTimeout(accept, CLIENT_CERT_VERDICT_MS)
+      // Out of the 'session' callback: it runs inside OpenSSL's read of the ticket.
+      socket.once('session', () => { clearTimeout(waited); setImmediate(accept) })
+      socket.once('close', () => { clearTimeout(waited); onError(localError('SP_TLS_CLIENT_CERT_REJECTED', 'upstream closed the connection instead of accepting our client certificate')) })
+    }
+    const onConnect = (): void => {
+      const verifier = tls === null ? null : tls.verifier
+      if (verifier === null) return verified()
+      const verdict = verifier.verify(socket as TLSSocket, staple)
+      if (verdict === null) return verified()
+      if (verdict instanceof Error) return onError(verdict)
+      verdict.then((err) => { if (err === null) verified(); else onError(err) }, onError)
+    }
     const onError = (err: Error): void => {
+      if (settled) return
+      settled = true
       clearTimeout(timer)
       socket.removeListener(connectEvent, onConnect)
       socket.destroy()
       const code = codeOf(err)
+      const reason = tlsFailureReason(code)
+      if (reason !== null) this.#countTlsFailure(err, reason, code, address)
       // A TLS verdict is about the backend, not this address: do not try the next one.
-      if (index + 1 < addresses.length && tlsFailureReason(code) === null) {
+      if (index + 1 < addresses.length && reason === null) {
         this.#attempt(addresses, index + 1, alpn, callback)
         return
       }
@@ -100,5 +157,11 @@ export class Connector {
     }
     socket.once(connectEvent, onConnect)
     socket.once('error', onError)
+  }
+
+  #countTlsFailure(err: Error, reason: string, code: string, address: string): void {
+    countedTlsErrors.add(err)
+    upstreamTlsHandshakeErrors.inc({ backend: this.#backend, reason })
+    log.warn({ backend: this.#backend, endpoint: `${address}:${this.endpoint.port}`, reason, code, detail: err.message }, 'upstream TLS handshake failed')
   }
 }

@@ -69,7 +69,7 @@ export function normalizeUpstreamError(err: unknown, signal: AbortSignal | null,
   }
   const tls = tlsFailureReason(code)
   if (tls !== null) {
-    return new SallyportError(ErrorCode.UPSTREAM_TLS, `TLS to ${endpoint} failed: ${tls} (${code})`, { cause: err })
+    return new SallyportError(ErrorCode.UPSTREAM_TLS, `TLS to ${endpoint} failed: ${tls} (${code})`, { cause: err, detail: tls })
   }
   if (TIMEOUT_CODES.has(code)) {
     return new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, `upstream ${endpoint} timed out (${code})`, { cause: err })

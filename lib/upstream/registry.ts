@@ -144,6 +144,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     const wanted = new Set<string>()
     for (const cluster of table.clusters.values()) {
       for (const endpoint of cluster.endpoints) wanted.add(poolKey(cluster, endpoint))
+      // DESIGN.md safety defaults: disabled verification shows in the log at every load.
+      if (cluster.tls !== null && cluster.tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration (insecureSkipVerify)')
     }
     for (const [key, entry] of this.#pools) {
       if (wanted.has(key)) continue
@@ -223,7 +225,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     // h2c is cleartext by definition; every other protocol originates TLS when the cluster has it.
     const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls)
     if (tls !== null && tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration')
-    const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs })
+    const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs, backend: cluster.id })
     switch (cluster.protocol) {
       case 'HTTP2':
       case 'H2C':

@@ -5,12 +5,18 @@
 // `validation.hostname` unless `subjectAltNames` are given, in which case one
 // of them must match and the hostname only goes into SNI. Verification is on
 // unless the admin set insecureSkipVerify (DESIGN.md "Safety defaults").
-// Pins, CRLs and OCSP get their own issue; SPKI pins are cheap, so they are here.
+// Trust: `caPem` replaces the system store (CA pinning); intermediates the
+// server sends are used to build the chain, never trusted by themselves.
+// SPKI pins are checked here with the name; revocation (CRLs, stapled OCSP)
+// runs after the handshake (tls-verify.ts). CRLs are deliberately NOT given to
+// OpenSSL (`crl` option): see revocation.ts for why.
 
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls'
 import type { ClusterTls } from '../compile/table.ts'
+import { buildPeerVerifier, type PeerVerifier } from './tls-verify.ts'
+import type { CrlSource } from './revocation.ts'
 
 export const SpTlsCode = {
   PIN_MISMATCH: 'SP_TLS_PIN_MISMATCH',
@@ -22,23 +28,27 @@ export interface ClientTls {
   readonly options: ConnectionOptions
   /** SNI; undefined when none may be sent (IP literal or not configured). */
   readonly servername: string | undefined
+  /** Revocation and OCSP checks after the handshake; null: none. */
+  readonly verifier: PeerVerifier | null
 }
 
-export function buildClientTls(tls: ClusterTls): ClientTls {
+/** `fetcher`: where fetched CRLs come from (tests); default the process-wide cache. */
+export function buildClientTls(tls: ClusterTls, fetcher: CrlSource | null = null): ClientTls {
   const servername = tls.servername !== null && isIP(tls.servername) === 0 ? tls.servername : undefined
   const options: ConnectionOptions = {
     minVersion: tls.minVersion,
     rejectUnauthorized: !tls.insecureSkipVerify,
     checkServerIdentity: tls.insecureSkipVerify ? skipIdentity : identityChecker(tls),
   }
+  const verifier = buildPeerVerifier(tls, fetcher)
+  if (verifier !== null && verifier.requestOCSP) options.requestOCSP = true
   // null: Node's default store (tls.rootCertificates) — leaving `ca` unset keeps it.
   if (tls.caPem !== null) options.ca = tls.caPem
   if (tls.certPem !== null && tls.keyPem !== null) {
     options.cert = tls.certPem
     options.key = tls.keyPem
   }
-  if (tls.crlPem !== null) options.crl = tls.crlPem
-  return { options, servername }
+  return { options, servername, verifier }
 }
 
 function skipIdentity(): undefined {
@@ -47,10 +57,13 @@ function skipIdentity(): undefined {
 
 function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate) => Error | undefined {
   const verifyHostname = tls.verifyHostname
+  const verifyName = tls.verifyName
   const sans = tls.subjectAltNames
   const pins: ReadonlySet<string> = new Set(tls.spkiPins.map((p) => p.replace(/^sha256\//, '')))
   return function checkIdentity(host: string, cert: PeerCertificate): Error | undefined {
-    if (sans.length > 0) {
+    if (!verifyName) {
+      // Mesh mTLS: the chain against the mesh trust bundle is the check.
+    } else if (sans.length > 0) {
       if (!sans.some((san) => matchesSan(san, cert))) {
         return tlsError(SpTlsCode.SAN_MISMATCH, `certificate matches none of the ${sans.length} configured subjectAltNames`)
       }
@@ -76,7 +89,12 @@ function tlsError(code: string, message: string): Error {
   return Object.assign(new Error(message), { code })
 }
 
-/** OpenSSL / Node verification codes → a bounded reason class (message and metric label). */
+/**
+ * OpenSSL / Node / our own verification codes → a bounded reason class (the
+ * metric label and the text of the 502). Alerts *from the server* about our
+ * certificate (bad/unknown/expired/revoked certificate, unknown CA,
+ * certificate required, access denied) mean it rejected the client certificate.
+ */
 const REASONS: Readonly<Record<string, string>> = {
   UNABLE_TO_GET_ISSUER_CERT: 'unknown_ca',
   UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'unknown_ca',
@@ -90,12 +108,31 @@ const REASONS: Readonly<Record<string, string>> = {
   CERT_HAS_EXPIRED: 'expired',
   CERT_NOT_YET_VALID: 'not_yet_valid',
   CERT_REVOKED: 'revoked',
-  UNABLE_TO_GET_CRL: 'crl',
-  CRL_HAS_EXPIRED: 'crl',
+  UNABLE_TO_GET_CRL: 'crl_unavailable',
+  SP_TLS_CRL_UNAVAILABLE: 'crl_unavailable',
+  CRL_HAS_EXPIRED: 'crl_expired',
+  CRL_NOT_YET_VALID: 'crl_expired',
+  SP_TLS_CRL_INVALID: 'crl_invalid',
+  SP_TLS_OCSP_INVALID: 'ocsp_invalid',
+  SP_TLS_OCSP_MISSING: 'ocsp_missing',
+  SP_TLS_BAD_CERT: 'bad_chain',
   CERT_SIGNATURE_FAILURE: 'bad_signature',
   CERT_CHAIN_TOO_LONG: 'bad_chain',
   INVALID_CA: 'bad_chain',
   INVALID_PURPOSE: 'bad_chain',
+  ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED: 'client_cert_rejected',
+  SP_TLS_CLIENT_CERT_REJECTED: 'client_cert_rejected',
+  ERR_SSL_SSLV3_ALERT_BAD_CERTIFICATE: 'client_cert_rejected',
+  ERR_SSL_SSLV3_ALERT_CERTIFICATE_UNKNOWN: 'client_cert_rejected',
+  ERR_SSL_SSLV3_ALERT_CERTIFICATE_EXPIRED: 'client_cert_rejected',
+  ERR_SSL_SSLV3_ALERT_CERTIFICATE_REVOKED: 'client_cert_rejected',
+  ERR_SSL_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE: 'client_cert_rejected',
+  ERR_SSL_TLSV1_ALERT_UNKNOWN_CA: 'client_cert_rejected',
+  ERR_SSL_TLSV1_ALERT_ACCESS_DENIED: 'client_cert_rejected',
+  ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE: 'client_cert_rejected',
+  ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION: 'protocol_version',
+  ERR_SSL_UNSUPPORTED_PROTOCOL: 'protocol_version',
+  ERR_SSL_WRONG_VERSION_NUMBER: 'not_tls',
 }
 
 /** The reason class of a TLS failure, or null when `code` is not a TLS failure. */

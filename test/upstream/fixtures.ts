@@ -15,7 +15,8 @@ export function endpoint(port: number, host = '127.0.0.1', weight = 1): Endpoint
 export function clusterTls(over: Partial<ClusterTls> = {}): ClusterTls {
   const base: ClusterTls = {
     servername: 'localhost', verifyHostname: 'localhost', caPem: null, subjectAltNames: [], certPem: null, keyPem: null,
-    insecureSkipVerify: false, spkiPins: [], crlPem: null, minVersion: 'TLSv1.2', alpn: [], identityHash: 'x',
+    insecureSkipVerify: false, spkiPins: [], crlPem: null, minVersion: 'TLSv1.2', alpn: [],
+    crlStale: 'fail', crlFetch: false, ocsp: 'must-staple', verifyName: true, identityHash: 'x',
   }
   const merged = { ...base, ...over }
   // Any change of material changes the identity, as compile guarantees.

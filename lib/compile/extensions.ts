@@ -1,0 +1,211 @@
+// Step 5b (issue 7): extension chains. For each rule × cluster the extensions of
+// three scopes are merged — Route (the route's EgressExtension and its
+// ExtensionRef filters), Backend (spec.extensions) and Gateway (EgressExtension
+// targeting the Gateway or a listener) — and sorted once, here, so the data
+// path runs a ready list (egress proposal, "Policy Application Scopes").
+//
+// Precedence (egress proposal, Conflict Resolution): Route > Backend > Gateway
+// for the same extension, where "the same" is the same `name`, or the same
+// type for types of which only one may apply (credential injection,
+// authorization). Within a scope the oldest declaring object wins and the
+// others are reported Conflicted; a less specific loser is Overridden.
+//
+// Secret references (`secretRef`, `oauth2.secretRef`, `awsSigV4.secretRef`)
+// are resolved here into the table, so the data path never reads sources; a
+// changed Secret recompiles into new values (rotation without restart).
+
+import { createHash } from 'node:crypto'
+import type { ExtensionSpec } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import { SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
+import type { CompiledExtension, ExtensionChain } from './table.ts'
+import { isReferenceAllowed, type From } from './refs.ts'
+import type { ObjectStatus } from './status.ts'
+import { condition, statusKey } from './conditions.ts'
+
+/** Where a list of extensions was declared. */
+export interface ExtensionOwner {
+  readonly kind: 'EgressExtension' | 'Backend'
+  readonly group: string
+  readonly namespace: string
+  readonly name: string
+  /** RFC 3339 or '' (sorts newest). */
+  readonly createdAt: string
+}
+
+export interface ScopedExtensions {
+  readonly scope: CompiledExtension['scope']
+  readonly owner: ExtensionOwner
+  readonly list: readonly ExtensionSpec[]
+}
+
+/** What precedence decided, for status: `loser` lost to `winner` (same scope: Conflicted; wider scope: Overridden). */
+export interface ExtensionVerdict {
+  readonly loser: ExtensionOwner
+  readonly winner: ExtensionOwner
+  readonly extension: string
+  readonly sameScope: boolean
+}
+
+const SCOPE_RANK: Record<CompiledExtension['scope'], number> = { Route: 0, Backend: 1, Gateway: 2 }
+/** Equal priority: the wider scope runs first (a Gateway authorization before a Backend credential). */
+const RUN_RANK: Record<CompiledExtension['scope'], number> = { Gateway: 0, Backend: 1, Route: 2 }
+
+const SECRET_PATHS = ['secretRef', 'oauth2.secretRef', 'awsSigV4.secretRef'] as const
+
+function ownerKey(o: ExtensionOwner): string {
+  return `${o.kind} ${o.namespace}/${o.name}`
+}
+
+function olderThan(a: ExtensionOwner, b: ExtensionOwner): boolean {
+  const ta = a.createdAt === '' ? '\uffff' : a.createdAt
+  const tb = b.createdAt === '' ? '\uffff' : b.createdAt
+  if (ta !== tb) return ta < tb
+  return ownerKey(a) < ownerKey(b)
+}
+
+function at(config: Readonly<Record<string, unknown>>, path: string): unknown {
+  let v: unknown = config
+  for (const part of path.split('.')) {
+    if (v === null || typeof v !== 'object') return undefined
+    v = (v as Record<string, unknown>)[part]
+  }
+  return v
+}
+
+/** Resolves the Secret references of one extension; returns the data by config path, or a problem. */
+function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, config: Readonly<Record<string, unknown>>): { secrets: Record<string, Record<string, string>>; error: string | null } {
+  const secrets: Record<string, Record<string, string>> = {}
+  for (const path of SECRET_PATHS) {
+    const ref = at(config, path)
+    if (ref === undefined) continue
+    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: `${path} must name a Secret` }
+    const r = ref as Record<string, unknown>
+    const namespace = typeof r.namespace === 'string' ? r.namespace : owner.namespace
+    const name = r.name as string
+    const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
+    // Gateway API ReferenceGrant: a Secret in another namespace only with a grant there.
+    if (!isReferenceAllowed(snapshot, from, { group: '', kind: 'Secret', namespace, name })) {
+      return { secrets, error: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it` }
+    }
+    const secret = snapshot.secrets.get(`${namespace}/${name}`)
+    if (secret === undefined) return { secrets, error: `Secret ${namespace}/${name} not found` }
+    const data: Record<string, string> = {}
+    for (const k of Object.keys(secret.data).sort()) data[k] = (secret.data[k] as Buffer).toString('utf8')
+    secrets[path] = data
+  }
+  return { secrets, error: null }
+}
+
+function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<Record<string, unknown>>): string {
+  // Hash, not values: the key is printed in dumps and used in logs.
+  const h = createHash('sha256').update(JSON.stringify([spec.type, spec.phase, spec.config, secrets])).digest('hex').slice(0, 16)
+  return `${ownerKey(owner)}/${spec.name}#${h}`
+}
+
+/** Compiles one extension: canonical type, phases, secrets. Pure. */
+export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['scope'], owner: ExtensionOwner, spec: ExtensionSpec): CompiledExtension {
+  const canonical = canonicalType(spec.type)
+  const type = canonical === null ? spec.type : effectiveType(canonical, spec.config)
+  const { secrets, error } = resolveSecrets(snapshot, owner, spec.config)
+  const phases: Phase[] = spec.phase !== null ? [spec.phase as Phase] : defaultPhases(canonical === null ? null : type as never, spec.config)
+  return {
+    key: stateKey(owner, spec, secrets), name: spec.name, type, phases, priority: spec.priority, failOpen: spec.failOpen,
+    scope, source: ownerKey(owner), namespace: owner.namespace, config: spec.config, secrets,
+    error: error ?? (canonical === null ? `unknown extension type ${spec.type}` : null),
+  }
+}
+
+/** Memoizes compiled extensions by owner and name (one object per extension in the table). */
+export class ExtensionCompiler {
+  readonly #snapshot: Snapshot
+  readonly #cache = new Map<string, CompiledExtension>()
+  readonly #chains = new Map<string, ExtensionChain>()
+  readonly verdicts: ExtensionVerdict[] = []
+  readonly #seenVerdicts = new Set<string>()
+
+  constructor(snapshot: Snapshot) { this.#snapshot = snapshot }
+
+  #compiled(s: ScopedExtensions, spec: ExtensionSpec): CompiledExtension {
+    const k = `${s.scope}|${ownerKey(s.owner)}|${spec.name}`
+    let c = this.#cache.get(k)
+    if (c === undefined) this.#cache.set(k, c = compileExtension(this.#snapshot, s.scope, s.owner, spec))
+    return c
+  }
+
+  /** The chain of one rule × cluster, or null when no scope has extensions. Identical chains are shared. */
+  chain(id: string, scopes: readonly ScopedExtensions[]): ExtensionChain | null {
+    interface Entry { ext: CompiledExtension; owner: ExtensionOwner; order: number }
+    const byName = new Map<string, Entry>()
+    const byType = new Map<string, Entry>()
+    let order = 0
+    // Most specific scope first, oldest owner first within a scope: the first entry for a name/type wins.
+    const sorted = [...scopes].sort((a, b) => SCOPE_RANK[a.scope] - SCOPE_RANK[b.scope] || (olderThan(a.owner, b.owner) ? -1 : olderThan(b.owner, a.owner) ? 1 : 0))
+    for (const s of sorted) {
+      for (const spec of s.list) {
+        const ext = this.#compiled(s, spec)
+        const winner = byName.get(ext.name) ?? (SINGLETON_TYPES.has(ext.type) ? byType.get(ext.type) : undefined)
+        if (winner !== undefined) {
+          if (winner.owner !== s.owner) this.#verdict(s.owner, winner.owner, ext.name, winner.ext.scope === ext.scope)
+          continue
+        }
+        const entry = { ext, owner: s.owner, order: order++ }
+        byName.set(ext.name, entry)
+        if (SINGLETON_TYPES.has(ext.type)) byType.set(ext.type, entry)
+      }
+    }
+    if (byName.size === 0) return null
+    const list = [...byName.values()]
+      .sort((a, b) => b.ext.priority - a.ext.priority || RUN_RANK[a.ext.scope] - RUN_RANK[b.ext.scope] || a.order - b.order)
+      .map(e => e.ext)
+    const shareKey = list.map(e => `${e.scope}|${e.source}|${e.name}`).join('\n')
+    const shared = this.#chains.get(shareKey)
+    if (shared !== undefined) return shared
+    const chain: ExtensionChain = { id, extensions: list }
+    this.#chains.set(shareKey, chain)
+    return chain
+  }
+
+  #verdict(loser: ExtensionOwner, winner: ExtensionOwner, extension: string, sameScope: boolean): void {
+    const k = `${ownerKey(loser)}|${ownerKey(winner)}|${extension}`
+    if (this.#seenVerdicts.has(k)) return
+    this.#seenVerdicts.add(k)
+    this.verdicts.push({ loser, winner, extension, sameScope })
+  }
+
+  /** The owner record of a Backend's spec.extensions. */
+  backendOwner(namespace: string, name: string): ExtensionOwner {
+    const b = this.#snapshot.backends.get(`${namespace}/${name}`)
+    return { kind: 'Backend', group: 'gateway.networking.k8s.io', namespace, name, createdAt: b?.meta.creationTimestamp ?? '' }
+  }
+
+  /** Every distinct chain compiled, for RouteTable.extensionChains. */
+  chains(): ExtensionChain[] {
+    return [...this.#chains.values()]
+  }
+}
+
+/**
+ * Status for precedence decisions: a loser at the same scope is Conflicted
+ * (the oldest wins), a loser at a wider scope Overridden. Appended to the
+ * status objects compile already built (EgressExtension, Backend).
+ */
+export function addExtensionVerdicts(objects: Map<string, ObjectStatus>, verdicts: readonly ExtensionVerdict[]): void {
+  const byLoser = new Map<string, ExtensionVerdict[]>()
+  for (const v of verdicts) {
+    const key = statusKey(v.loser.kind, v.loser.namespace, v.loser.name)
+    const list = byLoser.get(key) ?? []
+    list.push(v)
+    byLoser.set(key, list)
+  }
+  for (const [key, list] of byLoser) {
+    const s = objects.get(key)
+    if (s === undefined) continue
+    const conflicted = list.filter(v => v.sameScope).map(v => `${v.extension}: ${ownerKey(v.winner)} is older at the same scope`)
+    const overridden = list.filter(v => !v.sameScope).map(v => `${v.extension}: ${ownerKey(v.winner)} is more specific`)
+    const conditions = [...s.conditions]
+    if (conflicted.length > 0) conditions.push(condition('Conflicted', true, 'Conflicted', `extensions not applied: ${[...new Set(conflicted)].sort().join('; ')}`, s.generation))
+    if (overridden.length > 0 && !conditions.some(c => c.type === 'Overridden')) conditions.push(condition('Overridden', true, 'Overridden', `extensions overridden: ${[...new Set(overridden)].sort().join('; ')}`, s.generation))
+    objects.set(key, { ...s, conditions })
+  }
+}

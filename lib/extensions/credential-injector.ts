@@ -1,0 +1,59 @@
+// CredentialInjector (egress proposal, "Backend Extensions"; the
+// `gateway.networking.k8s.io/CredentialInjector:v1` example): a static
+// credential from a Secret key, set as a header (`Authorization: Bearer
+// {value}`, `x-api-key: {value}`, any header) or a query parameter. Whatever
+// the client sent under that name is replaced, so workloads never hold — nor
+// can override — the key. The value was resolved in compile; a changed Secret
+// recompiles into a new instance (rotation without restart).
+
+import type { CompiledExtension } from '../compile/table.ts'
+import type { ExtensionHooks, RequestView } from './plugin-api.ts'
+
+/** The Secret value of `secretRef` (key, else the only key, else `token`). */
+export function secretValue(spec: CompiledExtension, path: string, keyField = 'key', fallback = 'token'): string {
+  const data = spec.secrets[path]
+  if (data === undefined) throw new Error(`${path} is not set`)
+  const ref = path.split('.').reduce<unknown>((o, p) => (o as Record<string, unknown> | undefined)?.[p], spec.config) as Record<string, unknown>
+  const keys = Object.keys(data)
+  const key = typeof ref[keyField] === 'string' ? ref[keyField] as string : keys.length === 1 ? keys[0] as string : fallback
+  const v = data[key]
+  if (v === undefined) throw new Error(`the Secret of ${path} has no key ${key}`)
+  // Secrets written by hand often end in a newline; it is never part of a token.
+  return v.replace(/[\r\n]+$/, '')
+}
+
+/** Sets `value` as the query parameter `name`, replacing any the client sent. */
+export function setQueryParam(path: string, name: string, value: string): string {
+  const q = path.indexOf('?')
+  const base = q === -1 ? path : path.slice(0, q)
+  const params = new URLSearchParams(q === -1 ? '' : path.slice(q + 1))
+  params.set(name, value)
+  return `${base}?${params.toString()}`
+}
+
+export interface Placement {
+  readonly header: string | null
+  readonly query: string | null
+  readonly format: string
+}
+
+export function placement(config: Readonly<Record<string, unknown>>): Placement {
+  const query = typeof config.queryParam === 'string' ? config.queryParam : null
+  const header = query !== null ? null : (typeof config.header === 'string' ? config.header : 'authorization').toLowerCase()
+  const format = typeof config.format === 'string' ? config.format : header === 'authorization' ? 'Bearer {value}' : '{value}'
+  return { header, query, format }
+}
+
+// hot path
+export function place(req: RequestView, p: Placement, rendered: string): void {
+  if (p.query !== null) req.path = setQueryParam(req.path, p.query, rendered)
+  else req.headers[p.header as string] = rendered
+}
+
+export function credentialInjector(spec: CompiledExtension): ExtensionHooks {
+  const p = placement(spec.config)
+  const rendered = p.format.split('{value}').join(secretValue(spec, 'secretRef'))
+  return {
+    requestHeaders(req: RequestView): void { place(req, p, rendered) },
+  }
+}

@@ -1,0 +1,59 @@
+// ExternalProcessor: a callout over HTTP to the user's service in the spirit
+// of Envoy's ext_proc, one POST per configured phase:
+//
+//   → { phase, request: { method, path, authority, headers }, response?: { status, headers },
+//       client: { address, namespace, serviceAccount }, route, backend, body? }   (body: UTF-8 text, body phases)
+//   ← { action?: "continue" | "deny", status?, reason?, setHeaders?: { name: value }, removeHeaders?: [name], body? }
+//
+// `timeoutMs` (default 1000) bounds each call; a timeout, a non-2xx answer or
+// an unreadable one is a failure (failOpen decides). Headers set here go to the
+// upstream (request phases) or to the client (response phases).
+
+import type { CompiledExtension } from '../compile/table.ts'
+import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
+
+interface Answer {
+  action?: string
+  status?: number
+  reason?: string
+  setHeaders?: Record<string, string>
+  removeHeaders?: string[]
+  body?: string
+}
+
+export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
+  const url = spec.config.url
+  if (typeof url !== 'string') throw new Error('url is required')
+  const timeoutMs = typeof spec.config.timeoutMs === 'number' ? spec.config.timeoutMs : 1000
+
+  async function call(phase: string, req: RequestView, res: ResponseView | null, body: Buffer | null, target: OutgoingHeaders): Promise<HookResult> {
+    const payload = {
+      phase,
+      request: { method: req.method, path: req.path, authority: req.authority, headers: req.headers },
+      response: res === null ? undefined : { status: res.status, headers: res.headers },
+      client: req.client, route: req.route, backend: req.backend,
+      body: body === null ? undefined : body.toString('utf8'),
+    }
+    const r = await fetch(url as string, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload),
+      signal: AbortSignal.timeout(timeoutMs),
+    })
+    const text = await r.text()
+    if (!r.ok) throw new Error(`external processor answered ${r.status}`)
+    let a: Answer
+    try { a = text === '' ? {} : JSON.parse(text) as Answer } catch { throw new Error('external processor answered non-JSON') }
+    if (a.action === 'deny') return { deny: { status: typeof a.status === 'number' ? a.status : 403, reason: a.reason ?? 'denied by external processor' } }
+    for (const name of a.removeHeaders ?? []) delete target[name.toLowerCase()]
+    for (const [name, value] of Object.entries(a.setHeaders ?? {})) target[name.toLowerCase()] = String(value)
+    if (typeof a.body === 'string' && body !== null) return { body: Buffer.from(a.body, 'utf8') }
+    return
+  }
+
+  const hooks: ExtensionHooks = {
+    requestHeaders: (req) => call('request-headers', req, null, null, req.headers),
+    requestBody: (req, body) => call('request-body', req, null, body, req.headers),
+    responseHeaders: (req, res) => call('response-headers', req, res, null, res.headers),
+    responseBody: (req, res, body) => call('response-body', req, res, body, res.headers),
+  }
+  return hooks
+}

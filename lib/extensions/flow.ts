@@ -1,0 +1,332 @@
+// One request through an extension chain: request-headers hooks, then the
+// request body (buffered within the bound) for request-body hooks, then the
+// upstream; on the way back response-headers hooks and response-body hooks
+// (buffered) or stream observers (not buffered). Hooks run one after the other
+// in the chain's order; a synchronous hook costs no promise.
+//
+// Bounds (DESIGN.md: every buffer has one): the request body over the bound
+// answers 413 SP_ERR_BODY_TOO_LARGE, the response body 502
+// SP_ERR_RESPONSE_TOO_LARGE — unless every body extension of that phase is
+// failOpen, in which case the body passes through untouched and the body hooks
+// are skipped (counted as failures, "open").
+
+import { Readable, Transform, type TransformCallback } from 'node:stream'
+import { ErrorCode, SallyportError } from '../errors.ts'
+import type { ExtensionChain } from '../compile/table.ts'
+import type { OutgoingHeaders, UpstreamRequest, UpstreamResponse } from '../upstream/types.ts'
+import type { ClientInfo, HookResult, MaybePromise, RequestView, ResponseView, StreamObserver } from './plugin-api.ts'
+import type { Instance, RunnableChain } from './chain.ts'
+import { logger } from '../observe/log.ts'
+import { extensionDenials, extensionFailures } from '../observe/extension-metrics.ts'
+
+const log = logger('extensions')
+
+/** What the router gives a flow: how to continue, answer or fail the request. */
+export interface FlowHost {
+  /** An answer began or the client left: stop. */
+  isDone(): boolean
+  /** Continue upstream with the (possibly changed) request. */
+  send(req: UpstreamRequest): void
+  /** Answer with the (possibly changed) upstream response. */
+  relay(res: UpstreamResponse): void
+  /** An extension answers itself. */
+  deny(status: number, code: ErrorCode, reason: string, headers: OutgoingHeaders): void
+  fail(code: ErrorCode, detail?: string | null): void
+}
+
+export interface FlowInfo {
+  readonly client: ClientInfo
+  readonly route: string
+  readonly rule: string
+  readonly backend: string
+  readonly gateway: string
+  readonly scheme: 'http' | 'https'
+}
+
+type Invoke = (flow: Flow, inst: Instance) => MaybePromise<HookResult>
+
+function isThenable(v: unknown): v is PromiseLike<HookResult> {
+  return v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function'
+}
+
+// hot path
+/** Sequential hooks with a synchronous fast path; `done` runs when all continued. */
+function runHooks(flow: Flow, list: readonly Instance[], invoke: Invoke, done: (flow: Flow) => void, start: number): void {
+  for (let i = start; i < list.length; i++) {
+    if (flow.host.isDone()) return flow.abandon()
+    const inst = list[i] as Instance
+    let r: MaybePromise<HookResult>
+    try {
+      r = invoke(flow, inst)
+    } catch (err) {
+      if (flow.failed(inst, err)) continue
+      return
+    }
+    if (isThenable(r)) {
+      const next = i + 1
+      r.then(
+        (v) => { if (flow.host.isDone()) return flow.abandon(); if (flow.apply(inst, v)) runHooks(flow, list, invoke, done, next) },
+        (err: unknown) => { if (flow.host.isDone()) return flow.abandon(); if (flow.failed(inst, err)) runHooks(flow, list, invoke, done, next) },
+      )
+      return
+    }
+    if (!flow.apply(inst, r)) return
+  }
+  if (flow.host.isDone()) return flow.abandon()
+  done(flow)
+}
+
+const callRequestHeaders: Invoke = (f, inst) => (inst.hooks.requestHeaders as NonNullable<typeof inst.hooks.requestHeaders>)(f.view)
+const callRequestBody: Invoke = (f, inst) => (inst.hooks.requestBody as NonNullable<typeof inst.hooks.requestBody>)(f.view, f.body as Buffer)
+const callResponseHeaders: Invoke = (f, inst) => (inst.hooks.responseHeaders as NonNullable<typeof inst.hooks.responseHeaders>)(f.view, f.resView as ResponseView)
+const callResponseBody: Invoke = (f, inst) => (inst.hooks.responseBody as NonNullable<typeof inst.hooks.responseBody>)(f.view, f.resView as ResponseView, f.body as Buffer)
+
+class View implements RequestView {
+  readonly method: string
+  path: string
+  readonly authority: string
+  readonly headers: OutgoingHeaders
+  readonly client: ClientInfo
+  readonly route: string
+  readonly rule: string
+  readonly backend: string
+  readonly gateway: string
+  readonly scheme: 'http' | 'https'
+  constructor(req: UpstreamRequest, info: FlowInfo) {
+    this.method = req.method
+    this.path = req.path
+    this.authority = req.authority
+    this.headers = req.headers
+    this.client = info.client
+    this.route = info.route
+    this.rule = info.rule
+    this.backend = info.backend
+    this.gateway = info.gateway
+    this.scheme = info.scheme
+  }
+}
+
+export class Flow {
+  readonly host: FlowHost
+  readonly chain: RunnableChain
+  readonly view: View
+  req: UpstreamRequest
+  /** The buffered body of the current body phase. */
+  body: Buffer | null = null
+  res: UpstreamResponse | null = null
+  resView: ResponseView | null = null
+
+  constructor(host: FlowHost, chain: RunnableChain, req: UpstreamRequest, info: FlowInfo) {
+    this.host = host
+    this.chain = chain
+    this.req = req
+    this.view = new View(req, info)
+    // A body we must read cannot come compressed (we do not inflate): ask for identity.
+    if (chain.readsResponseBody) delete req.headers['accept-encoding']
+  }
+
+  // ── request ──
+
+  start(): void {
+    runHooks(this, this.chain.requestHeaders, callRequestHeaders, afterRequestHeaders, 0)
+  }
+
+  /** true: continue with the next hook. */
+  apply(inst: Instance, r: HookResult): boolean {
+    if (r === undefined || r === null) return true
+    if ('deny' in r) {
+      const d = r.deny
+      extensionDenials.inc({ extension: inst.spec.name, type: inst.spec.type, status: d.status })
+      inst.event(d.status === 429 ? 'RateLimited' : 'ExtensionDenied', `${inst.spec.name} denied a request to ${this.view.route}: ${d.status} ${d.reason}`)
+      this.res?.body.destroy()
+      const headers: OutgoingHeaders = { 'content-type': 'text/plain; charset=utf-8', ...d.headers }
+      this.host.deny(d.status, d.status === 429 ? ErrorCode.RATE_LIMITED : ErrorCode.FORBIDDEN, d.reason, headers)
+      return false
+    }
+    if ('body' in r && Buffer.isBuffer(r.body)) this.body = r.body
+    return true
+  }
+
+  /** true: failOpen, continue. */
+  failed(inst: Instance, err: unknown): boolean {
+    const open = inst.spec.failOpen
+    extensionFailures.inc({ extension: inst.spec.name, type: inst.spec.type, outcome: open ? 'open' : 'closed' })
+    const message = err instanceof Error ? err.message : String(err)
+    log.warn({ extension: inst.spec.name, type: inst.spec.type, source: inst.spec.source, route: this.view.route, failOpen: open, error: message }, 'extension failed')
+    inst.event('ExtensionFailed', `${inst.spec.name} (${inst.spec.type}) failed on ${this.view.route}: ${message}${open ? ' (failOpen: continued)' : ''}`)
+    if (open) return true
+    this.res?.body.destroy()
+    const code = err instanceof SallyportError ? err.code : ErrorCode.EXTENSION_FAILED
+    this.host.fail(code, err instanceof SallyportError ? err.detail : inst.spec.name)
+    return false
+  }
+
+  /** The request ended elsewhere (timeout, client gone) while a hook ran. */
+  abandon(): void {
+    this.res?.body.destroy()
+  }
+
+  /** Body over its bound with every body hook failOpen: count each as an open failure. */
+  skipped(list: readonly Instance[], what: string): void {
+    for (const inst of list) {
+      extensionFailures.inc({ extension: inst.spec.name, type: inst.spec.type, outcome: 'open' })
+      inst.event('TransformFailed', `${inst.spec.name}: ${what} over ${inst.maxBodyBytes} bytes passed through unprocessed (failOpen)`)
+    }
+  }
+
+  send(): void {
+    const view = this.view
+    const req = this.req
+    this.host.send(view.path === req.path ? req : { ...req, path: view.path })
+  }
+
+  // ── response ──
+
+  onResponse(res: UpstreamResponse): void {
+    this.res = res
+    this.resView = { status: res.status, headers: res.headers }
+    runHooks(this, this.chain.responseHeaders, callResponseHeaders, afterResponseHeaders, 0)
+  }
+}
+
+function afterRequestHeaders(flow: Flow): void {
+  const chain = flow.chain
+  if (chain.requestBody.length === 0) return flow.send()
+  const body = flow.req.body
+  if (body === null) {
+    flow.body = Buffer.alloc(0)
+    return runHooks(flow, chain.requestBody, callRequestBody, afterRequestBody, 0)
+  }
+  collect(body, chain.requestBodyBound, (err, buf, over) => {
+    if (flow.host.isDone()) return
+    if (err !== null) return flow.host.fail(ErrorCode.CLIENT_ABORTED)
+    if (over !== null) {
+      if (!chain.requestBodyFailOpen) return flow.host.fail(ErrorCode.BODY_TOO_LARGE, 'extension body bound')
+      flow.skipped(chain.requestBody, 'request body')
+      flow.req = { ...flow.req, body: over }
+      return flow.send()
+    }
+    flow.body = buf
+    runHooks(flow, chain.requestBody, callRequestBody, afterRequestBody, 0)
+  })
+}
+
+function afterRequestBody(flow: Flow): void {
+  const buf = flow.body as Buffer
+  const headers = flow.req.headers
+  delete headers['transfer-encoding']
+  if (flow.req.body === null && buf.length === 0) return flow.send()
+  headers['content-length'] = String(buf.length)
+  flow.req = { ...flow.req, body: Readable.from([buf]) }
+  flow.body = null
+  flow.send()
+}
+
+function afterResponseHeaders(flow: Flow): void {
+  const chain = flow.chain
+  const res = flow.res as UpstreamResponse
+  const encoded = res.headers['content-encoding']
+  const readable = encoded === undefined || encoded === 'identity'
+  if (chain.responseBody.length > 0 && readable) {
+    return collect(res.body, chain.responseBodyBound, (err, buf, over) => {
+      if (flow.host.isDone()) return
+      if (err !== null) return flow.host.fail(ErrorCode.UPSTREAM_RESET)
+      if (over !== null) {
+        if (!chain.responseBodyFailOpen) return flow.host.fail(ErrorCode.RESPONSE_TOO_LARGE)
+        flow.skipped(chain.responseBody, 'response body')
+        return relay(flow, { ...res, body: over })
+      }
+      flow.body = buf
+      runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+    })
+  }
+  relay(flow, res)
+}
+
+function afterResponseBody(flow: Flow): void {
+  const res = flow.res as UpstreamResponse
+  const buf = flow.body as Buffer
+  flow.body = null
+  const headers = res.headers
+  delete headers['transfer-encoding']
+  headers['content-length'] = String(buf.length)
+  relay(flow, { ...res, body: Readable.from([buf]) })
+}
+
+/** Stream observers see the body as it passes; then the router answers. */
+function relay(flow: Flow, res: UpstreamResponse): void {
+  const list = flow.chain.responseStream
+  if (list.length === 0) return flow.host.relay(res)
+  const observers: StreamObserver[] = []
+  for (const inst of list) {
+    try {
+      const o = (inst.hooks.responseStream as NonNullable<typeof inst.hooks.responseStream>)(flow.view, flow.resView as ResponseView)
+      if (o !== null) observers.push(o)
+    } catch (err) {
+      if (!flow.failed(inst, err)) return
+    }
+  }
+  if (observers.length === 0) return flow.host.relay(res)
+  const tap = new Tap(observers)
+  const body = res.body
+  body.on('error', (err) => tap.destroy(err))
+  flow.host.relay({ ...res, body: body.pipe(tap) })
+}
+
+/** Passes chunks through unchanged, showing each to the observers (whose errors never break the stream). */
+class Tap extends Transform {
+  readonly #observers: readonly StreamObserver[]
+  constructor(observers: readonly StreamObserver[]) {
+    super()
+    this.#observers = observers
+  }
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    for (const o of this.#observers) { try { o.chunk(chunk) } catch (err) { log.debug({ err }, 'stream observer failed') } }
+    cb(null, chunk)
+  }
+  override _flush(cb: TransformCallback): void {
+    for (const o of this.#observers) { try { o.end() } catch (err) { log.debug({ err }, 'stream observer failed') } }
+    cb()
+  }
+}
+
+/**
+ * Reads a body up to `bound` bytes. Over the bound: `over` is a stream that
+ * replays what was read and continues with the rest (for pass-through).
+ */
+function collect(body: Readable, bound: number, done: (err: Error | null, buf: Buffer, over: Readable | null) => void): void {
+  const chunks: Buffer[] = []
+  let size = 0
+  let finished = false
+  const finish = (err: Error | null, over: Readable | null): void => {
+    if (finished) return
+    finished = true
+    body.off('data', onData)
+    body.off('end', onEnd)
+    body.off('error', onError)
+    done(err, err === null && over === null ? Buffer.concat(chunks, size) : Buffer.alloc(0), over)
+  }
+  const onData = (chunk: Buffer): void => {
+    chunks.push(chunk)
+    size += chunk.length
+    if (size > bound) {
+      body.pause()
+      finish(null, replay(chunks, body))
+    }
+  }
+  const onEnd = (): void => finish(null, null)
+  const onError = (err: Error): void => finish(err, null)
+  body.on('data', onData)
+  body.on('end', onEnd)
+  body.on('error', onError)
+}
+
+function replay(head: readonly Buffer[], rest: Readable): Readable {
+  async function* gen(): AsyncGenerator<Buffer> {
+    for (const b of head) yield b
+    for await (const b of rest) yield b as Buffer
+  }
+  return Readable.from(gen())
+}
+
+export type { ExtensionChain }

@@ -1,0 +1,137 @@
+// OAuth2 client credentials (RFC 6749 §4.4) as a credential injector: the
+// access token is fetched from the provider's token endpoint with the client
+// id and secret of a Secret, cached, and refreshed in the background before it
+// expires (`refreshBeforeSeconds`, default 60) — one fetch at a time
+// (single-flight), never one per request. Requests wait only when there is no
+// valid token at all (the first one, or after the provider was unreachable).
+
+import type { CompiledExtension } from '../compile/table.ts'
+import { logger } from '../observe/log.ts'
+import type { ExtensionHooks, RequestView } from './plugin-api.ts'
+import { place, placement, secretValue } from './credential-injector.ts'
+
+const log = logger('oauth2')
+
+/** After a failed fetch, requests fail fast for this long instead of hammering the endpoint. */
+const FAILURE_BACKOFF_MS = 1000
+
+interface Token { readonly rendered: string; readonly expiresAt: number }
+
+export class TokenSource {
+  readonly #config: Readonly<Record<string, unknown>>
+  readonly #clientId: string
+  readonly #clientSecret: string
+  readonly #refreshBeforeMs: number
+  readonly #format: string
+  #token: Token | null = null
+  #inflight: Promise<Token> | null = null
+  #failedAt = 0
+  #failure: Error | null = null
+  #timer: NodeJS.Timeout | null = null
+  #closed = false
+  /** Fetches so far (tests: "never fetched per request"). */
+  fetches = 0
+
+  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, path: string) {
+    this.#config = block
+    if (typeof block.tokenUrl !== 'string') throw new Error('tokenUrl is required')
+    this.#clientId = secretValue(spec, path, 'clientIdKey', 'client_id')
+    this.#clientSecret = secretValue(spec, path, 'clientSecretKey', 'client_secret')
+    this.#refreshBeforeMs = (typeof block.refreshBeforeSeconds === 'number' ? block.refreshBeforeSeconds : 60) * 1000
+    this.#format = placement(block).format
+  }
+
+  // hot path
+  /** The rendered credential now, or a promise of one when no valid token is cached. */
+  current(): string | Promise<string> {
+    const t = this.#token
+    const now = Date.now()
+    if (t !== null && now < t.expiresAt) {
+      if (now >= t.expiresAt - this.#refreshBeforeMs) void this.refresh().catch(() => {})
+      return t.rendered
+    }
+    if (this.#failure !== null && now - this.#failedAt < FAILURE_BACKOFF_MS) return Promise.reject(this.#failure)
+    return this.refresh().then(tok => tok.rendered)
+  }
+
+  /** Single-flight fetch. */
+  refresh(): Promise<Token> {
+    if (this.#inflight !== null) return this.#inflight
+    const p = this.#fetch().then(
+      (tok) => {
+        this.#token = tok
+        this.#failure = null
+        this.#inflight = null
+        this.#schedule(tok)
+        return tok
+      },
+      (err: unknown) => {
+        this.#inflight = null
+        this.#failedAt = Date.now()
+        this.#failure = err instanceof Error ? err : new Error(String(err))
+        log.warn({ tokenUrl: this.#config.tokenUrl, error: this.#failure.message }, 'oauth2 token fetch failed')
+        throw this.#failure
+      },
+    )
+    this.#inflight = p
+    return p
+  }
+
+  close(): void {
+    this.#closed = true
+    if (this.#timer !== null) clearTimeout(this.#timer)
+  }
+
+  #schedule(tok: Token): void {
+    if (this.#closed) return
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    const delay = Math.max(1000, tok.expiresAt - this.#refreshBeforeMs - Date.now())
+    this.#timer = setTimeout(() => { this.#timer = null; void this.refresh().catch(() => {}) }, delay)
+    this.#timer.unref()
+  }
+
+  async #fetch(): Promise<Token> {
+    this.fetches++
+    const c = this.#config
+    const form = new URLSearchParams({ grant_type: 'client_credentials' })
+    const scopes = Array.isArray(c.scopes) ? c.scopes.join(' ') : typeof c.scope === 'string' ? c.scope : ''
+    if (scopes !== '') form.set('scope', scopes)
+    if (typeof c.audience === 'string') form.set('audience', c.audience)
+    const headers: Record<string, string> = { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' }
+    if (c.authStyle === 'body') {
+      form.set('client_id', this.#clientId)
+      form.set('client_secret', this.#clientSecret)
+    } else {
+      // RFC 6749 §2.3.1: HTTP Basic with form-urlencoded id and secret.
+      headers.authorization = 'Basic ' + Buffer.from(`${encodeURIComponent(this.#clientId)}:${encodeURIComponent(this.#clientSecret)}`).toString('base64')
+    }
+    const res = await fetch(c.tokenUrl as string, {
+      method: 'POST', headers, body: form.toString(),
+      signal: AbortSignal.timeout(typeof c.timeoutMs === 'number' ? c.timeoutMs : 5000),
+    })
+    const text = await res.text()
+    if (!res.ok) throw new Error(`token endpoint answered ${res.status}`)
+    let body: Record<string, unknown>
+    try { body = JSON.parse(text) as Record<string, unknown> } catch { throw new Error('token endpoint answered non-JSON') }
+    if (typeof body.access_token !== 'string') throw new Error('token endpoint answer has no access_token')
+    const expiresIn = typeof body.expires_in === 'number' ? body.expires_in : Number(body.expires_in ?? 300)
+    return { rendered: this.#format.split('{value}').join(body.access_token), expiresAt: Date.now() + (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000 }
+  }
+}
+
+export function oauth2(spec: CompiledExtension): ExtensionHooks {
+  const nested = spec.config.oauth2 !== undefined
+  const block = (nested ? { ...spec.config, ...(spec.config.oauth2 as Record<string, unknown>) } : spec.config)
+  const source = new TokenSource(spec, block, nested ? 'oauth2.secretRef' : 'secretRef')
+  const p = placement(block)
+  // Warm the cache at load: the first request need not wait.
+  void source.refresh().catch(() => {})
+  return {
+    requestHeaders(req: RequestView) {
+      const v = source.current()
+      if (typeof v === 'string') return place(req, p, v)
+      return v.then(r => place(req, p, r))
+    },
+    close() { source.close() },
+  }
+}

@@ -1,0 +1,113 @@
+// Checks run after OpenSSL accepted the chain and checkServerIdentity the name
+// and pins: revocation (CRLs for the whole chain, revocation.ts) and stapled
+// OCSP (ocsp.ts). They need the peer chain and the staple, which Node hands to
+// the socket, not to checkServerIdentity, and fetching a CRL is asynchronous;
+// so the Connector runs them on 'secureConnect' and hands the socket to a pool
+// only when they pass. Built once per pool, like the rest of the client TLS.
+//
+// Resumed sessions skip them, as Node skips checkServerIdentity: the session
+// was verified when it was made, and any change of CRLs or settings changes
+// the pool key (identityHash), so no session survives it.
+
+import type { PeerCertificate, TLSSocket } from 'node:tls'
+import type { ClusterTls } from '../compile/table.ts'
+import { certFacts, type CertFacts } from './tls-cert.ts'
+import { checkStaple } from './ocsp.ts'
+import { CrlCache, RevocationChecker, parseCrlPem, revocationError, type CrlSource } from './revocation.ts'
+
+export interface PeerVerifier {
+  /** Whether to ask the server for a stapled OCSP response. */
+  readonly requestOCSP: boolean
+  /** null: accepted. A Promise only when a CRL has to be fetched. */
+  verify(socket: TLSSocket, staple: Buffer | null): Error | null | Promise<Error | null>
+}
+
+let sharedCrlCache: CrlCache | null = null
+
+/** The process-wide cache of fetched CRLs. */
+export function crlCache(): CrlSource {
+  if (sharedCrlCache === null) sharedCrlCache = new CrlCache()
+  return sharedCrlCache
+}
+
+/** null when nothing is to be checked after the handshake (verification off, or no CRL and OCSP off). */
+export function buildPeerVerifier(tls: ClusterTls, fetcher: CrlSource | null = null): PeerVerifier | null {
+  if (tls.insecureSkipVerify) return null
+  let checker: RevocationChecker | null = null
+  let buildError: Error | null = null
+  try {
+    const crls = tls.crlPem === null ? [] : parseCrlPem(tls.crlPem)
+    checker = new RevocationChecker({ crls, stale: tls.crlStale, fetcher: tls.crlFetch ? (fetcher ?? crlCache()) : null })
+  } catch (err) {
+    // compile validates CRLs; should one still not parse, refuse rather than skip revocation.
+    buildError = revocationError('SP_TLS_CRL_INVALID', `configured CRL cannot be parsed: ${err instanceof Error ? err.message : String(err)}`)
+  }
+  if (buildError === null && checker !== null && !checker.active && tls.ocsp === 'off') return null
+  return new Verifier(checker, buildError, tls.ocsp)
+}
+
+class Verifier implements PeerVerifier {
+  readonly requestOCSP: boolean
+  readonly #checker: RevocationChecker | null
+  readonly #buildError: Error | null
+  readonly #ocsp: ClusterTls['ocsp']
+
+  constructor(checker: RevocationChecker | null, buildError: Error | null, ocsp: ClusterTls['ocsp']) {
+    this.#checker = checker
+    this.#buildError = buildError
+    this.#ocsp = ocsp
+    this.requestOCSP = ocsp !== 'off'
+  }
+
+  verify(socket: TLSSocket, staple: Buffer | null): Error | null | Promise<Error | null> {
+    if (this.#buildError !== null) return this.#buildError
+    if (socket.isSessionReused()) return null
+    let chain: CertFacts[]
+    try {
+      chain = peerChain(socket.getPeerCertificate(true))
+    } catch (err) {
+      return revocationError('SP_TLS_BAD_CERT', `cannot read the peer certificate chain: ${err instanceof Error ? err.message : String(err)}`)
+    }
+    if (chain.length === 0) return revocationError('SP_TLS_BAD_CERT', 'the peer sent no certificate')
+    const now = Date.now()
+    const ocspError = this.#checkOcsp(chain, staple, now)
+    if (ocspError !== null) return ocspError
+    const checker = this.#checker
+    return checker === null || !checker.active ? null : checker.check(chain, now)
+  }
+
+  #checkOcsp(chain: readonly CertFacts[], staple: Buffer | null, now: number): Error | null {
+    const mode = this.#ocsp
+    if (mode === 'off') return null
+    const leaf = chain[0]
+    const issuer = chain[1]
+    if (staple !== null && staple.length > 0 && issuer !== undefined) {
+      const verdict = checkStaple(staple, leaf, issuer, now)
+      if (verdict.status === 'revoked') {
+        return revocationError('CERT_REVOKED', `certificate ${leaf.serial} is revoked (stapled OCSP, since ${new Date(verdict.revokedAt).toISOString()})`)
+      }
+      if (verdict.status === 'invalid') return revocationError('SP_TLS_OCSP_INVALID', verdict.message)
+      if (verdict.status === 'good') return null
+    }
+    // No staple (or status unknown): RFC 7633 says a must-staple certificate without one is refused.
+    if (mode === 'require' || (mode === 'must-staple' && leaf.mustStaple)) {
+      return revocationError('SP_TLS_OCSP_MISSING', leaf.mustStaple ? 'must-staple certificate came without a good OCSP staple' : 'no good OCSP staple and the backend requires one')
+    }
+    return null
+  }
+}
+
+/** getPeerCertificate(true) → leaf-first facts, ending at the self-signed anchor Node appends (cycle-safe). */
+function peerChain(peer: PeerCertificate | Record<string, never>): CertFacts[] {
+  const out: CertFacts[] = []
+  let cert = peer as (PeerCertificate & { issuerCertificate?: PeerCertificate }) | undefined
+  const seen = new Set<string>()
+  while (cert !== undefined && cert.raw !== undefined && out.length < 16) {
+    if (seen.has(cert.fingerprint256)) break
+    seen.add(cert.fingerprint256)
+    out.push(certFacts(cert.raw))
+    const next = cert.issuerCertificate
+    cert = next === cert ? undefined : next
+  }
+  return out
+}
