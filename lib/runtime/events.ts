@@ -142,14 +142,15 @@ export class KubeEventRecorder implements EventRecorder {
     tracked.creating = this.#track(this.#create(tracked)).finally(() => { tracked.creating = null })
   }
 
-  /** Send pending count bumps now. */
-  flush(): Promise<void> {
+  /** Send pending count bumps now (after the creates in flight). */
+  async flush(): Promise<void> {
+    await Promise.all([...this.#inflight])
     const sends: Promise<void>[] = []
     for (const t of this.#tracked.values()) {
       if (t.count === t.sentCount || t.creating !== null) continue
       sends.push(this.#track(t.name === null ? this.#create(t) : this.#bump(t)))
     }
-    return Promise.all(sends).then(() => {})
+    await Promise.all(sends)
   }
 
   async close(): Promise<void> {

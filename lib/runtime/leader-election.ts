@@ -69,6 +69,8 @@ export class LeaderElector {
   /** The last lease record seen (holder + renewTime) and when we saw it change (our clock). */
   #observedRecord = ''
   #observedAt = 0
+  /** Holder named by the last lease read. */
+  #observedHolder = ''
   #timer: NodeJS.Timeout | null = null
   #stopped = false
   #ticking: Promise<void> = Promise.resolve()
@@ -146,8 +148,6 @@ export class LeaderElector {
       this.#setLeader(false)
     }
   }
-
-  #observedHolder = ''
 
   async #tryAcquireOrRenew(): Promise<boolean> {
     const now = new Date()

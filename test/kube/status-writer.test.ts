@@ -1,0 +1,83 @@
+// StatusWriter details against the fake API server: 409 retried with a fresh
+// read, invalid objects reported on the parents they name, policy ancestors,
+// GEP-4488 Backend parents (controller in `name`), leader gating.
+import './quiet.ts'
+import t from 'tap'
+import { StatusWriter } from '../../lib/runtime/status-writer.ts'
+import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
+import type { KubeObject } from '../../lib/config/kube-source.ts'
+import type { ObjectStatus, Status } from '../../lib/compile/status.ts'
+import { emptySnapshot } from '../../lib/resources/snapshot.ts'
+import { clientFor, route, startFake } from './fixtures.ts'
+import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
+
+const CONTROLLER = 'sallyport.io/gateway-controller'
+const res = (group: string, plural: string) => KUBE_RESOURCES.find((r) => r.group === group && r.plural === plural) as KubeObject['resource']
+
+function lookupFrom(fake: FakeApiServer, stale = new Map<string, KubeObject['raw']>()) {
+  return {
+    lookup(kind: string, apiVersion: string, namespace: string, name: string): KubeObject | null {
+      const plural = { HTTPRoute: 'httproutes', Backend: 'backends', BackendTrafficPolicy: 'backendtrafficpolicies' }[kind] as string
+      const group = kind === 'BackendTrafficPolicy' ? 'gateway.envoyproxy.io' : 'gateway.networking.k8s.io'
+      const r = res(group, plural)
+      // A stale copy is handed out once (an informer lagging behind), then the current object.
+      const old = stale.get(`${kind}/${name}`)
+      stale.delete(`${kind}/${name}`)
+      const raw = old ?? fake.get(`${group}/${r.versions[0]}`, r.kind, namespace, name)
+      return raw === null || raw === undefined ? null : { resource: r, version: r.versions[0] as string, raw: raw as KubeObject['raw'] }
+    },
+  }
+}
+
+function status(objects: ObjectStatus[]): Status {
+  return { objects: new Map(objects.map((o) => [`${o.kind}/${o.namespace}/${o.name}`, o])) }
+}
+
+const accepted = (gen: number) => ({ type: 'Accepted', status: 'True' as const, reason: 'Accepted', message: '', observedGeneration: gen })
+const gwRef = { group: 'gateway.networking.k8s.io', kind: 'Gateway', namespace: 'default', name: 'egress', sectionName: null, port: null }
+
+t.test('409 is retried with a fresh read; other entries preserved', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r', 'r.example.test', 'a', 1))
+  const stale = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r') as KubeObject['raw']
+  // Someone else writes its entry after our informer's copy was taken.
+  fake.apply({ ...stale, status: { parents: [{ parentRef: { name: 'x' }, controllerName: 'example.com/other', conditions: [] }] } })
+  let leader = true
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake, new Map([['HTTPRoute/r', stale]])), controllerName: CONTROLLER, isLeader: () => leader })
+  const s = status([{ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'r', generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] }])
+  writer.update(s, emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/r\/status$/), 2, 'first PUT conflicted, second succeeded')
+  t.equal(fake.count('GET', /httproutes\/r$/), 1, 'one fresh read')
+  const parents = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r')?.status as { parents: Array<{ controllerName: string }> }).parents
+  t.same(parents.map((p) => p.controllerName).sort(), ['example.com/other', CONTROLLER])
+
+  leader = false
+  const before = fake.count('PUT', /\/status$/)
+  writer.update(status([{ ...[...s.objects.values()][0] as ObjectStatus, parents: [] }]), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /\/status$/), before, 'no writes when not leader')
+})
+
+t.test('invalid objects, Backend parents, policy ancestors', async (t) => {
+  const fake = await startFake(t)
+  fake.apply({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'bad', namespace: 'default' }, spec: { parentRefs: [{ name: 'egress' }], rules: [] } })
+  fake.apply({ apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'b', namespace: 'default' }, spec: { type: 'ExternalHostname', externalHostname: { hostname: 'api.example.com' }, port: 443 } })
+  fake.apply({ apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default' }, spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'egress' }] } })
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true })
+  const invalid = { type: 'Accepted', status: 'False' as const, reason: 'Invalid', message: 'spec.rules: bad', observedGeneration: 0 }
+  writer.update(status([
+    { kind: 'HTTPRoute', apiVersion: '', namespace: 'default', name: 'bad', generation: 0, conditions: [invalid], parents: [], listeners: [] },
+    { kind: 'Backend', apiVersion: 'gateway.networking.k8s.io/v1alpha1', namespace: 'default', name: 'b', generation: 1, conditions: [accepted(1)], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }], listeners: [] },
+    { kind: 'BackendTrafficPolicy', apiVersion: 'gateway.envoyproxy.io/v1alpha1', namespace: 'default', name: 'p', generation: 1, conditions: [accepted(1)], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }], listeners: [] },
+  ]), emptySnapshot())
+  await writer.sync()
+  const bad = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'bad')?.status as { parents: Array<{ parentRef: { name: string }; conditions: Array<{ reason: string; observedGeneration: number }> }> }
+  t.equal(bad.parents[0]?.parentRef.name, 'egress', 'the invalid route reports on the parent it names')
+  t.equal(bad.parents[0]?.conditions[0]?.reason, 'Invalid')
+  t.equal(bad.parents[0]?.conditions[0]?.observedGeneration, 1, 'the object generation is observed')
+  const b = fake.get('gateway.networking.k8s.io/v1alpha1', 'Backend', 'default', 'b')?.status as { parents: Array<{ name: string; parentRef: { name: string } }> }
+  t.equal(b.parents[0]?.name, CONTROLLER, 'GEP-4488 BackendParentStatus names the controller in `name`')
+  const p = fake.get('gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy', 'default', 'p')?.status as { ancestors: Array<{ controllerName: string; ancestorRef: { name: string } }> }
+  t.equal(p.ancestors[0]?.ancestorRef.name, 'egress', 'policy ancestors')
+})
