@@ -154,9 +154,11 @@ export class LeastRequest implements Balancer {
     const health = this.#health
     let a = -1
     let b = -1
-    // Up to 2n random probes for two available endpoints; a mostly-ejected cluster falls back to a scan.
+    // Up to 2n random probes for two distinct available endpoints (the second
+    // drawn from the others, so two endpoints are always compared); a
+    // mostly-ejected cluster falls back to a scan.
     for (let tries = 0; tries < 2 * n && b === -1; tries++) {
-      const i = (Math.random() * n) | 0
+      const i = a === -1 ? (Math.random() * n) | 0 : (a + 1 + ((Math.random() * (n - 1)) | 0)) % n
       if (this.#weights[i] === 0 || !health[i].isAvailable(now)) continue
       if (a === -1) a = i
       else if (i !== a) b = i
