@@ -1,0 +1,158 @@
+// Revocation against real TLS servers: CRLs checked for the whole chain
+// (leaf and intermediate), stale CRLs (fail closed, or allowed), forged CRLs
+// ignored, CRLs fetched from distribution points (cached, fail closed), and
+// stapled OCSP (good / revoked / forged / delegated responder / must-staple).
+
+import t, { type Test } from 'tap'
+import http from 'node:http'
+import https from 'node:https'
+import tls from 'node:tls'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
+import type { Cluster, ClusterTls } from '../../lib/compile/table.ts'
+import type { Upstreams } from '../../lib/upstream/types.ts'
+import { cluster, clusterTls, endpoint, expectError, forward, listen, readBody, request } from './fixtures.ts'
+import { createCa, createIntermediate, issue, makeCrl, makeCrlDer, ocspResponse, serverCert, type Leaf, type TestCa } from '../helpers/pki.ts'
+
+const DAY = 86400_000
+const root = createCa('revocation root')
+const inter = createIntermediate(root, 'revocation intermediate')
+const good = serverCert(inter, ['api.test'])
+const revoked = serverCert(inter, ['api.test'])
+const freshCrls = makeCrl(inter, { revoked: [revoked] }) + makeCrl(root)
+
+async function tlsServer(t: Test, leaf: Leaf, staple: ((leaf: Leaf) => Buffer | null) | null = null): Promise<number> {
+  const s = https.createServer({ key: leaf.keyPem, cert: leaf.fullChainPem }, (_req, res) => res.end('ok'))
+  if (staple !== null) {
+    // node:tls 'OCSPRequest': the server staples what the test PKI signed.
+    s.on('OCSPRequest', (_cert: Buffer, _issuer: Buffer, cb: (err: Error | null, resp?: Buffer) => void) => {
+      const r = staple(leaf)
+      if (r === null) cb(null)
+      else cb(null, r)
+    })
+  }
+  const port = await listen(s)
+  t.teardown(() => new Promise<void>((resolve) => { s.closeAllConnections(); s.close(() => resolve()) }))
+  return port
+}
+
+function upstreams(t: Test): Upstreams {
+  const up = createUpstreams()
+  t.teardown(() => up.close())
+  return up
+}
+
+function c(port: number, over: Partial<ClusterTls>): Cluster {
+  return cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({ servername: 'api.test', verifyHostname: 'api.test', caPem: root.certPem, ...over }) })
+}
+
+async function outcome(up: Upstreams, cl: Cluster): Promise<string> {
+  const o = await forward(up, request(cl))
+  if (o.kind === 'response') { await readBody(o.res.body); return `ok ${o.res.status}` }
+  const err = expectError(o)
+  return err.detail ?? `${err.code} ${err.message}`
+}
+
+t.test('CRLs: a revoked leaf is refused, a good one passes', async (t) => {
+  const up = upstreams(t)
+  t.equal(await outcome(up, c(await tlsServer(t, good), { crlPem: freshCrls })), 'ok 200')
+  t.equal(await outcome(up, c(await tlsServer(t, revoked), { crlPem: freshCrls })), 'revoked')
+  t.equal(await outcome(up, c(await tlsServer(t, revoked), {})), 'ok 200', 'without CRLs nothing is known')
+})
+
+t.test('CRLs cover the whole chain: a revoked intermediate refuses its leaves', async (t) => {
+  const up = upstreams(t)
+  const port = await tlsServer(t, good)
+  const crls = makeCrl(inter) + makeCrl(root, { revoked: [inter] })
+  t.equal(await outcome(up, c(port, { crlPem: crls })), 'revoked', 'root CRL lists the intermediate')
+  t.equal(await outcome(up, c(port, { crlPem: makeCrl(inter) })), 'ok 200', 'an issuer without a configured CRL is not checked (Node would say UNABLE_TO_GET_CRL)')
+})
+
+t.test('a CRL past nextUpdate fails closed unless crl-stale allows it', async (t) => {
+  const up = upstreams(t)
+  const port = await tlsServer(t, good)
+  const stale = makeCrl(inter, { thisUpdate: new Date(Date.now() - 2 * DAY), nextUpdate: new Date(Date.now() - DAY) })
+  t.equal(await outcome(up, c(port, { crlPem: stale })), 'crl_expired')
+  t.equal(await outcome(up, c(port, { crlPem: stale, crlStale: 'allow' })), 'ok 200')
+  const staleRevoking = makeCrl(inter, { revoked: [revoked], thisUpdate: new Date(Date.now() - 2 * DAY), nextUpdate: new Date(Date.now() - DAY) })
+  t.equal(await outcome(up, c(await tlsServer(t, revoked), { crlPem: staleRevoking, crlStale: 'allow' })), 'revoked', 'an allowed stale CRL still revokes')
+})
+
+t.test('a CRL not signed by the issuer is ignored; a broken one refuses', async (t) => {
+  const up = upstreams(t)
+  const port = await tlsServer(t, revoked)
+  const forged = makeCrl(inter, { revoked: [good], signer: createCa('forger') })
+  t.equal(await outcome(up, c(port, { crlPem: forged })), 'ok 200', 'a forged CRL (same issuer name, other key) proves nothing')
+  t.equal(await outcome(up, c(port, { crlPem: '-----BEGIN X509 CRL-----\nMIIBAAAA\n-----END X509 CRL-----\n' })), 'crl_invalid')
+})
+
+t.test('CRL fetching from distribution points (opt-in): cached, fails closed', async (t) => {
+  let hits = 0
+  let serve: Buffer | null = null
+  const crlServer = http.createServer((req, res) => {
+    hits++
+    if (serve === null || req.url !== '/inter.crl') { res.statusCode = 404; res.end(); return }
+    res.setHeader('content-type', 'application/pkix-crl')
+    res.end(serve)
+  })
+  const crlPort = await listen(crlServer)
+  t.teardown(() => new Promise<void>((resolve) => crlServer.close(() => resolve())))
+  const url = `http://127.0.0.1:${crlPort}/inter.crl`
+  const leafGood = serverCert(inter, ['api.test'], { crlUrls: [url] })
+  const leafRevoked = serverCert(inter, ['api.test'], { crlUrls: [url] })
+  const up = upstreams(t)
+  const goodPort = await tlsServer(t, leafGood)
+  const revokedPort = await tlsServer(t, leafRevoked)
+
+  t.equal(await outcome(up, c(goodPort, { crlFetch: true })), 'crl_unavailable', 'the CRL cannot be fetched: refused')
+  serve = makeCrlDer(inter, { revoked: [leafRevoked] })
+  t.equal(await outcome(up, c(goodPort, { crlFetch: false })), 'ok 200', 'fetching is off by default')
+  const before = hits
+  t.equal(await outcome(up, c(goodPort, { crlFetch: true })), 'ok 200')
+  t.equal(await outcome(up, c(revokedPort, { crlFetch: true })), 'revoked')
+  t.equal(hits - before, 1, 'one fetch serves both connections (cached until nextUpdate)')
+})
+
+function stapling(status: 'good' | 'revoked' | 'unknown', issuer: TestCa = inter, extra: Parameters<typeof ocspResponse>[2] = {}) {
+  return (leaf: Leaf): Buffer => ocspResponse(issuer, leaf, { status, ...extra })
+}
+
+t.test('stapled OCSP: verified against the issuer; revoked refuses', async (t) => {
+  const up = upstreams(t)
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('good')), {})), 'ok 200', 'good staple')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('revoked')), {})), 'revoked', 'revoked staple')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('revoked')), { ocsp: 'off' })), 'ok 200', 'ocsp off: not requested, not checked')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('good', inter, { forgeWith: createCa('forger') })), {})), 'ocsp_invalid', 'forged signature')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('good', inter, { nextUpdate: new Date(Date.now() - DAY), thisUpdate: new Date(Date.now() - 2 * DAY) })), {})), 'ocsp_invalid', 'expired response')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('good', root)), {})), 'ocsp_invalid', 'a response about another issuer does not answer for this certificate')
+  const responder = issue(inter, { cn: 'ocsp responder', ocspSigning: true })
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('revoked', inter, { responder })), {})), 'revoked', 'delegated responder (id-kp-OCSPSigning)')
+  const notResponder = issue(inter, { cn: 'not a responder' })
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('good', inter, { responder: notResponder })), {})), 'ocsp_invalid', 'a certificate without OCSPSigning cannot sign responses')
+})
+
+t.test('without a staple: must-staple certificates are refused by default; allow / require', async (t) => {
+  const up = upstreams(t)
+  const mustStaple = serverCert(inter, ['api.test'], { mustStaple: true })
+  const bare = await tlsServer(t, mustStaple)
+  t.equal(await outcome(up, c(bare, {})), 'ocsp_missing', 'must-staple without a staple (default)')
+  t.equal(await outcome(up, c(bare, { ocsp: 'allow' })), 'ok 200', 'allow')
+  t.equal(await outcome(up, c(await tlsServer(t, mustStaple, stapling('good')), {})), 'ok 200', 'must-staple with a good staple')
+  t.equal(await outcome(up, c(await tlsServer(t, good), {})), 'ok 200', 'an ordinary certificate without a staple (default)')
+  t.equal(await outcome(up, c(await tlsServer(t, good), { ocsp: 'require' })), 'ocsp_missing', 'require')
+  t.equal(await outcome(up, c(await tlsServer(t, good, stapling('unknown')), { ocsp: 'require' })), 'ocsp_missing', 'status unknown is no staple')
+})
+
+t.test('the server sees the OCSP request only when asked', async (t) => {
+  let asked = 0
+  const s = tls.createServer({ key: good.keyPem, cert: good.fullChainPem }, (sock) => sock.end('HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n'))
+  s.on('OCSPRequest', (_c: Buffer, _i: Buffer, cb: (err: Error | null) => void) => { asked++; cb(null) })
+  const sockets = new Set<tls.TLSSocket>()
+  s.on('secureConnection', (sock) => { sockets.add(sock); sock.on('close', () => sockets.delete(sock)) })
+  const port = await listen(s)
+  t.teardown(() => new Promise<void>((resolve) => { for (const sock of sockets) sock.destroy(); s.close(() => resolve()) }))
+  const up = upstreams(t)
+  t.equal(await outcome(up, c(port, { ocsp: 'off' })), 'ok 200')
+  t.equal(asked, 0)
+  t.equal(await outcome(up, c(port, {})), 'ok 200')
+  t.equal(asked, 1)
+})
