@@ -1,0 +1,126 @@
+// Endpoint health (issue 6): active HTTP and TCP checks take endpoints out of
+// rotation and bring them back; passive outlier detection ejects with a
+// growing ejection time, un-ejects after it, and respects maxEjectionPercent;
+// the state shows in the registry's health dump (/config_dump) and in the
+// sallyport_upstream_endpoint_healthy gauge. Real upstreams on 127.0.0.1.
+import t from 'tap'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { ActiveHealthCheck, Cluster } from '../../lib/compile/table.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { PASSIVE, ask, bodies, closedPort, countOf, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
+
+configureLogger({ level: 'silent' })
+
+interface EndpointDump { endpoint: string; healthy: boolean; ejected: boolean; ejectedForMs: number; ejections: number; activeCheckHealthy: boolean }
+
+function endpoints(gw: Gateway, backend: string): EndpointDump[] {
+  const entry = gw.upstreams.resilience?.health().find((h) => h.backend === backend)
+  return (entry?.endpoints ?? []) as EndpointDump[]
+}
+
+function dumpOf(gw: Gateway, backend: string, port: number): EndpointDump {
+  return endpoints(gw, backend).find((e) => e.endpoint === `127.0.0.1:${port}`) as EndpointDump
+}
+
+async function serve(t: Parameters<typeof gateway>[0], c: Cluster): Promise<Gateway> {
+  const port = await freePort()
+  return gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: c.id }] }] }] } }, [c]))
+}
+
+const HTTP_CHECK: ActiveHealthCheck = {
+  type: 'HTTP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 2, healthyThreshold: 1,
+  http: { path: '/healthz', method: 'GET', expectedStatuses: [200] },
+}
+
+t.test('active HTTP check: 500 on the health path takes the endpoint out, 200 brings it back', async (t) => {
+  let sick = false
+  let traffic = 0
+  let checks = 0
+  const a = await upstream(t, 'a', (req, res) => {
+    if (req.url === '/healthz') { checks++; res.writeHead(sick ? 500 : 200).end(); return }
+    traffic++
+    res.end('a')
+  })
+  const b = await upstream(t, 'b')
+  const gw = await serve(t, cluster('hc', a.port, { endpoints: [ep(a.port), ep(b.port)], healthCheck: { active: HTTP_CHECK, passive: null } }))
+  t.ok(await until(() => checks >= 2), 'a is checked on /healthz')
+  t.same(countOf(await bodies(gw.port, 10)), { a: 5, b: 5 }, 'both healthy: round robin')
+  sick = true
+  t.ok(await until(() => dumpOf(gw, 'hc', a.port)?.activeCheckHealthy === false), 'two failed checks: unhealthy')
+  t.equal(await metric('sallyport_upstream_endpoint_healthy', { backend: 'hc', endpoint: `127.0.0.1:${a.port}` }), 0, 'gauge 0')
+  traffic = 0
+  t.same(countOf(await bodies(gw.port, 10)), { b: 10 }, 'no traffic to the unhealthy endpoint')
+  t.equal(traffic, 0)
+  sick = false
+  t.ok(await until(() => dumpOf(gw, 'hc', a.port)?.activeCheckHealthy === true), 'one good check: healthy again')
+  t.equal(await metric('sallyport_upstream_endpoint_healthy', { backend: 'hc', endpoint: `127.0.0.1:${a.port}` }), 1, 'gauge 1')
+  t.ok((countOf(await bodies(gw.port, 10)).a ?? 0) >= 4, 'traffic returns')
+})
+
+t.test('active TCP check: a closed port is unhealthy until something listens there', async (t) => {
+  const live = await upstream(t, 'live')
+  const deadPort = await closedPort()
+  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
+  const gw = await serve(t, cluster('tcp', live.port, { endpoints: [ep(deadPort), ep(live.port)], healthCheck: { active: check, passive: null } }))
+  t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === false), 'refused connect: unhealthy')
+  t.equal(dumpOf(gw, 'tcp', deadPort).healthy, false)
+  t.equal(dumpOf(gw, 'tcp', live.port).healthy, true)
+  const before = await metric('sallyport_upstream_connect_errors_total', { backend: 'tcp' })
+  t.same(countOf(await bodies(gw.port, 10)), { live: 10 })
+  t.equal(await metric('sallyport_upstream_connect_errors_total', { backend: 'tcp' }), before, 'no request was tried on the dead port')
+  // Something starts listening on the port: the check passes again.
+  const revived = http.createServer((_req, res) => { res.end('revived') })
+  await new Promise<void>((resolve, reject) => { revived.once('error', reject); revived.listen(deadPort, '127.0.0.1', resolve) })
+  t.teardown(() => new Promise<void>((r) => { revived.closeAllConnections(); revived.close(() => r()) }))
+  t.equal((revived.address() as AddressInfo).port, deadPort)
+  t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === true), 'listening: healthy')
+  t.ok((countOf(await bodies(gw.port, 10)).revived ?? 0) >= 4, 'traffic returns')
+})
+
+t.test('passive: ejected for baseEjectionTime, back after it, ejected longer the second time', async (t) => {
+  const bad = await upstream(t, 'bad', (_req, res) => { res.writeHead(500).end('bad') })
+  const good = await upstream(t, 'good')
+  const passive = { ...PASSIVE, consecutive5xxErrors: 2, baseEjectionTimeMs: 300, maxEjectionPercent: 50 }
+  const gw = await serve(t, cluster('pe', bad.port, { endpoints: [ep(bad.port), ep(good.port)], healthCheck: { active: null, passive } }))
+  const before = await metric('sallyport_upstream_ejections_total', { backend: 'pe' })
+  await bodies(gw.port, 4)
+  let d = dumpOf(gw, 'pe', bad.port)
+  t.equal(d.ejected, true, 'two 500s in a row: ejected')
+  t.equal(d.ejections, 1)
+  t.ok(d.ejectedForMs > 0 && d.ejectedForMs <= 300, `first ejection ≤ baseEjectionTime (${d.ejectedForMs} ms)`)
+  t.equal(await metric('sallyport_upstream_ejections_total', { backend: 'pe' }), before + 1)
+  const hits = bad.hits
+  await bodies(gw.port, 6)
+  t.equal(bad.hits, hits, 'no traffic while ejected')
+  await sleep(350)
+  t.ok((await bodies(gw.port, 6)).includes('bad'), 'back in rotation after baseEjectionTime')
+  d = dumpOf(gw, 'pe', bad.port)
+  t.equal(d.ejected, true, 'ejected again after two more 500s')
+  t.equal(d.ejections, 2)
+  t.ok(d.ejectedForMs > 300 && d.ejectedForMs <= 600, `second ejection is 2 × baseEjectionTime (${d.ejectedForMs} ms left)`)
+  t.equal(await metric('sallyport_upstream_endpoint_healthy', { backend: 'pe', endpoint: `127.0.0.1:${bad.port}` }), 0)
+})
+
+t.test('passive: maxEjectionPercent caps the ejected share', async (t) => {
+  const bads = [await upstream(t, 'bad1', (_q, res) => { res.writeHead(500).end('bad1') }), await upstream(t, 'bad2', (_q, res) => { res.writeHead(500).end('bad2') }),
+    await upstream(t, 'bad3', (_q, res) => { res.writeHead(500).end('bad3') })]
+  const good = await upstream(t, 'good')
+  const passive = { ...PASSIVE, consecutive5xxErrors: 1, baseEjectionTimeMs: 60_000, maxEjectionPercent: 50 }
+  const gw = await serve(t, cluster('cap', good.port, { endpoints: [...bads.map((u) => ep(u.port)), ep(good.port)], healthCheck: { active: null, passive } }))
+  await bodies(gw.port, 40)
+  const ejected = endpoints(gw, 'cap').filter((e) => e.ejected)
+  t.equal(ejected.length, 2, '50 % of 4 endpoints: two ejected at most')
+  const stillIn = bads.find((u) => !ejected.some((e) => e.endpoint === `127.0.0.1:${u.port}`))
+  t.ok(stillIn !== undefined, 'the third failing endpoint keeps receiving traffic')
+  const hits = stillIn?.hits ?? 0
+  await bodies(gw.port, 10)
+  t.ok((stillIn?.hits ?? 0) > hits, 'it is still picked')
+
+  // 0 % still ejects one endpoint (Envoy): a single failing provider can be failed over.
+  const one = await upstream(t, 'one', (_q, res) => { res.writeHead(500).end() })
+  const gw2 = await serve(t, cluster('solo', one.port, { healthCheck: { active: null, passive: { ...passive, maxEjectionPercent: 0 } } }))
+  await ask(gw2.port)
+  t.equal(dumpOf(gw2, 'solo', one.port).ejected, true, 'at least one endpoint may be ejected')
+})
