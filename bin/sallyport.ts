@@ -29,6 +29,12 @@ serve [options]
   --access-log on|off      One JSON log line per request (default: on)
   --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
   --drain-seconds N        On SIGTERM/SIGINT, time in-flight requests get to finish (default: 15)
+  --dns-server ADDR[:PORT] DNS server for Backend hostnames (repeatable; default: the system's nameservers)
+  --dns-min-ttl SECONDS    Shortest time a DNS answer is kept, whatever its TTL (default: 5)
+  --dns-max-ttl SECONDS    Longest time a DNS answer is kept, whatever its TTL (default: 300)
+  --dns-stale-ttl SECONDS  How long past expiry the last answer is served while DNS fails; 0: never (default: 60)
+  --allow-destination-cidr CIDR  Allow a guarded range (loopback, private, link-local...) for every Gateway (repeatable)
+  --cluster-cidr CIDR      Pod/Service range of the cluster: refused for external Backends unless allowed (repeatable)
 
 validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
 routes PATH... [--gateway-class NAME]
@@ -84,6 +90,32 @@ async function admin(values: Record<string, unknown>, fallback: string): Promise
   }
 }
 
+/** Issue 5: DNS servers, TTL clamps and the destination guard's CIDRs, checked before anything starts. */
+async function destinationFlags(values: Record<string, unknown>): Promise<{
+  dns: { servers: string[]; minTtlMs: number; maxTtlMs: number; staleMs: number }
+  guard: { allowCidrs: string[]; clusterCidrs: string[] }
+}> {
+  const { parseDnsServer } = await import('../lib/upstream/dns.ts')
+  const { parseCidr } = await import('../lib/address-ranges.ts')
+  const list = (name: string): string[] => (values[name] ?? []) as string[]
+  const servers = list('dns-server').map((s) => {
+    try { return parseDnsServer(s) } catch (err) { throw new UsageError(`--dns-server: ${err instanceof Error ? err.message : String(err)}`) }
+  })
+  const cidrs = (name: string): string[] => list(name).map((c) => {
+    const parsed = parseCidr(c)
+    if (parsed === null) throw new UsageError(`--${name} ${JSON.stringify(c)} is not a CIDR (e.g. 10.0.0.0/8, fd00::/8)`)
+    return parsed.text
+  })
+  const minTtl = integer(values, 'dns-min-ttl', 5, 0, 86400)
+  const maxTtl = integer(values, 'dns-max-ttl', 300, 0, 86400 * 7)
+  if (maxTtl < minTtl) throw new UsageError('--dns-max-ttl must not be less than --dns-min-ttl')
+  const stale = integer(values, 'dns-stale-ttl', 60, 0, 86400)
+  return {
+    dns: { servers, minTtlMs: minTtl * 1000, maxTtlMs: maxTtl * 1000, staleMs: stale * 1000 },
+    guard: { allowCidrs: cidrs('allow-destination-cidr'), clusterCidrs: cidrs('cluster-cidr') },
+  }
+}
+
 const out = {
   stdout: (line: string): void => { process.stdout.write(`${line}\n`) },
   stderr: (line: string): void => { process.stderr.write(`${line}\n`) },
@@ -106,6 +138,12 @@ async function main(argv: string[]): Promise<number | null> {
         kubeconfig: { type: 'string' },
         namespace: { type: 'string', multiple: true },
         'label-selector': { type: 'string' },
+        'dns-server': { type: 'string', multiple: true },
+        'dns-min-ttl': { type: 'string' },
+        'dns-max-ttl': { type: 'string' },
+        'dns-stale-ttl': { type: 'string' },
+        'allow-destination-cidr': { type: 'string', multiple: true },
+        'cluster-cidr': { type: 'string', multiple: true },
       }, true)
       if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (use --config PATH)`)
       const configPaths = (values.config ?? []) as string[]
@@ -119,13 +157,14 @@ async function main(argv: string[]): Promise<number | null> {
       if (accessLog !== 'on' && accessLog !== 'off') throw new UsageError('--access-log must be on or off')
       const workers = integer(values, 'workers', 0, 0, 256)
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
+      const destination = await destinationFlags(values)
       logLevel(values, 'info')
       const adminAddress = await admin(values, '0.0.0.0:9901')
       const { serve } = await import('../lib/runtime/serve.ts')
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds,
+        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, ...destination,
       })
       return null // keeps running until a signal
     }

@@ -69,10 +69,39 @@ export function assembleStatus(input: StatusInput): Status {
       return gatewayParent(ns, name, null, controllerName, conditions)
     })
 
+  const destinations = input.resolver.destinations
   for (const b of sortedValues(snapshot.backends)) {
     const gen = b.meta.generation
+    const key = `${b.meta.namespace}/${b.meta.name}`
     const conditions = [condition('Accepted', true, 'Accepted', '', gen)]
-    put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions, parents: ancestors(input.resolver.backendUse.get(`${b.meta.namespace}/${b.meta.name}`) ?? [], conditions), listeners: [] })
+    let parents = ancestors(input.resolver.backendUse.get(key) ?? [], conditions)
+    // Issue 5: a Gateway whose destination policy denies the Backend says so on its parent entry;
+    // denied by every Gateway using it, the Backend itself is not Accepted.
+    const denials = destinations.denials.get(key)
+    let objectConditions = conditions
+    if (denials !== undefined) {
+      parents = parents.map(p => {
+        const d = denials.get(`${p.parentRef.namespace}/${p.parentRef.name}`)
+        return d === undefined ? p : { ...p, conditions: [condition('Accepted', false, d.reason, d.message, gen)] }
+      })
+      if (parents.length > 0 && parents.every(p => p.conditions[0]?.status === 'False')) objectConditions = [parents[0].conditions[0]]
+    }
+    const problems = destinations.backendProblems.get(key)
+    if (problems !== undefined) objectConditions = [...objectConditions, condition('sallyport.io/DestinationPolicy', false, 'Invalid', problems.join('; '), gen)]
+    put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions: objectConditions, parents, listeners: [] })
+  }
+
+  // Gateways with destination annotations (issue 5): one condition says whether they were read.
+  for (const sg of input.plan.served) {
+    if (!destinations.hasPolicy(sg.key)) continue
+    const s = objects.get(statusKey('Gateway', sg.gateway.meta.namespace, sg.gateway.meta.name))
+    if (s === undefined) continue
+    const problems = destinations.gatewayProblems(sg.key)
+    const gen = sg.gateway.meta.generation
+    const c = problems.length === 0
+      ? condition('sallyport.io/DestinationPolicy', true, 'Accepted', '', gen)
+      : condition('sallyport.io/DestinationPolicy', false, 'Invalid', `entries ignored: ${problems.join('; ')}`, gen)
+    put({ ...s, conditions: [...s.conditions, c] })
   }
 
   for (const p of sortedValues(snapshot.backendTLSPolicies)) {

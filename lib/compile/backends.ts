@@ -11,6 +11,7 @@ import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed } from './refs.ts'
 import type { TlsPolicyPlan } from './tls.ts'
+import { DestinationPolicies, type Denial } from './destination-policy.ts'
 import { buildClusterTls, buildMeshTls, tlsPolicyFor } from './tls.ts'
 
 export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'

@@ -13,6 +13,7 @@ import { attachRoute } from './attach.ts'
 import type { AnyRoute, RouteAttachment } from './attach.ts'
 import { BackendResolver } from './backends.ts'
 import { planTlsPolicies } from './tls.ts'
+import { DestinationPolicies, type DestinationDefaults } from './destination-policy.ts'
 import { PolicyIndex } from './policies.ts'
 import { compileHttpLikeRoute } from './rules.ts'
 import type { CompiledRoute, RefProblem } from './rules.ts'
@@ -33,6 +34,8 @@ export interface CompileOptions {
   readonly gatewayClass: string
   /** Default 'sallyport.io/gateway-controller'. */
   readonly controllerName?: string
+  /** Destination safety flags (issue 5): --allow-destination-cidr, --cluster-cidr. */
+  readonly destination?: DestinationDefaults
 }
 
 export interface CompileResult { readonly table: RouteTable; readonly status: Status }
@@ -199,8 +202,10 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
       [...new Set(users.map(u => `${u.routeKind}/${u.routeKey}`))],
       [...new Set(users.map(u => u.gatewayKey))],
     )
-    out.set(id, policy === null ? c : {
+    const destination = resolver.destinations.clusterDestination(c, users.map(u => u.gatewayKey))
+    out.set(id, policy === null ? { ...c, destination } : {
       ...c,
+      destination,
       lb: policy.loadBalancer,
       circuitBreaker: policy.circuitBreaker,
       healthCheck: policy.healthCheck,

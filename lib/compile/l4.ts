@@ -19,7 +19,11 @@ export function compileL4Route(route: TCPRoute | TLSRoute, resolver: BackendReso
     for (const ref of rule.backendRefs) {
       const r = resolver.resolve(ref, from, route.kind, gatewayKey)
       if (!r.ok) problems.push(r)
-      backends.push({ cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null })
+      // Issue 5: a denied destination gets no cluster (the connection is refused) and says why.
+      const denial = r.ok ? resolver.denial(r.value, gatewayKey) : null
+      backends.push(denial === null
+        ? { cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null }
+        : { cluster: null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null, denied: denial.direct })
       totalWeight += ref.weight
     }
   }

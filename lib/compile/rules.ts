@@ -180,7 +180,9 @@ function compileRule(
       case 'RequestMirror': {
         const r = ctx.resolver.resolve(f.requestMirror.backendRef, from, route.kind, ctx.gatewayKey)
         if (!r.ok) refProblems.push(r)
-        mirrors.push({ cluster: r.ok ? r.value : null, percent: f.requestMirror.percent ?? 100 })
+        // A mirror to a destination the Gateway denies is not sent (issue 5).
+        const mirrorDenied = r.ok && ctx.resolver.denial(r.value, ctx.gatewayKey) !== null
+        mirrors.push({ cluster: r.ok && !mirrorDenied ? r.value : null, percent: f.requestMirror.percent ?? 100 })
         break
       }
       case 'CORS': break // not compiled yet (see report); the rule still routes
@@ -207,10 +209,15 @@ function compileRule(
   const backends: WeightedCluster[] = []
   let totalWeight = 0
   let valid = 0
+  let denied: RouteRule['direct'] = null
+  let deniedCount = 0
   for (const ref of backendRefs) {
     const r = ctx.resolver.resolve(ref, from, route.kind, ctx.gatewayKey, ctx.meshed)
     if (!r.ok) refProblems.push(r)
     else valid++
+    // Issue 5: a backend the Gateway's destination policy denies answers 403 for its share.
+    const denial = r.ok ? ctx.resolver.denial(r.value, ctx.gatewayKey) : null
+    if (denial !== null) { denied = denial.direct; deniedCount++ }
     let req: HeaderEdits | null = null
     let res: HeaderEdits | null = null
     for (const f of ref.filters) {
@@ -228,6 +235,7 @@ function compileRule(
   if (badFilter !== null) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'route filter cannot be resolved' }
   else if (redirect === null && backendRefs.length > 0 && valid === 0) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'no valid backend' }
   else if (redirect === null && totalWeight === 0) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'no backend with weight' }
+  else if (redirect === null && valid > 0 && deniedCount === valid) direct = denied
 
   const t: RouteTimeouts = {
     requestMs: timeouts?.request ?? policy?.timeout?.requestMs ?? null,

@@ -40,6 +40,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
   SP_ERR_UPSTREAM_RESET: 'upstream reset',
   SP_ERR_UPSTREAM_PROTOCOL: 'upstream protocol error',
+  SP_ERR_DESTINATION_REFUSED: 'destination refused',
   SP_ERR_REQUEST_TIMEOUT: 'request timeout',
   SP_ERR_CLIENT_ABORTED: 'client aborted',
   SP_ERR_LOOP_DETECTED: 'loop detected',
@@ -156,6 +157,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
     this.backend = backend
+    // Issue 5: the Gateway's destination policy denies this backend (403, decided in compile).
+    if (backend.denied !== undefined) return this.answerDirect(backend.denied)
     const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
     if (cluster === undefined) return this.fail(ErrorCode.BACKEND_INVALID)
     this.cluster = cluster

@@ -15,6 +15,8 @@ import {
   compileDuration, configInvalidObjects, configReloadFailures, configReloads, tableBuiltAt, tableVersion,
 } from '../observe/metrics.ts'
 import { createUpstreams } from '../upstream/registry.ts'
+import type { DnsSettings } from '../upstream/resolve.ts'
+import type { GuardOptions } from '../upstream/destination-guard.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { StatusLog } from './status-log.ts'
 import type { RouteTable } from '../compile/table.ts'
@@ -45,6 +47,10 @@ export interface RuntimeOptions {
   readonly reportStatus?: boolean
   /** Called whenever readiness may have changed. */
   readonly onReadyChange?: (ready: boolean) => void
+  /** Backend DNS (issue 5): --dns-server, --dns-min-ttl, --dns-max-ttl, --dns-stale-ttl. */
+  readonly dns?: DnsSettings
+  /** Destination guard (issue 5): --allow-destination-cidr, --cluster-cidr. */
+  readonly guard?: GuardOptions
   /** Another source instead of the files of `configPaths` (Kubernetes mode: kube-source, or files + kube). */
   readonly source?: ConfigSource
   /** `source` label of the config metrics (default `file`). */
@@ -78,7 +84,7 @@ export class Runtime {
     this.#options = options
     this.#source = options.source ?? new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
     this.#sourceLabel = options.sourceLabel ?? 'file'
-    this.#upstreams = createUpstreams()
+    this.#upstreams = createUpstreams({ dns: options.dns, guard: options.guard })
     this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
     this.#statusLog = new StatusLog(options.reportStatus ?? true)
   }
@@ -142,7 +148,10 @@ export class Runtime {
     const started = performance.now()
     let compiled: { table: RouteTable; status: Status }
     try {
-      compiled = compile(snapshot, { now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME })
+      compiled = compile(snapshot, {
+        now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME,
+        destination: { allowCidrs: this.#options.guard?.allowCidrs ?? [], clusterCidrs: this.#options.guard?.clusterCidrs ?? [] },
+      })
     } catch (err) {
       configReloadFailures.inc({ source: this.#sourceLabel, reason: 'compile' })
       log.error({ err, version }, 'compile failed; keeping the previous route table')

@@ -16,6 +16,8 @@ import { logger } from '../observe/log.ts'
 import { registry } from '../observe/metrics.ts'
 import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.ts'
 import { Runtime } from './runtime.ts'
+import type { DnsSettings } from '../upstream/resolve.ts'
+import type { GuardOptions } from '../upstream/destination-guard.ts'
 
 const log = logger('serve')
 
@@ -31,6 +33,9 @@ export interface ServeOptions {
   readonly drainSeconds: number
   /** `--kubernetes`: watch the API server (in-cluster unless a kubeconfig is given); null: files only. */
   readonly kubernetes?: { readonly kubeconfig: string | null; readonly namespaces: readonly string[]; readonly labelSelector: string | null } | null
+  /** Backend DNS and the destination guard (issue 5); defaults when absent. */
+  readonly dns?: DnsSettings
+  readonly guard?: GuardOptions
 }
 
 /** Runs until SIGTERM/SIGINT, then drains and exits 0. */
@@ -45,6 +50,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
+    dns: options.dns, guard: options.guard,
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
@@ -165,6 +171,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
+    dns: options.dns, guard: options.guard,
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
   })

@@ -15,6 +15,9 @@ const CONNECT_CODES: Readonly<Record<string, string>> = {
   EAI_AGAIN: 'dns',
   EAI_NONAME: 'dns',
   ENODATA: 'dns',
+  ESERVFAIL: 'dns', // node:dns Resolver (c-ares) codes, issue 5
+  EREFUSED: 'dns',
+  ETIMEOUT: 'dns',
   UND_ERR_CONNECT_TIMEOUT: 'timeout',
   SP_CONNECT_TIMEOUT: 'timeout',
   ETIMEDOUT: 'timeout',

@@ -11,7 +11,7 @@
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
-import { addPoolStatsSource, type PoolConnectionSample } from '../observe/upstream-metrics.ts'
+import { addPoolStatsSource, upstreamConnectErrors, type PoolConnectionSample } from '../observe/upstream-metrics.ts'
 import type { ResilienceView, UpstreamHandler, UpstreamRequest, Upstreams } from './types.ts'
 import { Resilience, type ClusterRuntime } from './resilience.ts'
 import { poolSettingsFor, poolVariant } from './pool-limits.ts'
@@ -21,7 +21,8 @@ import { AlpnPool } from './alpn-pool.ts'
 import { H1Pool } from './h1-pool.ts'
 import { H2Pool } from './h2-pool.ts'
 import type { PoolSettings, UpstreamPool } from './pool.ts'
-import { createResolver, type ResolveFn, type Resolver } from './resolve.ts'
+import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn, type Resolver } from './resolve.ts'
+import type { GuardOptions } from './destination-guard.ts'
 import { buildClientTls } from './tls.ts'
 
 export interface UpstreamOptions {
@@ -33,8 +34,12 @@ export interface UpstreamOptions {
   readonly keepAliveTimeoutMs?: number
   /** HTTP/1.1 connections per pool; default 128. */
   readonly connectionsPerPool?: number
-  /** Hostname → addresses; default node:dns lookup (all). */
+  /** Hostname → addresses, replacing DNS queries (tests, embedding); default: DNS per `dns`. */
   readonly resolve?: (hostname: string) => Promise<string[]>
+  /** DNS servers, TTL clamps, stale window (issue 5); default: the system's nameservers, 5 s / 300 s / 60 s. */
+  readonly dns?: DnsSettings
+  /** Confused-deputy guard allowances and cluster ranges (issue 5); the guard is always on. */
+  readonly guard?: GuardOptions
 }
 
 export function createUpstreams(options: UpstreamOptions = {}): Upstreams {
@@ -54,11 +59,42 @@ interface PoolEntry {
 
 /** Per Cluster object (i.e. per table): balancer state and resolved pools by endpoint index. */
 interface ClusterState {
+  /** The endpoints balanced over: the cluster's, with hostnames replaced by their usable addresses (issue 5). */
+  readonly endpoints: readonly Endpoint[]
+  /** Set when no endpoint is usable (every name failed or was refused): every request gets it. */
+  readonly error: SallyportError | null
   /** Endpoint choice, health and circuit breaking of these endpoints (issue 6). */
   readonly balancer: ClusterRuntime
   readonly keys: readonly string[]
   readonly labels: readonly string[]
   readonly pools: Array<UpstreamPool | null>
+}
+
+/**
+ * Clusters with hostname endpoints (issue 5): every usable address of a name is
+ * an endpoint with its own pool. The state is rebuilt when a name's Resolution
+ * changes (new address → new pool; pools no state uses any more drain).
+ */
+interface DynamicCluster {
+  /** Resolution per cluster.endpoints index (null for non-hostname endpoints) the state was built from. */
+  resolutions: ReadonlyArray<Resolution | null>
+  state: ClusterState
+}
+
+function hasHostnames(cluster: Cluster): boolean {
+  for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
+  return false
+}
+
+function clusterState(cluster: Cluster, endpoints: readonly Endpoint[], error: SallyportError | null, resilience: Resilience): ClusterState {
+  const pools: Array<UpstreamPool | null> = endpoints.map(() => null)
+  return {
+    endpoints, error,
+    balancer: resilience.runtime(cluster, endpoints, pools),
+    keys: endpoints.map((e) => poolKey(cluster, e)),
+    labels: endpoints.map(endpointLabel),
+    pools,
+  }
 }
 
 function poolKey(cluster: Cluster, endpoint: Endpoint): string {
@@ -74,8 +110,12 @@ function endpointLabel(endpoint: Endpoint): string {
 class UpstreamRegistry implements Upstreams, Redispatcher {
   readonly #settings: PoolSettings
   readonly #resolver: Resolver
+  readonly #destinations: DestinationResolver
   readonly #pools = new Map<string, PoolEntry>()
   readonly #clusters = new WeakMap<Cluster, ClusterState>()
+  readonly #dynamic = new Map<Cluster, DynamicCluster>()
+  /** The last retained table: its static endpoints keep their pools. */
+  #table: RouteTable | null = null
   readonly #unregister: () => void
   readonly #resilience: Resilience
   #closed = false
@@ -87,7 +127,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 60_000,
       connectionsPerPool: options.connectionsPerPool ?? 128,
     }
-    this.#resolver = createResolver(options.resolve as ResolveFn | undefined)
+    this.#destinations = new DestinationResolver({ dns: options.dns, guard: options.guard, resolve: options.resolve as ResolveFn | undefined })
+    this.#resolver = this.#destinations.connectorResolver()
     this.#unregister = addPoolStatsSource(() => this.#samples())
     this.#resilience = new Resilience(this.#resolver)
   }
@@ -103,8 +144,68 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     if (cluster.protocol === 'TCP' || cluster.protocol === 'TLS') {
       return handler.onError(new SallyportError(ErrorCode.UPSTREAM_PROTOCOL, `${cluster.id} is an L4 (${cluster.protocol}) backend`))
     }
+    if (hasHostnames(cluster)) {
+      const resolved = this.#resolvedState(cluster)
+      if (resolved === null) return this.#resolveThenForward(req, handler)
+      if (resolved.error !== null) return handler.onError(resolved.error)
+      return this.#start(req, handler, resolved)
+    }
     const state = this.#stateOf(cluster)
     this.#start(req, handler, state)
+  }
+
+  /** DNS (or a check) must be waited for: forward once the cluster's names are resolved. */
+  #resolveThenForward(req: UpstreamRequest, handler: UpstreamHandler): void {
+    const cluster = req.cluster
+    const lookups = cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.resolve(cluster, e.host) : null)
+    Promise.all(lookups).then((resolutions) => {
+      if (this.#closed) return handler.onError(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
+      if (req.signal.aborted) return handler.onError(new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted while resolving'))
+      const state = this.#rebuild(cluster, resolutions)
+      if (state.error !== null) {
+        if (state.error.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: cluster.id, reason: 'dns' })
+        return handler.onError(state.error)
+      }
+      this.#start(req, handler, state)
+    }, (err: unknown) => handler.onError(new SallyportError(ErrorCode.INTERNAL, 'resolving backend names failed', { cause: err })))
+  }
+
+  /** The current state of a hostname cluster without waiting; null when DNS must be asked. Rebuilt on change. */
+  // hot path
+  #resolvedState(cluster: Cluster): ClusterState | null {
+    const d = this.#dynamic.get(cluster)
+    if (d === undefined) return null
+    const endpoints = cluster.endpoints
+    let changed = false
+    for (let i = 0; i < endpoints.length; i++) {
+      const e = endpoints[i]
+      if (e.kind !== 'hostname') continue
+      const r = this.#destinations.peek(cluster, e.host)
+      if (r === null) return null
+      if (r !== d.resolutions[i]) changed = true
+    }
+    if (!changed) return d.state
+    return this.#rebuild(cluster, endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.peek(cluster, e.host) : null))
+  }
+
+  #rebuild(cluster: Cluster, resolutions: ReadonlyArray<Resolution | null>): ClusterState {
+    const previous = this.#dynamic.get(cluster)
+    if (previous !== undefined && previous.resolutions.every((r, i) => r === resolutions[i])) return previous.state
+    const endpoints: Endpoint[] = []
+    let error: SallyportError | null = null
+    cluster.endpoints.forEach((e, i) => {
+      const r = resolutions[i]
+      if (e.kind !== 'hostname' || r === null || r === undefined) { endpoints.push(e); return }
+      if (r.error !== null) error ??= r.error
+      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone })
+    })
+    const state = clusterState(cluster, endpoints, endpoints.length === 0 ? error : null, this.#resilience)
+    this.#dynamic.set(cluster, { resolutions, state })
+    if (previous !== undefined) {
+      log.info({ backend: cluster.id, endpoints: state.labels }, 'backend addresses changed')
+      this.#retireUnused(null)
+    }
+    return state
   }
 
   get resilience(): ResilienceView {
@@ -126,9 +227,10 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   }
 
   redispatch(ex: Exchange): boolean {
-    const endpoints = ex.cluster.endpoints
+    const state = hasHostnames(ex.cluster) ? this.#dynamic.get(ex.cluster)?.state : this.#stateOf(ex.cluster)
+    if (state === undefined) return false
+    const endpoints = state.endpoints
     if (this.#closed || ex.aborted || ex.tried >= endpoints.length) return false
-    const state = this.#stateOf(ex.cluster)
     const next = (ex.endpointIndex + 1) % endpoints.length
     // Out of the failing pool's callback before starting the next attempt.
     queueMicrotask(() => {
@@ -141,7 +243,25 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
 
   retain(table: RouteTable): void {
     this.#resilience.retain(table)
+    this.#table = table
+    this.#retireUnused(table)
+  }
+
+  /**
+   * Close pools nothing uses: not a static endpoint of the current table, not an
+   * address of a current DNS state. `swapped`: a new table — DNS states of
+   * clusters it no longer has are dropped, and those of clusters it keeps (by id)
+   * keep their pools until the new Cluster objects resolve to the same addresses.
+   */
+  #retireUnused(swapped: RouteTable | null): void {
+    const table = this.#table
+    if (table === null) return
     const wanted = new Set<string>()
+    const ids = new Set(table.clusters.keys())
+    for (const [c, d] of this.#dynamic) {
+      if (ids.has(c.id)) for (const k of d.state.keys) wanted.add(k)
+      if (swapped !== null && swapped.clusters.get(c.id) !== c) this.#dynamic.delete(c)
+    }
     for (const cluster of table.clusters.values()) {
       for (const endpoint of cluster.endpoints) wanted.add(poolKey(cluster, endpoint))
       // DESIGN.md safety defaults: disabled verification shows in the log at every load.
@@ -169,6 +289,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     this.#closed = true
     this.#unregister()
     this.#resilience.close()
+    this.#destinations.close()
     const entries = [...this.#pools.values()]
     this.#pools.clear()
     await Promise.all(entries.map((e) => e.pool.close()))
@@ -183,13 +304,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   #stateOf(cluster: Cluster): ClusterState {
     let state = this.#clusters.get(cluster)
     if (state === undefined) {
-      const pools: Array<UpstreamPool | null> = cluster.endpoints.map(() => null)
-      state = {
-        balancer: this.#resilience.runtime(cluster, cluster.endpoints, pools),
-        keys: cluster.endpoints.map((e) => poolKey(cluster, e)),
-        labels: cluster.endpoints.map(endpointLabel),
-        pools,
-      }
+      state = clusterState(cluster, cluster.endpoints, null, this.#resilience)
       this.#clusters.set(cluster, state)
     }
     return state
@@ -203,16 +318,16 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     ex.tried++
     let pool = state.pools[index]
     if (pool === null || pool.closed) {
-      pool = this.#poolFor(ex.cluster, index, state.keys[index])
+      pool = this.#poolFor(ex.cluster, state.endpoints[index], state.keys[index])
       state.pools[index] = pool
     }
     pool.dispatch(ex)
   }
 
-  #poolFor(cluster: Cluster, index: number, key: string): UpstreamPool {
+  #poolFor(cluster: Cluster, endpoint: Endpoint, key: string): UpstreamPool {
     const existing = this.#pools.get(key)
     if (existing !== undefined && !existing.pool.closed) return existing.pool
-    const pool = this.#createPool(cluster, cluster.endpoints[index])
+    const pool = this.#createPool(cluster, endpoint)
     this.#pools.set(key, { key, pool, cluster: cluster.id })
     log.debug({ key, backend: cluster.id, protocol: pool.protocol }, 'upstream pool created')
     return pool

@@ -146,6 +146,9 @@ kind: Gateway
 metadata:
   name: egress
   namespace: default
+  annotations:
+    # The test upstreams are on loopback, which the destination guard refuses unless allowed.
+    sallyport.io/allow-destination-cidrs: 127.0.0.0/8
 spec:
   gatewayClassName: sallyport
   listeners:

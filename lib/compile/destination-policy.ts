@@ -1,0 +1,262 @@
+// Destination policy at Gateway scope (issue 5): what the routes of a Gateway
+// may reach. Written as Gateway annotations (documented in the README), so it
+// works with any Gateway API version and needs no extra CRD:
+//
+//   sallyport.io/allow-destination-cidrs  CIDRs exempt from the confused-deputy
+//                                         guard (loopback, private, link-local...)
+//   sallyport.io/destination-allowlist    hostnames (exact or *.suffix) and CIDRs;
+//                                         when set, only these are reachable
+//   sallyport.io/destination-denylist     hostnames and CIDRs never reachable
+//   sallyport.io/allowed-regions          Backends must carry one of these
+//                                         regions (label sallyport.io/region)
+//   sallyport.io/reverse-dns-suffixes     PTR of each resolved address must be
+//                                         under one of these (also per Backend)
+//
+// Everything decidable from configuration is decided here: region locks,
+// hostname lists, and static Ip backends (egress proposal Ip, Envoy Gateway ip
+// endpoints) against the guard — a denied Backend answers 403 from the rule
+// and its status names the reason. What only DNS can tell (the addresses a
+// name resolves to, their PTR names) travels on the Cluster as
+// `destination` and is enforced by upstream/ when an answer arrives.
+//
+// Services, EndpointSelector and Service-typed Backends are in-cluster
+// destinations: neither the guard nor the lists apply to them.
+
+import type { Backend, Gateway } from '../resources/model.ts'
+import type { Snapshot } from '../resources/snapshot.ts'
+import { guardedRangeOf, matchCidr, parseCidr, type Cidr } from '../address-ranges.ts'
+import { ErrorCode } from '../errors.ts'
+import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy } from './table.ts'
+
+export const ANNOTATION = {
+  ALLOW_CIDRS: 'sallyport.io/allow-destination-cidrs',
+  ALLOWLIST: 'sallyport.io/destination-allowlist',
+  DENYLIST: 'sallyport.io/destination-denylist',
+  REGIONS: 'sallyport.io/allowed-regions',
+  REVERSE_DNS: 'sallyport.io/reverse-dns-suffixes',
+} as const
+
+/** Process-wide settings (flags): --allow-destination-cidr, --cluster-cidr. */
+export interface DestinationDefaults {
+  /** Guarded addresses allowed for every Gateway. */
+  readonly allowCidrs: readonly string[]
+  /** The cluster's Pod and Service ranges: guarded like private ranges. */
+  readonly clusterCidrs: readonly string[]
+}
+
+/** Why a Backend is denied for a Gateway: the Backend condition reason and message. */
+export interface Denial {
+  readonly reason: 'RegionNotAllowed' | 'DestinationDenied' | 'DestinationNotAllowed' | 'DestinationRefused'
+  readonly message: string
+  readonly direct: DirectResponse
+}
+
+interface HostList {
+  readonly exact: ReadonlySet<string>
+  /** '.example.com' for '*.example.com'. */
+  readonly suffixes: readonly string[]
+  readonly cidrs: readonly Cidr[]
+}
+
+interface GatewayPolicy {
+  readonly allowCidrs: readonly Cidr[]
+  readonly allowlist: HostList | null
+  readonly denylist: HostList | null
+  readonly regions: ReadonlySet<string> | null
+  readonly reverseDnsSuffixes: readonly string[] | null
+  /** Annotation entries that could not be read. */
+  readonly problems: readonly string[]
+}
+
+const EMPTY: GatewayPolicy = { allowCidrs: [], allowlist: null, denylist: null, regions: null, reverseDnsSuffixes: null, problems: [] }
+
+function entries(value: string | undefined): string[] | null {
+  if (value === undefined) return null
+  return value.split(/[\s,]+/).map(s => s.trim()).filter(s => s !== '')
+}
+
+const HOSTNAME = /^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/
+
+function hostList(list: string[], field: string, problems: string[]): HostList {
+  const exact = new Set<string>()
+  const suffixes: string[] = []
+  const cidrs: Cidr[] = []
+  for (const raw of list) {
+    const e = raw.toLowerCase()
+    if (/^[0-9.]+(\/\d+)?$/.test(e) || e.includes(':')) {
+      const c = parseCidr(e)
+      if (c === null) problems.push(`${field}: ${JSON.stringify(raw)} is not a CIDR`)
+      else cidrs.push(c)
+    } else if (HOSTNAME.test(e)) {
+      const name = e.endsWith('.') ? e.slice(0, -1) : e
+      if (name.startsWith('*.')) suffixes.push(name.slice(1))
+      else exact.add(name)
+    } else {
+      problems.push(`${field}: ${JSON.stringify(raw)} is neither a hostname nor a CIDR`)
+    }
+  }
+  return { exact, suffixes, cidrs }
+}
+
+/** Gateway API wildcard semantics: *.example.com matches a.example.com and a.b.example.com, not example.com. */
+function hostListed(list: HostList, host: string): boolean {
+  if (list.exact.has(host)) return true
+  for (const s of list.suffixes) if (host.length > s.length && host.endsWith(s)) return true
+  return false
+}
+
+/** A suffix list for PTR checks: '.amazonaws.com' (under it) or 'example.com' (it or under it). */
+export function readSuffixes(value: string | undefined, field: string, problems: string[]): string[] | null {
+  const list = entries(value)
+  if (list === null) return null
+  const out: string[] = []
+  for (const raw of list) {
+    const e = raw.toLowerCase().replace(/\.$/, '')
+    if (!HOSTNAME.test(e.startsWith('.') ? e.slice(1) : e) || e.startsWith('*')) problems.push(`${field}: ${JSON.stringify(raw)} is not a DNS suffix`)
+    else out.push(e)
+  }
+  return out
+}
+
+export function readGatewayPolicy(gateway: Gateway): GatewayPolicy {
+  const a = gateway.meta.annotations
+  if (!Object.keys(a).some(k => Object.values(ANNOTATION).includes(k as typeof ANNOTATION[keyof typeof ANNOTATION]))) return EMPTY
+  const problems: string[] = []
+  const allowCidrs: Cidr[] = []
+  for (const e of entries(a[ANNOTATION.ALLOW_CIDRS]) ?? []) {
+    const c = parseCidr(e)
+    if (c === null) problems.push(`${ANNOTATION.ALLOW_CIDRS}: ${JSON.stringify(e)} is not a CIDR`)
+    else allowCidrs.push(c)
+  }
+  const allow = entries(a[ANNOTATION.ALLOWLIST])
+  const deny = entries(a[ANNOTATION.DENYLIST])
+  const regions = entries(a[ANNOTATION.REGIONS])
+  return {
+    allowCidrs,
+    allowlist: allow === null ? null : hostList(allow, ANNOTATION.ALLOWLIST, problems),
+    denylist: deny === null ? null : hostList(deny, ANNOTATION.DENYLIST, problems),
+    regions: regions === null ? null : new Set(regions),
+    reverseDnsSuffixes: readSuffixes(a[ANNOTATION.REVERSE_DNS], ANNOTATION.REVERSE_DNS, problems),
+    problems,
+  }
+}
+
+function denial(reason: Denial['reason'], message: string): Denial {
+  return { reason, message, direct: { status: 403, code: ErrorCode.FORBIDDEN, body: 'destination not allowed by gateway policy' } }
+}
+
+/** Destination policies of one compile: per Gateway, read once; verdicts per (Backend, Gateway). */
+export class DestinationPolicies {
+  readonly #snapshot: Snapshot
+  readonly #globalAllow: readonly Cidr[]
+  readonly #clusterCidrs: readonly Cidr[]
+  readonly #gateways = new Map<string, GatewayPolicy>()
+  /** Backend key → Gateway key → denial; read by status. */
+  readonly denials = new Map<string, Map<string, Denial>>()
+  /** Backend key → problems with its own annotation. */
+  readonly backendProblems = new Map<string, string[]>()
+
+  constructor(snapshot: Snapshot, defaults: DestinationDefaults | undefined) {
+    this.#snapshot = snapshot
+    this.#globalAllow = (defaults?.allowCidrs ?? []).map(parseCidr).filter((c): c is Cidr => c !== null)
+    this.#clusterCidrs = (defaults?.clusterCidrs ?? []).map(parseCidr).filter((c): c is Cidr => c !== null)
+  }
+
+  gatewayPolicy(gatewayKey: string): GatewayPolicy {
+    let p = this.#gateways.get(gatewayKey)
+    if (p === undefined) {
+      const gw = this.#snapshot.gateways.get(gatewayKey)
+      p = gw === undefined ? EMPTY : readGatewayPolicy(gw)
+      this.#gateways.set(gatewayKey, p)
+    }
+    return p
+  }
+
+  /** Problems with a Gateway's destination annotations (status), [] when none. */
+  gatewayProblems(gatewayKey: string): readonly string[] {
+    return this.gatewayPolicy(gatewayKey).problems
+  }
+
+  /** Whether the Gateway has any destination annotation (status shows the condition only then). */
+  hasPolicy(gatewayKey: string): boolean {
+    return this.gatewayPolicy(gatewayKey) !== EMPTY
+  }
+
+  /** The verdict for routes of `gatewayKey` sending to `cluster`; null: allowed (at compile time). */
+  check(cluster: Cluster, gatewayKey: string): Denial | null {
+    if (cluster.kind !== 'Backend') return null
+    const key = `${cluster.namespace}/${cluster.name}`
+    const backend = this.#snapshot.backends.get(key)
+    if (backend === undefined) return null
+    const d = this.#verdict(backend, cluster, this.gatewayPolicy(gatewayKey))
+    if (d !== null) {
+      const m = this.denials.get(key) ?? new Map<string, Denial>()
+      m.set(gatewayKey, d)
+      this.denials.set(key, m)
+    }
+    return d
+  }
+
+  #verdict(backend: Backend, cluster: Cluster, policy: GatewayPolicy): Denial | null {
+    const dest = backend.destination
+    if (dest.type === 'EndpointSelector' || dest.type === 'Service') return null // in-cluster
+    if (policy.regions !== null) {
+      const allowed = [...policy.regions].join(', ')
+      if (backend.region === null) return denial('RegionNotAllowed', `Backend has no sallyport.io/region label; the Gateway allows regions ${allowed}`)
+      if (!policy.regions.has(backend.region)) return denial('RegionNotAllowed', `region ${backend.region} is not among the Gateway's allowed regions (${allowed})`)
+    }
+    for (const e of cluster.endpoints) {
+      if (e.kind === 'hostname') {
+        const host = e.host.toLowerCase()
+        if (policy.denylist !== null && hostListed(policy.denylist, host)) return denial('DestinationDenied', `${host} is on the Gateway's destination deny-list`)
+        // An allow-list without CIDRs decides names here; with CIDRs, the resolved addresses may still qualify (upstream/).
+        const allow = policy.allowlist
+        if (allow !== null && !hostListed(allow, host) && allow.cidrs.length === 0) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list`)
+      } else if (e.kind === 'ip') {
+        const r = this.#addressVerdict(e.host, policy)
+        if (r !== null) return r
+      }
+    }
+    return null
+  }
+
+  #addressVerdict(address: string, policy: GatewayPolicy): Denial | null {
+    if (policy.denylist !== null && matchCidr(policy.denylist.cidrs, address) !== null) return denial('DestinationDenied', `${address} is on the Gateway's destination deny-list`)
+    if (policy.allowlist !== null && matchCidr(policy.allowlist.cidrs, address) === null) return denial('DestinationNotAllowed', `${address} is not on the Gateway's destination allow-list`)
+    const range = matchCidr(this.#clusterCidrs, address) !== null ? 'cluster' : guardedRangeOf(address)
+    if (range === null) return null
+    if (matchCidr(policy.allowCidrs, address) !== null || matchCidr(this.#globalAllow, address) !== null) return null
+    return denial('DestinationRefused', `${address} is a ${range} address; allow it explicitly with the Gateway annotation ${ANNOTATION.ALLOW_CIDRS} (or --allow-destination-cidr)`)
+  }
+
+  /**
+   * What upstream/ must enforce on the addresses a Backend's hostnames resolve
+   * to: one entry per Gateway using it (an address must satisfy each), plus the
+   * Backend's own reverse-DNS suffixes. null for clusters without hostnames
+   * or that are not Backends (nothing resolved, or in-cluster).
+   */
+  clusterDestination(cluster: Cluster, gatewayKeys: readonly string[]): ClusterDestination | null {
+    if (cluster.kind !== 'Backend' || !cluster.endpoints.some(e => e.kind === 'hostname')) return null
+    const key = `${cluster.namespace}/${cluster.name}`
+    const backend = this.#snapshot.backends.get(key)
+    if (backend === undefined) return null
+    const problems: string[] = []
+    const own = readSuffixes(backend.meta.annotations[ANNOTATION.REVERSE_DNS], ANNOTATION.REVERSE_DNS, problems)
+    if (problems.length > 0) this.backendProblems.set(key, problems)
+    const gateways: GatewayAddressPolicy[] = []
+    for (const g of [...new Set(gatewayKeys)].sort()) {
+      // A Gateway that denies the Backend outright never sends to it: its lists do not narrow the others.
+      if (this.denials.get(key)?.has(g) === true) continue
+      const p = this.gatewayPolicy(g)
+      const hostsOnList = p.allowlist !== null && cluster.endpoints.every(e => e.kind !== 'hostname' || hostListed(p.allowlist as HostList, e.host.toLowerCase()))
+      gateways.push({
+        gateway: g,
+        allowCidrs: p.allowCidrs.map(c => c.text),
+        denyCidrs: p.denylist === null ? [] : p.denylist.cidrs.map(c => c.text),
+        onlyCidrs: p.allowlist === null || hostsOnList ? null : p.allowlist.cidrs.map(c => c.text),
+        reverseDnsSuffixes: p.reverseDnsSuffixes,
+      })
+    }
+    return { gateways, reverseDnsSuffixes: own }
+  }
+}

@@ -1,0 +1,209 @@
+// DestinationResolver against a real DNS server (dnsmasq on a loopback port):
+// TTL expiry and refresh, NXDOMAIN, SERVFAIL with the stale answer served (and
+// its bound), rebinding to metadata/loopback refused, reverse-DNS checks,
+// IPv6 on and off, Gateway deny/allow CIDRs. Addresses outside loopback are
+// only resolved here, never connected to.
+import t from 'tap'
+import { DestinationResolver, type Resolution } from '../../lib/upstream/resolve.ts'
+import { registry } from '../../lib/observe/metrics.ts'
+import type { Cluster, ClusterDestination, GatewayAddressPolicy } from '../../lib/compile/table.ts'
+import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
+import { cluster } from './fixtures.ts'
+
+const skip = dnsmasqSkip()
+
+function hostCluster(host: string, over: Partial<Cluster> = {}): Cluster {
+  return cluster({ hostname: host, endpoints: [{ host, port: 443, kind: 'hostname', weight: 1, zone: null }], ...over })
+}
+
+function gateway(over: Partial<GatewayAddressPolicy> = {}): GatewayAddressPolicy {
+  return { gateway: 'ns/egress', allowCidrs: [], denyCidrs: [], onlyCidrs: null, reverseDnsSuffixes: null, ...over }
+}
+
+function destination(gateways: GatewayAddressPolicy[], reverseDnsSuffixes: string[] | null = null): ClusterDestination {
+  return { gateways, reverseDnsSuffixes }
+}
+
+async function until(fn: () => Promise<boolean>, what: string, timeoutMs = 8000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (let i = 0; i < 400; i++) {
+    if (await fn()) return
+    if (Date.now() > deadline) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  throw new Error(`${what}: not within ${timeoutMs} ms`)
+}
+
+async function metric(name: string): Promise<string> {
+  return (await registry.metrics()).split('\n').filter((l) => l.startsWith(name)).join('\n')
+}
+
+function counterValue(text: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.includes(labels))
+  return line === undefined ? 0 : Number(line.split(' ').pop())
+}
+
+t.test('answers honour the TTL: a changed record is picked up after expiry, refreshed ahead while in use', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.1 api.ttl.test'], ttl: 1 })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 0, timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.ttl.test')
+  const first = await r.resolve(c, 'api.ttl.test')
+  t.same(first.addresses, ['203.0.113.1'])
+  t.equal(first.error, null)
+  t.equal(r.peek(c, 'api.ttl.test'), first, 'a fresh answer is served from the cache, same object')
+  await dns.update(['203.0.113.2 api.ttl.test'], { name: 'api.ttl.test', expect: '203.0.113.2' })
+  // Keep using the name: the refresh-ahead timer (80% of the TTL) re-queries in the background.
+  let seen: Resolution | null = null
+  await until(async () => {
+    seen = r.peek(c, 'api.ttl.test') ?? await r.resolve(c, 'api.ttl.test')
+    return seen.addresses[0] === '203.0.113.2'
+  }, 'the new address')
+  t.not(seen, first, 'a changed answer is a new Resolution (the registry rotates pools on it)')
+})
+
+t.test('TTLs are clamped to the minimum: a 1 s record is kept for minTtl', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.3 api.clamp.test'], ttl: 1 })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 30_000, staleMs: 0, timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.clamp.test')
+  t.same((await r.resolve(c, 'api.clamp.test')).addresses, ['203.0.113.3'])
+  await dns.update(['203.0.113.4 api.clamp.test'], { name: 'api.clamp.test', expect: '203.0.113.4' })
+  await new Promise((res) => setTimeout(res, 1500))
+  t.same(r.peek(c, 'api.clamp.test')?.addresses, ['203.0.113.3'], 'still the first answer: the TTL was raised to 30 s')
+})
+
+t.test('NXDOMAIN fails the name (never served stale) and is counted', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.5 api.gone.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 60_000, timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.gone.test')
+  t.same((await r.resolve(c, 'api.gone.test')).addresses, ['203.0.113.5'])
+  const before = counterValue(await metric('sallyport_dns_failures_total'), 'kind="nxdomain"')
+  const missing = await r.resolve(hostCluster('nope.test'), 'nope.test')
+  t.equal(missing.error?.code, 'SP_ERR_UPSTREAM_CONNECT')
+  t.match(missing.error?.message, /NXDOMAIN/)
+  t.equal((missing.error?.cause as { code: string }).code, 'ENOTFOUND', 'the cause keeps the c-ares code (reason "dns" in connect metrics)')
+  // The name disappears: once the answer expires, the stale window does not apply to NXDOMAIN.
+  await dns.update([], { name: 'api.gone.test', expect: null })
+  await until(async () => (await r.resolve(c, 'api.gone.test')).error !== null, 'the name to fail')
+  t.ok(counterValue(await metric('sallyport_dns_failures_total'), 'kind="nxdomain"') >= before + 2, 'nxdomain failures counted')
+})
+
+t.test('SERVFAIL: the last answer is served for the stale window, then the name fails', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.6 api.flaky.example'], servfailZones: ['flaky.example'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 2500, timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.flaky.example')
+  t.same((await r.resolve(c, 'api.flaky.example')).addresses, ['203.0.113.6'])
+  const staleBefore = counterValue(await metric('sallyport_dns_stale_answers_total'), 'sallyport_dns_stale_answers_total')
+  // The record leaves the hosts file: dnsmasq forwards the name upstream, which answers SERVFAIL.
+  await dns.update([])
+  const failedAt = Date.now()
+  await new Promise((res) => setTimeout(res, 1300)) // past the 1 s TTL
+  const stale = await r.resolve(c, 'api.flaky.example')
+  t.same(stale.addresses, ['203.0.113.6'], 'the expired answer is still served while the resolver fails')
+  t.ok(counterValue(await metric('sallyport_dns_stale_answers_total'), 'sallyport_dns_stale_answers_total') > staleBefore, 'stale answers counted')
+  t.match(await metric('sallyport_dns_failures_total'), /kind="servfail"/, 'SERVFAIL classified')
+  // Bounded: past TTL + stale window, the name fails.
+  await until(async () => (await r.resolve(c, 'api.flaky.example')).error !== null, 'the stale window to close', 6000)
+  t.ok(Date.now() - failedAt >= 2500, 'not before the stale window closed')
+})
+
+t.test('a resolver that does not answer at all (dnsmasq stopped): stale answer, then failure', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.7 api.down.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 60_000, timeoutMs: 300, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.down.test')
+  t.same((await r.resolve(c, 'api.down.test')).addresses, ['203.0.113.7'])
+  await dns.stop()
+  await new Promise((res) => setTimeout(res, 1300))
+  t.same((await r.resolve(c, 'api.down.test')).addresses, ['203.0.113.7'], 'served stale')
+  const cold = await r.resolve(hostCluster('api.other.test'), 'api.other.test')
+  t.equal(cold.error?.code, 'SP_ERR_UPSTREAM_CONNECT', 'a name never answered has nothing stale to serve')
+})
+
+t.test('a name rebinding to the metadata service or loopback is refused (confused-deputy guard)', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.8 api.rebind.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 0, timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.rebind.test')
+  t.same((await r.resolve(c, 'api.rebind.test')).addresses, ['203.0.113.8'])
+  await dns.update(['169.254.169.254 api.rebind.test'], { name: 'api.rebind.test', expect: '169.254.169.254' })
+  let res: Resolution | null = null
+  await until(async () => { res = await r.resolve(c, 'api.rebind.test'); return res.error !== null }, 'the rebinding to be refused')
+  t.equal(res!.error?.code, 'SP_ERR_DESTINATION_REFUSED')
+  t.equal(res!.error?.status, 502)
+  t.match(res!.error?.message, /169\.254\.169\.254 \(link-local\)/)
+  await dns.update(['127.0.0.1 api.rebind.test'], { name: 'api.rebind.test', expect: '127.0.0.1' })
+  await until(async () => { res = await r.resolve(c, 'api.rebind.test'); return /127\.0\.0\.1/.test(res.error?.message ?? '') }, 'loopback refused')
+  t.match(res!.error?.message, /127\.0\.0\.1 \(loopback\)/)
+  const m = await metric('sallyport_destination_refusals_total')
+  t.match(m, new RegExp(`backend="${c.id.replace(/[/.]/g, '.')}",reason="link-local"`))
+  t.match(m, /reason="loopback"/)
+
+  // Services are in-cluster destinations: not guarded.
+  const svc = hostCluster('api.rebind.test', { kind: 'Service' })
+  t.same((await r.resolve(svc, 'api.rebind.test')).addresses, ['127.0.0.1'])
+  // Allowed explicitly by the Gateway (annotation) or globally (flag).
+  const allowed = hostCluster('api.rebind.test', { destination: destination([gateway({ allowCidrs: ['127.0.0.0/8'] })]) })
+  t.same((await r.resolve(allowed, 'api.rebind.test')).addresses, ['127.0.0.1'], 'allowed by the Gateway')
+  const strict = hostCluster('api.rebind.test', { destination: destination([gateway({ allowCidrs: ['127.0.0.0/8'] }), gateway({ gateway: 'ns/other' })]) })
+  t.ok((await r.resolve(strict, 'api.rebind.test')).error !== null, 'every Gateway using the Backend must allow it')
+  const global = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 }, guard: { allowCidrs: ['127.0.0.1/32'] } })
+  t.teardown(() => global.close())
+  t.same((await global.resolve(c, 'api.rebind.test')).addresses, ['127.0.0.1'], 'allowed by --allow-destination-cidr')
+  const clusterRange = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 }, guard: { clusterCidrs: ['203.0.113.0/24'] } })
+  t.teardown(() => clusterRange.close())
+  await dns.update(['203.0.113.9 api.pod.test'], { name: 'api.pod.test', expect: '203.0.113.9' })
+  t.match((await clusterRange.resolve(hostCluster('api.pod.test'), 'api.pod.test')).error?.message, /\(cluster\)/, '--cluster-cidr ranges are refused')
+})
+
+t.test('only refused addresses are dropped: the others of the answer are used', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.10 api.mixed.test', '10.1.2.3 api.mixed.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  t.same((await r.resolve(hostCluster('api.mixed.test'), 'api.mixed.test')).addresses, ['203.0.113.10'])
+  const denied = hostCluster('api.mixed.test', { destination: destination([gateway({ allowCidrs: ['10.0.0.0/8'], denyCidrs: ['203.0.113.0/24'] })]) })
+  t.same((await r.resolve(denied, 'api.mixed.test')).addresses, ['10.1.2.3'], 'deny-list CIDR drops the public one, the allowance admits the private one')
+  const only = hostCluster('api.mixed.test', { destination: destination([gateway({ onlyCidrs: ['198.51.100.0/24'] })]) })
+  t.match((await r.resolve(only, 'api.mixed.test')).error?.message, /not-allowed/, 'allow-list CIDRs: nothing else is reachable')
+})
+
+t.test('reverse-DNS check: forward-confirmed PTR under the suffix passes; others are refused', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, {
+    hosts: [
+      '203.0.113.20 edge1.trusted.example api.ptr-ok.test',
+      '203.0.113.21 api.ptr-bad.test',
+      '203.0.113.22 api.ptr-spoof.test',
+    ],
+    args: [
+      '--ptr-record=21.113.0.203.in-addr.arpa,host.elsewhere.example',
+      // Claims a trusted name that does not resolve back to it.
+      '--ptr-record=22.113.0.203.in-addr.arpa,fake.trusted.example',
+    ],
+  })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const ok = hostCluster('api.ptr-ok.test', { destination: destination([], ['.trusted.example']) })
+  t.same((await r.resolve(ok, 'api.ptr-ok.test')).addresses, ['203.0.113.20'], 'PTR edge1.trusted.example → 203.0.113.20')
+  const bad = hostCluster('api.ptr-bad.test', { destination: destination([], ['.trusted.example']) })
+  const badRes = await r.resolve(bad, 'api.ptr-bad.test')
+  t.equal(badRes.error?.code, 'SP_ERR_DESTINATION_REFUSED')
+  t.match(badRes.error?.message, /reverse-dns/)
+  const spoof = hostCluster('api.ptr-spoof.test', { destination: destination([gateway({ reverseDnsSuffixes: ['trusted.example'] })]) })
+  t.match((await r.resolve(spoof, 'api.ptr-spoof.test')).error?.message, /reverse-dns/, 'a PTR that does not forward-confirm fails (Gateway-scoped suffixes)')
+  t.match(await metric('sallyport_destination_refusals_total'), /reason="reverse-dns"/)
+  t.match(await metric('sallyport_dns_lookups_total'), /type="PTR",result="ok"/)
+})
+
+t.test('IPv6 per cluster: AAAA only with enableIPv6; IPv4 only by default', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.30 api.dual.test', '2001:db8::30 api.dual.test', '2001:db8::31 api.v6only.test', 'fd00::1 api.ula.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  t.same((await r.resolve(hostCluster('api.dual.test'), 'api.dual.test')).addresses, ['203.0.113.30'], 'IPv4 only by default')
+  t.same((await r.resolve(hostCluster('api.dual.test', { enableIPv6: true }), 'api.dual.test')).addresses, ['203.0.113.30', '2001:db8::30'], 'both, IPv4 first')
+  t.same((await r.resolve(hostCluster('api.v6only.test', { enableIPv6: true }), 'api.v6only.test')).addresses, ['2001:db8::31'], 'NODATA for A is fine when AAAA answers')
+  t.ok((await r.resolve(hostCluster('api.v6only.test'), 'api.v6only.test')).error !== null, 'an IPv6-only name fails with IPv6 off')
+  t.match((await r.resolve(hostCluster('api.ula.test', { enableIPv6: true }), 'api.ula.test')).error?.message, /fd00::1 \(private\)/, 'fc00::/7 is guarded')
+})
