@@ -1,0 +1,108 @@
+// The registry and DNS answers (issue 5): every address of a name is an
+// endpoint (balanced, each with its own pool), a dead address falls back to
+// the next, a changed answer rotates pools while a request in flight on the
+// old address finishes, and a refused answer fails with 502. Names come from
+// a resolve function (the dnsmasq-backed tests are in resolve.test.ts and
+// test/dns/); addresses are 127.0.0.1 and 127.0.0.2 only.
+import t from 'tap'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { cluster, expectError, expectResponse, forward, readBody, request, table } from './fixtures.ts'
+
+function server(name: string, hold: { release: (() => void) | null } = { release: null }): http.Server {
+  return http.createServer((req, res) => {
+    if (req.url === '/hold') { hold.release = () => res.end(`${name} held`); return }
+    res.end(name)
+  })
+}
+
+async function listenOn(s: http.Server, host: string, port: number): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    s.once('error', reject)
+    s.listen(port, host, () => { s.removeListener('error', reject); resolve() })
+  })
+  return (s.address() as AddressInfo).port
+}
+
+async function close(s: http.Server): Promise<void> {
+  s.closeAllConnections()
+  await new Promise<void>((resolve) => s.close(() => resolve()))
+}
+
+/** Two servers on the same port of 127.0.0.1 and 127.0.0.2 (a few tries for a port free on both). */
+async function pair(t: Parameters<Parameters<typeof t.test>[1]>[0], hold?: { release: (() => void) | null }): Promise<number> {
+  for (let i = 0; i < 20; i++) {
+    const a = server('a', hold)
+    const port = await listenOn(a, '127.0.0.1', 0)
+    const b = server('b')
+    try {
+      await listenOn(b, '127.0.0.2', port)
+      t.teardown(async () => { await close(a); await close(b) })
+      return port
+    } catch {
+      await close(a)
+    }
+  }
+  throw new Error('no port free on both loopback addresses')
+}
+
+const allowLoopback = { allowCidrs: ['127.0.0.0/8'] }
+
+t.test('all addresses of a name are endpoints, balanced; a dead one falls back to the other', async (t) => {
+  const port = await pair(t)
+  let answer = ['127.0.0.1', '127.0.0.2']
+  const up = createUpstreams({ resolve: async () => answer, guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 0 } })
+  t.teardown(() => up.close())
+  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
+  up.retain(table([c]))
+  const seen = new Set<string>()
+  for (let i = 0; i < 6; i++) {
+    const res = expectResponse(await forward(up, request(c, { authority: 'api.test' })))
+    seen.add(await readBody(res.body))
+  }
+  t.same([...seen].sort(), ['a', 'b'], 'requests spread over both addresses')
+  const keys = up.stats().map((s) => s.key.split('|')[0]).sort()
+  t.same(keys, [`127.0.0.1:${port}`, `127.0.0.2:${port}`], 'one pool per address')
+
+  // A name whose first address is dead: the connect failure moves to the next address.
+  answer = ['127.0.0.3', '127.0.0.2']
+  await new Promise((r) => setTimeout(r, 300))
+  for (let i = 0; i < 4; i++) {
+    const res = expectResponse(await forward(up, request(c, { authority: 'api.test' })))
+    t.equal(await readBody(res.body), 'b')
+  }
+})
+
+t.test('a changed answer rotates pools; the request in flight on the old address finishes', async (t) => {
+  const hold = { release: null as (() => void) | null }
+  const port = await pair(t, hold)
+  let answer = ['127.0.0.1']
+  const up = createUpstreams({ resolve: async () => answer, guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 0 } })
+  t.teardown(() => up.close())
+  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
+  up.retain(table([c]))
+  const held = forward(up, request(c, { path: '/hold', authority: 'api.test' }))
+  for (let i = 0; i < 100 && hold.release === null; i++) await new Promise((r) => setTimeout(r, 20))
+  t.ok(hold.release !== null, 'the request is at 127.0.0.1')
+  answer = ['127.0.0.2']
+  await new Promise((r) => setTimeout(r, 300))
+  const next = expectResponse(await forward(up, request(c, { authority: 'api.test' })))
+  t.equal(await readBody(next.body), 'b', 'new requests go to the new address')
+  t.same(up.stats().map((s) => s.key.split('|')[0]), [`127.0.0.2:${port}`], 'the old pool is retired (draining)')
+  hold.release?.()
+  const old = expectResponse(await held)
+  t.equal(await readBody(old.body), 'a held', 'the in-flight request was not dropped')
+})
+
+t.test('without an allowance loopback answers are refused: 502 destination refused', async (t) => {
+  const up = createUpstreams({ resolve: async () => ['127.0.0.1', '169.254.169.254'] })
+  t.teardown(() => up.close())
+  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port: 80, kind: 'hostname', weight: 1, zone: null }] })
+  const err = expectError(await forward(up, request(c, { authority: 'api.test' })))
+  t.equal(err.code, 'SP_ERR_DESTINATION_REFUSED')
+  t.equal(err.status, 502)
+  t.match(err.message, /127\.0\.0\.1 \(loopback\), 169\.254\.169\.254 \(link-local\)/)
+  const again = expectError(await forward(up, request(c, { authority: 'api.test' })))
+  t.equal(again.code, 'SP_ERR_DESTINATION_REFUSED', 'answered from the cached verdict')
+})
