@@ -95,6 +95,44 @@ export interface HostIndex {
   readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly vhost: VirtualHost }>
   /** Routes that accept any hostname; null if none. */
   readonly fallback: VirtualHost | null
+  /**
+   * The same hosts and their Exact / PathPrefix keys as one compact hash index
+   * (lib/compile/lookup-index.ts; lib/router/match.ts matchOnPort). Derived
+   * data, not configuration: a non-enumerable property, so dumps, goldens and
+   * deepFreeze skip it. Absent on hand-built tables (the matcher walks the
+   * maps and trees above then).
+   */
+  readonly lookup?: LookupIndex
+}
+
+/**
+ * Open-addressing hash tables in typed arrays (layout in lib/lookup-hash.ts):
+ * a lookup reads a few cache lines of a few contiguous buffers instead of a
+ * chain of Map buckets and node objects, so its cost does not grow with the
+ * number of hosts and routes (bench/compile.ts). Typed arrays cannot be frozen;
+ * nothing writes them after compile.
+ */
+export interface LookupIndex {
+  /** Exact hosts and wildcard suffixes ('.example.com'); capacity a power of two. */
+  readonly hostSlots: Int32Array
+  readonly hostMask: number
+  /** (vhost, Exact path) and (vhost, PathPrefix without trailing '/'), except the root prefix. */
+  readonly pathSlots: Int32Array
+  readonly pathMask: number
+  /** Every key: its length, then its UTF-16 code units. */
+  readonly chars: Uint16Array
+  /** Per vhost id: key hash, root prefix list, deepest prefix, flags. */
+  readonly vhostInfo: Int32Array
+  /** By vhost id. */
+  readonly vhosts: readonly VirtualHost[]
+  /** Every match list of the port, each in precedence order and ended by null. */
+  readonly matches: ReadonlyArray<RouteMatch | null>
+  /** Vhost id of the catch-all, -1 if none. */
+  readonly fallback: number
+  /** Number of wildcard suffixes (0: no suffix probes). */
+  readonly wildcards: number
+  /** Deepest PathPrefix key of the port, in segments. */
+  readonly maxDepth: number
 }
 
 /**

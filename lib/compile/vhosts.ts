@@ -1,4 +1,5 @@
-// Step 6: ranked matches → HostIndex of VirtualHosts for one port.
+// Step 6: ranked matches → HostIndex of VirtualHosts for one port, plus its
+// compact lookup index (lookup-index.ts).
 //
 // Every vhost carries, ranked after its own, the matches of the wildcard and
 // catch-all patterns that cover its hostname (compareMatches puts less
@@ -12,6 +13,7 @@ import type { HostIndex, PrefixNode, RouteMatch, VirtualHost } from './table.ts'
 import type { MatchSpec } from './precedence.ts'
 import { compareMatches } from './precedence.ts'
 import { ANY_HOST, covers, hostSpecificity, isWildcard } from './hostnames.ts'
+import { withLookupIndex } from './lookup-index.ts'
 
 export interface PlacedMatch {
   readonly spec: MatchSpec
@@ -67,7 +69,7 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
     else exact.set(pattern, vhost)
   }
   wildcards.sort((a, b) => b.suffix.length - a.suffix.length || (a.suffix < b.suffix ? -1 : 1))
-  return { exact, wildcards, fallback }
+  return withLookupIndex({ exact, wildcards, fallback })
 }
 
 interface MutableNode { children: Map<string, MutableNode>; matches: RouteMatch[] }

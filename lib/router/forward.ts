@@ -12,7 +12,7 @@ import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamRespons
 import type { AccessLog } from '../observe/access-log.ts'
 import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
-import { findVirtualHost, matchRequest, type MatchInput } from './match.ts'
+import { matchOnPort, type MatchInput } from './match.ts'
 import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { attemptPlanOf, pickFailover, startAttempts } from './attempts.ts'
@@ -40,7 +40,6 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
   SP_ERR_UPSTREAM_RESET: 'upstream reset',
   SP_ERR_UPSTREAM_PROTOCOL: 'upstream protocol error',
-  SP_ERR_DESTINATION_REFUSED: 'destination refused',
   SP_ERR_REQUEST_TIMEOUT: 'request timeout',
   SP_ERR_CLIENT_ABORTED: 'client aborted',
   SP_ERR_LOOP_DETECTED: 'loop detected',
@@ -137,9 +136,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const entry = this.table.ports.get(ex.port)
     if (entry === undefined || entry.http === null) return this.fail(ErrorCode.NO_ROUTE)
     this.entry = entry
-    const vhost = findVirtualHost(entry.http, this.host)
-    if (vhost === null) return this.fail(ErrorCode.NO_ROUTE)
-    const match = matchRequest(vhost, this)
+    const match = matchOnPort(entry.http, this.host, this)
     if (match === null) return this.fail(ErrorCode.NO_ROUTE)
     this.match = match
     const rule = match.rule
@@ -157,8 +154,6 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
     this.backend = backend
-    // Issue 5: the Gateway's destination policy denies this backend (403, decided in compile).
-    if (backend.denied !== undefined) return this.answerDirect(backend.denied)
     const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
     if (cluster === undefined) return this.fail(ErrorCode.BACKEND_INVALID)
     this.cluster = cluster

@@ -21,7 +21,8 @@
 // children/regex lists from compile, no recursion, rank-0 exact hits return at
 // once); the ranges are run-to-run spread on a shared, loaded machine.
 
-import type { HeaderMatcher, HostIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
+import type { HeaderMatcher, HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
+import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash } from '../lookup-hash.ts'
 
 export interface MatchInput {
   /** Uppercase. */
@@ -50,6 +51,209 @@ export function findVirtualHost(index: HostIndex, host: string): VirtualHost | n
     if (host.length > w.suffix.length && host.endsWith(w.suffix)) return w.vhost
   }
   return index.fallback
+}
+
+// Scratch for matchOnPort: hashes and end offsets of the path's prefixes at
+// segment boundaries, and hashes and offsets of the host's '.' suffixes.
+// Matching is synchronous and never re-entered, so module-level arrays save an
+// allocation per request; they grow (rarely) for deeper paths and hosts.
+let boundaryHash: Int32Array = new Int32Array(16)
+let boundaryEnd: Int32Array = new Int32Array(16)
+let suffixHash: Int32Array = new Int32Array(16)
+let suffixStart: Int32Array = new Int32Array(16)
+
+// hot path
+/**
+ * findVirtualHost + matchRequest through the port's compact lookup index
+ * (table.ts LookupIndex): the same answer, with a handful of probes into typed
+ * arrays instead of a walk over Maps and tree nodes. Hand-built tables without
+ * an index are walked.
+ *
+ * The request strings are hashed first (no memory but the strings), then the
+ * host slot and the path slots are probed. A path slot is keyed by the vhost's
+ * key hash, which for an exact host is the request host's hash, so the path
+ * probes do not wait for the host probe and the CPU overlaps their misses; only
+ * a wildcard or catch-all vhost re-keys them once the host probe has answered.
+ */
+export function matchOnPort(hosts: HostIndex, host: string, input: MatchInput): RouteMatch | null {
+  const ix = hosts.lookup
+  if (ix === undefined) {
+    const vhost = findVirtualHost(hosts, host)
+    return vhost === null ? null : matchRequest(vhost, input)
+  }
+  let hh = FNV_OFFSET
+  for (let i = host.length - 1; i >= 0; i--) hh = Math.imul(hh ^ host.charCodeAt(i), FNV_PRIME)
+  const path = input.path
+  const depth = hashBoundaries(path, ix.maxDepth)
+  const exactHash = path.charCodeAt(0) === 47 /* '/' */ ? boundaryHash[depth] : pathHashOf(path)
+
+  let vid = probeHost(ix, slotHash(0, hh, KIND_EXACT), KIND_EXACT, host, 0)
+  let owner = hh
+  if (vid < 0) {
+    vid = ix.wildcards > 0 ? probeSuffixes(ix, host) : -1
+    if (vid < 0) vid = ix.fallback
+    if (vid < 0) return null
+    owner = ix.vhostInfo[vid * INFO_WORDS]
+  }
+  return matchIndexed(ix, vid, owner, input, depth, exactHash)
+}
+
+/**
+ * Hashes '/' + path[1..j) for each segment boundary j (a '/' at j, or the end),
+ * shallowest first, up to `maxDepth` of them, into boundaryHash / boundaryEnd,
+ * and the whole path's hash into boundaryHash[depth]. Returns the count. A path
+ * that does not start with '/' ('*', authority-form) has no prefix but the root.
+ */
+function hashBoundaries(path: string, maxDepth: number): number {
+  const n = path.length
+  if (maxDepth + 1 > boundaryHash.length) { boundaryHash = new Int32Array(maxDepth + 1); boundaryEnd = new Int32Array(maxDepth + 1) }
+  let h = Math.imul(FNV_OFFSET ^ 47, FNV_PRIME)
+  let depth = 0
+  const cap = path.charCodeAt(0) === 47 ? maxDepth : 0
+  for (let i = 1; i < n; i++) {
+    const c = path.charCodeAt(i)
+    if (c === 47 && depth < cap) { boundaryHash[depth] = h; boundaryEnd[depth] = i; depth++ }
+    h = Math.imul(h ^ c, FNV_PRIME)
+  }
+  if (n > 0 && depth < cap) { boundaryHash[depth] = h; boundaryEnd[depth] = n; depth++ }
+  boundaryHash[depth] = h
+  return depth
+}
+
+function pathHashOf(s: string): number {
+  let h = FNV_OFFSET
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME)
+  return h
+}
+
+// hot path
+/**
+ * Id of the vhost whose host slot holds key `host[start..)` of this kind, or
+ * -1. A slot hash match is confirmed on the stored key, compared in place.
+ */
+function probeHost(ix: LookupIndex, hash: number, kind: number, host: string, start: number): number {
+  const slots = ix.hostSlots
+  const mask = ix.hostMask
+  for (let i = hash & mask; ; i = (i + 1) & mask) {
+    const at = i * SLOT_WORDS
+    const h = slots[at]
+    if (h === 0) return -1
+    if (h === hash && (slots[at + 1] & 1) === kind && sameKey(ix.chars, slots[at + 2], host, start, host.length)) return slots[at + 1] >> 1
+  }
+}
+
+// hot path
+/** First entry (in ix.matches) of the list of key `path[0..end)` with this tag, or -1. */
+function probePath(ix: LookupIndex, hash: number, tag: number, path: string, end: number): number {
+  const slots = ix.pathSlots
+  const mask = ix.pathMask
+  for (let i = hash & mask; ; i = (i + 1) & mask) {
+    const at = i * SLOT_WORDS
+    const h = slots[at]
+    if (h === 0) return -1
+    if (h === hash && slots[at + 1] === tag && sameKey(ix.chars, slots[at + 2], path, 0, end)) return slots[at + 3]
+  }
+}
+
+// hot path
+/** Is the key stored at `key` (length, then code units) equal to text[start..end)? No substring. */
+function sameKey(chars: Uint16Array, key: number, text: string, start: number, end: number): boolean {
+  const len = end - start
+  if (chars[key] !== len) return false
+  for (let k = 0; k < len; k++) {
+    if (chars[key + 1 + k] !== text.charCodeAt(start + k)) return false
+  }
+  return true
+}
+
+// hot path
+/**
+ * Wildcard suffixes of `host`, longest first: '.b.example.com', '.example.com',
+ * '.com' for 'a.b.example.com'. Their hashes come from one pass from the right
+ * (hostHash runs right to left). A suffix must leave at least one char before
+ * it: '*.example.com' does not match 'example.com' nor '.example.com'.
+ */
+function probeSuffixes(ix: LookupIndex, host: string): number {
+  let h = FNV_OFFSET
+  let count = 0
+  for (let i = host.length - 1; i >= 1; i--) {
+    const c = host.charCodeAt(i)
+    h = Math.imul(h ^ c, FNV_PRIME)
+    if (c === 46 /* '.' */) {
+      if (count === suffixHash.length) { suffixHash = grow(suffixHash); suffixStart = grow(suffixStart) }
+      suffixHash[count] = h
+      suffixStart[count] = i
+      count++
+    }
+  }
+  for (let k = count - 1; k >= 0; k--) {
+    const vid = probeHost(ix, slotHash(0, suffixHash[k], KIND_WILDCARD), KIND_WILDCARD, host, suffixStart[k])
+    if (vid >= 0) return vid
+  }
+  return -1
+}
+
+function grow(a: Int32Array): Int32Array {
+  const out = new Int32Array(a.length * 2)
+  out.set(a)
+  return out
+}
+
+// hot path
+/**
+ * matchRequest over the index: the exact list, then the prefix lists from the
+ * deepest boundary to the root, then the regexes; lowest rank wins, as in
+ * matchRequest (whose comment explains the skips).
+ */
+function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchInput, depth: number, exactHash: number): RouteMatch | null {
+  const info = ix.vhostInfo
+  const at = vid * INFO_WORDS
+  const flags = info[at + 3]
+  const query = (flags & FLAG_QUERY) !== 0 ? new QueryCache(input.query) : null
+  const path = input.path
+  const matches = ix.matches
+  const tag = vid << 1
+  let best: RouteMatch | null = null
+
+  if ((flags & FLAG_EXACT) !== 0) {
+    const list = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length)
+    if (list >= 0) {
+      best = firstFitAt(matches, list, input, query, Infinity)
+      if (best !== null && best.rank === 0) return best // nothing ranks before it
+    }
+  }
+  const deepest = info[at + 2]
+  for (let d = (depth < deepest ? depth : deepest) - 1; d >= 0; d--) {
+    const list = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d])
+    if (list < 0) continue
+    const found = firstFitAt(matches, list, input, query, best === null ? Infinity : best.rank)
+    if (found !== null) best = found
+  }
+  const root = info[at + 1]
+  if (root >= 0) {
+    const found = firstFitAt(matches, root, input, query, best === null ? Infinity : best.rank)
+    if (found !== null) best = found
+  }
+  if ((flags & FLAG_REGEX) !== 0) {
+    const regexes = ix.vhosts[vid].regexes
+    const limit = best === null ? Infinity : best.rank
+    for (let i = 0; i < regexes.length; i++) {
+      const m = regexes[i]
+      if (m.rank >= limit) break
+      if (m.path.regex !== null && m.path.regex.test(path) && fits(m, input, query)) return m
+    }
+  }
+  return best
+}
+
+// hot path
+/** firstFit over a null-terminated list in ix.matches starting at `start`. */
+function firstFitAt(list: ReadonlyArray<RouteMatch | null>, start: number, input: MatchInput, query: QueryCache | null, limit: number): RouteMatch | null {
+  for (let i = start; ; i++) {
+    const m = list[i]
+    if (m === null || m.rank >= limit) return null
+    if (fits(m, input, query)) return m
+  }
 }
 
 /**
@@ -125,8 +329,9 @@ function matchPrefixes(root: PrefixNode, input: MatchInput, query: QueryCache | 
   let depth = 0
   let node = root
   chain[depth++] = node
-  // The path starts with '/'; `start` is the offset of the next segment.
-  for (let start = 1; start <= path.length;) {
+  // `start` is the offset of the next segment. A path that does not start with
+  // '/' ('*', authority-form) has no segments: only the root '/' prefix matches.
+  for (let start = path.charCodeAt(0) === 47 ? 1 : path.length + 1; start <= path.length;) {
     const children = node.children
     if (children.size === 0) break
     let end = path.indexOf('/', start)

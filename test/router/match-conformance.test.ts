@@ -1,10 +1,13 @@
 // Shared conformance cases (Hono common.case.test style): each case is a set of
 // HTTPRoutes and requests with the expected winning rule; every case runs
-// through compile + the fast matcher AND through the slow reference matcher.
+// through compile + the fast matcher (tree walk and lookup index) AND through
+// the slow reference matcher.
 // Each precedence case would fail if its tie-break rule were dropped.
 import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
-import { findVirtualHost, matchRequest } from '../../lib/router/match.ts'
+import { findVirtualHost, matchOnPort, matchRequest } from '../../lib/router/match.ts'
+import type { MatchInput } from '../../lib/router/match.ts'
+import type { RouteMatch } from '../../lib/compile/table.ts'
 import type { HTTPRoute } from '../../lib/resources/model.ts'
 import * as b from '../compile/builders.ts'
 import { referenceMatch } from './match-reference.ts'
@@ -62,16 +65,22 @@ const cases: Case[] = [
   requests: [{ path: '/v1/items/9', want: 'default/re-long/0' }, { path: '/v2/x', want: 'default/re-short/0' }, { path: '/v1/items/special/1', want: 'default/pre/0' }] },
 ]
 
-function run(routes: HTTPRoute[], req: Req): string | null {
+function run(routes: HTTPRoute[], req: Req, indexed = false): string | null {
   const snap = b.snapshotOf([b.gatewayClass(), b.gateway('gw', [b.listener('http', 80)]), b.service('svc'), ...routes])
   const { table } = compile(snap, b.opts)
   const hosts = table.ports.get(80)?.http
   if (hosts == null) return null
-  const vhost = findVirtualHost(hosts, req.host ?? 'example.org')
-  if (vhost === null) return null
   const query = req.query === undefined ? null : new URLSearchParams(req.query).toString()
   const headers = req.headers ?? {}
-  const hit = matchRequest(vhost, { method: req.method ?? 'GET', path: req.path, query, header: n => headers[n] })
+  const input: MatchInput = { method: req.method ?? 'GET', path: req.path, query, header: n => headers[n] }
+  let hit: RouteMatch | null
+  if (indexed) {
+    hit = matchOnPort(hosts, req.host ?? 'example.org', input)
+  } else {
+    const vhost = findVirtualHost(hosts, req.host ?? 'example.org')
+    if (vhost === null) return null
+    hit = matchRequest(vhost, input)
+  }
   return hit === null ? null : `${hit.rule.route.namespace}/${hit.rule.route.name}/${hit.rule.ruleIndex}`
 }
 
@@ -80,6 +89,7 @@ for (const c of cases) {
     for (const req of c.requests) {
       const label = `${req.method ?? 'GET'} ${req.host ?? 'example.org'}${req.path}`
       t.equal(run(c.routes, req), req.want, `fast: ${label}`)
+      t.equal(run(c.routes, req, true), req.want, `indexed: ${label}`)
       t.equal(referenceMatch(c.routes, { host: req.host ?? 'example.org', method: req.method ?? 'GET', path: req.path, query: req.query ?? {}, headers: req.headers ?? {} }), req.want, `reference: ${label}`)
     }
   })

@@ -1,0 +1,63 @@
+// String hashes of the route lookup index, shared by compile (which builds the
+// index, lib/compile/lookup-index.ts) and the router (which probes it,
+// lib/router/match.ts): both sides must compute the same numbers, so they live
+// here, below both layers. FNV-1a over UTF-16 code units: a multiply and a xor
+// per char, no allocation, and it runs incrementally, so the router gets the
+// hash of every path prefix ending at a '/' (and of every host suffix starting
+// at a '.') from one pass over the string. A slot keeps the full 32-bit hash;
+// a hit is confirmed by comparing the stored key, so collisions cost a
+// comparison, never a wrong answer.
+
+export const FNV_OFFSET = 0x811c9dc5 | 0
+export const FNV_PRIME = 0x01000193
+
+/** FNV-1a over `s` from the first char to the last. Path keys ('/foo', the exact path). */
+export function pathHash(s: string): number {
+  let h = FNV_OFFSET
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME)
+  return h
+}
+
+/**
+ * FNV-1a over `s` from the last char to the first. Host keys: the hash of a
+ * suffix ('.example.com' of 'a.example.com') is a step of the same pass.
+ */
+export function hostHash(s: string): number {
+  let h = FNV_OFFSET
+  for (let i = s.length - 1; i >= 0; i--) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME)
+  return h
+}
+
+/** Key kinds, mixed into the slot hash and kept in the slot's tag. */
+export const KIND_EXACT = 0
+export const KIND_PREFIX = 1
+export const KIND_WILDCARD = 1
+
+/**
+ * The slot hash: a key hash mixed with its owner (the vhost's key hash for a
+ * path, 0 for a host) and kind, through murmur3's finalizer so the low bits
+ * that pick the slot depend on every input bit. Never 0 (0 marks an empty slot).
+ */
+export function slotHash(owner: number, key: number, kind: number): number {
+  let h = (Math.imul(owner, 0x9e3779b1) ^ key) + kind | 0
+  h ^= h >>> 16
+  h = Math.imul(h, 0x85ebca6b)
+  h ^= h >>> 13
+  h = Math.imul(h, 0xc2b2ae35)
+  h ^= h >>> 16
+  return h === 0 ? 1 : h
+}
+
+// Layout of the typed arrays (lib/compile/table.ts LookupIndex). A slot is 4
+// int32 words: [slot hash, tag, key offset in `chars`, value]; tag is
+// owner vhost id << 1 | kind; value is the first entry of the match list for
+// a path slot (unused for a host slot). `chars[offset]` is the key's length,
+// its code units follow. Per vhost, `vhostInfo` holds 4 words: [key hash,
+// root prefix list (-1: none), deepest prefix in segments, flags].
+export const SLOT_WORDS = 4
+export const INFO_WORDS = 4
+export const FLAG_EXACT = 1
+export const FLAG_REGEX = 2
+export const FLAG_QUERY = 4
+/** Keys longer than this are not indexed (their length is one code unit); the port falls back to the tree walk. */
+export const MAX_KEY_LENGTH = 0xffff
