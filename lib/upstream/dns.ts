@@ -88,8 +88,8 @@ export class DnsClient {
       const records = family === 4
         ? await this.#resolver.resolve4(name, { ttl: true })
         : await this.#resolver.resolve6(name, { ttl: true })
+      if (records.length === 0) throw Object.assign(new Error(`no ${type} records for ${name}`), { code: 'ENODATA' })
       dnsLookups.inc({ type, result: 'ok' })
-      if (records.length === 0) throw new DnsError('ENODATA', 'nodata', `no ${type} records for ${name}`)
       let ttl = Number.POSITIVE_INFINITY
       for (const r of records) ttl = Math.min(ttl, r.ttl)
       return { addresses: records.map(r => r.address), ttlSec: ttl }

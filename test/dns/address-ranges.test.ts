@@ -1,0 +1,39 @@
+// CIDR parsing and the guarded ranges (lib/address-ranges.ts): the tables the
+// confused-deputy guard and the destination annotations rest on.
+import t from 'tap'
+import { guardedRangeOf, matchCidr, parseCidr, parseCidrList, parseIp } from '../../lib/address-ranges.ts'
+
+t.test('addresses and CIDRs parse, normalize, and reject garbage', async t => {
+  t.same(parseCidr('10.1.2.3/8')?.text, '10.0.0.0/8', 'host bits cleared')
+  t.same(parseCidr('127.0.0.1')?.text, '127.0.0.1/32', 'a bare address is a /32')
+  t.same(parseCidr('fd00::1/8')?.text, 'fd00::/8')
+  t.same(parseCidr('::1')?.text, '::1/128')
+  for (const bad of ['10.0.0.0/33', '256.1.1.1', '1.2.3', 'fe80::1/129', 'example.com', '1.2.3.4/x', '::ffff:1.2.3.4.5', '1:2:3:4:5:6:7:8:9']) {
+    t.equal(parseCidr(bad), null, `${bad} is not a CIDR`)
+  }
+  t.same(parseCidrList(['10.0.0.0/8', 'nope']), { cidrs: [parseCidr('10.0.0.0/8')], invalid: ['nope'] })
+  t.equal(parseIp('::ffff:127.0.0.1')?.family, 4, 'IPv4-mapped IPv6 is IPv4')
+  t.equal(parseIp('fe80::1%eth0')?.family, 6, 'zone ids are ignored')
+})
+
+t.test('matchCidr: family-aware, first match wins', async t => {
+  const list = parseCidrList(['10.0.0.0/8', '2001:db8::/32', '0.0.0.0/0']).cidrs
+  t.equal(matchCidr(list, '10.9.9.9')?.text, '10.0.0.0/8')
+  t.equal(matchCidr(list, '8.8.8.8')?.text, '0.0.0.0/0')
+  t.equal(matchCidr(list, '2001:db8::5')?.text, '2001:db8::/32')
+  t.equal(matchCidr(list, '2001:db9::5'), null, 'an IPv4 /0 does not match IPv6')
+  t.equal(matchCidr(list, 'not-an-ip'), null)
+})
+
+t.test('guarded ranges: what the guard refuses without an allowance, and what it lets through', async t => {
+  const cases: Array<[string, string | null]> = [
+    ['127.0.0.1', 'loopback'], ['127.255.0.9', 'loopback'], ['::1', 'loopback'], ['::ffff:127.0.0.1', 'loopback'],
+    ['169.254.169.254', 'link-local'], ['fe80::1', 'link-local'], ['fd00:ec2::254', 'link-local'],
+    ['10.0.0.1', 'private'], ['172.16.5.4', 'private'], ['172.31.255.255', 'private'], ['192.168.1.1', 'private'], ['fd12::1', 'private'],
+    ['100.64.0.1', 'cgnat'], ['100.127.255.254', 'cgnat'],
+    ['0.0.0.0', 'unspecified'], ['::', 'unspecified'],
+    ['224.0.0.1', 'multicast'], ['ff02::1', 'multicast'], ['255.255.255.255', 'broadcast'], ['240.0.0.1', 'reserved'],
+    ['8.8.8.8', null], ['172.32.0.1', null], ['100.128.0.1', null], ['192.0.2.10', null], ['2606:4700::1111', null],
+  ]
+  for (const [address, reason] of cases) t.equal(guardedRangeOf(address), reason, `${address}: ${reason ?? 'public'}`)
+})
