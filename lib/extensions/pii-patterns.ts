@@ -27,7 +27,8 @@ export const BUILTIN_PATTERNS: Readonly<Record<string, Pattern>> = {
   card: { name: 'card', regex: /\b\d(?:[ -]?\d){12,18}\b/g, confirm: m => luhn(m.replace(/[ -]/g, '')) },
   email: { name: 'email', regex: /[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g, confirm: null },
   ssn: { name: 'ssn', regex: /\b\d{3}-\d{2}-\d{4}\b/g, confirm: null },
-  phone: { name: 'phone', regex: /(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)|\b\d{2,4})[ .-]?\d{3,4}[ .-]?\d{3,4}\b/g, confirm: m => m.replace(/\D/g, '').length >= 9 },
+  // Not inside a longer digit run (a card or an id): no digit group right before or after.
+  phone: { name: 'phone', regex: /(?<![\d][ .-]?)(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)|\b\d{2,4})[ .-]?\d{3,4}[ .-]?\d{3,4}\b(?![ .-]?\d)/g, confirm: m => m.replace(/\D/g, '').length >= 9 },
 }
 
 /** A built-in name (`email`) or a regular expression (`regex: ...` objects or plain strings that are not built-in names). */
