@@ -16,7 +16,7 @@ export const upstreamRetries = new Counter({
 
 export const upstreamRetryBudgetExhausted = new Counter({
   name: 'sallyport_upstream_retry_budget_exhausted_total',
-  help: 'Retries refused because the retry budget (share of active requests) or maxParallelRetries was used up.',
+  help: 'Retries refused because the retry budget (20 % of the backend\'s active requests, at least 3) was used up; maxParallelRetries refusals count in sallyport_upstream_overload_total{limit="max_parallel_retries"}.',
   registers: [registry],
 })
 
@@ -36,7 +36,7 @@ export const upstreamEjections = new Counter({
 
 export const upstreamOverloads = new Counter({
   name: 'sallyport_upstream_overload_total',
-  help: 'Requests answered 503 by a circuit breaker limit (max_connections, max_pending_requests, max_parallel_requests, max_parallel_retries).',
+  help: 'Requests refused by a circuit breaker limit (max_pending_requests, max_parallel_requests: answered 503; max_parallel_retries: the retry not made).',
   labelNames: ['backend', 'limit'] as const,
   registers: [registry],
 })

@@ -14,6 +14,12 @@
 //   nothing is retried (response bodies are never buffered). A retry goes to
 //   another backend when one is available (the failed one is avoided), and is
 //   admitted by the target backend's retry budget and maxParallelRetries.
+// - Connect failures are retried in one place: when the plan retries them
+//   (connect-failure trigger, retries > 0) the registry's endpoint fallback is
+//   off for these requests (UpstreamRequest.connectFallback false) and each
+//   connect failure is one counted retry, budgeted like any other, to the next
+//   pick (another backend if available, else the balancer's next endpoint).
+//   Without such a policy the registry tries each endpoint of the backend once.
 // - Parent mode (a Backend that is another egress gateway): only failures to
 //   connect are retried (the request never left), never the request itself;
 //   the parent does request-level retries (egress proposal, Parent Mode).
@@ -297,6 +303,7 @@ class AttemptLoop implements UpstreamHandler {
       headers,
       body: this.#body === null ? base.body : this.#body.next(),
       signal,
+      connectFallback: !retry.connect || retry.retries === 0,
     }, this)
   }
 

@@ -4,9 +4,9 @@
 //
 // - maxParallelRequests: exchanges in flight to the cluster; maxPendingRequests:
 //   exchanges waiting for a pooled connection; maxConnections: split evenly
-//   over the endpoints' HTTP/1.1 pools as their connection cap (an HTTP/2
-//   endpoint has one session); maxParallelRetries: retries in flight. Unset
-//   limits are Envoy's default, 1024. A cluster without a circuitBreaker
+//   over the endpoints' pools (rounded up, at least one each) as their cap on
+//   HTTP/1.1 connections and HTTP/2 sessions; maxParallelRetries: retries in
+//   flight. Unset limits are Envoy's default, 1024. A cluster without a circuitBreaker
 //   policy has no request limits (its pools keep their own caps) — but it
 //   always has the retry budget.
 // - Retry budget (Envoy's retry_budget semantics): retries in flight may be at

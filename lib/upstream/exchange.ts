@@ -124,13 +124,17 @@ export class Exchange {
     this.#handler.onTunnel({ status, headers, stream, endpoint: this.endpoint })
   }
 
-  /** A failure before the response started. Connect failures of unsent requests move to the next endpoint. */
+  /**
+   * A failure before the response started. Connect failures of unsent
+   * requests move to the next endpoint, unless the caller retries them itself
+   * (req.connectFallback false: the router's attempt loop).
+   */
   fail(err: unknown): void {
     if (this.#answered) return
     const error = normalizeUpstreamError(err, this.req.signal, this.endpoint)
     this.#count(error)
     if (this.guard !== null) this.guard.failed(this, error)
-    if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.#redispatcher.redispatch(this)) return
+    if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.req.connectFallback !== false && this.#redispatcher.redispatch(this)) return
     this.#answered = true
     this.#attempt = null
     this.#handler.onError(error)

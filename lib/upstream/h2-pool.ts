@@ -63,7 +63,19 @@ export class H2Pool implements UpstreamPool {
       return
     }
     this.#waiting.push(ex)
-    if (this.#connecting === 0) this.#open()
+    if (this.#connecting === 0 && this.#mayOpen()) this.#open()
+  }
+
+  /**
+   * Live sessions stay within connectionsPerPool (circuitBreaker
+   * maxConnections caps HTTP/2 sessions as it caps HTTP/1.1 connections);
+   * at the cap, requests wait for a stream of a live session.
+   */
+  #mayOpen(): boolean {
+    let live = this.#connecting
+    const sessions = this.#sessions
+    for (let i = 0; i < sessions.length; i++) if (!sessions[i].dead) live++
+    return live < this.#settings.connectionsPerPool
   }
 
   stats(): PoolStats {
@@ -184,7 +196,7 @@ export class H2Pool implements UpstreamPool {
       }
       const state = this.#pick()
       if (state === null) {
-        if (this.#connecting === 0 && !this.#closed) this.#open()
+        if (this.#connecting === 0 && !this.#closed && this.#mayOpen()) this.#open()
         return
       }
       this.#waiting.shift()

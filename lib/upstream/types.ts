@@ -40,6 +40,14 @@ export interface UpstreamRequest {
   readonly upgrade: string | null
   /** For hash-based balancing and metrics. */
   readonly clientAddress: string
+  /**
+   * Issue 6: whether a connect failure (nothing sent) moves on to the
+   * backend's next endpoint inside this forward() (each endpoint once).
+   * Absent/true: yes. The router's attempt loop sets false when its retry
+   * policy retries connect failures itself, so a connect failure is retried
+   * in one place and counted once (lib/router/attempts.ts).
+   */
+  readonly connectFallback?: boolean
 }
 
 export interface UpstreamResponse {

@@ -1,0 +1,199 @@
+// Fault injection (issue 6) with real upstreams on 127.0.0.1 that reset, hang,
+// answer 5xx or 503 with Retry-After, or refuse connections: retry triggers,
+// per-try timeout, Retry-After, the retry budget and maxParallelRetries,
+// maxPendingRequests / maxConnections (HTTP/1.1 and h2c), the replay bound of
+// request bodies, and client aborts. Upstream-side counts are the evidence.
+import t, { type Test } from 'tap'
+import http from 'node:http'
+import http2 from 'node:http2'
+import type { AddressInfo } from 'node:net'
+import type { Cluster, RetryPolicy, RetrySpec, RouteRule } from '../../lib/compile/table.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { NO_LIMITS, PASSIVE, ask, closedPort, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
+
+configureLogger({ level: 'silent' })
+
+function policy(over: Partial<RetryPolicy>): RetrySpec {
+  const p: RetryPolicy = { numRetries: 2, perTryTimeout: null, backoffBase: 1, backoffMax: 5, triggers: [], httpStatusCodes: [], ...over }
+  return { attempts: p.numRetries, codes: [], backoffMs: null, policy: p }
+}
+
+async function serve(t: Test, clusters: Cluster[], rule: Partial<RouteRule> = {}, options: Parameters<typeof gateway>[2] = {}): Promise<Gateway> {
+  const port = await freePort()
+  return gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ ...rule, backends: [{ cluster: clusters[0].id }] }] }] } }, clusters), options)
+}
+
+t.test('reset trigger: a connection reset before the answer is retried; without the trigger it is not', async (t) => {
+  let n = 0
+  const u = await upstream(t, 'u', (req, res) => { if (++n === 1) req.socket.destroy(); else res.end('ok') })
+  const gw = await serve(t, [cluster('a', u.port)], { retry: policy({ triggers: ['reset'] }) })
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'a', reason: 'reset' })
+  const r = await ask(gw.port)
+  t.equal(r.status, 200)
+  t.equal(u.hits, 2, 'reset, then one retry')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'a', reason: 'reset' }), before + 1)
+
+  const v = await upstream(t, 'v', (req) => { req.socket.destroy() })
+  const gw2 = await serve(t, [cluster('b', v.port)], { retry: policy({ triggers: ['connect-failure'] }) })
+  t.equal((await ask(gw2.port)).status, 502, 'reset not in retryOn: 502')
+  t.equal(v.hits, 1, 'sent once')
+})
+
+t.test('connect-failure trigger: refused connections are retried once per retry, in one place', async (t) => {
+  const dead1 = await closedPort()
+  const dead2 = await closedPort()
+  // Two refusing endpoints and numRetries 2: three connection attempts (not 2 endpoints × 3 tries).
+  const c = cluster('refusing', dead1, { endpoints: [ep(dead1), ep(dead2)] })
+  const gw = await serve(t, [c], { retry: policy({ triggers: ['connect-failure'] }) })
+  const errors = await metric('sallyport_upstream_connect_errors_total', { backend: 'refusing' })
+  const retries = await metric('sallyport_upstream_retries_total', { backend: 'refusing', reason: 'connect' })
+  t.equal((await ask(gw.port)).status, 503)
+  t.equal(await metric('sallyport_upstream_connect_errors_total', { backend: 'refusing' }) - errors, 3, 'first try + 2 retries = 3 connects')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'refusing', reason: 'connect' }) - retries, 2)
+
+  // Without a retry policy the registry tries each endpoint once (the connect fallback).
+  const live = await upstream(t, 'live')
+  const gw2 = await serve(t, [cluster('fallback', dead1, { endpoints: [ep(dead1), ep(live.port)] })])
+  for (let i = 0; i < 4; i++) t.equal((await ask(gw2.port)).body, 'live', 'a refused endpoint falls back to the next')
+
+  // With the policy, a refused endpoint's retry goes to the next endpoint (round robin) and succeeds.
+  const gw3 = await serve(t, [cluster('retried', dead1, { endpoints: [ep(dead1), ep(live.port)] })], { retry: policy({ triggers: ['connect-failure'] }) })
+  for (let i = 0; i < 4; i++) t.equal((await ask(gw3.port)).body, 'live')
+})
+
+t.test('per-try timeout: each try of a hanging upstream times out and is retried, then 504', async (t) => {
+  const u = await upstream(t, 'hang', () => { /* never answers */ })
+  const gw = await serve(t, [cluster('h', u.port)], { retry: policy({ numRetries: 2, perTryTimeout: 150, triggers: ['5xx'] }) })
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'h', reason: 'timeout' })
+  const r = await ask(gw.port)
+  t.equal(r.status, 504)
+  t.equal(u.hits, 3, 'three tries reached the upstream')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'h', reason: 'timeout' }) - before, 2)
+})
+
+t.test('Retry-After: the retry waits for it; past the cap the answer goes back at once', async (t) => {
+  const at: number[] = []
+  const u = await upstream(t, 'ra', (req, res) => {
+    at.push(performance.now())
+    if (req.url === '/long') return void res.writeHead(503, { 'retry-after': '30' }).end('later')
+    res.writeHead(at.length === 1 ? 503 : 200, at.length === 1 ? { 'retry-after': '1' } : {}).end('x')
+  })
+  const gw = await serve(t, [cluster('ra', u.port)], { retry: policy({ triggers: ['retriable-status-codes'], httpStatusCodes: [503] }) })
+  t.equal((await ask(gw.port)).status, 200)
+  t.equal(at.length, 2)
+  t.ok(at[1] - at[0] >= 900, `the retry waited for Retry-After: 1 (${Math.round(at[1] - at[0])} ms)`)
+  const long = await ask(gw.port, { path: '/long' })
+  t.equal(long.status, 503, 'Retry-After 30 s is over the 10 s cap: answered')
+  t.equal(long.headers['retry-after'], '30', 'with the upstream\'s Retry-After')
+  t.equal(at.length, 3, 'not retried')
+})
+
+t.test('retry budget: many concurrent failing requests get far fewer retries than asked for', async (t) => {
+  const u = await upstream(t, 'fail', (_req, res) => { setTimeout(() => res.writeHead(503).end('no'), 100) })
+  const gw = await serve(t, [cluster('bud', u.port)], { retry: policy({ numRetries: 2, triggers: ['retriable-status-codes'], httpStatusCodes: [503] }) }, { connectionsPerPool: 64 })
+  const exhausted = await metric('sallyport_upstream_retry_budget_exhausted_total')
+  const N = 30
+  const replies = await Promise.all(Array.from({ length: N }, () => ask(gw.port)))
+  t.ok(replies.every((r) => r.status === 503))
+  t.ok(u.hits < N * 3, `upstream saw ${u.hits} requests, not ${N * 3}`)
+  t.ok(u.hits - N <= N / 2, `at most half a retry per request (${u.hits - N} retries for ${N})`)
+  t.ok(await metric('sallyport_upstream_retry_budget_exhausted_total') > exhausted, 'sallyport_upstream_retry_budget_exhausted_total counted')
+})
+
+t.test('maxParallelRetries: retries in flight are capped', async (t) => {
+  const u = await upstream(t, 'fail', (_req, res) => { setTimeout(() => res.writeHead(503).end('no'), 100) })
+  const c = cluster('mpr', u.port, { circuitBreaker: { ...NO_LIMITS, maxParallelRetries: 1 } })
+  const gw = await serve(t, [c], { retry: policy({ numRetries: 2, triggers: ['retriable-status-codes'], httpStatusCodes: [503] }) }, { connectionsPerPool: 64 })
+  const before = await metric('sallyport_upstream_overload_total', { backend: 'mpr', limit: 'max_parallel_retries' })
+  const N = 10
+  await Promise.all(Array.from({ length: N }, () => ask(gw.port)))
+  t.ok(u.hits - N <= 4, `${u.hits - N} retries for ${N} concurrent requests with one retry at a time`)
+  t.ok(await metric('sallyport_upstream_overload_total', { backend: 'mpr', limit: 'max_parallel_retries' }) > before, 'refusals counted')
+})
+
+t.test('maxConnections and maxPendingRequests over HTTP/1.1: one connection, one waiting, the rest 503', async (t) => {
+  const held: http.ServerResponse[] = []
+  let connections = 0
+  const u = await upstream(t, 'held', (_req, res) => { held.push(res) })
+  u.server.on('connection', () => { connections++ })
+  const c = cluster('mc', u.port, { circuitBreaker: { ...NO_LIMITS, maxConnections: 1, maxPendingRequests: 1 } })
+  const gw = await serve(t, [c])
+  const first = ask(gw.port)
+  t.ok(await until(() => held.length === 1))
+  const second = ask(gw.port)
+  await sleep(100)
+  const before = await metric('sallyport_upstream_overload_total', { backend: 'mc', limit: 'max_pending_requests' })
+  const third = await ask(gw.port)
+  t.equal(third.status, 503)
+  t.equal(third.headers['x-sallyport-overloaded'], 'true')
+  t.equal(await metric('sallyport_upstream_overload_total', { backend: 'mc', limit: 'max_pending_requests' }), before + 1)
+  t.equal(connections, 1, 'maxConnections 1: the second request waits for the one connection')
+  held.shift()?.end('one')
+  t.ok(await until(() => held.length === 1), 'the waiting request goes out on the same connection')
+  held.shift()?.end('two')
+  t.same([(await first).body, (await second).body], ['one', 'two'])
+  t.equal(connections, 1)
+})
+
+t.test('maxConnections caps HTTP/2 sessions too (h2c upstream allowing one stream per session)', async (t) => {
+  const streams: http2.ServerHttp2Stream[] = []
+  let sessions = 0
+  const server = http2.createServer({ settings: { maxConcurrentStreams: 1 } })
+  server.on('session', () => { sessions++ })
+  server.on('stream', (stream) => { streams.push(stream) })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => { for (const s of streams) s.destroy(); server.close(() => r()) }))
+  const port = (server.address() as AddressInfo).port
+  const c = cluster('h2cap', port, { protocol: 'H2C', circuitBreaker: { ...NO_LIMITS, maxConnections: 1 } })
+  const gw = await serve(t, [c])
+  const a = ask(gw.port)
+  const b = ask(gw.port)
+  t.ok(await until(() => streams.length === 1))
+  await sleep(150)
+  t.equal(sessions, 1, 'the second request waits instead of opening a second session')
+  t.equal(streams.length, 1)
+  streams[0].respond({ ':status': 200 }); streams[0].end('one')
+  t.ok(await until(() => streams.length === 2), 'then takes the freed stream')
+  streams[1].respond({ ':status': 200 }); streams[1].end('two')
+  t.same([(await a).body, (await b).body], ['one', 'two'])
+  t.equal(sessions, 1)
+})
+
+t.test('request bodies: a small body is replayed intact, one over 64 KiB is not retried', async (t) => {
+  let n = 0
+  const u = await upstream(t, 'u', (_req, res) => { res.writeHead(++n % 2 === 1 ? 503 : 200).end('done') })
+  const gw = await serve(t, [cluster('rb', u.port)], { retry: policy({ triggers: ['retriable-status-codes'], httpStatusCodes: [503] }) })
+  const small = 'x'.repeat(1000) + 'END'
+  const r = await ask(gw.port, { body: small })
+  t.equal(r.status, 200)
+  t.equal(u.hits, 2)
+  t.same(u.bodies, [small, small], 'both attempts got the identical body')
+
+  const big = Buffer.alloc(100 * 1024, 'y')
+  const r2 = await ask(gw.port, { body: big })
+  t.equal(r2.status, 503, 'over the replay bound: the 503 is answered')
+  t.equal(u.hits, 3, 'the upstream saw one attempt')
+  t.equal(u.bodies[2].length, big.length, 'which got the whole body')
+})
+
+t.test('client abort: never retried, never counted against the backend', async (t) => {
+  const u = await upstream(t, 'hang', () => { /* holds */ })
+  const c = cluster('ab', u.port, { healthCheck: { active: null, passive: { ...PASSIVE, consecutive5xxErrors: 1, consecutiveGatewayErrors: 1 } } })
+  const gw = await serve(t, [c], { retry: policy({ triggers: ['reset', 'connect-failure', '5xx'] }) })
+  const retries = await metric('sallyport_upstream_retries_total', { backend: 'ab' })
+  for (let i = 1; i <= 3; i++) {
+    const req = http.request({ host: '127.0.0.1', port: gw.port, path: '/', agent: false, headers: { host: 'x' } })
+    req.on('error', () => {})
+    req.end()
+    t.ok(await until(() => u.hits === i), `request ${i} reached the upstream`)
+    req.destroy()
+    await sleep(100)
+  }
+  t.equal(u.hits, 3, 'no retries after the client left')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'ab' }), retries)
+  const health = gw.upstreams.resilience?.health().find((h) => h.backend === 'ab')
+  const e = (health?.endpoints as Array<{ ejected: boolean; ejections: number }>)[0]
+  t.same({ ejected: e.ejected, ejections: e.ejections }, { ejected: false, ejections: 0 }, 'no ejection')
+  t.equal(health?.activeRequests, 0, 'nothing left in flight')
+})
