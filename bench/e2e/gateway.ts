@@ -40,6 +40,9 @@ kind: Gateway
 metadata:
   name: bench
   namespace: default
+  annotations:
+    # The origin is on loopback, which the destination guard refuses unless allowed.
+    sallyport.io/allow-destination-cidrs: 127.0.0.0/8
 spec:
   gatewayClassName: sallyport
   listeners:

@@ -1,7 +1,12 @@
 // Access log: one pino JSON line per request on the `access` logger. The
 // request path builds the record only when the log is on (zero cost when off).
+//
+// An access record holds no secret by construction: no header values, the path
+// without its query string, the authority without userinfo, error reasons from
+// a fixed list. That is why its logger runs without redaction (log.ts,
+// accessLogger); a field added here must keep it so.
 
-import { logger, type Logger } from './log.ts'
+import { accessLogger, type Logger } from './log.ts'
 
 export interface AccessRecord {
   readonly method: string
@@ -37,11 +42,13 @@ class PinoAccessLog implements AccessLog {
   readonly #log: Logger
   constructor(log: Logger) { this.#log = log }
   write(record: AccessRecord): void {
-    this.#log.info(record, 'request')
+    // `user:pass@host` (absolute-form targets) never reaches the log.
+    const at = record.authority.lastIndexOf('@')
+    this.#log.info(at === -1 ? record : { ...record, authority: record.authority.slice(at + 1) }, 'request')
   }
 }
 
 /** The access log, or null when it is off (callers test `!== null` and skip building records). */
-export function createAccessLog(enabled: boolean, log: Logger = logger('access')): AccessLog | null {
+export function createAccessLog(enabled: boolean, log: Logger = accessLogger()): AccessLog | null {
   return enabled ? new PinoAccessLog(log) : null
 }
