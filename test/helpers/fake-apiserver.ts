@@ -64,6 +64,8 @@ export class FakeApiServer {
   readonly #listings = new Map<string, { readonly items: Obj[]; readonly rv: number }>()
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
+  /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
+  goneAs: 'event' | 'http' = 'event'
   /** Every request served (tests count status writes, lease updates, relists). */
   readonly requests: RequestRecord[] = []
 
@@ -348,6 +350,10 @@ export class FakeApiServer {
       listing = found
       offset = Number(off)
     } else {
+      const rv = url.searchParams.get('resourceVersion')
+      if (rv !== null && rv !== '' && rv !== '0' && url.searchParams.get('resourceVersionMatch') === 'Exact' && Number(rv) < this.#compactedRv) {
+        return status(res, 410, 'Expired', `too old resource version: ${rv} (${this.#compactedRv})`)
+      }
       const selector = parseSelector(url.searchParams.get('labelSelector'))
       const items = [...store.objects.values()]
         .filter((o) => namespace === null || o.metadata.namespace === namespace)
@@ -376,16 +382,18 @@ export class FakeApiServer {
       res, def: store.def, namespace, selector: parseSelector(url.searchParams.get('labelSelector')),
       bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
     }
+    const from = Number(rvParam)
+    const tooOld = rvParam !== '' && rvParam !== '0' && (!Number.isFinite(from) || from < this.#compactedRv)
+    if (tooOld && this.goneAs === 'http') return status(res, 410, 'Expired', `too old resource version: ${rvParam} (${this.#compactedRv})`)
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' })
+    if (tooOld) {
+      res.end(JSON.stringify({ type: 'ERROR', object: gone(`too old resource version: ${rvParam} (${this.#compactedRv})`) }) + '\n')
+      return
+    }
     if (rvParam === '' || rvParam === '0') {
       // "Any" resourceVersion: the current state as synthetic ADDED events, then changes.
       for (const o of store.objects.values()) if (matchesWatch(w, o)) res.write(JSON.stringify({ type: 'ADDED', object: o }) + '\n')
     } else {
-      const from = Number(rvParam)
-      if (!Number.isFinite(from) || from < this.#compactedRv) {
-        res.end(JSON.stringify({ type: 'ERROR', object: gone(`too old resource version: ${rvParam} (${this.#compactedRv})`) }) + '\n')
-        return
-      }
       for (const e of store.history) {
         if (e.rv > from && matchesWatch(w, e.object)) res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n')
       }

@@ -86,6 +86,37 @@ t.test('410 Gone relists; dropped watches resume from the last resourceVersion',
   await until('relist', () => lists() === 2)
   await until('state after relist', () => last !== null && !last.httpRoutes.has('default/r0') && last.httpRoutes.has('default/r2'))
   t.same(hostsOf(last as unknown as Snapshot), ['r1.example.test', 'r2.example.test'])
+
+  // The other form of 410: the watch request itself answered 410 Gone.
+  // (The informer is kept out while r3 is written and the history compacted, so it
+  // comes back with a resourceVersion that is too old.)
+  fake.goneAs = 'http'
+  fake.forbid('httproutes')
+  fake.apply(route('r3', 'r3.example.test', 'a', 9000))
+  fake.expireWatches()
+  fake.allow('httproutes')
+  await until('relist after an HTTP 410', () => lists() >= 3 && last?.httpRoutes.has('default/r3') === true)
+  t.pass('relisted after an HTTP 410 on the watch')
+})
+
+t.test('a continue token that expires mid-list restarts the list', async (t) => {
+  const fake = await startFake(t)
+  for (let i = 0; i < 6; i++) fake.apply(route(`r${i}`, `r${i}.example.test`, 'a', 9000))
+  const source = new KubeSource({ client: clientFor(fake), pageSize: 2, debounceMs: 10 })
+  t.teardown(() => source.close())
+  // Expire tokens as soon as the first page of httproutes was served.
+  const origPush = fake.requests.push.bind(fake.requests)
+  let expired = false
+  fake.requests.push = (...items) => {
+    const n = origPush(...items)
+    const r = items[0]
+    if (!expired && r !== undefined && r.path.endsWith('/httproutes') && r.query.includes('continue=')) { expired = true; fake.expireContinueTokens() }
+    return n
+  }
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  t.ok(expired, 'a token expired mid-list')
+  t.equal((last as Snapshot | null)?.httpRoutes.size, 6, 'the restarted list is complete')
 })
 
 t.test('403 on one kind is logged and the rest works; 404 kinds are skipped', async (t) => {
