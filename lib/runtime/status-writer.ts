@@ -36,7 +36,7 @@ const CONCURRENCY = 4
 
 export interface StatusWriterOptions {
   readonly client: KubeClient
-  readonly source: Pick<KubeSource, 'lookup'>
+  readonly source: Pick<KubeSource, 'lookup'> & Partial<Pick<KubeSource, 'objects'>>
   readonly controllerName: string
   /** Writes happen only while this says true. */
   readonly isLeader: () => boolean
@@ -49,7 +49,7 @@ interface Written { readonly basedOn: string; readonly rv: string; readonly stat
 
 export class StatusWriter {
   readonly #client: KubeClient
-  readonly #source: Pick<KubeSource, 'lookup'>
+  readonly #source: Pick<KubeSource, 'lookup'> & Partial<Pick<KubeSource, 'objects'>>
   readonly #controller: string
   readonly #isLeader: () => boolean
   readonly #now: () => Date
@@ -109,6 +109,22 @@ export class StatusWriter {
       const obj = this.#source.lookup(s.kind, s.apiVersion, s.namespace, s.name)
       if (obj === null || !obj.resource.status) continue
       work.push({ status: s, obj })
+    }
+    // Gateway API: a controller removes its entries when the object is no longer
+    // its concern (a route detached from our Gateways, a policy whose targets
+    // went away). Objects compile did not report on that still carry our
+    // entries get them removed.
+    const reported = new Set(work.map((w) => w.obj))
+    const stale: KubeObject[] = []
+    for (const obj of this.#source.objects?.() ?? []) {
+      if (!obj.resource.status || reported.has(obj) || !this.#hasOurEntries(obj.raw.status)) continue
+      const meta = obj.raw.metadata
+      if (fromFiles.has(`${obj.resource.modelKind}/${meta?.namespace ?? ''}/${meta?.name ?? ''}`)) continue
+      stale.push(obj)
+    }
+    for (const obj of stale) {
+      const meta = obj.raw.metadata
+      work.push({ obj, status: { kind: obj.resource.modelKind, apiVersion: apiVersion(obj.resource.group, obj.version), namespace: meta?.namespace ?? '', name: meta?.name ?? '', generation: meta?.generation ?? 0, conditions: [], parents: [], listeners: [] } })
     }
     let failed = 0
     let index = 0
@@ -213,6 +229,13 @@ export class StatusWriter {
       return { ...current, ancestors: [...others, ...ours] }
     }
     return { ...current, conditions: cond(s.conditions, curConditions) }
+  }
+
+  #hasOurEntries(status: unknown): boolean {
+    if (typeof status !== 'object' || status === null) return false
+    const s = status as Json
+    const lists = [s.parents, s.ancestors].filter(Array.isArray) as Json[][]
+    return lists.some((l) => l.some((e) => e.controllerName === this.#controller || e.name === this.#controller))
   }
 
   /** An object dropped as invalid has object-level conditions only: report them on each parent/target it names. */

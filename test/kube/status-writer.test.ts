@@ -81,3 +81,21 @@ t.test('invalid objects, Backend parents, policy ancestors', async (t) => {
   const p = fake.get('gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy', 'default', 'p')?.status as { ancestors: Array<{ controllerName: string; ancestorRef: { name: string } }> }
   t.equal(p.ancestors[0]?.ancestorRef.name, 'egress', 'policy ancestors')
 })
+
+t.test('our entries are removed from objects compile no longer reports on', async (t) => {
+  const fake = await startFake(t)
+  fake.apply({ ...route('gone', 'g.example.test', 'a', 1), status: { parents: [
+    { parentRef: { name: 'egress' }, controllerName: CONTROLLER, conditions: [] },
+    { parentRef: { name: 'x' }, controllerName: 'example.com/other', conditions: [] },
+  ] } })
+  const r = res('gateway.networking.k8s.io', 'httproutes')
+  const source = {
+    ...lookupFrom(fake),
+    objects: (): KubeObject[] => [{ resource: r, version: 'v1', raw: fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'gone') as KubeObject['raw'] }],
+  }
+  const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true })
+  writer.update(status([]), emptySnapshot())
+  await writer.sync()
+  const parents = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'gone')?.status as { parents: Array<{ controllerName: string }> }).parents
+  t.same(parents.map((p) => p.controllerName), ['example.com/other'], 'ours removed, the other kept')
+})
