@@ -13,7 +13,7 @@ import type { Cluster, ClusterTls } from '../../lib/compile/table.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
 import {
-  clientCert, createCa, createIntermediate, expiredCert, notYetValidCert, serverCert, spkiPin, type Leaf,
+  clientCert, createCa, createIntermediate, expiredCert, issue, notYetValidCert, serverCert, spkiPin, type Leaf,
 } from '../helpers/pki.ts'
 
 const root = createCa('verify root')
@@ -160,13 +160,13 @@ t.test('minimum TLS version: 1.2 by default, 1.3 when asked', async (t) => {
 
 t.test('session resumption: a new connection of the same pool resumes the session', async (t) => {
   // `connection: close` forces a new TLS connection per request.
-  const s = https.createServer({ key: good.keyPem, cert: good.fullChainPem }, (req, res) => {
-    res.setHeader('connection', 'close')
-    res.end(String((req.socket as TLSSocket).isSessionReused()))
-  })
-  const { up, port } = await setup(t, s)
   for (const version of ['TLSv1.2', 'TLSv1.3'] as const) {
-    const c = cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({ servername: 'api.test', verifyHostname: 'api.test', caPem: root.certPem, minVersion: version }) })
+    const s = https.createServer({ key: good.keyPem, cert: good.fullChainPem, maxVersion: version }, (req, res) => {
+      res.setHeader('connection', 'close')
+      res.end(String((req.socket as TLSSocket).isSessionReused()))
+    })
+    const { up, port } = await setup(t, s)
+    const c = cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({ servername: 'api.test', verifyHostname: 'api.test', caPem: root.certPem }) })
     const seen: string[] = []
     for (let i = 0; i < 3; i++) {
       seen.push(await ok(t, up, c, `request ${i}`))
@@ -175,4 +175,20 @@ t.test('session resumption: a new connection of the same pool resumes the sessio
     t.equal(seen[0], 'false', `${version}: first connection is a full handshake`)
     t.ok(seen.slice(1).includes('true'), `${version}: later connections resume (${seen.join(',')})`)
   }
+})
+
+t.test('mesh mTLS (verifyName false): chain against the mesh bundle only, our identity presented, no SNI', async (t) => {
+  const meshRoot = createCa('mesh root')
+  const workload = issue(meshRoot, { cn: 'workload', uris: ['spiffe://cluster.local/ns/shop/sa/web'], ips: ['10.9.9.9'] })
+  const identity = clientCert(meshRoot, 'sallyport-gateway')
+  const s = https.createServer({ key: workload.keyPem, cert: workload.certPem, requestCert: true, rejectUnauthorized: true, ca: meshRoot.certPem }, (req, res) => {
+    const socket = req.socket as TLSSocket
+    res.end(`client=${socket.getPeerCertificate()?.subject?.CN ?? ''} sni=${String(socket.servername)} alpn=${String(socket.alpnProtocol)}`)
+  })
+  const { up, port } = await setup(t, s)
+  const mesh = (over: Partial<ClusterTls>): Cluster => cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: clusterTls({
+    servername: null, verifyHostname: null, caPem: meshRoot.certPem, certPem: identity.certPem, keyPem: identity.keyPem, verifyName: false, ocsp: 'off', alpn: ['http/1.1'], ...over,
+  }) })
+  t.equal(await ok(t, up, mesh({}), 'a workload certificate without any DNS name is accepted'), 'client=sallyport-gateway sni=false alpn=http/1.1')
+  t.equal(await reason(up, mesh({ caPem: root.certPem })), 'unknown_ca', 'a workload outside the mesh trust bundle is refused')
 })
