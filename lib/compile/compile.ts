@@ -79,6 +79,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     ...sortedValues<HTTPRoute>(snapshot.httpRoutes), ...sortedValues<GRPCRoute>(snapshot.grpcRoutes),
     ...sortedValues<TCPRoute>(snapshot.tcpRoutes), ...sortedValues<TLSRoute>(snapshot.tlsRoutes),
   ]
+  const listenerUse = new Map<string, Set<string>>()
   for (const route of routes) {
     const attachment = attachRoute(snapshot, served, route)
     const refProblems: RefProblem[] = []
@@ -101,6 +102,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
             })
             if (cache.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
             cache.set(cacheKey, compiled)
+            noteListenerUse(listenerUse, cacheKey, compiled.rules)
           }
           const list = placed.get(port) ?? []
           for (const spec of compiled.matches) {
@@ -112,6 +114,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
           if (l4 === undefined) {
             l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, cache.size === 0 ? refProblems : [])
             cache.set(cacheKey, l4)
+            noteListenerUse(listenerUse, cacheKey, [l4])
           }
           if (route.kind === 'TCPRoute') {
             // Routes arrive oldest first: the first keeps the port.
@@ -129,7 +132,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   }
 
   const ports = buildPorts(plan.served, placed, tcp, sni)
-  const clusters = applyClusterPolicies(resolver, traffic)
+  const clusters = applyClusterPolicies(resolver, traffic, listenerUse)
   const clients = new Map<string, ClientIdentity>()
   for (const pod of sortedValues(snapshot.pods)) {
     for (const ip of pod.podIPs) {
@@ -192,8 +195,24 @@ function buildPorts(
   return ports
 }
 
+/**
+ * Issue 6: the Gateway listeners (`namespace/gateway/listener`) whose routes
+ * send to each cluster, so a BackendTrafficPolicy on a listener (sectionName)
+ * reaches backend-level fields too.
+ */
+function noteListenerUse(use: Map<string, Set<string>>, listenerKey: string, rules: ReadonlyArray<{ readonly backends: ReadonlyArray<{ readonly cluster: string | null }> | null; readonly mirrors?: ReadonlyArray<{ readonly cluster: string | null }> | null }>): void {
+  for (const rule of rules) {
+    for (const ref of [...(rule.backends ?? []), ...(rule.mirrors ?? [])]) {
+      if (ref.cluster === null) continue
+      let set = use.get(ref.cluster)
+      if (set === undefined) use.set(ref.cluster, set = new Set())
+      set.add(listenerKey)
+    }
+  }
+}
+
 /** Cluster-scope BackendTrafficPolicy fields: load balancing, circuit breaking, health checks, IPv6. */
-function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<import('../resources/model.ts').BackendTrafficPolicy>): Map<string, Cluster> {
+function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<import('../resources/model.ts').BackendTrafficPolicy>, listenerUse: ReadonlyMap<string, ReadonlySet<string>>): Map<string, Cluster> {
   const out = new Map<string, Cluster>()
   for (const [id, c] of resolver.clusters()) {
     const users = resolver.users.get(id) ?? []
@@ -201,6 +220,7 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
       c.kind === 'Backend' ? `${c.namespace}/${c.name}` : null,
       [...new Set(users.map(u => `${u.routeKind}/${u.routeKey}`))],
       [...new Set(users.map(u => u.gatewayKey))],
+      [...(listenerUse.get(id) ?? [])],
     )
     const destination = resolver.destinations.clusterDestination(c, users.map(u => u.gatewayKey))
     out.set(id, policy === null ? { ...c, destination } : {

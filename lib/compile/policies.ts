@@ -1,6 +1,7 @@
 // Step 4: policy attachment (Envoy Gateway BackendTrafficPolicy, sallyport
 // EgressExtension). Precedence: Route > Backend > Gateway listener (sectionName)
-// > whole Gateway; between policies on the same target the oldest
+// > whole Gateway, for rule-scope fields (forRoute) and cluster-scope fields
+// (forCluster) alike; between policies on the same target the oldest
 // creationTimestamp, then namespace/name, wins and the others are Conflicted.
 // A winning policy replaces a less specific one whole (Envoy Gateway's default,
 // no field-level merge); the less specific one gets Overridden=True.
@@ -87,17 +88,26 @@ export class PolicyIndex<P extends Policy> {
     return chosen
   }
 
-  /** Cluster-scope policy: the oldest route policy among the cluster's users, else the Backend's, else the oldest Gateway policy. */
-  forCluster(backendKey: string | null, routeSlots: readonly string[], gatewayKeys: readonly string[]): P | null {
+  /**
+   * Cluster-scope policy (load balancing, circuit breaking, health checks,
+   * connect timeout): the oldest route policy among the cluster's users, else
+   * the Backend's, else the oldest policy on a listener (sectionName) the
+   * users attach through, else the oldest whole-Gateway policy.
+   * `listenerKeys`: `namespace/gateway/listener`.
+   */
+  forCluster(backendKey: string | null, routeSlots: readonly string[], gatewayKeys: readonly string[], listenerKeys: readonly string[] = []): P | null {
     const routes = routeSlots.map(s => this.get(s)).filter((p): p is P => p !== null).sort(compareAge)
     const backend = backendKey === null ? null : this.get(`Backend/${backendKey}`)
+    const listeners = listenerKeys.map(l => this.get(`Listener/${l}`)).filter((p): p is P => p !== null).sort(compareAge)
     const gateways = gatewayKeys.map(g => this.get(`Gateway/${g}`)).filter((p): p is P => p !== null).sort(compareAge)
-    const chosen = routes[0] ?? backend ?? gateways[0] ?? null
+    const chosen = routes[0] ?? backend ?? listeners[0] ?? gateways[0] ?? null
     if (chosen === null) return null
     // Less specific policies that lost this cluster are Overridden (the same
     // rule forRoute applies to rule-scope fields).
     if (backend !== null && backend !== chosen) this.#override(backend, chosen)
-    if (chosen !== gateways[0]) for (const g of gateways) if (g !== chosen) this.#override(g, chosen)
+    // Among equals (several listeners or Gateways use the cluster) the oldest serves it; the others did not lose to a more specific one.
+    if (chosen !== listeners[0]) for (const l of listeners) this.#override(l, chosen)
+    if (chosen !== gateways[0]) for (const g of gateways) this.#override(g, chosen)
     return chosen
   }
 

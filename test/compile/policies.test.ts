@@ -105,3 +105,25 @@ t.test('a policy in another namespace does not reach a target of the same name (
   const { table } = run([routeTo('r', 'r.example'), foreign])
   t.equal(ruleFor(table, 'r.example')?.timeouts.requestMs, null)
 })
+
+t.test('cluster scope: a listener (sectionName) policy sets backend-level fields for clusters its routes use, between Backend and Gateway', async t => {
+  const backend = b.externalBackend('ext', 'api.example.com')
+  const ref = b.backendRef('ext', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })
+  const route = b.httpRoute('r', [b.rule([b.match('/')], [ref])], { hostnames: ['r.example'] })
+  const gwPol = b.trafficPolicy('gw-pol', { kind: 'Gateway', name: 'gw' }, lb('Random'), at(1))
+  const lsPol = b.trafficPolicy('ls-pol', { kind: 'Gateway', name: 'gw', sectionName: 'http' }, lb('ConsistentHash'), at(2))
+  const bePol = b.trafficPolicy('be-pol', { kind: 'Backend', name: 'ext' }, lb('LeastRequest'), at(3))
+  const id = 'Backend/default/ext:443'
+
+  const alone = run([backend, route, lsPol])
+  t.equal(alone.table.clusters.get(id)?.lb?.type, 'ConsistentHash', 'the listener policy alone applies to the cluster')
+
+  const two = run([backend, route, gwPol, lsPol])
+  t.equal(two.table.clusters.get(id)?.lb?.type, 'ConsistentHash', 'listener beats Gateway')
+  t.equal(conditions(two.status, 'gw-pol').Overridden, 'True/Overridden')
+  t.same(conditions(two.status, 'ls-pol'), { Accepted: 'True/Accepted' })
+
+  const three = run([backend, route, gwPol, lsPol, bePol])
+  t.equal(three.table.clusters.get(id)?.lb?.type, 'LeastRequest', 'Backend beats listener')
+  t.equal(conditions(three.status, 'ls-pol').Overridden, 'True/Overridden')
+})
