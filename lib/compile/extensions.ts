@@ -205,7 +205,13 @@ export function addExtensionVerdicts(objects: Map<string, ObjectStatus>, verdict
     const overridden = list.filter(v => !v.sameScope).map(v => `${v.extension}: ${ownerKey(v.winner)} is more specific`)
     const conditions = [...s.conditions]
     if (conflicted.length > 0) conditions.push(condition('Conflicted', true, 'Conflicted', `extensions not applied: ${[...new Set(conflicted)].sort().join('; ')}`, s.generation))
-    if (overridden.length > 0 && !conditions.some(c => c.type === 'Overridden')) conditions.push(condition('Overridden', true, 'Overridden', `extensions overridden: ${[...new Set(overridden)].sort().join('; ')}`, s.generation))
+    if (overridden.length > 0) {
+      // The policy index may already say Overridden (whole-policy precedence): name the extensions in the same condition.
+      const detail = `extensions overridden: ${[...new Set(overridden)].sort().join('; ')}`
+      const at = conditions.findIndex(c => c.type === 'Overridden')
+      if (at === -1) conditions.push(condition('Overridden', true, 'Overridden', detail, s.generation))
+      else conditions[at] = { ...conditions[at] as typeof conditions[number], message: `${(conditions[at] as typeof conditions[number]).message}; ${detail}` }
+    }
     objects.set(key, { ...s, conditions })
   }
 }
