@@ -145,8 +145,11 @@ export class BackendResolver {
   #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind): Resolved<Cluster> {
     const ns = svc.meta.namespace
     // GEP-1897 "How a client behaves": HTTPRoute (and, our choice, GRPCRoute) to a
-    // targeted Service connects with TLS; TLSRoute and TCPRoute forward bytes and never do.
-    const policy = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? null : tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
+    // targeted Service connects with TLS. Our choice for the implementation-dependent
+    // L4 rows (issue 8, README): TCPRoute and TLSRoute on a Terminate listener
+    // originate TLS too; TLSRoute passthrough never does — the data plane dials
+    // without the cluster's TLS there (lib/upstream/l4-dial.ts).
+    const policy = tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
     let protocol = serviceProtocol(port.appProtocol, routeKind, policy !== null)
     let tls: ClusterTls | null = null
     if (policy !== null) {
@@ -241,7 +244,7 @@ export class BackendResolver {
       const r = buildClusterTls(this.#snapshot, from, port.tls, hostname, protocol, backend.meta.annotations)
       if (!r.ok) return fail('InvalidBackendTLS', `Backend ${ns}/${backend.meta.name}: ${r.message}`)
       tls = r.value
-    } else if (wrapped !== null && protocol !== 'TCP' && protocol !== 'TLS') {
+    } else if (wrapped !== null) {
       // A Backend wrapping a Service (GEP-4488 EndpointSelector with a selectorRef, or a
       // Service destination) without TLS of its own: a BackendTLSPolicy on that Service
       // port applies as it would to the Service (GEP-1897 table, HTTP-like routes only).

@@ -166,7 +166,7 @@ function buildPorts(
     const listeners = byPort.get(port) as ServedListener[]
     const first = listeners[0]
     const protocol = first.protocol as PortEntry['protocol']
-    const httpLike = protocol === 'HTTP' || protocol === 'HTTPS' || (protocol === 'TLS' && first.tlsMode === 'Terminate')
+    const httpLike = protocol === 'HTTP' || protocol === 'HTTPS'
     const terminates = first.tlsMode === 'Terminate'
     let serverTls: PortEntry['serverTls'] = null
     if (terminates) {
@@ -181,7 +181,7 @@ function buildPorts(
       }
       wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
       const validation = listeners.find(l => l.clientValidation !== null)?.clientValidation ?? null
-      serverTls = { exact, wildcards, fallback, clientValidation: validation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : ['http/1.1'] }
+      serverTls = { exact, wildcards, fallback, clientValidation: validation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [] }
     }
     ports.set(port, {
       port, protocol,
@@ -189,7 +189,8 @@ function buildPorts(
       http: httpLike ? buildHostIndex(placed.get(port) ?? [], listeners.map(l => l.hostname ?? ANY_HOST)) : null,
       serverTls,
       tcp: protocol === 'TCP' ? tcp.get(port) ?? null : null,
-      sni: protocol === 'TLS' && first.tlsMode === 'Passthrough' ? buildSniIndex(sni.get(port) ?? [], 'Passthrough') : null,
+      // TLS listeners route TLSRoutes by SNI in both modes; Terminate first decrypts with serverTls (no ALPN: the stream is opaque).
+      sni: protocol === 'TLS' ? buildSniIndex(sni.get(port) ?? [], first.tlsMode === 'Passthrough' ? 'Passthrough' : 'Terminate') : null,
     })
   }
   return ports

@@ -51,8 +51,9 @@ function kindsFor(protocol: PortProtocol, tlsMode: 'Terminate' | 'Passthrough' |
     case 'HTTP': case 'HTTPS': return { allowed: HTTP_KINDS, defaults: HTTP_KINDS }
     case 'TCP': return { allowed: [{ group: GATEWAY_GROUP, kind: 'TCPRoute' }], defaults: [{ group: GATEWAY_GROUP, kind: 'TCPRoute' }] }
     case 'TLS': {
-      // Passthrough forwards the raw stream by SNI (TLSRoute); Terminate decrypts and routes HTTP.
-      const kinds = tlsMode === 'Passthrough' ? [{ group: GATEWAY_GROUP, kind: 'TLSRoute' }] : [{ group: GATEWAY_GROUP, kind: 'HTTPRoute' }]
+      // TLSRoute by SNI: Passthrough forwards the raw stream; Terminate decrypts with the
+      // listener's certificate and forwards the decrypted stream (issue 8).
+      const kinds = [{ group: GATEWAY_GROUP, kind: 'TLSRoute' }]
       return { allowed: kinds, defaults: kinds }
     }
   }

@@ -56,16 +56,17 @@ export function createDataPlane(options: DataPlaneOptions): DataPlane {
   return new HttpDataPlane(options)
 }
 
-function served(entry: PortEntry): 'HTTP' | 'HTTPS' | null {
-  return entry.protocol === 'HTTP' || entry.protocol === 'HTTPS' ? entry.protocol : null
+function served(entry: PortEntry): PortEntry['protocol'] {
+  return entry.protocol
 }
 
-class HttpDataPlane implements DataPlane, PlaneContext {
+class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
   readonly env: RouterEnv
   readonly limits: HttpLimits
+  readonly l4Limits: L4Limits
   readonly contexts = new SecureContexts()
   readonly #bind: string
-  readonly #listeners = new Map<number, PortListener>()
+  readonly #listeners = new Map<number, PortListener | L4Listener>()
   #table: RouteTable | null = null
   #draining = false
   /** Serializes apply() calls so two swaps never race on the same port. */
@@ -74,6 +75,7 @@ class HttpDataPlane implements DataPlane, PlaneContext {
   constructor(options: DataPlaneOptions) {
     this.#bind = options.bind ?? '0.0.0.0'
     this.limits = { ...DEFAULT_LIMITS, ...options.limits }
+    this.l4Limits = { ...DEFAULT_L4_LIMITS, ...options.l4Limits }
     this.env = {
       upstreams: options.upstreams,
       gatewayId: options.gatewayId ?? randomBytes(6).toString('hex'),
@@ -84,6 +86,11 @@ class HttpDataPlane implements DataPlane, PlaneContext {
   }
 
   current(): RouteTable | null { return this.#table }
+
+  get upstreams(): Upstreams { return this.env.upstreams }
+
+  /** L4 listeners log one line per connection on the same `access` logger. */
+  readonly accessLog: Logger | null
 
   apply(table: RouteTable): Promise<ApplyResult> {
     const run = this.#applying.then(() => this.#apply(table))
@@ -111,13 +118,12 @@ class HttpDataPlane implements DataPlane, PlaneContext {
 
     for (const [port, entry] of table.ports) {
       const protocol = served(entry)
-      if (protocol === null) continue
       const existing = this.#listeners.get(port)
       if (existing !== undefined) {
         existing.update(entry)
         continue
       }
-      const listener = new PortListener(port, protocol, this)
+      const listener = protocol === 'TCP' || protocol === 'TLS' ? new L4Listener(port, protocol, this) : new PortListener(port, protocol, this)
       opening.push(listener.listen(this.#bind, entry).then(
         () => { this.#listeners.set(port, listener) },
         (err: Error) => {

@@ -24,6 +24,8 @@ import type { PoolSettings, UpstreamPool } from './pool.ts'
 import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn, type Resolver } from './resolve.ts'
 import type { GuardOptions } from './destination-guard.ts'
 import { buildClientTls } from './tls.ts'
+import { L4Dialer } from './l4-dial.ts'
+import type { L4DialCallback, L4DialRequest } from './types.ts'
 
 export interface UpstreamOptions {
   /** TCP+TLS connect timeout; default 10 s. */
@@ -117,6 +119,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   /** The last retained table: its static endpoints keep their pools. */
   #table: RouteTable | null = null
   readonly #unregister: () => void
+  readonly #l4: L4Dialer
   readonly #resilience: Resilience
   #closed = false
 
@@ -129,6 +132,12 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     }
     this.#destinations = new DestinationResolver({ dns: options.dns, guard: options.guard, resolve: options.resolve as ResolveFn | undefined })
     this.#resolver = this.#destinations.connectorResolver()
+    // L4 (issue 8): connectors like the pools', hostnames resolved and guarded like theirs.
+    this.#l4 = new L4Dialer({
+      connector: (cluster, endpoint, tls, timeoutMs) => new Connector({ endpoint, tls, resolver: this.#resolver, timeoutMs, backend: cluster.id }),
+      resolve: (cluster, hostname) => this.#destinations.resolve(cluster, hostname),
+      connectTimeoutMs: this.#settings.connectTimeoutMs,
+    })
     this.#unregister = addPoolStatsSource(() => this.#samples())
     this.#resilience = new Resilience(this.#resolver)
   }
@@ -224,6 +233,11 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     ex.guard = rt
     rt.started(ex)
     this.#send(ex, state, index)
+  }
+
+  dialL4(req: L4DialRequest, callback: L4DialCallback): void {
+    if (this.#closed) return callback(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'), null)
+    this.#l4.dial(req, callback)
   }
 
   redispatch(ex: Exchange): boolean {

@@ -4,6 +4,7 @@
 // which protocol on the wire. Errors cross this boundary only as SallyportError
 // with a stable code (the original kept as `cause`).
 
+import type { Socket } from 'node:net'
 import type { Duplex, Readable } from 'node:stream'
 import type { SallyportError } from '../errors.ts'
 import type { Cluster, RouteTable } from '../compile/table.ts'
@@ -84,6 +85,24 @@ export interface UpstreamHandler {
   onError(err: SallyportError): void
 }
 
+/** One L4 connection (TCPRoute / TLSRoute, issue 8) to open to a cluster. */
+export interface L4DialRequest {
+  readonly cluster: Cluster
+  /** Dial with the cluster's TLS (when it has one); false for TLSRoute passthrough. */
+  readonly originateTls: boolean
+  /** null = the registry's default connect timeout. */
+  readonly connectMs: number | null
+}
+
+export interface L4Connection {
+  /** Connected (and, with TLS, verified) socket; allowHalfOpen is set. */
+  readonly socket: Socket
+  /** `address:port` connected to (access log). */
+  readonly endpoint: string
+}
+
+export type L4DialCallback = (err: SallyportError | null, conn: L4Connection | null) => void
+
 /**
  * Resilience state the router's failover and retry loop read (issue 6);
  * lib/upstream/resilience.ts implements it.
@@ -105,6 +124,8 @@ export interface Upstreams {
   readonly resilience?: ResilienceView
   // hot path
   forward(req: UpstreamRequest, handler: UpstreamHandler): void
+  /** L4: connect to an endpoint of the cluster, the next endpoint on connect failure (lib/upstream/l4-dial.ts). */
+  dialL4(req: L4DialRequest, callback: L4DialCallback): void
   /** After a swap: keep pools the new table references, drain and close the rest. */
   retain(table: RouteTable): void
   /** Pool statistics for /config_dump and metrics. */

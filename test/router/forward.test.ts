@@ -23,6 +23,7 @@ class Scripted implements Upstreams {
     this.script(req, handler)
   }
   retain(_table: RouteTable): void {}
+  dialL4(): void {}
   stats() { return [] }
   async close(): Promise<void> {}
 }

@@ -1,0 +1,225 @@
+// One listening port of protocol TCP or TLS (TCPRoute / TLSRoute, issue 8).
+//
+// - TCP: the port's TCPRoute takes every connection (compile picks one per
+//   port); TLS to the backend when the backend has it (l4-dial.ts).
+// - TLS Passthrough: the SNI is read from the ClientHello without terminating
+//   (tls-passthrough.ts), the TLSRoute for it chosen, and the client's bytes —
+//   hello included — go to the upstream untouched. Never TLS to the backend.
+// - TLS Terminate: the listener's certificate (PortEntry.serverTls, chosen by
+//   SNI) terminates; the decrypted stream goes to the TLSRoute's backend (with
+//   TLS again when the backend has it: re-encrypt).
+//
+// Each connection reads the table once, at accept, and keeps that table. The
+// server allows half-open sockets (FIN is forwarded, not answered), and drops
+// connections past `maxConnections` at accept.
+
+import net, { type Socket } from 'node:net'
+import tls from 'node:tls'
+import type { ListenerRef, PortEntry, RouteTable, ServerTls } from '../compile/table.ts'
+import { logger, type Logger } from '../observe/log.ts'
+import { downstreamActiveConnections } from '../observe/http-metrics.ts'
+import { l4Errors } from '../observe/l4-metrics.ts'
+import type { Upstreams } from '../upstream/types.ts'
+import { clientIp } from './exchange-h1.ts'
+import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
+import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
+import { L4Session, type SessionEnv } from './tcp-session.ts'
+
+const log = logger('listener')
+
+export interface L4Limits {
+  /** Open connections per listening port; past it new ones are closed at accept. Default 10 000. */
+  readonly maxConnections: number
+  /** No byte either way for this long closes the connection (route idle timeout wins). Default 1 h (Envoy tcp_proxy). */
+  readonly idleTimeoutMs: number
+  /** Passthrough: a complete ClientHello must arrive within this. Default 10 s. */
+  readonly clientHelloTimeoutMs: number
+  /** Terminate: the client's TLS handshake must finish within this. Default 10 s. */
+  readonly handshakeTimeoutMs: number
+}
+
+export const DEFAULT_L4_LIMITS: L4Limits = {
+  maxConnections: 10_000,
+  idleTimeoutMs: 3_600_000,
+  clientHelloTimeoutMs: 10_000,
+  handshakeTimeoutMs: 10_000,
+}
+
+/** What an L4 listener needs from its data plane. */
+export interface L4PlaneContext {
+  readonly upstreams: Upstreams
+  readonly contexts: SecureContexts
+  /** The `access` logger, or null when the access log is off. */
+  readonly accessLog: Logger | null
+  readonly l4Limits: L4Limits
+  current(): RouteTable | null
+}
+
+export class L4Listener {
+  readonly port: number
+  readonly protocol: 'TCP' | 'TLS'
+  readonly #plane: L4PlaneContext
+  readonly #server: net.Server
+  readonly #sessions = new Map<Socket, L4Session>()
+  readonly #connections: ReturnType<typeof downstreamActiveConnections.labels>
+  #listener: ListenerRef | null = null
+
+  constructor(port: number, protocol: 'TCP' | 'TLS', plane: L4PlaneContext) {
+    this.port = port
+    this.protocol = protocol
+    this.#plane = plane
+    this.#connections = downstreamActiveConnections.labels(String(port))
+    this.#server = net.createServer({ allowHalfOpen: true, noDelay: true, pauseOnConnect: true }, this.#onConnection)
+    this.#server.maxConnections = plane.l4Limits.maxConnections
+    this.#server.on('drop', this.#onDrop)
+  }
+
+  /** Binds `bind:port`; rejects with the listen error. */
+  listen(bind: string, entry: PortEntry): Promise<void> {
+    this.update(entry)
+    return new Promise((resolve, reject) => {
+      const server = this.#server
+      const onError = (err: Error): void => { server.off('listening', onListening); reject(err) }
+      const onListening = (): void => { server.off('error', onError); server.on('error', onServerError); resolve() }
+      server.once('error', onError)
+      server.once('listening', onListening)
+      server.listen({ host: bind, port: this.port, exclusive: false })
+    })
+  }
+
+  update(entry: PortEntry): void {
+    this.#listener = entry.listeners[0] ?? null
+  }
+
+  /** Stops accepting; open connections get `graceMs`, then are closed. */
+  close(graceMs: number): Promise<void> {
+    this.#server.close()
+    if (this.#sessions.size === 0) return Promise.resolve()
+    return new Promise((resolve) => {
+      const check = setInterval(() => {
+        if (this.#sessions.size > 0) return
+        clearInterval(check)
+        clearTimeout(timer)
+        resolve()
+      }, 25)
+      const timer = setTimeout(() => {
+        clearInterval(check)
+        for (const s of this.#sessions.values()) s.abort()
+        this.#sessions.clear()
+        resolve()
+      }, graceMs)
+    })
+  }
+
+  #onDrop = (): void => {
+    const l = this.#listener
+    l4Errors.inc({ gateway: l?.gateway ?? '', listener: l?.name ?? '', reason: 'max_connections' })
+  }
+
+  #onConnection = (socket: Socket): void => {
+    const table = this.#plane.current() // the one read of the table for this connection
+    const entry = table === null ? undefined : table.ports.get(this.port)
+    socket.on('error', noop) // the splice takes errors over; before it, a reset just closes
+    const listener = entry === undefined ? this.#listener : pickListener(entry.listeners, null)
+    const session = new L4Session(socket, {
+      gateway: listener?.gateway ?? '', listener: listener?.name ?? '',
+      protocol: this.protocol === 'TCP' ? 'tcp' : 'tls',
+      mode: entry?.sni?.mode ?? null,
+      client: clientIp(socket.remoteAddress),
+      accessLog: this.#plane.accessLog,
+    })
+    this.#track(socket, session)
+    if (table === null || entry === undefined || entry.protocol !== this.protocol) return session.fail('no_route')
+    const env: SessionEnv = { upstreams: this.#plane.upstreams, clusters: table.clusters, idleTimeoutMs: this.#plane.l4Limits.idleTimeoutMs }
+    if (this.protocol === 'TCP') {
+      const route = entry.tcp
+      session.start(env, route, socket, true, null)
+      return
+    }
+    const sni = entry.sni
+    if (sni === null) return session.fail('no_route')
+    if (sni.mode === 'Passthrough') {
+      socket.resume()
+      readClientHello(socket, this.#plane.l4Limits.clientHelloTimeoutMs, (outcome: HelloOutcome) => {
+        if (outcome.kind === 'hello') {
+          session.sni = outcome.sni
+          session.start(env, matchSni(sni, outcome.sni), socket, false, null)
+        } else if (outcome.kind === 'invalid') {
+          log.debug({ port: this.port, reason: outcome.reason }, 'unreadable ClientHello')
+          session.fail('client_hello_invalid')
+        } else if (outcome.kind === 'timeout') {
+          session.fail('client_hello_timeout')
+        } else {
+          session.fail('client_reset')
+        }
+      })
+      return
+    }
+    this.#terminate(socket, session, entry, env)
+  }
+
+  /** TLS Terminate: handshake with the listener's certificate, then route by the negotiated SNI. */
+  #terminate(socket: Socket, session: L4Session, entry: PortEntry, env: SessionEnv): void {
+    const conf = entry.serverTls
+    const sni = entry.sni
+    const cert = conf === null ? null : defaultCert(conf)
+    if (conf === null || sni === null || cert === null) return session.fail('no_route')
+    const contexts = this.#plane.contexts
+    const secure = new tls.TLSSocket(socket, {
+      isServer: true,
+      secureContext: contexts.get(cert, conf),
+      SNICallback: sniCallback(contexts, conf),
+      requestCert: conf.clientValidation !== null,
+      rejectUnauthorized: conf.clientValidation !== null && conf.clientValidation.required,
+      ...(conf.alpn.length > 0 ? { ALPNProtocols: [...conf.alpn] } : {}),
+    })
+    secure.allowHalfOpen = true
+    session.stream = secure
+    const timer = setTimeout(() => session.fail('client_tls_failed'), this.#plane.l4Limits.handshakeTimeoutMs)
+    secure.once('error', () => { clearTimeout(timer); session.fail('client_tls_failed') })
+    secure.once('secure', () => {
+      clearTimeout(timer)
+      secure.removeAllListeners('error')
+      secure.on('error', noop)
+      const name = typeof secure.servername === 'string' && secure.servername !== '' ? secure.servername.toLowerCase() : null
+      session.sni = name
+      session.start(env, matchSni(sni, name), secure, true, null)
+    })
+    socket.resume()
+  }
+
+  #track(socket: Socket, session: L4Session): void {
+    this.#sessions.set(socket, session)
+    this.#connections.inc()
+    socket.once('close', () => {
+      this.#sessions.delete(socket)
+      this.#connections.dec()
+    })
+  }
+}
+
+function sniCallback(contexts: SecureContexts, conf: ServerTls): (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
+  return (servername, cb) => {
+    const cert = selectCert(conf, servername.toLowerCase())
+    if (cert === null) { cb(new Error('no certificate for server name')); return }
+    try {
+      cb(null, contexts.get(cert, conf))
+    } catch (err) {
+      cb(err as Error)
+    }
+  }
+}
+
+/** The listener a connection is counted under: the one whose hostname covers the SNI, else the first. */
+function pickListener(listeners: readonly ListenerRef[], sni: string | null): ListenerRef | null {
+  if (sni !== null && listeners.length > 1) {
+    for (const l of listeners) if (l.hostname === sni) return l
+  }
+  return listeners[0] ?? null
+}
+
+function noop(): void {}
+
+function onServerError(err: Error): void {
+  log.error({ err: err.message }, 'listener error')
+}

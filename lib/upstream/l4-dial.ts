@@ -1,0 +1,170 @@
+// L4 connects (TCPRoute / TLSRoute): one connection per client connection, no
+// pooling — the bytes belong to the client's own session. The endpoint is
+// chosen by smooth weighted round robin per Cluster object (a new table starts
+// fresh); when a connect fails (refused, unreachable, DNS, timeout) the next
+// endpoint is tried, each at most once. A TLS failure is an answer about the
+// backend — same CA, same name on every endpoint — so it ends the dial at once
+// (as connect.ts does across the addresses of one endpoint).
+//
+// TLS origination (our definition of the GEP-1897 "implementation-dependent"
+// rows, see README "TCPRoute and TLSRoute"): a cluster with TLS (Backend tls,
+// or a Service targeted by a BackendTLSPolicy) is dialled with TLS when the
+// caller asks (`originateTls`): TCPRoute and TLSRoute on a Terminate listener.
+// TLSRoute passthrough never asks — the client's own TLS goes through.
+// No ALPN is offered: the stream is not ours to interpret.
+
+import type { Socket } from 'node:net'
+import type { Cluster, Endpoint } from '../compile/table.ts'
+import { ErrorCode, SallyportError } from '../errors.ts'
+import { upstreamConnectErrors } from '../observe/upstream-metrics.ts'
+import { WeightedRoundRobin } from './balancer.ts'
+import type { Connector } from './connect.ts'
+import { connectReason, normalizeUpstreamError } from './normalize-error.ts'
+import { buildClientTls, type ClientTls } from './tls.ts'
+import type { L4Connection, L4DialCallback, L4DialRequest } from './types.ts'
+
+/** Builds a Connector the way the registry builds its pools'. */
+export type ConnectorFactory = (cluster: Cluster, endpoint: Endpoint, tls: ClientTls | null, timeoutMs: number) => Connector
+
+/** Usable addresses of one hostname for one cluster (DNS, then the destination guard); `error` when none. */
+export type HostnameResolver = (cluster: Cluster, hostname: string) => Promise<{ readonly addresses: readonly string[]; readonly error: SallyportError | null }>
+
+export interface L4DialerOptions {
+  readonly connector: ConnectorFactory
+  /** The registry's guarded resolution (issue 5): hostname endpoints are dialled by address, like the pools'. */
+  readonly resolve: HostnameResolver
+  readonly connectTimeoutMs: number
+}
+
+interface ClusterState {
+  /** What the state was built from (labels joined): a DNS change rebuilds it. */
+  readonly key: string
+  readonly endpoints: readonly Endpoint[]
+  readonly balancer: WeightedRoundRobin
+  readonly labels: readonly string[]
+  /** Built once per Cluster object, on first TLS dial. */
+  clientTls: ClientTls | null
+  /** `${index}|${tls}|${timeoutMs}` → Connector (it keeps the TLS session ticket for resumption). */
+  readonly connectors: Map<string, Connector>
+}
+
+function endpointLabel(endpoint: Endpoint): string {
+  if (endpoint.kind === 'unix') return `unix:${endpoint.host}`
+  return endpoint.host.includes(':') ? `[${endpoint.host}]:${endpoint.port}` : `${endpoint.host}:${endpoint.port}`
+}
+
+export class L4Dialer {
+  readonly #factory: ConnectorFactory
+  readonly #resolve: HostnameResolver
+  readonly #defaultConnectMs: number
+  readonly #clusters = new WeakMap<Cluster, ClusterState>()
+
+  constructor(options: L4DialerOptions) {
+    this.#factory = options.connector
+    this.#resolve = options.resolve
+    this.#defaultConnectMs = options.connectTimeoutMs
+  }
+
+  dial(req: L4DialRequest, callback: L4DialCallback): void {
+    const cluster = req.cluster
+    if (cluster.endpoints.length === 0) {
+      callback(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${cluster.id}`), null)
+      return
+    }
+    if (!hasHostnames(cluster)) {
+      const state = this.#stateOf(cluster, cluster.endpoints)
+      this.#attempt(req, state, state.balancer.pick() ?? 0, 0, callback)
+      return
+    }
+    this.#expand(cluster).then((r) => {
+      if (r.error !== null) return callback(r.error, null)
+      const state = this.#stateOf(cluster, r.endpoints)
+      this.#attempt(req, state, state.balancer.pick() ?? 0, 0, callback)
+    }, (err: unknown) => callback(new SallyportError(ErrorCode.INTERNAL, 'resolving backend names failed', { cause: err }), null))
+  }
+
+  /** Hostname endpoints → one IP endpoint per usable address (the rest as they are). */
+  async #expand(cluster: Cluster): Promise<{ endpoints: Endpoint[]; error: SallyportError | null }> {
+    const resolutions = await Promise.all(cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#resolve(cluster, e.host) : null))
+    const endpoints: Endpoint[] = []
+    let error: SallyportError | null = null
+    cluster.endpoints.forEach((e, i) => {
+      const r = resolutions[i]
+      if (r === null) { endpoints.push(e); return }
+      if (r.error !== null) error ??= r.error
+      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone })
+    })
+    if (endpoints.length > 0) return { endpoints, error: null }
+    return { endpoints, error: error ?? new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no usable addresses for ${cluster.id}`) }
+  }
+
+  #attempt(req: L4DialRequest, state: ClusterState, index: number, tried: number, callback: L4DialCallback): void {
+    const cluster = req.cluster
+    const label = state.labels[index]
+    const connector = this.#connector(req, state, index)
+    connector.connect(null, (err, socket) => {
+      if (socket !== null) {
+        callback(null, connected(socket, label))
+        return
+      }
+      const e = normalizeUpstreamError(err, null, label)
+      if (e.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: cluster.id, reason: connectReason(e) })
+      const next = tried + 1
+      if (e.code === ErrorCode.UPSTREAM_CONNECT && next < state.endpoints.length) {
+        this.#attempt(req, state, (index + 1) % state.endpoints.length, next, callback)
+        return
+      }
+      callback(e, null)
+    })
+  }
+
+  #connector(req: L4DialRequest, state: ClusterState, index: number): Connector {
+    const cluster = req.cluster
+    const tls = req.originateTls && cluster.tls !== null
+    // Route timeout (BackendTrafficPolicy on the route), then the cluster's, then the registry default.
+    const timeoutMs = req.connectMs ?? cluster.connectTimeoutMs ?? this.#defaultConnectMs
+    const key = `${index}|${tls ? 1 : 0}|${timeoutMs}`
+    let c = state.connectors.get(key)
+    if (c === undefined) {
+      let clientTls: ClientTls | null = null
+      if (tls && cluster.tls !== null) {
+        state.clientTls ??= buildClientTls(cluster.tls)
+        clientTls = state.clientTls
+      }
+      c = this.#factory(cluster, state.endpoints[index], clientTls, timeoutMs)
+      state.connectors.set(key, c)
+    }
+    return c
+  }
+
+  #stateOf(cluster: Cluster, endpoints: readonly Endpoint[]): ClusterState {
+    const state = this.#clusters.get(cluster)
+    if (state !== undefined && (state.endpoints === endpoints || state.key === keyOf(endpoints))) return state
+    const labels = endpoints.map(endpointLabel)
+    const fresh: ClusterState = {
+      key: labels.join(','), endpoints, labels,
+      balancer: new WeightedRoundRobin(endpoints),
+      clientTls: state?.clientTls ?? null,
+      connectors: new Map(),
+    }
+    this.#clusters.set(cluster, fresh)
+    return fresh
+  }
+}
+
+function keyOf(endpoints: readonly Endpoint[]): string {
+  return endpoints.map(endpointLabel).join(',')
+}
+
+function hasHostnames(cluster: Cluster): boolean {
+  for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
+  return false
+}
+
+function connected(socket: Socket, label: string): L4Connection {
+  // Half-close both ways (README): the upstream's FIN must not end our write side.
+  socket.allowHalfOpen = true
+  const address = socket.remoteAddress
+  const endpoint = address === undefined ? label : address.includes(':') ? `[${address}]:${socket.remotePort}` : `${address}:${socket.remotePort}`
+  return { socket, endpoint }
+}

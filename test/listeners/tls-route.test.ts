@@ -1,0 +1,190 @@
+// TLS listeners with TLSRoutes, end to end over loopback: passthrough routing
+// by SNI (exact before wildcard, fallback, no SNI) with the client verifying
+// the upstream's own certificate through the gateway; the ClientHello split
+// across TCP segments and forwarded byte for byte; malformed and slow hellos;
+// Terminate mode forwarding the decrypted stream (and re-encrypting to a TLS
+// backend); `openssl s_client` with stdin piped.
+
+import t, { type Test } from 'tap'
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import path from 'node:path'
+import tls from 'node:tls'
+import { fileURLToPath } from 'node:url'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { createCa, serverCert, type TestCa } from '../helpers/pki.ts'
+import { serverTls } from '../helpers/table-builder.ts'
+import {
+  clusterTls, collect, connect, echoServer, freePort, l4Cluster, l4Route, listenOn, metricValue, recordingServer,
+  sniIndex, startPlane, table, tlsConnect, tlsPort, until, within,
+} from './tcp-fixtures.ts'
+
+configureLogger({ level: 'silent' })
+
+const CORPUS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'fixtures', 'regression', 'client-hello')
+
+/** A TLS upstream answering `<name>:<data>` on every chunk, with a certificate for `names`. */
+async function tlsUpstream(t: Test, ca: TestCa, name: string, names: readonly string[]): Promise<number> {
+  const cert = serverCert(ca, names)
+  const server = tls.createServer({ cert: cert.certPem, key: cert.keyPem, allowHalfOpen: true }, (s) => {
+    s.on('error', () => {})
+    s.on('data', (c: Buffer) => s.write(`${name}:${c.toString()}`))
+    s.on('end', () => s.end())
+  })
+  server.on('tlsClientError', () => {})
+  return listenOn(t, server)
+}
+
+async function ask(port: number, options: tls.ConnectionOptions, message = 'hi'): Promise<{ reply: string; cn: string }> {
+  const s = await tlsConnect(port, options)
+  const cn = String(s.getPeerCertificate().subject?.CN ?? '')
+  const r = collect(s)
+  s.end(message)
+  return { reply: (await r).data.toString(), cn }
+}
+
+t.test('passthrough: SNI routing, exact before wildcard, fallback; the client verifies the upstream certificate', async (t) => {
+  const ca = createCa('passthrough CA')
+  const exact = await tlsUpstream(t, ca, 'exact', ['db.example.com'])
+  const wild = await tlsUpstream(t, ca, 'wild', ['*.example.com', 'a.b.example.com'])
+  const fallback = await tlsUpstream(t, ca, 'fallback', ['other.test'])
+  const port = await freePort()
+  const routes = {
+    'db.example.com': l4Route('tls-exact', [{ cluster: 'exact' }]),
+    '*.example.com': l4Route('tls-wild', [{ cluster: 'wild' }]),
+  }
+  await startPlane(t, table([tlsPort(port, sniIndex(routes))], [
+    // Passthrough never originates TLS, even to a cluster that has it.
+    l4Cluster('exact', [exact], { tls: clusterTls({ caPem: 'not used' }) }), l4Cluster('wild', [wild]), l4Cluster('fallback', [fallback]),
+  ]))
+
+  const a = await ask(port, { servername: 'db.example.com', ca: ca.certPem })
+  t.same(a, { reply: 'exact:hi', cn: 'db.example.com' }, 'exact name → its upstream, certificate verified by the client')
+  const b = await ask(port, { servername: 'api.example.com', ca: ca.certPem })
+  t.same(b, { reply: 'wild:hi', cn: '*.example.com' }, 'wildcard')
+  const c = await ask(port, { servername: 'a.b.example.com', ca: ca.certPem })
+  t.equal(c.reply, 'wild:hi', 'a wildcard matches several labels')
+
+  // The apex is not covered by the wildcard, and there is no fallback: closed.
+  await t.rejects(tlsConnect(port, { servername: 'example.com', ca: ca.certPem }), 'no route for the apex: closed before a handshake')
+  await t.rejects(tlsConnect(port, { ca: ca.certPem, checkServerIdentity: () => undefined }), 'no SNI and no fallback: closed')
+  t.ok(await metricValue('sallyport_l4_errors_total', { reason: 'no_route' }) >= 2)
+
+  // With a route without hostnames, clients without SNI (or unknown names) get it.
+  const port2 = await freePort()
+  await startPlane(t, table([tlsPort(port2, sniIndex({ ...routes, '*': l4Route('tls-any', [{ cluster: 'fallback' }]) }))], [
+    l4Cluster('exact', [exact]), l4Cluster('wild', [wild]), l4Cluster('fallback', [fallback]),
+  ]))
+  const d = await ask(port2, { ca: ca.certPem, checkServerIdentity: () => undefined })
+  t.same(d, { reply: 'fallback:hi', cn: 'other.test' }, 'no SNI → the fallback route')
+  const e = await ask(port2, { servername: 'other.test', ca: ca.certPem })
+  t.equal(e.reply, 'fallback:hi', 'unknown name → the fallback route')
+})
+
+t.test('passthrough: a ClientHello split across TCP segments and records reaches the upstream byte for byte', async (t) => {
+  const rec = await recordingServer(t)
+  const port = await freePort()
+  await startPlane(t, table([tlsPort(port, sniIndex({ 'db.example.com': l4Route('tls-rec', [{ cluster: 'rec' }]) }))], [l4Cluster('rec', [rec.port])]))
+  for (const file of ['node-sni.bin', 'split-records.bin']) {
+    const hello = readFileSync(path.join(CORPUS, file))
+    const s = await connect(port)
+    const tail = Buffer.from('after the hello')
+    // One byte, then 4, then odd slices with pauses: every header boundary is crossed mid-read.
+    const cuts = [1, 5, 9, 60, 300]
+    let off = 0
+    for (const cut of cuts) {
+      s.write(hello.subarray(off, cut))
+      off = cut
+      await new Promise((r) => setTimeout(r, 15))
+    }
+    s.write(hello.subarray(off))
+    s.write(tail)
+    const want = Buffer.concat([hello, tail])
+    await until(() => rec.received.some((b) => b.equals(want)), 5000, `${file} forwarded`)
+    t.pass(`${file}: forwarded unchanged`)
+    s.destroy()
+  }
+})
+
+t.test('passthrough: malformed hellos are closed, slow ones time out', async (t) => {
+  const echo = await echoServer(t)
+  const port = await freePort()
+  await startPlane(t, table([tlsPort(port, sniIndex({ '*': l4Route('tls-any2', [{ cluster: 'e' }]) }))], [l4Cluster('e', [echo.port])]),
+    { l4Limits: { clientHelloTimeoutMs: 300 } })
+  for (const file of ['bad-not-tls-http.bin', 'bad-duplicate-sni-extension.bin', 'bad-too-large.bin']) {
+    const s = await connect(port)
+    const r = collect(s, 5000)
+    s.write(readFileSync(path.join(CORPUS, file)))
+    const got = await r
+    t.equal(got.data.length, 0, `${file}: nothing forwarded`)
+    t.not(got.how, 'timeout', `${file}: closed`)
+  }
+  t.equal(echo.connections(), 0, 'no upstream connection was opened')
+  t.ok(await metricValue('sallyport_l4_errors_total', { reason: 'client_hello_invalid' }) >= 3)
+
+  const slow = await connect(port)
+  const r = collect(slow, 5000)
+  slow.write(readFileSync(path.join(CORPUS, 'incomplete-first-segment.bin')))
+  const got = await r
+  t.not(got.how, 'timeout', 'an incomplete hello is closed after the hello timeout')
+  t.ok(await metricValue('sallyport_l4_errors_total', { reason: 'client_hello_timeout' }) >= 1)
+})
+
+t.test('terminate: the listener certificate terminates, the decrypted stream goes to the backend (plain or re-encrypted)', async (t) => {
+  const ca = createCa('terminate CA')
+  const listenerCert = serverCert(ca, ['*.gw.test'])
+  const plain = await echoServer(t)
+  const originCa = createCa('origin CA')
+  const origin = await tlsUpstream(t, originCa, 'origin', ['upstream.test'])
+  const port = await freePort()
+  const tlsConf = serverTls([{ hostname: '*.gw.test', certPem: listenerCert.certPem, keyPem: listenerCert.keyPem, id: listenerCert.id }])
+  await startPlane(t, table([tlsPort(port, sniIndex({
+    'plain.gw.test': l4Route('tls-plain', [{ cluster: 'plain' }]),
+    'origin.gw.test': l4Route('tls-origin', [{ cluster: 'origin' }]),
+  }, 'Terminate'), { ...tlsConf, alpn: [] })], [
+    l4Cluster('plain', [plain.port]),
+    l4Cluster('origin', [origin], { tls: clusterTls({ caPem: originCa.certPem }) }),
+  ]))
+  const a = await ask(port, { servername: 'plain.gw.test', ca: ca.certPem }, 'decrypted?')
+  t.same(a, { reply: 'decrypted?', cn: '*.gw.test' }, 'the gateway certificate; the plain upstream got plaintext')
+  const b = await ask(port, { servername: 'origin.gw.test', ca: ca.certPem }, 'again')
+  t.same(b, { reply: 'origin:again', cn: '*.gw.test' }, 're-encrypted to a TLS backend')
+  await t.rejects(ask(port, { servername: 'nothing.gw.test', ca: ca.certPem }).then((r) => { if (r.reply === '') throw new Error('closed') }), 'no route for the name: closed')
+})
+
+t.test('openssl s_client with stdin piped, through passthrough and terminate', async (t) => {
+  const ca = createCa('openssl CA')
+  const upstream = await tlsUpstream(t, ca, 'upstream', ['svc.example.com'])
+  const listenerCert = serverCert(ca, ['term.example.com'])
+  const plain = await echoServer(t)
+  const pass = await freePort()
+  const term = await freePort()
+  await startPlane(t, table([
+    tlsPort(pass, sniIndex({ '*.example.com': l4Route('tls-openssl', [{ cluster: 'up' }]) })),
+    tlsPort(term, sniIndex({ 'term.example.com': l4Route('tls-openssl-term', [{ cluster: 'plain' }]) }, 'Terminate'),
+      { ...serverTls([{ hostname: 'term.example.com', certPem: listenerCert.certPem, keyPem: listenerCert.keyPem, id: listenerCert.id }]), alpn: [] }),
+  ], [l4Cluster('up', [upstream]), l4Cluster('plain', [plain.port])]))
+  const caFile = path.join(t.testdirName, 'ca.pem')
+  const { mkdirSync, writeFileSync } = await import('node:fs')
+  mkdirSync(t.testdirName, { recursive: true })
+  writeFileSync(caFile, ca.certPem)
+
+  // stdin stays open until the answer is seen (openssl quits at stdin EOF), then closes.
+  const run = (port: number, name: string, input: string, expect: string): Promise<{ out: string; code: number | null }> => new Promise((resolve) => {
+    const p = spawn('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', name, '-CAfile', caFile, '-verify_return_error', '-quiet', '-no_ign_eof'], { stdio: ['pipe', 'pipe', 'pipe'] })
+    let out = ''
+    p.stdout.on('data', (c: Buffer) => {
+      out += c.toString()
+      if (out.includes(expect)) p.stdin.end()
+    })
+    p.stderr.on('data', () => {})
+    const timer = setTimeout(() => p.kill('SIGKILL'), 10_000)
+    p.on('close', (code) => { clearTimeout(timer); resolve({ out, code }) })
+    p.stdin.write(input)
+  })
+  const a = await within(run(pass, 'svc.example.com', 'hello through passthrough\n', 'upstream:hello'), 15_000, 'openssl passthrough')
+  t.equal(a.code, 0, 'openssl exited cleanly (certificate verified)')
+  t.match(a.out, 'upstream:hello through passthrough', 'passthrough: openssl verified the upstream and got its answer')
+  const b = await within(run(term, 'term.example.com', 'hello through terminate\n', 'hello through terminate'), 15_000, 'openssl terminate')
+  t.match(b.out, 'hello through terminate', 'terminate: the plain echo answered through the gateway TLS')
+})
