@@ -52,6 +52,12 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
     const rule = compileRule(route, ruleIndex, r.name, r.filters, r.backendRefs, grpc ? null : (r as HTTPRoute['rules'][number]).timeouts,
       grpc ? null : (r as HTTPRoute['rules'][number]).retry, policy, [gatewayExt?.extensions ?? null, routeExt !== gatewayExt ? routeExt?.extensions ?? null : null], ctx, refProblems)
     rules.push(rule)
+    // Issue 6: Gateway API sessionPersistence is not implemented (a rule-level
+    // cookie/header affinity would need the gateway to issue the session
+    // cookie); the rule is served without it and the route status says so.
+    if (r.sessionPersistence !== null) {
+      invalidMatches.push(`rules[${ruleIndex}].sessionPersistence: not supported, served without session affinity (use a BackendTrafficPolicy loadBalancer ConsistentHash by Header or Cookie)`)
+    }
     const list: ReadonlyArray<HTTPRouteMatch | GRPCRouteMatch> = r.matches.length > 0 ? r.matches : [grpc ? { method: null, headers: [] } : defaultMatch]
     list.forEach((m, matchIndex) => {
       try {
