@@ -9,7 +9,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { eventually, freePort, request, startCli, tempDir } from '../e2e/harness.ts'
+import { eventually, freePort, request, runCli, startCli, tempDir } from '../e2e/harness.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 
 const skip = dnsmasqSkip()
@@ -131,4 +131,19 @@ t.test('serve --dns-server: ExternalHostname backends resolved by a real DNS ser
   const finished = await inFlight
   t.equal(finished.status, 200, 'the in-flight request was not dropped')
   t.equal(finished.body, 'slow host=api.local.test')
+})
+
+t.test('DNS and guard flags are checked before anything starts (exit 2, usage)', async (t) => {
+  for (const [args, message] of [
+    [['--dns-server', 'dns.example'], /--dns-server: DNS server "dns.example" is not ADDR\[:PORT\]/],
+    [['--dns-server', '127.0.0.1:99999'], /bad port/],
+    [['--allow-destination-cidr', '10.0.0.0/33'], /--allow-destination-cidr "10.0.0.0\/33" is not a CIDR/],
+    [['--cluster-cidr', 'pods'], /--cluster-cidr "pods" is not a CIDR/],
+    [['--dns-min-ttl', '10', '--dns-max-ttl', '5'], /--dns-max-ttl must not be less than --dns-min-ttl/],
+    [['--dns-stale-ttl', '1.5'], /--dns-stale-ttl wants an integer/],
+  ] as const) {
+    const r = await runCli(t, ['serve', '--config', 'fixtures/quickstart', '--admin', 'off', ...args])
+    t.equal(r.code, 2, args.join(' '))
+    t.match(r.stderr, message)
+  }
 })
