@@ -1,0 +1,217 @@
+// Resilience through the real CLI (issue 6): an HTTPRoute with two backends at
+// priorities 0/1 (sallyport.io/backend-priority) and a BackendTrafficPolicy
+// (retry on 5xx and connect failures, passive health check) on the route —
+// the primary answers 503s, then refuses connections, and recovers each time:
+// traffic fails over and fails back. Then parent mode: two sallyport
+// processes chained (A's Backend is B, marked sallyport.io/parent-gateway, and
+// B routes back to A) — the loop is refused with 508 without a retry storm, a
+// connection failure to the parent is retried, a 503 from it is not.
+import t, { type Test } from 'tap'
+import fs from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import type { AddressInfo } from 'node:net'
+import { backendYaml, eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
+
+interface Upstream { server: http.Server; port: number; hits: number; mode: 'ok' | '503' }
+
+async function upstream(t: Test, name: string, port = 0): Promise<Upstream> {
+  const u: Upstream = { server: http.createServer(), port, hits: 0, mode: 'ok' }
+  u.server.on('request', (_req, res) => {
+    u.hits++
+    if (u.mode === '503') res.writeHead(503).end(`${name} busy`)
+    else res.end(name)
+  })
+  await new Promise<void>((resolve, reject) => { u.server.once('error', reject); u.server.listen(port, '127.0.0.1', resolve) })
+  u.port = (u.server.address() as AddressInfo).port
+  t.teardown(() => new Promise<void>((resolve) => { u.server.closeAllConnections(); u.server.close(() => resolve()) }))
+  return u
+}
+
+function stop(u: Upstream): Promise<void> {
+  return new Promise((resolve) => { u.server.closeAllConnections(); u.server.close(() => resolve()) })
+}
+
+/** Sum of a metric's samples (Prometheus text) whose labels contain every `key="value"` given. */
+function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1))
+  }
+  return sum
+}
+
+function serve(t: Test, dir: string, adminPort: number): ReturnType<typeof startCli> {
+  return startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
+}
+
+async function ready(adminPort: number): Promise<void> {
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20_000, 'readyz')
+}
+
+t.test('failover to the secondary when the primary fails (503s, refused), fail-back when it recovers', async (t) => {
+  const primary = await upstream(t, 'primary')
+  const secondary = await upstream(t, 'secondary')
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backendYaml('primary', primary.port)}---\n${backendYaml('secondary', secondary.port)}`)
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: llm
+  namespace: default
+  annotations:
+    sallyport.io/backend-priority: "primary=0,secondary=1"
+spec:
+  parentRefs:
+    - name: egress
+  hostnames: [llm.example.test]
+  rules:
+    - backendRefs:
+        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${primary.port} }
+        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${secondary.port} }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata:
+  name: llm-resilience
+  namespace: default
+spec:
+  targetRefs:
+    - { group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm }
+  retry:
+    numRetries: 1
+    perRetry:
+      backOff: { baseInterval: 10ms, maxInterval: 50ms }
+    retryOn:
+      triggers: [5xx, connect-failure]
+  healthCheck:
+    passive:
+      consecutive5XxErrors: 2
+      interval: 1s
+      baseEjectionTime: 1s
+      maxEjectionPercent: 100
+`)
+  const cli = serve(t, dir, adminPort)
+  await ready(adminPort)
+  const url = `http://127.0.0.1:${port}/v1/chat`
+  const host = 'llm.example.test'
+  const admin = `http://127.0.0.1:${adminPort}`
+  await eventually(() => request(url, { host }), (r) => r.status !== 404, 20_000, 'route served')
+
+  for (let i = 0; i < 5; i++) t.equal((await request(url, { host })).body, 'primary', 'healthy primary takes the traffic')
+  t.equal(secondary.hits, 0)
+
+  // The primary answers 503: each request is retried on the secondary; after two 503s the primary is ejected.
+  primary.mode = '503'
+  const before503 = primary.hits
+  for (let i = 0; i < 10; i++) {
+    const r = await request(url, { host })
+    t.same([r.status, r.body], [200, 'secondary'], `503 from primary → secondary (${i})`)
+  }
+  t.ok(primary.hits - before503 <= 3, `the primary saw ${primary.hits - before503} of 10 requests before its ejection`)
+  const dump = JSON.parse((await request(`${admin}/config_dump`)).body) as { upstreamHealth: Array<{ backend: string; endpoints: Array<{ ejected: boolean; ejections: number }> }> }
+  const p = dump.upstreamHealth.find((h) => h.backend.includes('primary'))
+  t.ok(p !== undefined && p.endpoints[0].ejections >= 1, '/config_dump shows the ejection')
+  const metrics = (await request(`${admin}/metrics`)).body
+  t.ok(metricSum(metrics, 'sallyport_upstream_retries_total', { reason: 'status_5xx' }) >= 1, 'retries counted')
+  t.ok(metricSum(metrics, 'sallyport_upstream_failover_total', { route: 'default/llm', from_priority: '0', to_priority: '1' }) >= 10, 'failovers counted')
+  t.ok(metricSum(metrics, 'sallyport_upstream_ejections_total') >= 1, 'ejection counted')
+
+  // Recovery: after baseEjectionTime the primary is back.
+  primary.mode = 'ok'
+  await eventually(() => request(url, { host }), (r) => r.body === 'primary', 10_000, 'fail-back to the primary')
+  for (let i = 0; i < 5; i++) t.equal((await request(url, { host })).body, 'primary', 'failed back')
+
+  // The primary refuses connections: the connect failure is retried on the secondary.
+  await stop(primary)
+  for (let i = 0; i < 6; i++) {
+    const r = await request(url, { host })
+    t.same([r.status, r.body], [200, 'secondary'], `refused → secondary (${i})`)
+  }
+  const m2 = (await request(`${admin}/metrics`)).body
+  t.ok(metricSum(m2, 'sallyport_upstream_connect_errors_total') >= 1, 'connect failures counted')
+
+  // It comes back on the same port: traffic returns once its ejection is over.
+  const revived = await upstream(t, 'primary', primary.port)
+  await eventually(() => request(url, { host }), (r) => r.body === 'primary', 15_000, 'fail-back after the restart')
+  t.ok(revived.hits >= 1)
+  t.equal(cli.child.exitCode, null, 'still running')
+})
+
+t.test('parent mode: a loop through two gateways is refused with 508, connect failures to the parent are retried, its 503 is not', async (t) => {
+  const busy = await upstream(t, 'busy')
+  busy.mode = '503'
+  const [portA, portB, adminA, adminB, deadPort] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()]
+  const route = (name: string, host: string, backend: string, port: number): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: ${name}, namespace: default }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${backend}, port: ${port} }]
+`
+  const parentBackend = (name: string, ports: number[]): string => `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: ${name}
+  namespace: default
+  annotations:
+    sallyport.io/parent-gateway: "true"
+spec:
+  endpoints:
+${ports.map((p) => `    - ip: { address: 127.0.0.1, port: ${p} }`).join('\n')}
+`
+  // Gateway A: everything goes to the parent B; the retry policy would retry 5xx — not for a parent.
+  const dirA = tempDir(t)
+  fs.writeFileSync(path.join(dirA, 'gateway.yaml'), gatewayYaml(portA))
+  fs.writeFileSync(path.join(dirA, 'backends.yaml'), `${parentBackend('parent', [portB])}---\n${parentBackend('flaky-parent', [deadPort, portB])}`)
+  fs.writeFileSync(path.join(dirA, 'routes.yaml'), [
+    route('loop', 'loop.test', 'parent', portB), route('busy', 'busy.test', 'parent', portB), route('flaky', 'flaky.test', 'flaky-parent', portB),
+    `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: retry-5xx, namespace: default }
+spec:
+  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: busy }]
+  retry:
+    numRetries: 3
+    retryOn: { triggers: [5xx, connect-failure] }
+`].join('---\n'))
+  // Gateway B: loop.test goes back to A (a misconfiguration), busy.test to an upstream answering 503.
+  const dirB = tempDir(t)
+  fs.writeFileSync(path.join(dirB, 'gateway.yaml'), gatewayYaml(portB))
+  fs.writeFileSync(path.join(dirB, 'backends.yaml'), `${backendYaml('back-to-a', portA)}---\n${backendYaml('busy', busy.port)}`)
+  fs.writeFileSync(path.join(dirB, 'routes.yaml'), [route('loop', 'loop.test', 'back-to-a', portA), route('busy', 'busy.test', 'busy', busy.port)].join('---\n'))
+  serve(t, dirB, adminB)
+  serve(t, dirA, adminA)
+  await ready(adminB)
+  await ready(adminA)
+  await eventually(() => request(`http://127.0.0.1:${portB}/`, { host: 'busy.test' }), (r) => r.status === 503, 20_000, 'B serves busy.test')
+  await eventually(() => request(`http://127.0.0.1:${portA}/`, { host: 'flaky.test' }), (r) => r.status === 404 && r.body.includes('no route'), 20_000, 'A serves flaky.test (B has no such route)')
+  busy.hits = 0
+
+  const requestsOf = async (admin: number): Promise<number> =>
+    metricSum((await request(`http://127.0.0.1:${admin}/metrics`)).body, 'sallyport_downstream_requests_total')
+  const [a0, b0] = [await requestsOf(adminA), await requestsOf(adminB)]
+  const loop = await request(`http://127.0.0.1:${portA}/`, { host: 'loop.test' })
+  t.equal(loop.status, 508, 'A → B → A: refused with 508 Loop Detected')
+  t.equal(await requestsOf(adminA) - a0, 2, 'A handled the request and its one looped copy')
+  t.equal(await requestsOf(adminB) - b0, 1, 'B handled it once: no retry storm')
+
+  const retriesBefore = metricSum((await request(`http://127.0.0.1:${adminA}/metrics`)).body, 'sallyport_upstream_retries_total')
+  const r = await request(`http://127.0.0.1:${portA}/`, { host: 'busy.test' })
+  t.equal(r.status, 503, 'the parent\'s 503 goes back')
+  t.equal(busy.hits, 1, 'not retried by A (parent mode), though A\'s policy retries 5xx')
+  const mA = (await request(`http://127.0.0.1:${adminA}/metrics`)).body
+  t.equal(metricSum(mA, 'sallyport_upstream_retries_total'), retriesBefore, 'A made no retry')
+
+  // flaky-parent: one endpoint refuses connections, the other is B. Connect failures are retried.
+  for (let i = 0; i < 4; i++) t.equal((await request(`http://127.0.0.1:${portA}/`, { host: 'flaky.test' })).status, 404, 'B answers (no route for flaky.test there)')
+  const mA2 = (await request(`http://127.0.0.1:${adminA}/metrics`)).body
+  t.ok(metricSum(mA2, 'sallyport_upstream_retries_total', { reason: 'connect' }) >= 1, 'connection failures to the parent were retried')
+  t.ok(metricSum(mA2, 'sallyport_upstream_connect_errors_total') >= 1)
+})
