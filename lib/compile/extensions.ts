@@ -15,7 +15,7 @@
 // changed Secret recompiles into new values (rotation without restart).
 
 import { createHash } from 'node:crypto'
-import type { ExtensionSpec } from '../resources/model.ts'
+import type { BackendTrafficPolicy, ExtensionSpec } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
 import type { CompiledExtension, ExtensionChain } from './table.ts'
@@ -25,7 +25,7 @@ import { condition, statusKey } from './conditions.ts'
 
 /** Where a list of extensions was declared. */
 export interface ExtensionOwner {
-  readonly kind: 'EgressExtension' | 'Backend'
+  readonly kind: 'EgressExtension' | 'Backend' | 'BackendTrafficPolicy'
   readonly group: string
   readonly namespace: string
   readonly name: string
@@ -114,6 +114,45 @@ export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['s
     scope, source: ownerKey(owner), namespace: owner.namespace, config: spec.config, secrets,
     error: error ?? (canonical === null ? `unknown extension type ${spec.type}` : null),
   }
+}
+
+/** Annotation on a BackendTrafficPolicy of type Global: the Redis (host:port) every replica shares. */
+export const RATE_LIMIT_REDIS = 'sallyport.io/rate-limit-redis'
+
+/**
+ * Envoy Gateway BackendTrafficPolicy.rateLimit as a RateLimit extension (one
+ * machinery for both). Each rule's clientSelectors must all hold (AND); a
+ * header or sourceCIDR of type Distinct gives each value its own bucket, the
+ * others select which requests share the rule's one bucket per route. Global
+ * rules use the Redis of the RATE_LIMIT_REDIS annotation; without it they are
+ * counted per process (Local) — the status of the policy does not change.
+ */
+export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec | null {
+  const rl = policy.rateLimit
+  if (rl === null || rl.rules.length === 0) return null
+  const rules = rl.rules.map((r) => {
+    const key: unknown[] = ['route']
+    const headers: Array<Record<string, unknown>> = []
+    let sourceCIDR: string | undefined
+    for (const sel of r.clientSelectors) {
+      for (const h of Array.isArray(sel.headers) ? sel.headers as Array<Record<string, unknown>> : []) {
+        const name = String(h.name ?? '')
+        // Distinct: a bucket per value, for requests that carry the header at all (Envoy's descriptor is absent otherwise).
+        if (h.type === 'Distinct') { key.push({ header: name }); headers.push({ name }) }
+        else headers.push({ name, ...(typeof h.value === 'string' ? { value: h.value } : {}), type: h.type === 'RegularExpression' ? 'RegularExpression' : 'Exact' })
+      }
+      const cidr = sel.sourceCIDR as Record<string, unknown> | undefined
+      if (cidr !== undefined && cidr !== null && typeof cidr.value === 'string') {
+        sourceCIDR = cidr.value
+        if (cidr.type === 'Distinct') key.push('client')
+      }
+    }
+    const match = headers.length + (sourceCIDR === undefined ? 0 : 1) === 0 ? undefined : { ...(headers.length > 0 ? { headers } : {}), ...(sourceCIDR === undefined ? {} : { sourceCIDR }) }
+    return { requests: r.requests, unit: r.unit, key, ...(match === undefined ? {} : { match }) }
+  })
+  const redis = policy.meta.annotations[RATE_LIMIT_REDIS]
+  const config: Record<string, unknown> = { rules, ...(rl.type === 'Global' && redis !== undefined && redis !== '' ? { global: { redis } } : {}) }
+  return { name: 'rate-limit', type: 'RateLimit', phase: null, priority: 0, failOpen: false, config }
 }
 
 /** Memoizes compiled extensions by owner and name (one object per extension in the table). */

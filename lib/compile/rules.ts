@@ -12,7 +12,7 @@ import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
-import type { ExtensionCompiler, ScopedExtensions } from './extensions.ts'
+import { rateLimitExtension, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
 
 export interface RuleContext {
   readonly resolver: BackendResolver
@@ -209,6 +209,12 @@ function compileRule(
 
   const ruleId = `${route.kind.toLowerCase()}/${route.meta.namespace}/${route.meta.name}/rule/${ruleIndex}`
   const scopes = ctx.extensionCompiler === undefined ? [] : ruleScopes(route, ctx, refScopes)
+  // Issue 7: BackendTrafficPolicy.rateLimit runs as a RateLimit extension (Route scope when the policy targets the route).
+  const limit = policy === null || ctx.extensionCompiler === undefined ? null : rateLimitExtension(policy)
+  if (limit !== null && policy !== null) {
+    const own = policy.targetRefs.some(r => r.kind === route.kind && r.name === route.meta.name)
+    scopes.push({ scope: own ? 'Route' : 'Gateway', owner: { kind: 'BackendTrafficPolicy', group: 'gateway.envoyproxy.io', namespace: policy.meta.namespace, name: policy.meta.name, createdAt: policy.meta.creationTimestamp }, list: [limit] })
+  }
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.
   const priorities = backendPriorities(route.meta.annotations[BACKEND_PRIORITY])

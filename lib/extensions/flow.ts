@@ -115,6 +115,8 @@ export class Flow {
   body: Buffer | null = null
   res: UpstreamResponse | null = null
   resView: ResponseView | null = null
+  /** Headers request hooks asked to add to the client's answer (ReplyHeaders); null: none. */
+  replyHeaders: Record<string, string> | null = null
 
   constructor(host: FlowHost, chain: RunnableChain, req: UpstreamRequest, info: FlowInfo) {
     this.host = host
@@ -144,6 +146,7 @@ export class Flow {
       return false
     }
     if ('body' in r && Buffer.isBuffer(r.body)) this.body = r.body
+    else if ('responseHeaders' in r) this.replyHeaders = this.replyHeaders === null ? { ...r.responseHeaders } : Object.assign(this.replyHeaders, r.responseHeaders)
     return true
   }
 

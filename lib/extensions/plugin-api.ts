@@ -65,7 +65,12 @@ export interface ReplaceBody {
   readonly body: Buffer
 }
 
-export type HookResult = void | undefined | Deny | ReplaceBody
+/** Request phases: headers for the client's answer (merged over the upstream's), e.g. RateLimit fields on a success. */
+export interface ReplyHeaders {
+  readonly responseHeaders: Readonly<Record<string, string>>
+}
+
+export type HookResult = void | undefined | Deny | ReplaceBody | ReplyHeaders
 export type MaybePromise<T> = T | Promise<T>
 
 /** Sees response body chunks as they stream (nothing is held back). */

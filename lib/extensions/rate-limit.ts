@@ -52,6 +52,8 @@ export interface LimiterConfig {
   readonly quota: number
   readonly windowSeconds: number
   readonly name: string
+  /** The RateLimit-Policy field value. */
+  readonly policy: string
 }
 
 /** A bucket family: key builder + local or Redis store + failure mode. */
@@ -68,8 +70,9 @@ export class Limiter {
     const unitMs = UNIT_MS[String(block.unit ?? 'Minute')]
     if (unitMs === undefined) throw new Error('unit must be Second, Minute, Hour or Day')
     const burst = typeof block.burst === 'number' && block.burst > 0 ? block.burst : amount
-    this.config = { limit: { capacity: burst, perMs: amount / unitMs }, quota: amount, windowSeconds: unitMs / 1000, name: spec.name }
-    this.#prefix = `sallyport:rl:${spec.source}/${spec.name}:`
+    const name = typeof block.name === 'string' ? block.name : spec.name
+    this.config = { limit: { capacity: burst, perMs: amount / unitMs }, quota: amount, windowSeconds: unitMs / 1000, name, policy: `"${name}";q=${amount};w=${unitMs / 1000}` }
+    this.#prefix = `sallyport:rl:${spec.source}/${spec.name}${name === spec.name ? '' : '/' + name}:`
     this.#parts = keyParts(block.key)
     const global = block.global as Record<string, unknown> | undefined
     if (global !== undefined && global !== null) {
@@ -100,6 +103,13 @@ export class Limiter {
     })
   }
 
+  /** An allowed request: the RateLimit fields for the answer (IETF draft: remaining quota, seconds until full). */
+  allow(d: Decision): HookResult {
+    const c = this.config
+    const reset = Math.ceil((c.limit.capacity - d.remaining) / c.limit.perMs / 1000)
+    return { responseHeaders: { 'ratelimit-policy': c.policy, ratelimit: `"${c.name}";r=${d.remaining};t=${reset}` } }
+  }
+
   /** 429 with Retry-After and the RateLimit fields. */
   deny(d: Decision, reason: string): HookResult {
     const c = this.config
@@ -109,7 +119,7 @@ export class Limiter {
         status: 429, reason,
         headers: {
           'retry-after': String(reset),
-          'ratelimit-policy': `"${c.name}";q=${c.quota};w=${c.windowSeconds}`,
+          'ratelimit-policy': c.policy,
           ratelimit: `"${c.name}";r=${d.remaining};t=${reset}`,
         },
       },
@@ -117,14 +127,86 @@ export class Limiter {
   }
 }
 
+/**
+ * One limit of a RateLimit: `config` itself, or each of `config.rules` (the
+ * BackendTrafficPolicy rateLimit shape: every rule whose `match` selects the
+ * request takes a token; the first that refuses answers 429).
+ */
+interface Rule { readonly limiter: Limiter; readonly match: RequestMatch | null; readonly cost: number }
+
 export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionHooks {
-  const limiter = new Limiter(spec, spec.config, redis, 'requests')
-  const cost = typeof spec.config.cost === 'number' && spec.config.cost > 0 ? spec.config.cost : 1
-  const onDecision = (d: Decision): HookResult => d.allowed ? undefined : limiter.deny(d, 'rate limit exceeded')
+  const blocks = Array.isArray(spec.config.rules) ? spec.config.rules as Array<Record<string, unknown>> : [spec.config]
+  const rules: Rule[] = blocks.map((b, i) => {
+    const block: Record<string, unknown> = { ...(Array.isArray(spec.config.rules) ? { global: spec.config.global, failureMode: spec.config.failureMode, name: `${spec.name}-${i}` } : {}), ...b }
+    return {
+      limiter: new Limiter(spec, block, redis, 'requests'),
+      match: compileMatch(block.match),
+      cost: typeof block.cost === 'number' && block.cost > 0 ? block.cost : 1,
+    }
+  })
+  const headersOnSuccess = spec.config.responseHeaders !== false
+  if (rules.length === 1 && rules[0]?.match === null) {
+    const { limiter, cost } = rules[0]
+    const onDecision = (d: Decision): HookResult => d.allowed ? (headersOnSuccess ? limiter.allow(d) : undefined) : limiter.deny(d, 'rate limit exceeded')
+    return {
+      requestHeaders(req: RequestView) {
+        const d = limiter.decide(limiter.key(req), 'take', cost)
+        return d instanceof Promise ? d.then(onDecision) : onDecision(d)
+      },
+    }
+  }
   return {
-    requestHeaders(req: RequestView) {
-      const d = limiter.decide(limiter.key(req), 'take', cost)
-      return d instanceof Promise ? d.then(onDecision) : onDecision(d)
+    async requestHeaders(req: RequestView): Promise<HookResult> {
+      let tightest: { limiter: Limiter; d: Decision } | null = null
+      for (const r of rules) {
+        if (r.match !== null && !r.match(req)) continue
+        const d = await r.limiter.decide(r.limiter.key(req), 'take', r.cost)
+        if (!d.allowed) return r.limiter.deny(d, 'rate limit exceeded')
+        if (tightest === null || d.remaining < tightest.d.remaining) tightest = { limiter: r.limiter, d }
+      }
+      return tightest === null || !headersOnSuccess ? undefined : tightest.limiter.allow(tightest.d)
     },
   }
+}
+
+export type RequestMatch = (req: RequestView) => boolean
+
+/**
+ * `match: { headers: [{ name, value?, type?: Exact | RegularExpression }], sourceCIDR: "10.0.0.0/8" }`:
+ * every header condition and the source range must hold (Envoy Gateway clientSelectors).
+ */
+export function compileMatch(m: unknown): RequestMatch | null {
+  if (m === undefined || m === null || typeof m !== 'object') return null
+  const o = m as Record<string, unknown>
+  const tests: RequestMatch[] = []
+  for (const h of Array.isArray(o.headers) ? o.headers as Array<Record<string, unknown>> : []) {
+    const name = String(h.name ?? '').toLowerCase()
+    const value = typeof h.value === 'string' ? h.value : null
+    const read = (req: RequestView): string | undefined => { const v = req.headers[name]; return Array.isArray(v) ? v.join(',') : v }
+    if (value === null) tests.push(req => read(req) !== undefined)
+    else if (h.type === 'RegularExpression') { const re = new RegExp(`^(?:${value})$`); tests.push(req => { const v = read(req); return v !== undefined && re.test(v) }) }
+    else tests.push(req => read(req) === value)
+  }
+  if (typeof o.sourceCIDR === 'string') {
+    const inRange = cidrTest(o.sourceCIDR)
+    tests.push(req => inRange(req.client.address))
+  }
+  return tests.length === 0 ? null : (req) => tests.every(f => f(req))
+}
+
+/** IPv4 CIDR (or an IPv6 one, compared by prefix text when it ends at a group boundary). */
+function cidrTest(cidr: string): (address: string) => boolean {
+  const [base, bitsText] = cidr.split('/') as [string, string?]
+  const bits = bitsText === undefined ? 32 : Number(bitsText)
+  const v4 = (a: string): number | null => {
+    const s = a.startsWith('::ffff:') ? a.slice(7) : a
+    const p = s.split('.')
+    if (p.length !== 4) return null
+    return p.reduce((n, x) => n * 256 + Number(x), 0)
+  }
+  const b = v4(base)
+  if (b === null) { const prefix = base.replace(/::$/, ':'); return (a) => a.startsWith(prefix) }
+  const size = 2 ** (32 - bits)
+  const net = Math.floor(b / size)
+  return (a) => { const n = v4(a); return n !== null && Math.floor(n / size) === net }
 }

@@ -263,6 +263,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
     const backend = this.backend
     if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
+    // Issue 7: headers extensions add to the answer (RateLimit fields on a success).
+    if (flow !== null && flow.replyHeaders !== null) Object.assign(headers, flow.replyHeaders)
     this.answered = true
     this.status = res.status
     // Trailers matter only to clients that said they take them (gRPC sends `te: trailers`).
