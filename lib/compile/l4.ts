@@ -1,6 +1,17 @@
 // Step 7: TCPRoute and TLSRoute → L4Route per port / per SNI. One TCPRoute
 // serves a TCP port (the oldest attached); a TLS port indexes TLSRoutes by
-// SNI, exact names before wildcards, the oldest route winning each name.
+// SNI, exact names before wildcards, the oldest route winning each name — in
+// both listener modes (Passthrough forwards the raw stream, Terminate
+// decrypts with the listener's certificate first).
+//
+// TLS origination to L4 backends — GEP-1897 "How a client behaves" leaves the
+// TCPRoute and TLSRoute-Terminate rows implementation-dependent; ours (README
+// "TCPRoute and TLSRoute"): a backend with TLS (Backend `tls`, or a Service
+// targeted by a BackendTLSPolicy — backends.ts resolves it for every route
+// kind) gets cluster TLS, and the data plane originates it for TCPRoute and
+// for TLSRoute on a Terminate listener (re-encrypt). A TLSRoute in
+// Passthrough never does: the client's own TLS goes through untouched
+// (lib/upstream/l4-dial.ts, `originateTls: false`).
 
 import type { BackendTrafficPolicy, TCPRoute, TLSRoute } from '../resources/model.ts'
 import type { L4Route, SniIndex, WeightedCluster } from './table.ts'
