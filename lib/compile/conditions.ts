@@ -17,12 +17,37 @@ export function condition(type: string, ok: boolean, reason: string, message: st
  * RFC 3339 timestamps in UTC compare correctly as strings; others are parsed.
  */
 export function compareAge(a: ObjectBase<string>, b: ObjectBase<string>): number {
-  const ta = timestampOf(a.meta.creationTimestamp)
-  const tb = timestampOf(b.meta.creationTimestamp)
-  if (ta !== tb) return ta < tb ? -1 : 1
-  const na = `${a.meta.namespace}/${a.meta.name}`
-  const nb = `${b.meta.namespace}/${b.meta.name}`
-  return na < nb ? -1 : na > nb ? 1 : 0
+  const sa = a.meta.creationTimestamp
+  const sb = b.meta.creationTimestamp
+  if (sa !== sb) {
+    // Hot in every sort of routes and matches (issue 11): Kubernetes writes
+    // second-precision UTC ('2024-01-01T00:00:00Z'), which compares as a
+    // string; anything else is parsed.
+    if (isUtcSeconds(sa) && isUtcSeconds(sb)) return sa < sb ? -1 : 1
+    const ta = timestampOf(sa)
+    const tb = timestampOf(sb)
+    if (ta !== tb) return ta < tb ? -1 : 1
+  }
+  return compareJoined(a.meta.namespace, a.meta.name, b.meta.namespace, b.meta.name)
+}
+
+/** `${na}/${ma}` against `${nb}/${mb}` as strings, without building them. */
+function compareJoined(na: string, ma: string, nb: string, mb: string): number {
+  if (na === nb) return ma < mb ? -1 : ma > mb ? 1 : 0
+  const la = na.length + 1 + ma.length
+  const lb = nb.length + 1 + mb.length
+  const n = la < lb ? la : lb
+  for (let i = 0; i < n; i++) {
+    const ca = i < na.length ? na.charCodeAt(i) : i === na.length ? 47 : ma.charCodeAt(i - na.length - 1)
+    const cb = i < nb.length ? nb.charCodeAt(i) : i === nb.length ? 47 : mb.charCodeAt(i - nb.length - 1)
+    if (ca !== cb) return ca < cb ? -1 : 1
+  }
+  return la - lb < 0 ? -1 : la === lb ? 0 : 1
+}
+
+/** 'YYYY-MM-DDTHH:MM:SSZ' by shape (length, separators, 'Z'). */
+function isUtcSeconds(t: string): boolean {
+  return t.length === 20 && t.charCodeAt(19) === 90 && t.charCodeAt(10) === 84 && t.charCodeAt(4) === 45 && t.charCodeAt(13) === 58
 }
 
 function timestampOf(text: string): number {

@@ -151,6 +151,7 @@ export class DestinationPolicies {
   readonly #globalAllow: readonly Cidr[]
   readonly #clusterCidrs: readonly Cidr[]
   readonly #gateways = new Map<string, GatewayPolicy>()
+  readonly #verdicts = new Map<Cluster, Map<string, Denial | null>>()
   /** Backend key → Gateway key → denial; read by status. */
   readonly denials = new Map<string, Map<string, Denial>>()
   /** Backend key → problems with its own annotation. */
@@ -185,10 +186,17 @@ export class DestinationPolicies {
   /** The verdict for routes of `gatewayKey` sending to `cluster`; null: allowed (at compile time). */
   check(cluster: Cluster, gatewayKey: string): Denial | null {
     if (cluster.kind !== 'Backend') return null
+    // Issue 11: every rule asks for each of its backends; a verdict depends
+    // only on (cluster, Gateway), so it is decided once per compile.
+    let byGateway = this.#verdicts.get(cluster)
+    if (byGateway === undefined) this.#verdicts.set(cluster, byGateway = new Map())
+    const known = byGateway.get(gatewayKey)
+    if (known !== undefined) return known
     const key = `${cluster.namespace}/${cluster.name}`
     const backend = this.#snapshot.backends.get(key)
     if (backend === undefined) return null
     const d = this.#verdict(backend, cluster, this.gatewayPolicy(gatewayKey))
+    byGateway.set(gatewayKey, d)
     if (d !== null) {
       const m = this.denials.get(key) ?? new Map<string, Denial>()
       m.set(gatewayKey, d)

@@ -46,7 +46,7 @@
 import type { ObjectBase } from '../resources/meta.ts'
 import type { PathMatcher, HeaderMatcher, RouteRule } from './table.ts'
 import { compareAge } from './conditions.ts'
-import { hostSpecificity } from './hostnames.ts'
+import { ANY_HOST } from './hostnames.ts'
 
 /** A match before ranking, with what the comparator needs. */
 export interface MatchSpec {
@@ -64,12 +64,21 @@ export interface MatchSpec {
 
 const PATH_ORDER = { Exact: 0, PathPrefix: 1, RegularExpression: 2 } as const
 
+/** hostSpecificity(pattern)[0]: 2 exact, 1 wildcard, 0 any. */
+function hostTier(pattern: string): number {
+  if (pattern === ANY_HOST) return 0
+  return pattern.charCodeAt(0) === 42 && pattern.charCodeAt(1) === 46 ? 1 : 2
+}
+
 export function compareMatches(a: MatchSpec, b: MatchSpec): number {
   // 1-2. Hostname: non-wildcard beats wildcard beats any; more characters first.
-  const [ha, la] = hostSpecificity(a.hostname)
-  const [hb, lb] = hostSpecificity(b.hostname)
-  if (ha !== hb) return hb - ha
-  if (la !== lb) return lb - la
+  // (hostTier inlines hostSpecificity's first element without its tuple: this runs in every vhost sort, issue 11.)
+  if (a.hostname !== b.hostname) {
+    const ha = hostTier(a.hostname)
+    const hb = hostTier(b.hostname)
+    if (ha !== hb) return hb - ha
+    if (a.hostname.length !== b.hostname.length) return b.hostname.length - a.hostname.length
+  }
   // 3. Exact path, then PathPrefix, then RegularExpression (ours).
   const ta = PATH_ORDER[a.path.type]
   const tb = PATH_ORDER[b.path.type]

@@ -2,7 +2,7 @@
 // references, and reading PEM material out of Secrets, ConfigMaps and
 // ClusterTrustBundles.
 
-import type { DataRef, ObjectRef } from '../resources/model.ts'
+import type { DataRef, ObjectRef, ReferenceGrant } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 
 export interface From { readonly group: string; readonly kind: string; readonly namespace: string }
@@ -15,14 +15,35 @@ export interface From { readonly group: string; readonly kind: string; readonly 
  */
 export function isReferenceAllowed(snapshot: Snapshot, from: From, to: ObjectRef): boolean {
   if (from.namespace === to.namespace) return true
-  for (const grant of snapshot.referenceGrants.values()) {
-    if (grant.meta.namespace !== to.namespace) continue
+  for (const grant of grantsIn(snapshot.referenceGrants, to.namespace)) {
     const fromOk = grant.from.some(f => f.group === from.group && f.kind === from.kind && f.namespace === from.namespace)
     if (!fromOk) continue
     const toOk = grant.to.some(t => t.group === to.group && t.kind === to.kind && (t.name === null || t.name === to.name))
     if (toOk) return true
   }
   return false
+}
+
+// Issue 11: every cross-namespace reference of every route asks; the grants
+// are grouped by namespace once per snapshot map (keyed by the map's identity,
+// so this stays a pure function of the snapshot; a snapshot is never mutated,
+// the size check only guards hand-built test snapshots).
+const GRANTS_BY_NAMESPACE = new WeakMap<ReadonlyMap<string, ReferenceGrant>, { readonly size: number; readonly index: Map<string, ReferenceGrant[]> }>()
+const NO_GRANTS: readonly ReferenceGrant[] = []
+
+function grantsIn(grants: ReadonlyMap<string, ReferenceGrant>, namespace: string): readonly ReferenceGrant[] {
+  if (grants.size === 0) return NO_GRANTS
+  let cached = GRANTS_BY_NAMESPACE.get(grants)
+  if (cached === undefined || cached.size !== grants.size) {
+    const index = new Map<string, ReferenceGrant[]>()
+    for (const g of grants.values()) {
+      const list = index.get(g.meta.namespace)
+      if (list === undefined) index.set(g.meta.namespace, [g])
+      else list.push(g)
+    }
+    GRANTS_BY_NAMESPACE.set(grants, cached = { size: grants.size, index })
+  }
+  return cached.index.get(namespace) ?? NO_GRANTS
 }
 
 export type Resolved<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly reason: string; readonly message: string }

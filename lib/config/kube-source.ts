@@ -19,6 +19,7 @@
 // (our own status writes come back as MODIFIED events) reuses the cached
 // result and does not trigger a recompile.
 
+import { performance } from 'node:perf_hooks'
 import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node'
 import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
@@ -39,8 +40,17 @@ export interface KubeSourceOptions {
   readonly namespaces?: readonly string[]
   /** Label selector every watched object must match (the API server filters). */
   readonly labelSelector?: string | null
-  /** Quiet time after the last change before a snapshot is built (default 50 ms). */
+  /**
+   * Debounce (issue 11, adaptive): the first change after a quiet period is
+   * applied after `firstDelayMs` (default min(10, debounceMs)); a change that
+   * follows another still pending waits for `debounceMs` of quiet (default
+   * 50 ms), but never longer than `maxDelayMs` (default 250 ms) after the
+   * first change of the burst, so a steady stream of events cannot starve
+   * reloads.
+   */
   readonly debounceMs?: number
+  readonly firstDelayMs?: number
+  readonly maxDelayMs?: number
   /** Items per list page (default 500). */
   readonly pageSize?: number
   /** Backoff after errors: first delay and cap (defaults 500 ms and 30 s), ±50 % jitter. */
@@ -87,6 +97,8 @@ export class KubeSource {
   readonly #namespaces: readonly string[]
   readonly #labelSelector: string | undefined
   readonly #debounceMs: number
+  readonly #firstDelayMs: number
+  readonly #maxDelayMs: number
   readonly #pageSize: number
   readonly #backoff: { readonly base: number; readonly max: number }
   readonly #notFoundRetryMs: number
@@ -96,6 +108,8 @@ export class KubeSource {
   #firstSync: (() => void) | null = null
   #synced = false
   #timer: NodeJS.Timeout | null = null
+  /** When the first change of the pending burst arrived (performance.now()); null: no change pending. */
+  #burstStart: number | null = null
   #running: Promise<void> | null = null
   #again = false
   #closed = false
@@ -105,6 +119,8 @@ export class KubeSource {
     this.#namespaces = [...new Set(options.namespaces ?? [])].sort()
     this.#labelSelector = options.labelSelector === null || options.labelSelector === '' ? undefined : options.labelSelector
     this.#debounceMs = options.debounceMs ?? 50
+    this.#firstDelayMs = Math.min(options.firstDelayMs ?? 10, this.#debounceMs)
+    this.#maxDelayMs = Math.max(options.maxDelayMs ?? 250, this.#debounceMs)
     this.#pageSize = options.pageSize ?? 500
     this.#backoff = options.backoffMs ?? { base: 500, max: 30_000 }
     this.#notFoundRetryMs = options.notFoundRetryMs ?? 5 * 60_000
@@ -323,11 +339,22 @@ export class KubeSource {
 
   #changed(): void {
     if (this.#closed || !this.#synced) return
+    const now = performance.now()
+    let delay: number
+    if (this.#burstStart === null) {
+      // Quiet until now: one edit is applied almost at once (watch event → serving, issue 11).
+      this.#burstStart = now
+      delay = this.#firstDelayMs
+    } else {
+      // More changes while one is pending: coalesce the burst, bounded by maxDelayMs.
+      delay = Math.min(this.#debounceMs, this.#burstStart + this.#maxDelayMs - now)
+    }
     if (this.#timer !== null) clearTimeout(this.#timer)
     this.#timer = setTimeout(() => {
       this.#timer = null
+      this.#burstStart = null
       void this.#schedule()
-    }, this.#debounceMs)
+    }, Math.max(0, delay))
   }
 
   #schedule(): Promise<void> {
