@@ -5,6 +5,7 @@ import { asArr, asObj, asStr, has, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
 import { hostnameProblem } from './checks.ts'
 import { Findings, child, item } from './findings.ts'
+import { checkExtensionConfig } from './rules-extensions.ts'
 
 /** metav1.LabelSelector: In/NotIn need values, Exists/DoesNotExist take none. */
 export function checkLabelSelector(sel: Obj | null, base: string, f: Findings): void {
@@ -31,6 +32,7 @@ export function checkExtensions(list: unknown, base: string, f: Findings): void 
       else names.set(name, i)
     }
     if (has(ext, 'config') && has(ext, 'rawConfig')) f.error(child(at, 'rawConfig'), 'set config or rawConfig, not both')
+    else checkExtensionConfig(ext, at, f)
   })
 }
 

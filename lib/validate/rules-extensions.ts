@@ -1,0 +1,209 @@
+// Per-type config checks of the built-in extension types (issue 7), so a typo
+// in `config` is a `sallyport validate` error naming the field
+// (`spec.extensions[0].config.header`) instead of an extension failing at
+// run time. Each type lists its fields (unknown ones are errors) and what is
+// required; values are checked where a wrong one would only show per request.
+
+import { ExtensionType, PHASES, canonicalType, effectiveType } from '../extension-types.ts'
+import { asArr, asObj, asStr, type Obj } from './access.ts'
+import { Findings, child, item, show } from './findings.ts'
+
+const UNITS = ['Second', 'Minute', 'Hour', 'Day']
+const KEY_PARTS = ['namespace', 'serviceAccount', 'route', 'backend', 'client']
+const PATTERNS = ['email', 'phone', 'card', 'ssn']
+const PLACEMENT = ['header', 'format', 'queryParam']
+
+function known(o: Obj, at: string, fields: readonly string[], f: Findings): void {
+  for (const k of Object.keys(o)) if (!fields.includes(k)) f.error(child(at, k), `unknown field; expected one of ${fields.join(', ')}`)
+}
+
+function required(o: Obj, at: string, names: readonly string[], f: Findings): void {
+  for (const n of names) if (o[n] === undefined || o[n] === null) f.error(child(at, n), 'required')
+}
+
+function positive(o: Obj, at: string, name: string, f: Findings): void {
+  const v = o[name]
+  if (v !== undefined && !(typeof v === 'number' && v > 0)) f.error(child(at, name), `must be a positive number, got ${show(v)}`)
+}
+
+function oneOf(o: Obj, at: string, name: string, values: readonly string[], f: Findings): void {
+  const v = o[name]
+  if (v !== undefined && !(typeof v === 'string' && values.includes(v))) f.error(child(at, name), `must be one of ${values.join(', ')}, got ${show(v)}`)
+}
+
+function url(o: Obj, at: string, name: string, f: Findings): void {
+  const v = asStr(o[name])
+  if (v === null) return
+  if (!/^https?:\/\/[^/]/.test(v)) f.error(child(at, name), `must be an http:// or https:// URL, got ${show(v)}`)
+}
+
+function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings): void {
+  const ref = o.secretRef
+  if (ref === undefined) return
+  const r = asObj(ref)
+  if (r === null || typeof r.name !== 'string' || r.name === '') { f.error(child(at, 'secretRef.name'), 'required: the Secret name'); return }
+  known(r, child(at, 'secretRef'), ['name', 'namespace', 'key', ...extra], f)
+}
+
+function placement(o: Obj, at: string, f: Findings): void {
+  const format = asStr(o.format)
+  if (format !== null && !format.includes('{value}')) f.error(child(at, 'format'), 'must contain {value}')
+  if (o.header !== undefined && o.queryParam !== undefined) f.error(child(at, 'queryParam'), 'set header or queryParam, not both')
+}
+
+function regex(v: unknown, at: string, f: Findings): void {
+  const o = asObj(v)
+  const source = o === null ? asStr(v) : asStr(o.regex)
+  if (o === null && source !== null && PATTERNS.includes(source)) return
+  if (source === null) { f.error(at, `must be one of ${PATTERNS.join(', ')} or { regex, flags }`); return }
+  if (o === null) { f.error(at, `unknown pattern ${show(source)}; expected one of ${PATTERNS.join(', ')} or { regex, flags }`); return }
+  try { new RegExp(source, asStr(o.flags) ?? '') } catch (err) { f.error(child(at, 'regex'), `not a valid regular expression: ${(err as Error).message}`) }
+}
+
+function selectors(v: unknown, at: string, f: Findings): void {
+  const list = Array.isArray(v) ? v : v === undefined ? [] : [v]
+  list.forEach((s, i) => {
+    const p = Array.isArray(v) ? item(at, i) : at
+    if (typeof s !== 'string' || !s.startsWith('$')) f.error(p, `must be a JSON selector starting with $ ($.a.b, $.a[*].b, $..b), got ${show(s)}`)
+  })
+}
+
+function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: readonly string[], f: Findings): void {
+  known(o, at, [amount, 'unit', 'burst', 'key', 'global', 'failureMode', 'cost', 'name', 'match', ...extra], f)
+  positive(o, at, amount, f)
+  positive(o, at, 'burst', f)
+  positive(o, at, 'cost', f)
+  oneOf(o, at, 'unit', UNITS, f)
+  oneOf(o, at, 'failureMode', ['open', 'closed'], f)
+  asArr(o.key).forEach((k, i) => {
+    const h = asObj(k)
+    if (typeof k === 'string' ? !KEY_PARTS.includes(k) : h === null || typeof h.header !== 'string') {
+      f.error(item(child(at, 'key'), i), `must be one of ${KEY_PARTS.join(', ')} or { header: name }, got ${show(k)}`)
+    }
+  })
+  const g = asObj(o.global)
+  if (o.global !== undefined && g === null) f.error(child(at, 'global'), 'must be an object { redis: host:port }')
+  if (g !== null) {
+    known(g, child(at, 'global'), ['redis', 'timeoutMs', 'failureMode'], f)
+    if (typeof g.redis !== 'string' && asObj(g.redis) === null) f.error(child(at, 'global.redis'), 'required: host:port of the Redis every replica shares')
+  }
+}
+
+function payloadRules(v: unknown, at: string, f: Findings): void {
+  const b = asObj(v)
+  if (b === null) { f.error(at, 'must be an object { redact, deny }'); return }
+  known(b, at, ['redact', 'deny'], f)
+  const r = asObj(b.redact)
+  if (r !== null) {
+    known(r, child(at, 'redact'), ['fields', 'patterns', 'scope', 'replacement'], f)
+    selectors(r.fields, child(at, 'redact.fields'), f)
+    selectors(r.scope, child(at, 'redact.scope'), f)
+    asArr(r.patterns).forEach((p, i) => regex(p, item(child(at, 'redact.patterns'), i), f))
+  }
+  const deny = Array.isArray(b.deny) ? b.deny : b.deny === undefined ? [] : [b.deny]
+  deny.forEach((d, i) => {
+    const o = asObj(d)
+    const p = item(child(at, 'deny'), i)
+    if (o === null) return f.error(p, 'must be an object { pattern(s), field(s), reason }')
+    known(o, p, ['pattern', 'patterns', 'field', 'fields', 'reason'], f)
+    if (o.pattern === undefined && o.patterns === undefined) f.error(child(p, 'pattern'), 'required')
+    const pats = o.patterns ?? o.pattern
+    ;(Array.isArray(pats) ? pats : [pats]).forEach((x, j) => regex(x, Array.isArray(pats) ? item(child(p, 'patterns'), j) : child(p, 'pattern'), f))
+    selectors(o.fields ?? o.field, child(p, o.fields !== undefined ? 'fields' : 'field'), f)
+  })
+}
+
+/** One extension item's `config` (or `rawConfig`), by its type. */
+export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
+  const typeText = asStr(ext.type)
+  if (typeText === null) return
+  const canonical = canonicalType(typeText)
+  // Not a built-in (the egress proposal's examples name others): nothing to check here; it fails per failOpen when it runs.
+  if (canonical === null) return
+  const field = ext.rawConfig !== undefined ? 'rawConfig' : 'config'
+  const config = asObj(ext[field]) ?? {}
+  const c = child(at, field)
+  const type = effectiveType(canonical, config)
+  const common = ['maxBodyBytes']
+  positive(config, c, 'maxBodyBytes', f)
+  switch (type) {
+    case ExtensionType.CREDENTIAL_INJECTOR:
+      known(config, c, ['secretRef', ...PLACEMENT, ...common], f)
+      required(config, c, ['secretRef'], f)
+      secretRef(config, c, [], f)
+      placement(config, c, f)
+      break
+    case ExtensionType.OAUTH2: {
+      const nested = asObj(config.oauth2)
+      const o = nested ?? config
+      const oc = nested === null ? c : child(c, 'oauth2')
+      const fields = ['tokenUrl', 'secretRef', 'scopes', 'scope', 'audience', 'authStyle', 'refreshBeforeSeconds', 'timeoutMs', ...PLACEMENT]
+      known(config, c, nested === null ? [...fields, ...common] : ['oauth2', ...PLACEMENT, ...common], f)
+      if (nested !== null) known(nested, oc, fields, f)
+      required(o, oc, ['tokenUrl', 'secretRef'], f)
+      url(o, oc, 'tokenUrl', f)
+      secretRef(o, oc, ['clientIdKey', 'clientSecretKey'], f)
+      oneOf(o, oc, 'authStyle', ['header', 'body'], f)
+      positive(o, oc, 'refreshBeforeSeconds', f)
+      positive(o, oc, 'timeoutMs', f)
+      placement(config, c, f)
+      break
+    }
+    case ExtensionType.AWS_SIGV4: {
+      const nested = asObj(config.awsSigV4)
+      const o = nested ?? config
+      const oc = nested === null ? c : child(c, 'awsSigV4')
+      const fields = ['service', 'region', 'secretRef', 'payload']
+      known(config, c, nested === null ? [...fields, ...common] : ['awsSigV4', ...common], f)
+      if (nested !== null) known(nested, oc, fields, f)
+      required(o, oc, ['service', 'region', 'secretRef'], f)
+      secretRef(o, oc, ['accessKeyIdKey', 'secretAccessKeyKey', 'sessionTokenKey'], f)
+      oneOf(o, oc, 'payload', ['signed', 'unsigned'], f)
+      break
+    }
+    case ExtensionType.RATE_LIMIT:
+      if (Array.isArray(config.rules)) {
+        known(config, c, ['rules', 'global', 'failureMode', 'responseHeaders'], f)
+        config.rules.forEach((r, i) => { const o = asObj(r); if (o !== null) { limitBlock(o, item(child(c, 'rules'), i), 'requests', [], f); required(o, item(child(c, 'rules'), i), ['requests'], f) } })
+      } else {
+        limitBlock(config, c, 'requests', ['responseHeaders', ...common], f)
+        required(config, c, ['requests'], f)
+      }
+      break
+    case ExtensionType.AI_USAGE: {
+      known(config, c, ['budget', ...common], f)
+      const b = asObj(config.budget)
+      if (b !== null) { limitBlock(b, child(c, 'budget'), 'tokens', [], f); required(b, child(c, 'budget'), ['tokens'], f) }
+      break
+    }
+    case ExtensionType.PAYLOAD_PROCESSOR:
+      known(config, c, ['request', 'response', ...common], f)
+      if (config.request === undefined && config.response === undefined) f.error(child(c, 'request'), 'set request or response (or both)')
+      if (config.request !== undefined) payloadRules(config.request, child(c, 'request'), f)
+      if (config.response !== undefined) payloadRules(config.response, child(c, 'response'), f)
+      break
+    case ExtensionType.EXTERNAL_PROCESSOR:
+      known(config, c, ['url', 'timeoutMs', 'phases', ...common], f)
+      required(config, c, ['url'], f)
+      url(config, c, 'url', f)
+      positive(config, c, 'timeoutMs', f)
+      asArr(config.phases).forEach((p, i) => { if (!(PHASES as readonly unknown[]).includes(p)) f.error(item(child(c, 'phases'), i), `must be one of ${PHASES.join(', ')}, got ${show(p)}`) })
+      break
+    case ExtensionType.PLUGIN:
+      known(config, c, ['path', 'options', 'secretRef', ...common], f)
+      required(config, c, ['path'], f)
+      secretRef(config, c, [], f)
+      break
+    case ExtensionType.AUTHORIZATION:
+      known(config, c, ['allow', 'allowUnidentified'], f)
+      required(config, c, ['allow'], f)
+      asArr(config.allow).forEach((a, i) => {
+        const o = asObj(a)
+        const p = item(child(c, 'allow'), i)
+        if (o === null) return f.error(p, 'must be an object { namespace, serviceAccount, spiffeId }')
+        known(o, p, ['namespace', 'serviceAccount', 'spiffeId'], f)
+        if (typeof o.spiffeId === 'string' && !o.spiffeId.startsWith('spiffe://') && o.spiffeId !== '*') f.error(child(p, 'spiffeId'), 'must start with spiffe://')
+      })
+      break
+  }
+}
