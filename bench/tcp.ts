@@ -8,7 +8,9 @@
 // ends). Runs alternate (direct, proxied, direct, ...); median of 3 runs of
 // SIZE_MIB each, every run cut off after LIMIT_MS (its rate then counts the
 // bytes moved so far). Prints MiB/s of each and the ratio proxied/direct.
-// Target: >= 0.7.
+// Target: >= 0.7. On a loaded or small machine wall-clock rates are noisy, so
+// it also prints CPU per GiB: sallyport's process vs this process (which runs
+// both ends of the copy, in both paths).
 //
 // Run: npx node bench/tcp.ts [size MiB, default 512]
 
@@ -17,7 +19,7 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
+import { cpuMsOfTree, freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
 
 const ROOT = path.resolve(import.meta.dirname, '..')
 const SIZE_MIB = Number(process.argv[2] ?? 512)
@@ -161,14 +163,26 @@ async function main(): Promise<void> {
     for (const [name, fn] of [['upload', upload], ['download', download]] as const) {
       const direct: number[] = []
       const proxied: number[] = []
+      let gatewayCpuMs = 0
+      let endsCpuMs = 0
+      let proxiedMiB = 0
       for (let run = 0; run < RUNS; run++) {
         direct.push(await fn(upstreamPort))
+        const gw0 = cpuMsOfTree(proc.child.pid as number)
+        const me0 = process.cpuUsage()
+        const t0 = performance.now()
         proxied.push(await fn(gw))
+        proxiedMiB += proxied[run] * (performance.now() - t0) / 1000
+        gatewayCpuMs += cpuMsOfTree(proc.child.pid as number) - gw0
+        const me = process.cpuUsage(me0)
+        endsCpuMs += (me.user + me.system) / 1000
         console.log(`  ${name} run ${run + 1}: direct ${direct[run].toFixed(0)} MiB/s, sallyport ${proxied[run].toFixed(0)} MiB/s`)
       }
       const ratio = median(proxied) / median(direct)
       ratios.push(`${name} ${ratio.toFixed(2)}`)
       console.log(`${name.padEnd(8)} direct ${median(direct).toFixed(0)} MiB/s  sallyport ${median(proxied).toFixed(0)} MiB/s  ratio ${ratio.toFixed(2)} (target >= 0.7)`)
+      const perGiB = (ms: number): string => (ms / (proxiedMiB / 1024)).toFixed(0)
+      console.log(`${''.padEnd(8)} CPU per GiB: sallyport ${perGiB(gatewayCpuMs)} ms, client+upstream ${perGiB(endsCpuMs)} ms`)
     }
     console.log(`ratio sallyport/direct: ${ratios.join(', ')}`)
   } finally {
