@@ -143,7 +143,7 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
       required(o, oc, ['tokenUrl', 'secretRef'], f)
       url(o, oc, 'tokenUrl', f)
       secretRef(o, oc, ['clientIdKey', 'clientSecretKey'], f)
-      oneOf(o, oc, 'authStyle', ['header', 'body'], f)
+      oneOf(o, oc, 'authStyle', ['basic', 'header', 'body'], f)
       positive(o, oc, 'refreshBeforeSeconds', f)
       positive(o, oc, 'timeoutMs', f)
       placement(config, c, f)
