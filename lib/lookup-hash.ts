@@ -48,16 +48,24 @@ export function slotHash(owner: number, key: number, kind: number): number {
   return h === 0 ? 1 : h
 }
 
-// Layout of the typed arrays (lib/compile/table.ts LookupIndex). A slot is 4
-// int32 words: [slot hash, tag, key offset in `chars`, value]; tag is
-// owner vhost id << 1 | kind; value is the first entry of the match list for
-// a path slot (unused for a host slot). `chars[offset]` is the key's length,
-// its code units follow. Per vhost, `vhostInfo` holds 4 words: [key hash,
-// root prefix list (-1: none), deepest prefix in segments, flags].
+// Layout of the index (lib/compile/table.ts LookupIndex). Each table is one
+// plain array, 4 elements a slot: [stored hash, tag, key, value]. The stored
+// hash is the slot hash's low 30 bits (a small integer in every V8 build, so
+// the array holds no boxed numbers; 0 marks an empty slot); tag is owner vhost
+// id << 1 | kind; key is the key string (compared with the request in place);
+// value is the first RouteMatch of the key's list for a path slot (the rest of
+// the list, from `pathLists[slot]`, is only read when it does not fit), 0 for
+// a host slot. One slot read gives the hash, the key and the first match, so a
+// hit costs one dependent load less than slot → list → match.
+// Per vhost, `vhostInfo` holds 4 int32 words: [key hash, root prefix list
+// (-1: none), deepest prefix in segments, flags].
 export const SLOT_WORDS = 4
 export const INFO_WORDS = 4
 export const FLAG_EXACT = 1
 export const FLAG_REGEX = 2
 export const FLAG_QUERY = 4
-/** Keys longer than this are not indexed (their length is one code unit); the port falls back to the tree walk. */
-export const MAX_KEY_LENGTH = 0xffff
+
+/** What a slot stores of a slot hash. */
+export function storedHash(slot: number): number {
+  return (slot & 0x3fffffff) || 1
+}

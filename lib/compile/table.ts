@@ -106,21 +106,21 @@ export interface HostIndex {
 }
 
 /**
- * Open-addressing hash tables in typed arrays (layout in lib/lookup-hash.ts):
- * a lookup reads a few cache lines of a few contiguous buffers instead of a
- * chain of Map buckets and node objects, so its cost does not grow with the
- * number of hosts and routes (bench/compile.ts). Typed arrays cannot be frozen;
+ * Open-addressing hash tables (layout in lib/lookup-hash.ts): a lookup reads
+ * a few slots of two flat arrays instead of a chain of Map buckets and node
+ * objects, so its cost does not grow with the number of hosts and routes
+ * (bench/compile.ts). The arrays are not frozen (they are not enumerable);
  * nothing writes them after compile.
  */
 export interface LookupIndex {
   /** Exact hosts and wildcard suffixes ('.example.com'); capacity a power of two. */
-  readonly hostSlots: Int32Array
+  readonly hostSlots: ReadonlyArray<number | string | RouteMatch>
   readonly hostMask: number
   /** (vhost, Exact path) and (vhost, PathPrefix without trailing '/'), except the root prefix. */
-  readonly pathSlots: Int32Array
+  readonly pathSlots: ReadonlyArray<number | string | RouteMatch>
   readonly pathMask: number
-  /** Every key: its length, then its UTF-16 code units. */
-  readonly chars: Uint16Array
+  /** Per path slot: where its match list starts in `matches`. */
+  readonly pathLists: Int32Array
   /** Per vhost id: key hash, root prefix list, deepest prefix, flags. */
   readonly vhostInfo: Int32Array
   /** By vhost id. */

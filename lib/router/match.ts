@@ -3,26 +3,47 @@
 // anchored regexes, ranked matches, the prefix segment tree); this file only
 // looks things up. Imports only types from the table (data-path rule).
 //
-// Data structures (bench/compile.ts; 2 vCPU Xeon, 2 MiB L2 per core, Node 24):
-// hosts are one Map plus a short wildcard scan; paths are one Map for Exact
-// and a segment tree of Maps for PathPrefix, so a lookup reads one Map per
-// path segment whatever the number of routes. findVirtualHost + matchRequest,
-// half Exact half PathPrefix, 1,000 pre-built inputs:
-//   10 routes / 10 hosts                       2.5 - 6.3 M/s
-//   10,000 routes / 1,000 hosts, all hosts hit 0.17 - 0.94 M/s
-//   same table, inputs on 300 hosts            2.8 M/s
-//   same table, inputs on 10 hosts             1.0 - 4.2 M/s  (0.6-0.8 of a 10-route table of the same vhost shape)
-//   same table, 3,000 / 10,000 routes hit      0.91 / 0.86 M/s (vs 0.94 for 1,000)
-// The cost does not grow with the number of routes; it steps down once the
-// vhosts in use no longer fit in L2 (between 300 and 1,000 hot hosts here) and
-// stays flat after that: every level of the walk is a dependent load
-// (vhost → Map → table → key → node), and a miss costs more than the rest of
-// the lookup. So the walk reads as few objects as it can (shared empty
-// children/regex lists from compile, no recursion, rank-0 exact hits return at
-// once); the ranges are run-to-run spread on a shared, loaded machine.
+// Data structures (bench/compile.ts; 2 vCPU Xeon, 2 MiB L2 per core, Node 24,
+// a shared machine at load 5-18). Two matchers give the same answers:
+//
+// - The tree walk (findVirtualHost + matchRequest): hosts in one Map plus a
+//   short wildcard scan; per vhost a Map for Exact paths and a segment tree of
+//   Maps for PathPrefix. Every level is a dependent load (vhost → Map → table →
+//   key → node → ...), ten or more per lookup, each a likely cache/TLB miss once
+//   the hosts in use no longer fit in L2. It serves hand-built tables, and its
+//   structures stay in the table for printing.
+// - The lookup index (matchOnPort, what forward.ts calls): per port two
+//   open-addressing tables in flat arrays (lib/compile/lookup-index.ts, layout
+//   in lib/lookup-hash.ts): host → vhost id, and (vhost, Exact path) /
+//   (vhost, PathPrefix) → first match of the ranked list. The request's host
+//   and path are hashed (FNV-1a, no allocation) in one pass each, which yields
+//   the hash of every path prefix ending at a segment boundary and of every host
+//   suffix starting at a '.'. A path slot is keyed by the vhost's key hash,
+//   which for an exact host is the request host's own hash, so the path probes
+//   do not wait for the host probe. A hit reads: host slot + host key, path
+//   slot + key + first RouteMatch (the key and the match load in parallel).
+//
+// Lookups per CPU-second, half Exact half PathPrefix, 1,000 pre-built inputs,
+// medians of alternating runs (walk → index, one run):
+//   10 routes / 10 hosts                         6.1 M → 3.6 M
+//   10 routes / 1 host (big table's vhost shape) 5.1 M → 4.4 M
+//   10,000 routes / 1,000 hosts, all hosts hit   0.49 M → 1.65 M
+//   same table, inputs on 300 / 100 / 30 / 10    0.94 / 2.1 / 3.1 / 2.8 M → 1.9 / 2.6 / 2.3 / 2.5 M
+// big/small: walk 0.08, index 0.46 (0.65 in a run of the first index layout,
+// whose small-table case was slower); the target was 0.8 and is not reached.
+// The break-even against the walk is a working set of about 100 hot hosts:
+// below, the walk wins on the bench's reused input strings (V8 caches their
+// hashes, so its Map lookups hash nothing, while the index hashes ~30 chars in
+// JS: ~150-250 ns on this machine); above, the index wins, 3x at 1,000 hosts,
+// and it degrades 0.65x from 10 to 1,000 hot hosts where the walk degrades
+// 0.17x. What is left is ~3 misses per lookup (host slot, path slot, key and
+// RouteMatch); reading the path slots before the host probe (so the misses
+// overlap) measured no gain, so they already overlap, and the remaining cost
+// is the miss latency on a machine whose other processes flush L2 between our
+// time slices. In production both matchers hash fresh request strings.
 
 import type { HeaderMatcher, HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
-import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash } from '../lookup-hash.ts'
+import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash, storedHash } from '../lookup-hash.ts'
 
 export interface MatchInput {
   /** Uppercase. */
@@ -134,34 +155,56 @@ function pathHashOf(s: string): number {
 function probeHost(ix: LookupIndex, hash: number, kind: number, host: string, start: number): number {
   const slots = ix.hostSlots
   const mask = ix.hostMask
+  const stored = storedHash(hash)
   for (let i = hash & mask; ; i = (i + 1) & mask) {
     const at = i * SLOT_WORDS
     const h = slots[at]
     if (h === 0) return -1
-    if (h === hash && (slots[at + 1] & 1) === kind && sameKey(ix.chars, slots[at + 2], host, start, host.length)) return slots[at + 1] >> 1
+    if (h !== stored) continue
+    const tag = slots[at + 1] as number
+    if ((tag & 1) !== kind) continue
+    const key = slots[at + 2] as string
+    if (start === 0 ? key === host : key.length === host.length - start && sameTail(key, host, start)) return tag >> 1
   }
 }
 
+/** key === text.slice(start), without the slice (key.length is checked by the caller). */
+function sameTail(key: string, text: string, start: number): boolean {
+  for (let k = 0; k < key.length; k++) {
+    if (key.charCodeAt(k) !== text.charCodeAt(start + k)) return false
+  }
+  return true
+}
+
+// The path slot of the last probePath hit (its match list: ix.pathLists[slot]).
+let hitSlot = 0
+
 // hot path
-/** First entry (in ix.matches) of the list of key `path[0..end)` with this tag, or -1. */
-function probePath(ix: LookupIndex, hash: number, tag: number, path: string, end: number): number {
+/**
+ * The first match of the list of key `path[0..end)` with this tag, or null;
+ * sets hitSlot. A slot hash match is confirmed on the stored key.
+ */
+function probePath(ix: LookupIndex, hash: number, tag: number, path: string, end: number): RouteMatch | null {
   const slots = ix.pathSlots
   const mask = ix.pathMask
+  const stored = storedHash(hash)
   for (let i = hash & mask; ; i = (i + 1) & mask) {
     const at = i * SLOT_WORDS
     const h = slots[at]
-    if (h === 0) return -1
-    if (h === hash && slots[at + 1] === tag && sameKey(ix.chars, slots[at + 2], path, 0, end)) return slots[at + 3]
+    if (h === 0) return null
+    if (h !== stored || slots[at + 1] !== tag) continue
+    const key = slots[at + 2] as string
+    if (end === path.length ? key === path : key.length === end && samePrefix(key, path)) {
+      hitSlot = i
+      return slots[at + 3] as RouteMatch
+    }
   }
 }
 
-// hot path
-/** Is the key stored at `key` (length, then code units) equal to text[start..end)? No substring. */
-function sameKey(chars: Uint16Array, key: number, text: string, start: number, end: number): boolean {
-  const len = end - start
-  if (chars[key] !== len) return false
-  for (let k = 0; k < len; k++) {
-    if (chars[key + 1 + k] !== text.charCodeAt(start + k)) return false
+/** path starts with key (key.length is checked by the caller); key[0] and path[0] are both '/'. */
+function samePrefix(key: string, path: string): boolean {
+  for (let k = key.length - 1; k > 0; k--) {
+    if (key.charCodeAt(k) !== path.charCodeAt(k)) return false
   }
   return true
 }
@@ -216,17 +259,19 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
   let best: RouteMatch | null = null
 
   if ((flags & FLAG_EXACT) !== 0) {
-    const list = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length)
-    if (list >= 0) {
-      best = firstFitAt(matches, list, input, query, Infinity)
+    const first = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length)
+    if (first !== null) {
+      best = fits(first, input, query) ? first : firstFitAt(matches, ix.pathLists[hitSlot] + 1, input, query, Infinity)
       if (best !== null && best.rank === 0) return best // nothing ranks before it
     }
   }
   const deepest = info[at + 2]
   for (let d = (depth < deepest ? depth : deepest) - 1; d >= 0; d--) {
-    const list = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d])
-    if (list < 0) continue
-    const found = firstFitAt(matches, list, input, query, best === null ? Infinity : best.rank)
+    const first = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d])
+    if (first === null) continue
+    const limit = best === null ? Infinity : best.rank
+    if (first.rank >= limit) continue
+    const found = fits(first, input, query) ? first : firstFitAt(matches, ix.pathLists[hitSlot] + 1, input, query, limit)
     if (found !== null) best = found
   }
   const root = info[at + 1]

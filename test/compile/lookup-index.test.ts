@@ -1,0 +1,52 @@
+// The lookup index is derived data: compile attaches it to every HTTP
+// HostIndex, dumps and goldens never show it, and it indexes every key of the
+// vhosts (the matcher's answers are tested in test/router/match-index.test.ts).
+import t from 'tap'
+import { compile } from '../../lib/compile/compile.ts'
+import { dumpTable } from '../../lib/compile/print.ts'
+import { buildLookupIndex } from '../../lib/compile/lookup-index.ts'
+import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, SLOT_WORDS } from '../../lib/lookup-hash.ts'
+import * as b from './builders.ts'
+
+function table() {
+  const routes = [
+    b.httpRoute('a', [b.rule([b.match('/x', 'Exact'), b.match('/p/q/'), b.match('/'), b.match('/r[0-9]', 'RegularExpression')])], { hostnames: ['a.example.com'] }),
+    b.httpRoute('w', [b.rule([b.match('/w', 'PathPrefix', { queryParams: [{ type: 'Exact', name: 'v', value: '1' }] })])], { hostnames: ['*.example.com'] }),
+    b.httpRoute('any', [b.rule([b.match('/any', 'Exact')])]),
+  ]
+  return compile(b.snapshotOf([b.gatewayClass(), b.gateway('gw', [b.listener('http', 80)]), b.service('svc'), ...routes]), b.opts).table
+}
+
+t.test('attached to the HostIndex, not enumerable: dumps, JSON and freezing skip it', async t => {
+  const hosts = table().ports.get(80)?.http
+  if (hosts == null) return t.fail('no port 80')
+  t.ok(hosts.lookup !== undefined)
+  t.notOk(Object.keys(hosts).includes('lookup'))
+  t.notMatch(JSON.stringify(dumpTable(table())), /lookup|hostSlots|pathSlots/)
+  t.ok(Object.isFrozen(hosts), 'the HostIndex itself is frozen')
+})
+
+t.test('every key of every vhost is in the index; root lists and flags per vhost', async t => {
+  const hosts = table().ports.get(80)?.http
+  if (hosts == null) return t.fail('no port 80')
+  const ix = buildLookupIndex(hosts)
+  t.same(ix.vhosts.map(v => v.hostname), ['a.example.com', '*.example.com', '*'], 'ids: exact, wildcards, catch-all')
+  t.equal(ix.fallback, 2)
+  t.equal(ix.wildcards, 1)
+  t.equal(ix.maxDepth, 2, "'/p/q/' is two segments deep")
+  const keys = (slots: ReadonlyArray<unknown>): string[] => {
+    const out: string[] = []
+    for (let at = 0; at < slots.length; at += SLOT_WORDS) if (slots[at] !== 0) out.push(`${(slots[at + 1] as number) >> 1}:${slots[at + 2] as string}`)
+    return out.sort()
+  }
+  t.same(keys(ix.hostSlots), ['0:a.example.com', '1:.example.com'])
+  // a.example.com also carries the wildcard's /w and the catch-all's /any (ranked after its own); the wildcard carries /any.
+  t.same(keys(ix.pathSlots), ['0:/any', '0:/p/q', '0:/w', '0:/x', '1:/any', '1:/w', '2:/any'])
+  const info = (vid: number, word: number): number => ix.vhostInfo[vid * INFO_WORDS + word]
+  t.ok(info(0, 1) >= 0, "vhost 0 has a root '/' list")
+  t.equal(ix.matches[info(0, 1)]?.path.value, '/')
+  t.equal(info(1, 1), -1)
+  t.equal(info(0, 3), FLAG_EXACT | FLAG_REGEX | FLAG_QUERY)
+  t.equal(info(1, 3), FLAG_EXACT | FLAG_QUERY)
+  t.equal(info(2, 3), FLAG_EXACT)
+})
