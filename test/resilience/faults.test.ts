@@ -197,3 +197,48 @@ t.test('client abort: never retried, never counted against the backend', async (
   t.same({ ejected: e.ejected, ejections: e.ejections }, { ejected: false, ejections: 0 }, 'no ejection')
   t.equal(health?.activeRequests, 0, 'nothing left in flight')
 })
+
+t.test('gateway-error trigger: 502/503/504 are retried, a 500 is not', async (t) => {
+  let n = 0
+  const u = await upstream(t, 'gw', (req, res) => {
+    if (req.url === '/500') return void res.writeHead(500).end('no')
+    res.writeHead(++n === 1 ? 502 : 200).end('ok')
+  })
+  const gw = await serve(t, [cluster('ge', u.port)], { retry: policy({ triggers: ['gateway-error'] }) })
+  t.equal((await ask(gw.port)).status, 200)
+  t.equal(u.hits, 2, '502, then the retry')
+  t.equal((await ask(gw.port, { path: '/500' })).status, 500)
+  t.equal(u.hits, 3, 'the 500 went out once')
+})
+
+t.test('Retry-After as an HTTP-date is honoured too', async (t) => {
+  const at: number[] = []
+  const u = await upstream(t, 'date', (_req, res) => {
+    at.push(performance.now())
+    if (at.length === 1) res.writeHead(503, { 'retry-after': new Date(Date.now() + 2000).toUTCString() }).end()
+    else res.end('ok')
+  })
+  const gw = await serve(t, [cluster('rd', u.port)], { retry: policy({ triggers: ['retriable-status-codes'], httpStatusCodes: [503] }) })
+  t.equal((await ask(gw.port)).status, 200)
+  // An HTTP-date has whole seconds: 2 s ahead is at least 1 s away.
+  t.ok(at[1] - at[0] >= 900, `waited ${Math.round(at[1] - at[0])} ms`)
+})
+
+t.test('refused-stream trigger: an HTTP/2 stream refused by the upstream is retried', async (t) => {
+  let streams = 0
+  const server = http2.createServer()
+  server.on('stream', (stream) => {
+    stream.on('error', () => {}) // the refusal is reported on our own side of the stream too
+    if (++streams === 1) stream.close(http2.constants.NGHTTP2_REFUSED_STREAM)
+    else { stream.respond({ ':status': 200 }); stream.end('ok') }
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())))
+  const port = (server.address() as AddressInfo).port
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'rs', reason: 'refused_stream' })
+  const gw = await serve(t, [cluster('rs', port, { protocol: 'H2C' })], { retry: policy({ triggers: ['refused-stream'] }) })
+  const r = await ask(gw.port)
+  t.equal(r.status, 200)
+  t.equal(streams, 2)
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'rs', reason: 'refused_stream' }), before + 1)
+})
