@@ -10,7 +10,7 @@ import https from 'node:https'
 import path from 'node:path'
 import type { TLSSocket } from 'node:tls'
 import { eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
-import { clientCert, createCa, createIntermediate, serverCert } from '../helpers/pki.ts'
+import { clientCert, createCa, createIntermediate, issue, serverCert } from '../helpers/pki.ts'
 
 const root = createCa('e2e root')
 const inter = createIntermediate(root, 'e2e intermediate')
@@ -159,4 +159,80 @@ t.test('serve: Backend TLS origination, failure reasons, mTLS, rotation by editi
     const r = await eventually(() => get('good.test'), (x) => x.status === 200, 20000, 'the new CA is trusted')
     t.equal(r.body, 'client=gateway-client-2')
   })
+})
+
+t.test('serve: a meshed route (GEP-3792) reaches the workload with bare mTLS: gateway identity, mesh trust bundle', async (t) => {
+  const meshRoot = createCa('e2e mesh root')
+  const workload = issue(meshRoot, { cn: 'web-workload', uris: ['spiffe://cluster.local/ns/default/sa/web'], ips: ['127.0.0.1'] })
+  const identity = clientCert(meshRoot, 'sallyport-gateway')
+  const upstream = https.createServer({ key: workload.keyPem, cert: workload.certPem, requestCert: true, rejectUnauthorized: true, ca: meshRoot.certPem }, (req, res) => {
+    const socket = req.socket as TLSSocket
+    res.end(`client=${socket.getPeerCertificate()?.subject?.CN ?? 'none'} sni=${String(socket.servername)}`)
+  })
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
+  const upPort = (upstream.address() as { port: number }).port
+  t.teardown(() => new Promise<void>((resolve) => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
+
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'all.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec:
+  controllerName: sallyport.io/gateway-controller
+  parametersRef: { group: "", kind: Secret, namespace: default, name: gateway-identity }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: egress, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - { name: http, protocol: HTTP, port: ${httpPort} }
+  mesh:
+    trustBundle: { kind: Secret, name: mesh-ca }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: gateway-identity, namespace: default }
+type: kubernetes.io/tls
+data: { tls.crt: ${b64(identity.certPem)}, tls.key: ${b64(identity.keyPem)} }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: mesh-ca, namespace: default }
+data: { ca.crt: ${b64(meshRoot.certPem)} }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: web, namespace: default }
+spec:
+  ports: [{ name: http, port: 80 }]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: { kubernetes.io/service-name: web }
+addressType: IPv4
+ports: [{ name: http, port: ${upPort} }]
+endpoints:
+  - addresses: [127.0.0.1]
+    conditions: { ready: true }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: web, namespace: default }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [web.test]
+  rules:
+    - backendRefs: [{ name: web, port: 80 }]
+`)
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--log-level', 'warn', '--allow-destination-cidr', '127.0.0.0/8'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const r = await request(`http://127.0.0.1:${httpPort}/`, { host: 'web.test' })
+  t.equal(r.status, 200, r.body)
+  t.equal(r.body, 'client=sallyport-gateway sni=false', 'the workload saw the gateway identity, and no SNI')
 })
