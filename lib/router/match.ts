@@ -24,19 +24,20 @@
 //   slot + key + first RouteMatch (the key and the match load in parallel).
 //
 // Lookups per CPU-second, half Exact half PathPrefix, 1,000 pre-built inputs,
-// medians of alternating runs (walk → index, one run):
-//   10 routes / 10 hosts                         6.1 M → 3.6 M
-//   10 routes / 1 host (big table's vhost shape) 5.1 M → 4.4 M
-//   10,000 routes / 1,000 hosts, all hosts hit   0.49 M → 1.65 M
-//   same table, inputs on 300 / 100 / 30 / 10    0.94 / 2.1 / 3.1 / 2.8 M → 1.9 / 2.6 / 2.3 / 2.5 M
-// big/small: walk 0.08, index 0.46 (0.65 in a run of the first index layout,
-// whose small-table case was slower); the target was 0.8 and is not reached.
-// The break-even against the walk is a working set of about 100 hot hosts:
+// medians of alternating runs, walk → index (ranges over three bench runs):
+//   10 routes / 10 hosts                         6.1-9.4 M  → 2.6-5.5 M
+//   10 routes / 1 host (big table's vhost shape) 3.9-6.3 M  → 2.3-4.4 M
+//   10,000 routes / 1,000 hosts, all hosts hit   0.49-0.60 M → 1.56-1.66 M
+//   same table, inputs on 300 / 100 / 30 / 10 hosts (one run)
+//                          0.94 / 2.1 / 3.1 / 2.8 M → 1.9 / 2.6 / 2.3 / 2.5 M
+// big/small: walk 0.06-0.08, index 0.29-0.65 (the small case swings with the
+// machine's load, the big one does not); the target was 0.8 and is not reached.
+// The break-even against the walk is a working set of 30-100 hot hosts:
 // below, the walk wins on the bench's reused input strings (V8 caches their
 // hashes, so its Map lookups hash nothing, while the index hashes ~30 chars in
 // JS: ~150-250 ns on this machine); above, the index wins, 3x at 1,000 hosts,
-// and it degrades 0.65x from 10 to 1,000 hot hosts where the walk degrades
-// 0.17x. What is left is ~3 misses per lookup (host slot, path slot, key and
+// where it keeps 0.40-0.65 of its rate on 10 hot hosts and the walk keeps
+// 0.14-0.17 of its own. What is left is ~3 misses per lookup (host slot, path slot, key and
 // RouteMatch); reading the path slots before the host probe (so the misses
 // overlap) measured no gain, so they already overlap, and the remaining cost
 // is the miss latency on a machine whose other processes flush L2 between our
