@@ -6,8 +6,8 @@
 // Under load that is one system call for many access lines instead of one per
 // line; an idle process still writes each line at once (next turn), and what is
 // pending is written at process exit. (pino's async sonic-boom costs more: one
-// thread-pool write per line when the disk keeps up.) The access log is its own
-// pino instance on the same destination, without redaction (see accessLogger).
+// thread-pool write per line when the disk keeps up.) Access lines are written to
+// the same destination without pino's redaction (see accessSink).
 
 import fs from 'node:fs'
 import { pino, type Logger, type LevelWithSilent } from 'pino'
@@ -121,14 +121,15 @@ export function rootLogger(): Logger {
 }
 
 /**
- * The access log's logger: the root's level and destination, `component: access`,
- * and NO redaction — redaction walked every access line (~10% of a small
- * request's CPU). That is safe because an access record holds no secret by
- * construction (observe/access-log.ts: no headers, no query string, no userinfo);
- * keep it that way rather than adding redaction back.
+ * Where access lines go: the root's destination, or null when the root level
+ * hides info lines. Access lines bypass pino (observe/access-log.ts writes the
+ * same JSON directly) and so its redaction, which walked every line (~10% of a
+ * small request's CPU). That is safe because an access record holds no secret
+ * by construction (no headers, no query string, no userinfo); keep it that way.
  */
-export function accessLogger(): Logger {
-  return pino({ level: root.level, base: { pid: process.pid, component: 'access' }, timestamp: fastIsoTime }, destination ?? defaultDestination())
+export function accessSink(): { write(line: string): void } | null {
+  if (!root.isLevelEnabled('info')) return null
+  return destination ?? defaultDestination()
 }
 
 /** Write out the lines still batched (done at process exit anyway). */
