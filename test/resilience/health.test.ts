@@ -124,3 +124,24 @@ t.test('passive: maxEjectionPercent caps the ejected share', async (t) => {
   await ask(gw2.port)
   t.equal(dumpOf(gw2, 'solo', one.port).ejected, true, 'at least one endpoint may be ejected')
 })
+
+t.test('active HTTP check over HTTP/2 (h2c backend): a 503 health answer takes the endpoint out', async (t) => {
+  const http2 = await import('node:http2')
+  let sick = true
+  let checks = 0
+  const server = http2.createServer()
+  server.on('stream', (stream, headers) => {
+    stream.on('error', () => {})
+    if (headers[':path'] === '/healthz') checks++
+    stream.respond({ ':status': headers[':path'] === '/healthz' && sick ? 503 : 200 })
+    stream.end('h2')
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())))
+  const port = (server.address() as AddressInfo).port
+  const gw = await serve(t, cluster('h2hc', port, { protocol: 'H2C', healthCheck: { active: { ...HTTP_CHECK, unhealthyThreshold: 1 }, passive: null } }))
+  t.ok(await until(() => dumpOf(gw, 'h2hc', port)?.activeCheckHealthy === false), 'unhealthy after a 503 over h2')
+  t.ok(checks >= 1, 'the check arrived as an HTTP/2 request')
+  sick = false
+  t.ok(await until(() => dumpOf(gw, 'h2hc', port)?.activeCheckHealthy === true), 'healthy again')
+})
