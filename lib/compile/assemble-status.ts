@@ -45,6 +45,8 @@ export function assembleStatus(input: StatusInput): Status {
 
   // Routes: one RouteParentStatus per parentRef naming a served Gateway.
   const routeGateways = new Map<string, string[]>()
+  // Only policy ancestors read routeGateways: without policies, skip a key and a Set per route (issue 11).
+  const policiesPresent = snapshot.backendTrafficPolicies.size > 0 || snapshot.egressExtensions.size > 0
   for (const o of input.outcomes) {
     const route = o.attachment.route
     const gen = route.meta.generation
@@ -58,7 +60,7 @@ export function assembleStatus(input: StatusInput): Status {
       if (o.conflicts.includes(p.gatewayKey)) conditions.push(condition('Conflicted', true, 'Conflicted', 'an older route already serves this port', gen))
       return { parentRef: { ...p.parentRef }, controllerName, conditions }
     })
-    routeGateways.set(`${route.kind}/${route.meta.namespace}/${route.meta.name}`, [...new Set(o.attachment.parents.filter(p => p.attachments.length > 0).map(p => p.gatewayKey))])
+    if (policiesPresent) routeGateways.set(`${route.kind}/${route.meta.namespace}/${route.meta.name}`, [...new Set(o.attachment.parents.filter(p => p.attachments.length > 0).map(p => p.gatewayKey))])
     if (parents.length === 0) continue // not ours
     put({ kind: route.kind, apiVersion: route.apiVersion, namespace: route.meta.namespace, name: route.meta.name, generation: gen, conditions: [], parents, listeners: [] })
   }

@@ -203,13 +203,16 @@ function buildPorts(
  */
 function noteListenerUse(use: Map<string, Set<string>>, listenerKey: string, rules: ReadonlyArray<{ readonly backends: ReadonlyArray<{ readonly cluster: string | null }> | null; readonly mirrors?: ReadonlyArray<{ readonly cluster: string | null }> | null }>): void {
   for (const rule of rules) {
-    for (const ref of [...(rule.backends ?? []), ...(rule.mirrors ?? [])]) {
-      if (ref.cluster === null) continue
-      let set = use.get(ref.cluster)
-      if (set === undefined) use.set(ref.cluster, set = new Set())
-      set.add(listenerKey)
-    }
+    if (rule.backends !== null) for (const ref of rule.backends) noteUse(use, listenerKey, ref.cluster)
+    if (rule.mirrors != null) for (const ref of rule.mirrors) noteUse(use, listenerKey, ref.cluster)
   }
+}
+
+function noteUse(use: Map<string, Set<string>>, listenerKey: string, cluster: string | null): void {
+  if (cluster === null) return
+  let set = use.get(cluster)
+  if (set === undefined) use.set(cluster, set = new Set())
+  set.add(listenerKey)
 }
 
 /** Cluster-scope BackendTrafficPolicy fields: load balancing, circuit breaking, health checks, IPv6. */
@@ -217,7 +220,8 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
   const out = new Map<string, Cluster>()
   for (const [id, c] of resolver.clusters()) {
     const users = resolver.users.get(id) ?? []
-    const policy = traffic.forCluster(
+    // No BackendTrafficPolicy at all (the common case): skip building a slot per user of the cluster (issue 11).
+    const policy = traffic.winners.size === 0 ? null : traffic.forCluster(
       c.kind === 'Backend' ? `${c.namespace}/${c.name}` : null,
       [...new Set(users.map(u => `${u.routeKind}/${u.routeKey}`))],
       [...new Set(users.map(u => u.gatewayKey))],

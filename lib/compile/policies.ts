@@ -77,6 +77,7 @@ export class PolicyIndex<P extends Policy> {
    * specific ones Overridden.
    */
   forRoute(routeKind: string, routeNs: string, routeName: string, gatewayKey: string, listener: string): P | null {
+    if (this.winners.size === 0) return null // the common case: no policies at all; skip building three keys per route (issue 11)
     const route = this.get(`${routeKind}/${routeNs}/${routeName}`)
     const section = this.get(`Listener/${gatewayKey}/${listener}`)
     const gateway = this.get(`Gateway/${gatewayKey}`)
@@ -96,6 +97,7 @@ export class PolicyIndex<P extends Policy> {
    * `listenerKeys`: `namespace/gateway/listener`.
    */
   forCluster(backendKey: string | null, routeSlots: readonly string[], gatewayKeys: readonly string[], listenerKeys: readonly string[] = []): P | null {
+    if (this.winners.size === 0) return null
     const routes = routeSlots.map(s => this.get(s)).filter((p): p is P => p !== null).sort(compareAge)
     const backend = backendKey === null ? null : this.get(`Backend/${backendKey}`)
     const listeners = listenerKeys.map(l => this.get(`Listener/${l}`)).filter((p): p is P => p !== null).sort(compareAge)

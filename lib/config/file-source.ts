@@ -20,7 +20,7 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { parseManifests } from './parse.ts'
-import { buildSnapshot, type SourcedDoc } from './snapshot-builder.ts'
+import { DocumentCache, buildSnapshot, type SourcedDoc } from './snapshot-builder.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 
@@ -116,6 +116,8 @@ export class FileSource {
   #seenHash: string | null = null
   /** Hash of the last set handed on: equal content is never emitted twice. */
   #emittedHash: string | null = null
+  /** Issue 11: a reload validates and reads only the documents that changed. */
+  readonly #docs = new DocumentCache()
   #onSnapshot: SnapshotListener | null = null
   /** The reload in progress; a change during it schedules one more after it. */
   #running: Promise<void> | null = null
@@ -229,7 +231,7 @@ export class FileSource {
     // Back to the content already serving (a broken save, then undo): nothing to do.
     if (set.hash === this.#emittedHash) return
     this.#emittedHash = set.hash
-    const snapshot = buildSnapshot(set.docs, set.problems)
+    const snapshot = buildSnapshot(set.docs, set.problems, this.#docs)
     if (this.#onSnapshot === null || this.#closed) return
     try {
       await this.#onSnapshot(snapshot)

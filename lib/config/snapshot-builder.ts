@@ -30,14 +30,31 @@ export interface SourcedDoc {
 }
 
 /**
+ * Issue 11: what the last build made of each document, so a reload validates
+ * and reads only the documents that changed (ajv + semantic rules + readObject
+ * are most of a snapshot's cost). Keyed by source position and content; holds
+ * only the documents of the last build. An unchanged document also keeps its
+ * model object instance, so compile sees the same object as before.
+ */
+export class DocumentCache {
+  previous = new Map<string, Checked>()
+}
+
+interface Checked {
+  readonly problems: readonly ConfigProblem[]
+  readonly object: ModelObject | null
+}
+
+/**
  * Validate, normalize and index documents. `extraProblems` (e.g. files that
  * could not be parsed) are carried into `snapshot.problems` ahead of the
- * per-object ones.
+ * per-object ones. `cache`: reuse the results of unchanged documents (file mode reloads).
  */
-export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readonly ConfigProblem[] = []): Snapshot {
+export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readonly ConfigProblem[] = [], cache?: DocumentCache): Snapshot {
   const maps = {} as MutableSnapshot
   for (const name of Object.values(MAP_OF)) maps[name] = new Map()
   const problems: ConfigProblem[] = [...extraProblems]
+  const next = new Map<string, Checked>()
 
   for (const { source, doc } of docs) {
     const header = headerOf(doc)
@@ -50,18 +67,17 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
       log.debug({ file: source.file, doc: source.doc, apiVersion: header.apiVersion, kind: header.kind }, 'skipping unknown kind')
       continue
     }
-    let object: ModelObject | null
-    try {
-      const checked = validateDocument(doc, source)
-      problems.push(...checked.problems)
-      if (checked.problems.some((p) => p.severity === 'error')) continue
-      object = readObject(doc as Record<string, unknown>, source)
-    } catch (err) {
-      // A reader bug on one odd manifest must not stop the others from loading.
-      log.error({ file: source.file, doc: source.doc, kind: header.kind, err }, 'reading object failed')
-      problems.push(problem(source, header.kind, header.namespace, header.name, `could not read object: ${err instanceof Error ? err.message : String(err)}`))
-      continue
+    let checked: Checked | undefined
+    if (cache !== undefined) {
+      const key = `${source.file}\u0000${source.doc}\u0000${JSON.stringify(doc)}`
+      checked = cache.previous.get(key)
+      if (checked === undefined) checked = check(doc, source, header)
+      next.set(key, checked)
+    } else {
+      checked = check(doc, source, header)
     }
+    problems.push(...checked.problems)
+    const object = checked.object
     if (object === null) continue
     const map = maps[MAP_OF[object.kind]]
     const key = CLUSTER_SCOPED.has(object.kind) ? object.meta.name : `${object.meta.namespace}/${object.meta.name}`
@@ -73,7 +89,21 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
     }
     map.set(key, object)
   }
+  if (cache !== undefined) cache.previous = next
   return { ...(maps as unknown as Omit<Snapshot, 'problems'>), problems }
+}
+
+/** One document through validation and the reader: its problems, and its object unless an error drops it. */
+function check(doc: unknown, source: SourceRef, header: Header): Checked {
+  try {
+    const checked = validateDocument(doc, source)
+    if (checked.problems.some((p) => p.severity === 'error')) return { problems: checked.problems, object: null }
+    return { problems: checked.problems, object: readObject(doc as Record<string, unknown>, source) }
+  } catch (err) {
+    // A reader bug on one odd manifest must not stop the others from loading.
+    log.error({ file: source.file, doc: source.doc, kind: header.kind, err }, 'reading object failed')
+    return { problems: [problem(source, header.kind, header.namespace, header.name, `could not read object: ${err instanceof Error ? err.message : String(err)}`)], object: null }
+  }
 }
 
 interface Header {

@@ -45,6 +45,8 @@ export class StatusLog {
       const base = { kind: obj.kind, namespace: obj.namespace, name: obj.name }
       for (const c of obj.conditions) this.#condition(next, base, '', c)
       for (const parent of obj.parents) {
+        // Most parents are healthy: build the `where` text only for one that is not (issue 11, thousands of routes per reload).
+        if (parent.conditions.every(isHealthy)) continue
         const ref = parent.parentRef
         const where = `parent ${ref.kind} ${ref.namespace === '' ? '' : `${ref.namespace}/`}${ref.name}${ref.sectionName === null ? '' : `/${ref.sectionName}`}`
         for (const c of parent.conditions) this.#condition(next, base, where, c)

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { DocumentCache, buildSnapshot } from '../../lib/config/snapshot-builder.ts'
 import { parseManifests } from '../../lib/config/parse.ts'
 import { formatProblem } from '../../lib/resources/problem.ts'
 
@@ -80,4 +80,23 @@ t.test('extra problems (unreadable files) come first in snapshot.problems', asyn
   const snapshot = buildSnapshot(parseManifests('cm.yaml', cm('x')).docs, extra)
   t.equal(snapshot.problems[0]?.source.file, 'broken.yaml')
   t.equal(snapshot.configMaps.size, 1)
+})
+
+t.test('with a DocumentCache an unchanged document keeps its object; a changed or moved one is read again', async (t) => {
+  const cache = new DocumentCache()
+  const first = parseManifests('all.yaml', [route('a', 'PathPrefix'), route('b', 'Exact'), route('bad', 'Bogus')].join('---\n'))
+  const s1 = buildSnapshot(first.docs, first.problems, cache)
+  const again = parseManifests('all.yaml', [route('a', 'PathPrefix'), route('b', 'PathPrefix'), route('bad', 'Bogus')].join('---\n'))
+  const s2 = buildSnapshot(again.docs, again.problems, cache)
+  t.equal(s2.httpRoutes.get('apps/a'), s1.httpRoutes.get('apps/a'), 'unchanged: the same instance')
+  t.not(s2.httpRoutes.get('apps/b'), s1.httpRoutes.get('apps/b'), 'changed: read again')
+  t.equal(s2.httpRoutes.get('apps/b')?.rules[0]?.matches[0]?.path.type, 'PathPrefix')
+  t.same(s2.problems.map(formatProblem), s1.problems.map(formatProblem), 'an invalid document keeps reporting its problems')
+  t.ok(s2.problems.length > 0)
+  const moved = parseManifests('all.yaml', [route('b', 'PathPrefix'), route('a', 'PathPrefix')].join('---\n'))
+  const s3 = buildSnapshot(moved.docs, moved.problems, cache)
+  t.not(s3.httpRoutes.get('apps/a'), s2.httpRoutes.get('apps/a'), 'moved: its source changed, so it is read again')
+  t.equal(s3.httpRoutes.get('apps/a')?.source.doc, 1)
+  t.equal(s3.httpRoutes.get('apps/b')?.source.doc, 0)
+  t.equal(s3.problems.length, 0, 'the dropped document is gone from the cache and from the problems')
 })
