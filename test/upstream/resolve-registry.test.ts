@@ -4,7 +4,7 @@
 // old address finishes, and a refused answer fails with 502. Names come from
 // a resolve function (the dnsmasq-backed tests are in resolve.test.ts and
 // test/dns/); addresses are 127.0.0.1 and 127.0.0.2 only.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
@@ -31,7 +31,7 @@ async function close(s: http.Server): Promise<void> {
 }
 
 /** Two servers on the same port of 127.0.0.1 and 127.0.0.2 (a few tries for a port free on both). */
-async function pair(t: Parameters<Parameters<typeof t.test>[1]>[0], hold?: { release: (() => void) | null }): Promise<number> {
+async function pair(t: Test, hold?: { release: (() => void) | null }): Promise<number> {
   for (let i = 0; i < 20; i++) {
     const a = server('a', hold)
     const port = await listenOn(a, '127.0.0.1', 0)
