@@ -35,6 +35,9 @@ serve [options]
   --dns-stale-ttl SECONDS  How long past expiry the last answer is served while DNS fails; 0: never (default: 60)
   --allow-destination-cidr CIDR  Allow a guarded range (loopback, private, link-local...) for every Gateway (repeatable)
   --cluster-cidr CIDR      Pod/Service range of the cluster: refused for external Backends unless allowed (repeatable)
+  --otlp-endpoint URL      Export a span per request and per upstream attempt over OTLP/HTTP to URL (e.g. http://127.0.0.1:4318/v1/traces); default: tracing off
+  --otlp-protocol P        http/protobuf or http/json (default: http/protobuf)
+  --trace-sampling RATIO   Share of new traces recorded, 0 to 1; requests with a parent follow its sampled flag (default: 1)
 
 validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
 routes PATH... [--gateway-class NAME]
@@ -87,6 +90,40 @@ async function admin(values: Record<string, unknown>, fallback: string): Promise
     return parseAdminAddress(str(values, 'admin', fallback))
   } catch (err) {
     throw new UsageError(err instanceof Error ? err.message : String(err))
+  }
+}
+
+/** Issue 10: tracing flags, plus the OpenTelemetry batch env vars (OTEL_BSP_*, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME). */
+function tracingFlags(values: Record<string, unknown>): import('../lib/observe/tracing.ts').TracingOptions | null {
+  const endpoint = values['otlp-endpoint']
+  if (typeof endpoint !== 'string') {
+    if (values['otlp-protocol'] !== undefined || values['trace-sampling'] !== undefined) throw new UsageError('--otlp-protocol and --trace-sampling need --otlp-endpoint')
+    return null
+  }
+  let url: URL
+  try { url = new URL(endpoint) } catch { throw new UsageError(`--otlp-endpoint ${JSON.stringify(endpoint)} is not a URL (e.g. http://127.0.0.1:4318/v1/traces)`) }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError('--otlp-endpoint must be an http:// or https:// URL')
+  const protocol = str(values, 'otlp-protocol', 'http/protobuf')
+  if (protocol !== 'http/protobuf' && protocol !== 'http/json') throw new UsageError('--otlp-protocol must be http/protobuf or http/json')
+  const ratioText = str(values, 'trace-sampling', '1')
+  const sampling = Number(ratioText)
+  if (!/^\d*\.?\d+$/.test(ratioText) || !(sampling >= 0 && sampling <= 1)) throw new UsageError(`--trace-sampling wants a ratio from 0 to 1, got ${JSON.stringify(ratioText)}`)
+  const env = (name: string, min: number, max: number): number | undefined => {
+    const v = process.env[name]
+    if (v === undefined || v === '') return undefined
+    const n = Number(v)
+    if (!/^\d+$/.test(v) || n < min || n > max) throw new UsageError(`${name} wants an integer from ${min} to ${max}, got ${JSON.stringify(v)}`)
+    return n
+  }
+  const maxQueue = env('OTEL_BSP_MAX_QUEUE_SIZE', 1, 1_000_000)
+  const maxBatch = env('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 1, 1_000_000)
+  return {
+    endpoint: url, protocol, sampling,
+    maxQueue, maxBatch: maxBatch === undefined || maxQueue === undefined ? maxBatch : Math.min(maxBatch, maxQueue),
+    delayMs: env('OTEL_BSP_SCHEDULE_DELAY', 0, 3_600_000),
+    timeoutMs: env('OTEL_EXPORTER_OTLP_TIMEOUT', 1, 3_600_000),
+    serviceName: process.env.OTEL_SERVICE_NAME || undefined,
+    serviceVersion: version(),
   }
 }
 
@@ -144,6 +181,9 @@ async function main(argv: string[]): Promise<number | null> {
         'dns-stale-ttl': { type: 'string' },
         'allow-destination-cidr': { type: 'string', multiple: true },
         'cluster-cidr': { type: 'string', multiple: true },
+        'otlp-endpoint': { type: 'string' },
+        'otlp-protocol': { type: 'string' },
+        'trace-sampling': { type: 'string' },
       }, true)
       if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (use --config PATH)`)
       const configPaths = (values.config ?? []) as string[]
@@ -158,13 +198,14 @@ async function main(argv: string[]): Promise<number | null> {
       const workers = integer(values, 'workers', 0, 0, 256)
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
       const destination = await destinationFlags(values)
+      const tracing = tracingFlags(values)
       logLevel(values, 'info')
       const adminAddress = await admin(values, '0.0.0.0:9901')
       const { serve } = await import('../lib/runtime/serve.ts')
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, ...destination,
+        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, ...destination, tracing,
       })
       return null // keeps running until a signal
     }

@@ -22,6 +22,7 @@ import type { Logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code, type L4Reason } from '../observe/l4-metrics.ts'
 import { Splice, type SpliceResult } from '../upstream/l4-splice.ts'
 import type { L4Connection, Upstreams } from '../upstream/types.ts'
+import { tracer } from '../observe/tracing.ts'
 
 /** Everything a session needs besides the socket; one per listener and table. */
 export interface SessionEnv {
@@ -207,6 +208,13 @@ export class L4Session {
     const route = this.#route === null ? '' : `${this.#route.route.namespace}/${this.#route.route.name}`
     l4ActiveConnections.dec({ gateway: l.gateway, listener: l.listener })
     recordL4Connection({ gateway: l.gateway, listener: l.listener, route, backend: this.#backend, code, bytesIn, bytesOut, seconds })
+    // Issue 10: one span per connection (a root: L4 carries no trace context).
+    if (tracer !== null) {
+      tracer.recordConnection({
+        startedAt: this.#started, protocol: l.protocol, gateway: l.gateway, listener: l.listener, port: this.#client.localPort ?? 0,
+        client: l.client, sni: this.#sni, route, backend: this.#backend, endpoint: this.#endpoint, bytesIn, bytesOut, code,
+      })
+    }
     const log = l.accessLog
     if (log !== null) {
       log.info({

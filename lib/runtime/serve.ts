@@ -18,6 +18,7 @@ import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.t
 import { Runtime } from './runtime.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
+import { installTracer, shutdownTracer, type TracingOptions } from '../observe/tracing.ts'
 
 const log = logger('serve')
 
@@ -36,6 +37,8 @@ export interface ServeOptions {
   /** Backend DNS and the destination guard (issue 5); defaults when absent. */
   readonly dns?: DnsSettings
   readonly guard?: GuardOptions
+  /** Issue 10: OTLP span export (`--otlp-endpoint`); null/absent: tracing off. */
+  readonly tracing?: TracingOptions | null
 }
 
 /** Runs until SIGTERM/SIGINT, then drains and exits 0. */
@@ -46,6 +49,7 @@ export async function serve(options: ServeOptions): Promise<void> {
 }
 
 async function serveSingle(options: ServeOptions): Promise<void> {
+  if (options.tracing != null) installTracer(options.tracing)
   const kube = await kubeMode(options, true)
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
@@ -63,6 +67,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
     log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining')
     await kube?.stop() // hand the lease over now, not after it expires
     await runtime.stop(options.drainSeconds * 1000)
+    await shutdownTracer() // spans of the drained requests go out
     await admin?.close()
     log.info('stopped')
   })
@@ -165,6 +170,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   AggregatorRegistry.setRegistries([registry])
   new AggregatorRegistry()
   const index = Number(process.env[WORKER_INDEX_ENV] ?? 0)
+  if (options.tracing != null) installTracer(options.tracing)
   const send = (msg: ToPrimary): void => { if (process.connected) process.send?.(msg) }
   // One identity per Pod: only the first worker campaigns for the lease and writes status.
   const kube = await kubeMode(options, index === 0)
@@ -180,6 +186,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
     stopping ??= (async () => {
       await kube?.stop()
       await runtime.stop(options.drainSeconds * 1000)
+      await shutdownTracer()
       process.disconnect?.()
       process.exit(0)
     })()
