@@ -5,7 +5,7 @@
 // only does an identity WeakMap lookup per request.
 
 import type { CompiledExtension, ExtensionChain, RouteTable } from '../compile/table.ts'
-import { DEFAULT_MAX_BODY_BYTES } from '../extension-types.ts'
+import { DEFAULT_MAX_BODY_BYTES, ExtensionType } from '../extension-types.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks } from './plugin-api.ts'
 import { AggregatingEventSink, logEventSink, type EventSink } from './events.ts'
@@ -19,6 +19,12 @@ export class Instance {
   readonly spec: CompiledExtension
   readonly hooks: ExtensionHooks
   readonly maxBodyBytes: number
+  /**
+   * Its request hook only decides (allow, deny, reply headers) and never
+   * changes the request: when a failover runs another backend's chain, an
+   * instance that already decided for this request is not charged again.
+   */
+  readonly decisionOnly: boolean
   /** Resolves when the hooks are usable (plugins load asynchronously). */
   readonly ready: Promise<void>
   readonly #events: EventSink
@@ -30,6 +36,7 @@ export class Instance {
     this.ready = ready
     const m = spec.config.maxBodyBytes
     this.maxBodyBytes = typeof m === 'number' && m > 0 ? m : DEFAULT_MAX_BODY_BYTES
+    this.decisionOnly = spec.type === ExtensionType.RATE_LIMIT || spec.type === ExtensionType.AUTHORIZATION || spec.type === ExtensionType.AI_USAGE
     this.#events = events
     const [kind, ref] = spec.source.split(' ') as [string, string]
     const [namespace, name] = ref.split('/') as [string, string]

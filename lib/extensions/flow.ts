@@ -32,10 +32,12 @@ export interface FlowHost {
   /** An extension answers itself. */
   deny(status: number, code: ErrorCode, reason: string, headers: OutgoingHeaders): void
   fail(code: ErrorCode, detail?: string | null): void
+  /** Who sent the request; asked only when a hook reads `client` (most chains never do). */
+  clientInfo(): ClientInfo
 }
 
+/** Where the request goes; the router keeps one per rule × backend, so a request allocates none. */
 export interface FlowInfo {
-  readonly client: ClientInfo
   readonly route: string
   readonly rule: string
   readonly backend: string
@@ -77,6 +79,8 @@ function runHooks(flow: Flow, list: readonly Instance[], invoke: Invoke, done: (
 }
 
 const callRequestHeaders: Invoke = (f, inst) => (inst.hooks.requestHeaders as NonNullable<typeof inst.hooks.requestHeaders>)(f.view)
+/** A failover's chain run: decision-only instances that already decided for this request are skipped. */
+const callRequestHeadersOnce: Invoke = (f, inst) => f.decided !== null && f.decided.includes(inst) ? undefined : callRequestHeaders(f, inst)
 const callRequestBody: Invoke = (f, inst) => (inst.hooks.requestBody as NonNullable<typeof inst.hooks.requestBody>)(f.view, f.body as Buffer)
 const callResponseHeaders: Invoke = (f, inst) => (inst.hooks.responseHeaders as NonNullable<typeof inst.hooks.responseHeaders>)(f.view, f.resView as ResponseView)
 const callResponseBody: Invoke = (f, inst) => (inst.hooks.responseBody as NonNullable<typeof inst.hooks.responseBody>)(f.view, f.resView as ResponseView, f.body as Buffer)
@@ -86,23 +90,28 @@ class View implements RequestView {
   path: string
   readonly authority: string
   readonly headers: OutgoingHeaders
-  readonly client: ClientInfo
   readonly route: string
   readonly rule: string
   readonly backend: string
   readonly gateway: string
   readonly scheme: 'http' | 'https'
-  constructor(req: UpstreamRequest, info: FlowInfo) {
+  readonly #host: FlowHost
+  #client: ClientInfo | null = null
+  constructor(req: UpstreamRequest, info: FlowInfo, host: FlowHost) {
     this.method = req.method
     this.path = req.path
     this.authority = req.authority
     this.headers = req.headers
-    this.client = info.client
     this.route = info.route
     this.rule = info.rule
     this.backend = info.backend
     this.gateway = info.gateway
     this.scheme = info.scheme
+    this.#host = host
+  }
+  /** Built on first read: a chain keyed by route or backend never pays for client attribution. */
+  get client(): ClientInfo {
+    return this.#client ??= this.#host.clientInfo()
   }
 }
 
@@ -115,14 +124,25 @@ export class Flow {
   body: Buffer | null = null
   res: UpstreamResponse | null = null
   resView: ResponseView | null = null
-  /** Headers request hooks asked to add to the client's answer (ReplyHeaders); null: none. */
-  replyHeaders: Record<string, string> | null = null
+  /**
+   * Headers request hooks asked to add to the client's answer (ReplyHeaders);
+   * null: none. The first hook's object is kept as is (hooks return fresh or
+   * immutable objects) and copied only when a second one adds to it.
+   */
+  replyHeaders: Readonly<Record<string, string>> | null = null
+  #ownReply = false
+  /** Keep the request body as read, before body hooks change it (a failover re-runs another chain on it). */
+  keepOriginal = false
+  /** The request body as the client sent it, when keepOriginal and a body phase read it. */
+  original: Buffer | null = null
+  /** Decision-only instances that already ran for this request (a failover's chain run skips them); null: none. */
+  decided: readonly Instance[] | null = null
 
   constructor(host: FlowHost, chain: RunnableChain, req: UpstreamRequest, info: FlowInfo) {
     this.host = host
     this.chain = chain
     this.req = req
-    this.view = new View(req, info)
+    this.view = new View(req, info, host)
     // A body we must read cannot come compressed (we do not inflate): ask for identity.
     if (chain.readsResponseBody) delete req.headers['accept-encoding']
   }
@@ -130,7 +150,19 @@ export class Flow {
   // ── request ──
 
   start(): void {
-    runHooks(this, this.chain.requestHeaders, callRequestHeaders, afterRequestHeaders, 0)
+    runHooks(this, this.chain.requestHeaders, this.decided === null ? callRequestHeaders : callRequestHeadersOnce, afterRequestHeaders, 0)
+  }
+
+  /**
+   * A failover to a backend with another chain (router/attempts.ts): this flow
+   * replaces `prev`. The reply headers and decisions of `prev`'s decision-only
+   * extensions (a RateLimit took its token) carry over instead of running twice.
+   */
+  inherit(prev: Flow): void {
+    const decided = prev.chain.requestHeaders.filter(i => i.decisionOnly)
+    if (prev.decided !== null) for (const i of prev.decided) if (!decided.includes(i)) decided.push(i)
+    this.decided = decided.length === 0 ? null : decided
+    if (prev.replyHeaders !== null) this.addReplyHeaders(prev.replyHeaders)
   }
 
   /** true: continue with the next hook. */
@@ -146,8 +178,14 @@ export class Flow {
       return false
     }
     if ('body' in r && Buffer.isBuffer(r.body)) this.body = r.body
-    else if ('responseHeaders' in r) this.replyHeaders = this.replyHeaders === null ? { ...r.responseHeaders } : Object.assign(this.replyHeaders, r.responseHeaders)
+    else if ('responseHeaders' in r) this.addReplyHeaders(r.responseHeaders)
     return true
+  }
+
+  addReplyHeaders(headers: Readonly<Record<string, string>>): void {
+    if (this.replyHeaders === null) { this.replyHeaders = headers; return }
+    if (!this.#ownReply) { this.replyHeaders = { ...this.replyHeaders }; this.#ownReply = true }
+    Object.assign(this.replyHeaders as Record<string, string>, headers)
   }
 
   /** true: failOpen, continue. */
@@ -210,6 +248,7 @@ function afterRequestHeaders(flow: Flow): void {
       return flow.send()
     }
     flow.body = buf
+    if (flow.keepOriginal) flow.original = buf
     runHooks(flow, chain.requestBody, callRequestBody, afterRequestBody, 0)
   })
 }

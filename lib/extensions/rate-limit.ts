@@ -63,6 +63,14 @@ export class Limiter {
   readonly #parts: readonly KeyPart[]
   readonly #redis: ReturnType<RedisPool['get']> | null
   readonly #failOpen: boolean
+  /** The last key built and the part values it came from: a key of route, backend or namespace repeats, so no string is built or hashed again. */
+  #last0: string | null = null
+  #last1: string | null = null
+  #lastKey = ''
+  /** The last success fields, reused while remaining and reset repeat (a bucket far from empty). */
+  #lastAllow: HookResult = undefined
+  #lastRemaining = -1
+  #lastReset = -1
 
   constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens') {
     const amount = Number(block[amountField])
@@ -87,8 +95,18 @@ export class Limiter {
 
   // hot path
   key(req: RequestView): string {
-    let k = this.#prefix
     const parts = this.#parts
+    if (parts.length === 1 || parts.length === 2) {
+      const v0 = partValue(req, parts[0] as KeyPart)
+      const v1 = parts.length === 2 ? partValue(req, parts[1] as KeyPart) : null
+      if (v0 !== this.#last0 || v1 !== this.#last1) {
+        this.#last0 = v0
+        this.#last1 = v1
+        this.#lastKey = v1 === null ? this.#prefix + v0 : this.#prefix + v0 + '|' + v1
+      }
+      return this.#lastKey
+    }
+    let k = this.#prefix
     for (let i = 0; i < parts.length; i++) k += (i === 0 ? '' : '|') + partValue(req, parts[i] as KeyPart)
     return k
   }
@@ -107,7 +125,11 @@ export class Limiter {
   allow(d: Decision): HookResult {
     const c = this.config
     const reset = Math.ceil((c.limit.capacity - d.remaining) / c.limit.perMs / 1000)
-    return { responseHeaders: { 'ratelimit-policy': c.policy, ratelimit: `"${c.name}";r=${d.remaining};t=${reset}` } }
+    if (d.remaining === this.#lastRemaining && reset === this.#lastReset) return this.#lastAllow
+    this.#lastRemaining = d.remaining
+    this.#lastReset = reset
+    // Frozen: the flow keeps the first reply-headers object without copying it.
+    return this.#lastAllow = { responseHeaders: Object.freeze({ 'ratelimit-policy': c.policy, ratelimit: `"${c.name}";r=${d.remaining};t=${reset}` }) }
   }
 
   /** 429 with Retry-After and the RateLimit fields. */

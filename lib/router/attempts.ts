@@ -28,7 +28,7 @@
 //   to RETRY_AFTER_CAP_MS (a longer wait answers the client instead).
 
 import { ErrorCode, SallyportError } from '../errors.ts'
-import type { Cluster, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
+import type { Cluster, ExtensionChain, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import { upstreamFailovers, upstreamRetries, upstreamRetryBudgetExhausted } from '../observe/resilience-metrics.ts'
 import { applyHeaderEdits } from './headers.ts'
@@ -63,6 +63,8 @@ export interface AttemptPlan {
   readonly priorities: readonly number[]
   readonly retry: RetryPlan
   readonly routeLabel: string
+  /** Issue 7: the backends' extension chains differ, so an attempt may need another chain run. */
+  readonly mixedChains: boolean
 }
 
 const NO_RETRY: RetryPlan = {
@@ -130,7 +132,9 @@ function buildPlan(rule: RouteRule, table: RouteTable): AttemptPlan | null {
   if (priorities.length <= 1 && retry.retries === 0 && !parent) return null
   if (parent && retry.retries === 0) retry = { ...NO_RETRY, retries: PARENT_CONNECT_RETRIES, connect: true }
   const levels = priorities.map((p) => backends.filter((b) => levelOf.get(b) === p))
-  return { levels, priorities, retry, routeLabel: `${rule.route.namespace}/${rule.route.name}` }
+  // Identical chains are shared objects (compile/extensions.ts), so identity tells them apart.
+  const chains = new Set([...levelOf.keys()].map((b) => b.extensions ?? null))
+  return { levels, priorities, retry, routeLabel: `${rule.route.namespace}/${rule.route.name}`, mixedChains: chains.size > 1 }
 }
 
 /** What the loop needs of the request context (forward.ts RequestContext). */
@@ -141,6 +145,24 @@ export interface AttemptOwner extends UpstreamHandler {
   readonly ended: boolean
   backend: WeightedCluster | null
   cluster: Cluster | null
+  /**
+   * Issue 7: run `chain` (a backend's extensions; null: none) on `req`, the
+   * request as it was before any chain, then hand the result to
+   * `sink.forward`, or call `sink.abandon` when the chain answered itself.
+   */
+  attemptChain?(chain: ExtensionChain | null, req: UpstreamRequest, sink: AttemptSink): void
+}
+
+/** Issue 7: what an attempt's extension chain run continues with. */
+export interface AttemptSink {
+  forward(req: UpstreamRequest): void
+  abandon(): void
+}
+
+/** Issue 7: the request before the first chain ran, and that chain (attempts to a backend with another chain start from it). */
+export interface PristineRequest {
+  readonly request: UpstreamRequest
+  readonly chain: ExtensionChain | null
 }
 
 /** Weighted pick among a level's backends that `ok` accepts; null when none. */
@@ -228,14 +250,19 @@ function isUnsent(code: ErrorCode): boolean {
 }
 
 // hot path
-/** Start the attempts of one request; `req` is the request for `owner.cluster` without backendRef header edits. */
-export function startAttempts(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams): void {
-  new AttemptLoop(owner, req, plan, level, upstreams).send()
+/**
+ * Start the attempts of one request; `req` is the request for `owner.cluster`
+ * without backendRef header edits (after its extension chain, when it has one;
+ * `pristine`: the request before it, given when the plan's chains differ).
+ */
+export function startAttempts(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null = null): void {
+  new AttemptLoop(owner, req, plan, level, upstreams, pristine).send()
 }
 
-class AttemptLoop implements UpstreamHandler {
+class AttemptLoop implements UpstreamHandler, AttemptSink {
   readonly #owner: AttemptOwner
   readonly #base: UpstreamRequest
+  readonly #pristine: PristineRequest | null
   readonly #plan: AttemptPlan
   readonly #upstreams: Upstreams
   readonly #resilience: ResilienceView | undefined
@@ -250,9 +277,10 @@ class AttemptLoop implements UpstreamHandler {
   #timedOut = false
   #done = false
 
-  constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams) {
+  constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null) {
     this.#owner = owner
     this.#base = req
+    this.#pristine = pristine
     this.#plan = plan
     this.#level = level
     this.#upstreams = upstreams
@@ -290,21 +318,38 @@ class AttemptLoop implements UpstreamHandler {
     } else {
       this.#attemptController = null
     }
-    let headers = base.headers
-    if (backend.requestHeaders !== null) {
-      headers = { ...headers }
-      applyHeaderEdits(headers, backend.requestHeaders)
-    }
     const rule = owner.rule
-    this.#upstreams.forward({
-      ...base,
-      cluster,
-      authority: (rule !== null ? rule.rewriteHost : null) ?? cluster.hostname ?? owner.authority,
-      headers,
-      body: this.#body === null ? base.body : this.#body.next(),
-      signal,
-      connectFallback: !retry.connect || retry.retries === 0,
-    }, this)
+    const authority = (rule !== null ? rule.rewriteHost : null) ?? cluster.hostname ?? owner.authority
+    const connectFallback = !retry.connect || retry.retries === 0
+    const body = this.#body === null ? base.body : this.#body.next()
+    // Issue 7: another backend's chain (e.g. its own CredentialInjector) runs on the request as it was
+    // before the first chain, so nothing the first backend's extensions set reaches this one.
+    const pristine = this.#pristine
+    const chain = backend.extensions ?? null
+    if (pristine !== null && chain !== pristine.chain && owner.attemptChain !== undefined) {
+      const p = pristine.request
+      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback }
+      return owner.attemptChain(chain, req, this)
+    }
+    this.forward({ ...base, cluster, authority, body, signal, connectFallback })
+  }
+
+  /** The attempt's request, after its extension chain: backendRef header edits, then upstream. */
+  forward(req: UpstreamRequest): void {
+    if (this.#done || this.#owner.ended) return
+    const edits = (this.#owner.backend as WeightedCluster).requestHeaders
+    if (edits !== null) {
+      const headers = { ...req.headers }
+      applyHeaderEdits(headers, edits)
+      req = { ...req, headers }
+    }
+    this.#upstreams.forward(req, this)
+  }
+
+  /** The attempt's chain answered (denied or failed): nothing was sent; the owner answered. */
+  abandon(): void {
+    this.#endAttempt()
+    this.#finish()
   }
 
   timedOut(): void {
