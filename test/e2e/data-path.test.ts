@@ -1,0 +1,177 @@
+// The HTTP data path through the real CLI and YAML configuration: protocol
+// pairings (h1→h1, h1→h2c, h2c→h1), a WebSocket upgrade, 256 MiB streamed up and
+// down with checksums, and a client abort reaching the upstream.
+
+import t from 'tap'
+import { createHash } from 'node:crypto'
+import fs from 'node:fs'
+import http from 'node:http'
+import http2 from 'node:http2'
+import net from 'node:net'
+import path from 'node:path'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+
+const BIG = 256 * 1024 * 1024
+const CHUNK = Buffer.alloc(64 * 1024)
+for (let i = 0; i < CHUNK.length; i++) CHUNK[i] = (i * 31 + 7) & 0xff
+
+/** sha256 of `bytes` bytes of the CHUNK pattern, computed without holding them. */
+function patternSha(bytes: number): string {
+  const h = createHash('sha256')
+  for (let left = bytes; left > 0; left -= CHUNK.length) h.update(left >= CHUNK.length ? CHUNK : CHUNK.subarray(0, left))
+  return h.digest('hex')
+}
+
+/** Writes `bytes` bytes of the pattern to `out` with backpressure. */
+async function writePattern(out: NodeJS.WritableStream, bytes: number): Promise<void> {
+  for (let left = bytes; left > 0; left -= CHUNK.length) {
+    const ok = out.write(left >= CHUNK.length ? CHUNK : CHUNK.subarray(0, left))
+    if (!ok) await new Promise((resolve) => out.once('drain', resolve))
+  }
+}
+
+interface Upstream { readonly h1: number; readonly h2c: number; readonly hangs: string[] }
+
+async function startUpstreams(t: Parameters<Parameters<typeof t.test>[1]>[0]): Promise<Upstream> {
+  const hangs: string[] = []
+  const h1 = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x')
+    if (url.pathname === '/upload') {
+      const h = createHash('sha256')
+      let bytes = 0
+      req.on('data', (c: Buffer) => { h.update(c); bytes += c.length })
+      req.on('end', () => res.end(JSON.stringify({ bytes, sha: h.digest('hex') })))
+      return
+    }
+    if (url.pathname === '/download') {
+      const n = Number(url.searchParams.get('n'))
+      res.writeHead(200, { 'content-length': String(n) })
+      void writePattern(res, n).then(() => res.end())
+      return
+    }
+    if (url.pathname === '/hang') {
+      hangs.push('arrived')
+      res.on('close', () => { if (!res.writableFinished) hangs.push('closed') })
+      return
+    }
+    res.end(JSON.stringify({ httpVersion: req.httpVersion, host: req.headers.host, path: url.pathname }))
+  })
+  h1.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64')
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: ${accept}\r\n\r\n`)
+    if (head.length > 0) socket.write(head)
+    socket.pipe(socket) // echo the raw frames back
+  })
+  const h2c = http2.createServer()
+  h2c.on('stream', (stream, headers) => {
+    stream.respond({ ':status': 200, 'content-type': 'application/json' })
+    stream.end(JSON.stringify({ httpVersion: '2.0', host: headers[':authority'], path: headers[':path'] }))
+  })
+  const listen = (s: net.Server): Promise<number> => new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as net.AddressInfo).port)))
+  const ports = { h1: await listen(h1), h2c: await listen(h2c) }
+  t.teardown(() => { h1.closeAllConnections(); h1.close(); h2c.close() })
+  return { ...ports, hangs }
+}
+
+t.test('data path through the CLI: pairings, WebSocket, 256 MiB both ways, client abort', async (t) => {
+  const up = await startUpstreams(t)
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const h2cBackend = backendYaml('h2c', up.h2c).replace('spec:\n', 'spec:\n  appProtocols:\n    - gateway.envoyproxy.io/h2c\n')
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(port), backendYaml('one', up.h1), h2cBackend,
+    routeYaml('to-h1', 'h1.example.test', 'one', up.h1), routeYaml('to-h2c', 'h2c.example.test', 'h2c', up.h2c),
+  ].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off', '--drain-seconds', '1'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 30000, 'ready')
+  const base = `http://127.0.0.1:${port}`
+
+  // h1 → h1
+  const a = await request(`${base}/a`, { host: 'h1.example.test' })
+  t.equal(a.status, 200)
+  t.match(JSON.parse(a.body), { httpVersion: '1.1', host: 'h1.example.test', path: '/a' })
+
+  // h1 → h2c (Backend appProtocols h2c)
+  const b = await request(`${base}/b`, { host: 'h2c.example.test' })
+  t.equal(b.status, 200)
+  t.match(JSON.parse(b.body), { httpVersion: '2.0', host: 'h2c.example.test', path: '/b' })
+
+  // h2c (prior knowledge) → h1 and → h2c
+  const session = http2.connect(base)
+  session.on('error', () => {})
+  t.teardown(() => session.close())
+  for (const [host, version] of [['h1.example.test', '1.1'], ['h2c.example.test', '2.0']] as const) {
+    const reply = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const s = session.request({ ':path': '/c', ':authority': host })
+      let status = 0
+      let body = ''
+      s.on('response', (h) => { status = Number(h[':status']) })
+      s.setEncoding('utf8')
+      s.on('data', (d: string) => { body += d })
+      s.on('end', () => resolve({ status, body }))
+      s.on('error', reject)
+    })
+    t.equal(reply.status, 200, `h2c client → ${host}`)
+    t.match(JSON.parse(reply.body), { httpVersion: version, path: '/c' })
+  }
+
+  // WebSocket upgrade (HTTP/1.1 client → HTTP/1.1 upstream), then bytes both ways.
+  const key = Buffer.from('0123456789abcdef').toString('base64')
+  const ws = net.connect(port, '127.0.0.1')
+  t.teardown(() => ws.destroy())
+  ws.write(`GET /ws HTTP/1.1\r\nhost: h1.example.test\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: ${key}\r\nsec-websocket-version: 13\r\n\r\n`)
+  let got = ''
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no 101: ${got}`)), 10000)
+    ws.on('data', (c: Buffer) => {
+      got += c.toString('latin1')
+      if (got.includes('\r\n\r\n') && !got.includes('ping-frame')) ws.write('ping-frame')
+      if (got.includes('ping-frame')) { clearTimeout(timer); resolve() }
+    })
+    ws.on('error', reject)
+  })
+  t.match(got, /^HTTP\/1\.1 101 /)
+  const expected = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64')
+  t.match(got.toLowerCase(), `sec-websocket-accept: ${expected.toLowerCase()}`)
+  t.ok(got.endsWith('ping-frame'), 'bytes came back through the tunnel')
+  ws.destroy()
+
+  // 256 MiB up, checksummed at the upstream.
+  const upload = await new Promise<{ bytes: number; sha: string }>((resolve, reject) => {
+    const req = http.request(`${base}/upload`, { method: 'POST', agent: false, headers: { host: 'h1.example.test', 'content-length': String(BIG) } }, (res) => {
+      let text = ''
+      res.on('data', (c: Buffer) => { text += c.toString() })
+      res.on('end', () => resolve(JSON.parse(text) as { bytes: number; sha: string }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.setTimeout(120_000, () => req.destroy(new Error('upload timed out')))
+    void writePattern(req, BIG).then(() => req.end())
+  })
+  const sha = patternSha(BIG)
+  t.equal(upload.bytes, BIG, 'upload: every byte arrived')
+  t.equal(upload.sha, sha, 'upload: checksum matches')
+
+  // 256 MiB down, checksummed at the client.
+  const download = await new Promise<{ bytes: number; sha: string }>((resolve, reject) => {
+    const req = http.get(`${base}/download?n=${BIG}`, { agent: false, headers: { host: 'h1.example.test' } }, (res) => {
+      const h = createHash('sha256')
+      let bytes = 0
+      res.on('data', (c: Buffer) => { h.update(c); bytes += c.length })
+      res.on('end', () => resolve({ bytes, sha: h.digest('hex') }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.setTimeout(120_000, () => req.destroy(new Error('download timed out')))
+  })
+  t.equal(download.bytes, BIG, 'download: every byte arrived')
+  t.equal(download.sha, sha, 'download: checksum matches')
+
+  // A client that goes away mid-request: the upstream request is cancelled too.
+  const hung = http.get(`${base}/hang`, { agent: false, headers: { host: 'h1.example.test' } })
+  hung.on('error', () => {})
+  await eventually(async () => up.hangs.length, (n) => n >= 1, 10000, 'upstream saw the request')
+  hung.destroy()
+  await eventually(async () => up.hangs.join(','), (s) => s === 'arrived,closed', 10000, 'upstream saw the abort')
+  t.pass('client abort reached the upstream')
+})
