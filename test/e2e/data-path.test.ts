@@ -2,7 +2,7 @@
 // pairings (h1→h1, h1→h2c, h2c→h1), a WebSocket upgrade, 256 MiB streamed up and
 // down with checksums, and a client abort reaching the upstream.
 
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { createHash } from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -32,7 +32,7 @@ async function writePattern(out: NodeJS.WritableStream, bytes: number): Promise<
 
 interface Upstream { readonly h1: number; readonly h2c: number; readonly hangs: string[] }
 
-async function startUpstreams(t: Parameters<Parameters<typeof t.test>[1]>[0]): Promise<Upstream> {
+async function startUpstreams(t: Test): Promise<Upstream> {
   const hangs: string[] = []
   const h1 = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x')
