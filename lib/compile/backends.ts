@@ -137,7 +137,7 @@ export class BackendResolver {
     if (ref.port === null) return fail('BackendNotFound', `backendRef to Service ${ref.namespace}/${ref.name} needs a port`)
     const port = svc.ports.find(p => p.port === ref.port)
     if (port === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} has no port ${ref.port}`)
-    const id = `Service/${ref.namespace}/${ref.name}:${port.port}`
+    const id = `Service/${ref.namespace}/${ref.name}:${port.port}${l4Suffix(routeKind)}`
     if (svc.type !== 'ExternalName') this.#inCluster.add(id)
     return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind))
   }
@@ -177,7 +177,7 @@ export class BackendResolver {
     const use = this.backendUse.get(key) ?? new Set()
     use.add(gatewayKey)
     this.backendUse.set(key, use)
-    const id = `Backend/${key}:${port.port}`
+    const id = `Backend/${key}:${port.port}${l4Suffix(routeKind)}`
     const d = backend.destination
     if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
     return this.#cache(id, () => this.#backendCluster(backend, port, routeKind))
@@ -186,7 +186,9 @@ export class BackendResolver {
   #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind): Resolved<Cluster> {
     const ns = backend.meta.namespace
     const d = backend.destination
-    let protocol: UpstreamProtocol = routeKind === 'TCPRoute' || routeKind === 'TLSRoute' ? (port.protocol === 'TLS' ? 'TLS' : 'TCP') : port.protocol
+    // The egress proposal's example writes `protocol: TLS` on the port of an HTTP API: for HTTP
+    // routes that is HTTP over TLS (ALPN decides h2 or http/1.1); for TCP/TLS routes, raw TLS.
+    let protocol: UpstreamProtocol = isL4(routeKind) ? (port.protocol === 'TLS' ? 'TLS' : 'TCP') : port.protocol === 'TLS' ? 'HTTP' : port.protocol
     let hostname: string | null = null
     let wrapped: { svc: Service; port: ServicePort } | null = null
     let endpoints: Endpoint[]
@@ -291,6 +293,19 @@ function hostEndpoint(host: string, port: number): Endpoint {
  * Kubernetes appProtocol (KEP-3726 standard values and IANA names) decides how
  * we speak to a Service; GRPCRoute defaults to HTTP/2 (h2c in the clear).
  */
+function isL4(routeKind: RouteKind): boolean {
+  return routeKind === 'TCPRoute' || routeKind === 'TLSRoute'
+}
+
+/**
+ * A backend used by both HTTP and L4 routes gets two clusters: the protocol on the wire
+ * differs (HTTP pools vs a raw byte splice), so they must not share one whose protocol
+ * depended on which route compiled first.
+ */
+function l4Suffix(routeKind: RouteKind): string {
+  return isL4(routeKind) ? '#l4' : ''
+}
+
 export function serviceProtocol(appProtocol: string | null, routeKind: RouteKind, tls: boolean): UpstreamProtocol {
   if (routeKind === 'TCPRoute' || routeKind === 'TLSRoute') return 'TCP'
   switch (appProtocol?.toLowerCase()) {

@@ -111,12 +111,12 @@ const ports = result.table.ports
 t.test('TCP port: the TCPRoute with its weights', async (t) => {
   const tcp = ports.get(5432)?.tcp
   t.ok(tcp !== null && tcp !== undefined)
-  t.same(tcp?.backends.map((b) => [b.cluster, b.weight]), [['Service/default/db:5432', 3], ['Service/default/db:5432', 0]])
+  t.same(tcp?.backends.map((b) => [b.cluster, b.weight]), [['Service/default/db:5432#l4', 3], ['Service/default/db:5432#l4', 0]])
   t.equal(tcp?.totalWeight, 3)
 })
 
 t.test('TCPRoute to a Service targeted by a BackendTLSPolicy originates TLS (our definition)', async (t) => {
-  const c = result.table.clusters.get('Service/default/db:5432')
+  const c = result.table.clusters.get('Service/default/db:5432#l4')
   t.ok(c?.tls !== null && c?.tls !== undefined, 'cluster TLS set')
   t.equal(c?.tls?.verifyHostname, 'db.internal.test')
   t.same(c?.tls?.alpn.filter((p) => p === 'h2'), [], 'no HTTP ALPN for an L4 cluster')
