@@ -104,6 +104,14 @@ export class KubeSource {
   readonly #notFoundRetryMs: number
   readonly #informers: Informer[] = []
   readonly #store = new Map<string, Entry>()
+  /**
+   * Issue 11: store keys by model kind, namespace and name, so the status
+   * writer's lookup of each object compile reported on is not a scan of the
+   * store (that was quadratic in the number of objects per status pass).
+   */
+  readonly #byName = new Map<string, Set<string>>()
+  /** Store keys in snapshot order; null after a key came or went. */
+  #sortedKeys: string[] | null = null
   #onSnapshot: SnapshotListener | null = null
   #firstSync: (() => void) | null = null
   #synced = false
@@ -163,11 +171,8 @@ export class KubeSource {
 
   /** The raw object behind a snapshot object (status writes compare with it). `kind` is the model kind. */
   lookup(modelKind: string, objApiVersion: string, namespace: string, name: string): KubeObject | null {
-    for (const e of this.#store.values()) {
-      const o = e.obj
-      if (o.resource.modelKind !== modelKind) continue
-      const meta = o.raw.metadata
-      if (meta?.name !== name || (meta.namespace ?? '') !== namespace) continue
+    for (const key of this.#byName.get(nameKey(modelKind, namespace, name)) ?? []) {
+      const o = (this.#store.get(key) as Entry).obj
       if (objApiVersion !== '' && apiVersion(o.resource.group, o.version) !== objApiVersion) continue
       return o
     }
@@ -184,8 +189,9 @@ export class KubeSource {
     const snap = emptySnapshot() as unknown as Record<string, unknown>
     const problems: ConfigProblem[] = []
     const maps = new Map<string, Map<string, ModelObject>>()
-    const entries = [...this.#store.values()].sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0)
-    for (const e of entries) {
+    this.#sortedKeys ??= [...this.#store.keys()].sort()
+    for (const k of this.#sortedKeys) {
+      const e = this.#store.get(k) as Entry
       e.built ??= buildOne(e.obj)
       problems.push(...e.built.problems)
       const object = e.built.object
@@ -325,6 +331,13 @@ export class KubeSource {
       old.obj = obj // newer resourceVersion / status; the model object is unchanged
       return
     }
+    if (old === undefined) {
+      this.#sortedKeys = null
+      const byName = nameKey(inf.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
+      let keys = this.#byName.get(byName)
+      if (keys === undefined) this.#byName.set(byName, keys = new Set())
+      keys.add(key)
+    }
     this.#store.set(key, { key, obj, fingerprint, built: null })
     this.#changed()
   }
@@ -332,7 +345,13 @@ export class KubeSource {
   #remove(inf: Informer, raw: KubernetesObject): void {
     const key = storeKey(inf.resource, raw)
     inf.keys.delete(key)
-    if (this.#store.delete(key)) this.#changed()
+    if (!this.#store.delete(key)) return
+    this.#sortedKeys = null
+    const byName = nameKey(inf.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
+    const keys = this.#byName.get(byName)
+    keys?.delete(key)
+    if (keys?.size === 0) this.#byName.delete(byName)
+    this.#changed()
   }
 
   // ───────────── snapshots ─────────────
@@ -402,6 +421,10 @@ function buildOne(o: KubeObject): Built {
     if (value instanceof Map && value.size > 0) object = value.values().next().value as ModelObject
   }
   return { object, problems: snap.problems }
+}
+
+function nameKey(modelKind: string, namespace: string, name: string): string {
+  return `${modelKind}|${namespace}|${name}`
 }
 
 function storeKey(res: KubeResource, raw: KubernetesObject): string {
