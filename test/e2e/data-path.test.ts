@@ -1,6 +1,7 @@
 // The HTTP data path through the real CLI and YAML configuration: protocol
-// pairings (h1→h1, h1→h2c, h2c→h1), a WebSocket upgrade, 256 MiB streamed up and
-// down with checksums, and a client abort reaching the upstream.
+// pairings (h1→h1, h1→h2c, h2c→h1, and h2 over TLS → h2 over TLS with a test
+// PKI), a WebSocket upgrade, 256 MiB streamed up and down with checksums, and a
+// client abort reaching the upstream.
 
 import t, { type Test } from 'tap'
 import { createHash } from 'node:crypto'
@@ -10,6 +11,7 @@ import http2 from 'node:http2'
 import net from 'node:net'
 import path from 'node:path'
 import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
 
 const BIG = 256 * 1024 * 1024
 const CHUNK = Buffer.alloc(64 * 1024)
@@ -174,4 +176,73 @@ t.test('data path through the CLI: pairings, WebSocket, 256 MiB both ways, clien
   hung.destroy()
   await eventually(async () => up.hangs.join(','), (s) => s === 'arrived,closed', 10000, 'upstream saw the abort')
   t.pass('client abort reached the upstream')
+})
+
+t.test('h2 over TLS (HTTPS listener, ALPN) → h2 over TLS upstream (Backend TLS, CA from a ConfigMap)', async (t) => {
+  const ca = createCa('data-path e2e CA')
+  const listenerCert = serverCert(ca, ['h2s.example.test'])
+  const upstreamCert = serverCert(ca, ['api.test'])
+  const up = http2.createSecureServer({ key: upstreamCert.keyPem, cert: upstreamCert.fullChainPem, allowHTTP1: false })
+  up.on('stream', (stream, headers) => {
+    stream.respond({ ':status': 200 })
+    stream.end(JSON.stringify({ httpVersion: '2.0', alpn: (stream.session?.socket as { alpnProtocol?: string } | undefined)?.alpnProtocol, path: headers[':path'] }))
+  })
+  const upPort = await new Promise<number>((resolve) => up.listen(0, '127.0.0.1', () => resolve((up.address() as net.AddressInfo).port)))
+  t.teardown(() => up.close())
+
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const b64 = (s: string): string => Buffer.from(s).toString('base64')
+  const indent = (pem: string): string => pem.trim().split(/\r?\n/).map((l) => `    ${l}`).join('\n')
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(httpPort, `    - name: https
+      protocol: HTTPS
+      port: ${httpsPort}
+      hostname: h2s.example.test
+      tls:
+        certificateRefs:
+          - name: listener-cert
+`),
+    `apiVersion: v1
+kind: Secret
+metadata:
+  name: listener-cert
+  namespace: default
+type: kubernetes.io/tls
+data:
+  tls.crt: ${b64(listenerCert.fullChainPem)}
+  tls.key: ${b64(listenerCert.keyPem)}
+`,
+    `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: upstream-ca
+  namespace: default
+data:
+  ca.crt: |
+${indent(ca.certPem)}
+`,
+    backendYaml('secure', upPort).replace('spec:\n', 'spec:\n  tls:\n    sni: api.test\n    caCertificateRefs:\n      - kind: ConfigMap\n        name: upstream-ca\n'),
+    routeYaml('secure', 'h2s.example.test', 'secure', upPort),
+  ].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off', '--drain-seconds', '1'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 30000, 'ready')
+
+  const session = http2.connect(`https://127.0.0.1:${httpsPort}`, { ca: ca.certPem, servername: 'h2s.example.test' })
+  session.on('error', () => {})
+  t.teardown(() => session.close())
+  const reply = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const s = session.request({ ':path': '/secure', ':authority': 'h2s.example.test' })
+    let status = 0
+    let body = ''
+    s.on('response', (h) => { status = Number(h[':status']) })
+    s.setEncoding('utf8')
+    s.on('data', (d: string) => { body += d })
+    s.on('end', () => resolve({ status, body }))
+    s.on('error', reject)
+    s.setTimeout(10_000, () => s.close())
+  })
+  t.equal((session.socket as { alpnProtocol?: string }).alpnProtocol, 'h2', 'client negotiated h2 with the listener')
+  t.equal(reply.status, 200, reply.body)
+  t.match(JSON.parse(reply.body), { httpVersion: '2.0', alpn: 'h2', path: '/secure' }, 'the gateway negotiated h2 with the upstream')
 })
