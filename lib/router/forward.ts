@@ -6,6 +6,7 @@
 
 import { randomBytes } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
+import { Readable } from 'node:stream'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
@@ -16,11 +17,13 @@ import { matchOnPort, type MatchInput } from './match.ts'
 import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { mirrorRequest } from './mirror.ts'
-import { attemptPlanOf, pickFailover, startAttempts } from './attempts.ts'
+import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
 import type { ExtensionChain } from '../compile/table.ts'
 import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
 import { clientInfo, identify } from '../extensions/client.ts'
-import { Flow, type FlowHost } from '../extensions/flow.ts'
+import { Flow, type FlowHost, type FlowInfo } from '../extensions/flow.ts'
+import type { ClientInfo } from '../extensions/plugin-api.ts'
+import { tracer, type RequestTrace } from '../observe/tracing.ts'
 
 export interface RouterEnv {
   readonly upstreams: Upstreams
@@ -41,6 +44,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
   SP_ERR_UPSTREAM_RESET: 'upstream reset',
   SP_ERR_UPSTREAM_PROTOCOL: 'upstream protocol error',
+  SP_ERR_DESTINATION_REFUSED: 'destination refused',
   SP_ERR_REQUEST_TIMEOUT: 'request timeout',
   SP_ERR_CLIENT_ABORTED: 'client aborted',
   SP_ERR_LOOP_DETECTED: 'loop detected',
@@ -97,7 +101,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   endpoint = ''
   /** Issue 7: the extension chain run of this request; null when the backend has none. */
   flow: Flow | null = null
-  #dispatch: ((req: UpstreamRequest) => void) | null = null
+  /** Issue 7: where a flow's request goes: the first dispatch (plan, picked) or an attempt's loop. */
+  #plan: ReturnType<typeof attemptPlanOf> = null
+  #picked: ReturnType<typeof pickFailover> = null
+  #attempt: AttemptSink | null = null
+  /** Issue 7: the request before any extension chain ran (kept when a retry may go to a backend with another chain). */
+  #pristine: UpstreamRequest | null = null
+  /** Issue 10: this request's trace; null when tracing is off or there is nothing to record or inject. */
+  readonly trace: RequestTrace | null
   /** Client attribution, computed once (undefined: not yet). */
   #identity: ClientIdentity | null | undefined = undefined
 
@@ -107,6 +118,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.env = env
     this.startedAt = performance.now()
     this.method = ex.method
+    this.trace = tracer === null ? null : tracer.startRequest(ex.headers)
   }
 
   header(name: string): string | undefined {
@@ -155,6 +167,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
     this.backend = backend
+    // Issue 5: the Gateway's destination policy denies this backend (403, decided in compile).
+    if (backend.denied !== undefined) return this.answerDirect(backend.denied)
     const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
     if (cluster === undefined) return this.fail(ErrorCode.BACKEND_INVALID)
     this.cluster = cluster
@@ -187,14 +201,22 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // RequestMirror: copies go out now (bodyless) or once the body is read (teed, bounded: router/mirror.ts).
     if (rule.mirrors !== null && ex.upgrade === null) req = mirrorRequest(rule.mirrors, this.table.clusters, this.env.upstreams, req)
     // Issue 7: the extension chain of this rule × backend runs first, then dispatches (extensions/flow.ts).
-    if (backend.extensions != null && ex.upgrade === null) return this.runExtensions(backend.extensions, req, (r) => this.dispatch(r, plan, picked))
+    if (backend.extensions != null && ex.upgrade === null) {
+      this.#plan = plan
+      this.#picked = picked
+      // A retry may go to a backend with another chain: it starts again from the request as it was (attempts.ts).
+      if (plan !== null && plan.mixedChains) this.#pristine = { ...req, headers: { ...headers } }
+      return this.runExtensions(backend.extensions, req)
+    }
     this.dispatch(req, plan, picked)
   }
 
   dispatch(req: UpstreamRequest, plan: ReturnType<typeof attemptPlanOf>, picked: ReturnType<typeof pickFailover>): void {
     this.upstreamMs = performance.now()
-    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, this.env.upstreams)
-    else this.env.upstreams.forward(req, this)
+    // Issue 10: through the trace, each forward() (attempt) is a client span.
+    const upstreams = this.trace === null ? this.env.upstreams : this.trace.upstreams(this.env.upstreams)
+    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine === null ? null : { request: this.#pristine, chain: this.backend?.extensions ?? null })
+    else upstreams.forward(req, this)
   }
 
   // ── extensions (issue 7) ──
@@ -204,18 +226,44 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     return this.#identity
   }
 
-  runExtensions(chain: ExtensionChain, req: UpstreamRequest, dispatch: (req: UpstreamRequest) => void): void {
+  runExtensions(chain: ExtensionChain, req: UpstreamRequest): void {
     const runtime = this.env.extensions ?? defaultExtensionRuntime()
-    const rule = this.rule as RouteRule
-    const cluster = this.cluster as Cluster
-    this.#dispatch = dispatch
-    const flow = new Flow(this, runtime.runnable(chain), req, {
-      client: clientInfo(this.ex.clientAddress, this.identity(), this.ex.spiffeId?.() ?? null),
-      route: rule.route.namespace + '/' + rule.route.name, rule: rule.id, backend: cluster.id,
-      gateway: rule.gateway, scheme: cluster.tls === null ? 'http' : 'https',
-    })
+    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster))
+    flow.keepOriginal = this.#pristine !== null
     this.flow = flow
     flow.start()
+  }
+
+  /**
+   * Issue 7: an attempt moved to a backend whose chain differs from the one
+   * that ran; `req` is the request as it was before any chain. The new chain
+   * runs on it and becomes the request's flow (its response hooks, its reply
+   * headers); decision-only extensions that already ran (RateLimit,
+   * Authorization, AIUsage) are not charged again and keep their reply headers.
+   */
+  attemptChain(chain: ExtensionChain | null, req: UpstreamRequest, sink: AttemptSink): void {
+    const prev = this.flow
+    const original = prev === null ? null : prev.original
+    if (original !== null) {
+      req.body?.destroy() // the replay of the first chain's output, unused
+      req = { ...req, body: Readable.from([original]) }
+    }
+    if (chain === null) {
+      this.flow = null
+      return sink.forward(req)
+    }
+    const runtime = this.env.extensions ?? defaultExtensionRuntime()
+    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster))
+    flow.keepOriginal = true
+    if (original !== null) flow.original = original
+    if (prev !== null) flow.inherit(prev)
+    this.flow = flow
+    this.#attempt = sink
+    flow.start()
+  }
+
+  clientInfo(): ClientInfo {
+    return clientInfo(this.ex.clientAddress, this.identity(), this.ex.spiffeId?.() ?? null)
   }
 
   isDone(): boolean {
@@ -223,9 +271,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   }
 
   send(req: UpstreamRequest): void {
-    const dispatch = this.#dispatch
-    this.#dispatch = null
-    if (dispatch !== null) dispatch(req)
+    const attempt = this.#attempt
+    if (attempt !== null) {
+      this.#attempt = null
+      return attempt.forward(req)
+    }
+    this.dispatch(req, this.#plan, this.#picked)
   }
 
   relay(res: UpstreamResponse): void {
@@ -233,6 +284,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   }
 
   deny(status: number, code: ErrorCode, reason: string, headers: OutgoingHeaders): void {
+    this.#abandonAttempt()
     this.clearTimer()
     this.code = code
     this.reason = reason
@@ -299,6 +351,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.ended = true
     downstreamActiveStreams.dec()
     this.clearTimer()
+    this.#abandonAttempt()
     if (!completed) {
       if (this.code === null) {
         this.code = ErrorCode.CLIENT_ABORTED
@@ -309,6 +362,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       if (controller !== null && !controller.signal.aborted) controller.abort(new SallyportError(ErrorCode.CLIENT_ABORTED, 'client went away'))
     }
     record(this)
+    if (this.trace !== null) this.trace.end(this)
   }
 
   onBodyError(_err: Error): void {
@@ -335,6 +389,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
   /** Ends the request with an error code: a status and short reason, or a reset once headers are out. */
   fail(code: ErrorCode, detail: string | null = null): void {
+    this.#abandonAttempt()
     this.clearTimer()
     this.code = code
     // detail: a bounded reason class (e.g. the TLS failure `unknown_ca`), shown to the client.
@@ -361,6 +416,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     return ct !== undefined && ct.startsWith('application/grpc')
   }
 
+  /** An attempt's chain answered itself (denied, failed): its loop stops and releases what it holds. */
+  #abandonAttempt(): void {
+    const attempt = this.#attempt
+    if (attempt === null) return
+    this.#attempt = null
+    attempt.abandon()
+  }
+
   clearTimer(): void {
     if (this.timer !== null) {
       clearTimeout(this.timer)
@@ -379,6 +442,19 @@ function websocketFromH2(headers: OutgoingHeaders, protocol: string): void {
   if (protocol !== 'websocket') return
   if (headers['sec-websocket-key'] === undefined) headers['sec-websocket-key'] = randomBytes(16).toString('base64')
   if (headers['sec-websocket-version'] === undefined) headers['sec-websocket-version'] = '13'
+}
+
+/** Issue 7: the request-independent part of a flow's view, one per rule × backend (no strings built per request). */
+const flowInfos = new WeakMap<WeightedCluster, FlowInfo>()
+
+// hot path
+function flowInfoOf(rule: RouteRule, backend: WeightedCluster, cluster: Cluster): FlowInfo {
+  let info = flowInfos.get(backend)
+  if (info === undefined || info.backend !== cluster.id) {
+    info = { route: rule.route.namespace + '/' + rule.route.name, rule: rule.id, backend: cluster.id, gateway: rule.gateway, scheme: cluster.tls === null ? 'http' : 'https' }
+    flowInfos.set(backend, info)
+  }
+  return info
 }
 
 function onRequestTimeout(ctx: RequestContext): void {
