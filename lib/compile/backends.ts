@@ -6,7 +6,7 @@
 import type { Backend, BackendRef, Service, ServicePort } from '../resources/model.ts'
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
-import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol } from './table.ts'
+import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol, UpstreamProxy } from './table.ts'
 import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed } from './refs.ts'
@@ -270,9 +270,40 @@ export class BackendResolver {
         ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
         // Issue 6, parent mode: the Backend is another egress gateway; only connections to it are retried.
         parentGateway: backend.meta.annotations['sallyport.io/parent-gateway'] === 'true',
+        ...upstreamProxyOf(this.#snapshot, ns, backend.meta.annotations),
       },
     }
   }
+}
+
+/**
+ * Issue 9: `sallyport.io/upstream-proxy: "http://proxy.corp:3128"` on a Backend
+ * sends its connections through that HTTP CONNECT proxy;
+ * `sallyport.io/upstream-proxy-secret: "name"` (a Secret of the Backend's
+ * namespace with `username` and `password`) adds Proxy-Authorization Basic.
+ * An unreadable URL or a missing Secret leaves the field out (direct) —
+ * validate reports it. Absent annotation: no field (tables unchanged).
+ */
+export const UPSTREAM_PROXY = 'sallyport.io/upstream-proxy'
+export const UPSTREAM_PROXY_SECRET = 'sallyport.io/upstream-proxy-secret'
+export function upstreamProxyOf(snapshot: Snapshot, namespace: string, annotations: Readonly<Record<string, string>>): { upstreamProxy?: UpstreamProxy } {
+  const text = annotations[UPSTREAM_PROXY]
+  if (text === undefined) return {}
+  let url: URL
+  try { url = new URL(text) } catch { return {} }
+  if (url.protocol !== 'http:' || url.hostname === '') return {}
+  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
+  let authorization: string | null = null
+  const ref = annotations[UPSTREAM_PROXY_SECRET]
+  if (ref !== undefined) {
+    const [ns, name] = ref.includes('/') ? ref.split('/', 2) : [namespace, ref]
+    // Same namespace only: a Secret elsewhere would need a ReferenceGrant (not read here).
+    const secret = ns === namespace ? snapshot.secrets.get(`${ns}/${name}`) : undefined
+    const user = secret?.data.username
+    const pass = secret?.data.password
+    if (user !== undefined && pass !== undefined) authorization = 'Basic ' + Buffer.concat([user, Buffer.from(':'), pass]).toString('base64')
+  }
+  return { upstreamProxy: { host, port: url.port === '' ? 80 : Number(url.port), authorization } }
 }
 
 function cluster(

@@ -110,15 +110,15 @@ function toJson(value: unknown, seen: Map<object, unknown>): unknown {
   if (Array.isArray(value)) return value.map(v => toJson(v, seen))
   const out: Record<string, unknown> = {}
   for (const [k, v] of Object.entries(value)) {
-    // keyPem: TLS keys; secrets: extension Secret data (issue 7: credentials never in dumps).
-    out[k] = (k === 'keyPem' || k === 'secrets') && v !== null ? redactSecrets(k, v) : toJson(v, seen)
+    // keyPem: TLS keys; secrets: extension Secret data (issue 7: credentials never in dumps); authorization: upstream proxy credentials (issue 9).
+    out[k] = (k === 'keyPem' || k === 'secrets' || k === 'authorization') && v !== null ? redactSecrets(k, v) : toJson(v, seen)
   }
   return out
 }
 
 /** Secret values become '[redacted]'; the Secret keys stay visible (which keys were resolved). */
 function redactSecrets(k: string, v: unknown): unknown {
-  if (k === 'keyPem' || v === null || typeof v !== 'object') return REDACTED
+  if (k === 'keyPem' || k === 'authorization' || v === null || typeof v !== 'object') return REDACTED
   const out: Record<string, Record<string, string>> = {}
   for (const [path, data] of Object.entries(v as Record<string, Record<string, string>>)) {
     out[path] = Object.fromEntries(Object.keys(data).map(key => [key, REDACTED]))

@@ -280,7 +280,24 @@ function compileRule(
     extensions: mergeExtensions([...extScopes, refExtensions]),
     meshed: ctx.meshed,
     grpc: route.kind === 'GRPCRoute',
+    ...connectPolicyOf(route),
   }
+}
+
+/**
+ * Issue 9, forward-proxy mode: an HTTPRoute opts its hostnames into HTTP
+ * CONNECT with `sallyport.io/connect-ports: "443"` (and asks for the SNI check
+ * with `sallyport.io/connect-verify-sni: "true"`). Without the annotation the
+ * rule has no `connect` field (CONNECT refused), so tables stay as they were.
+ */
+export const CONNECT_PORTS = 'sallyport.io/connect-ports'
+export const CONNECT_VERIFY_SNI = 'sallyport.io/connect-verify-sni'
+function connectPolicyOf(route: HTTPRoute | GRPCRoute): { connect?: RouteRule['connect'] } {
+  const text = route.kind === 'HTTPRoute' ? route.meta.annotations[CONNECT_PORTS] : undefined
+  if (text === undefined) return {}
+  const ports = text.split(/[\s,]+/).map(Number).filter(p => Number.isInteger(p) && p > 0 && p < 65536)
+  if (ports.length === 0) return {}
+  return { connect: { ports, verifySni: route.meta.annotations[CONNECT_VERIFY_SNI] === 'true' } }
 }
 
 // ── extension scopes (issue 7) ──

@@ -279,6 +279,28 @@ export interface RouteRule {
   readonly meshed: boolean
   /** GRPCRoute rules: answer errors as gRPC status. */
   readonly grpc: boolean
+  /**
+   * Forward-proxy mode (issue 9): HTTP CONNECT to this rule's hostnames is
+   * allowed for these ports (HTTPRoute annotation sallyport.io/connect-ports).
+   * Absent or null: CONNECT is refused.
+   */
+  readonly connect?: ConnectPolicy | null
+}
+
+/** What CONNECT may do through a rule (issue 9; lib/router/forward-proxy.ts). */
+export interface ConnectPolicy {
+  /** Requested ports allowed (the `:port` of `CONNECT host:port`). */
+  readonly ports: readonly number[]
+  /** Peek the tunnelled ClientHello and require SNI == the requested host (sallyport.io/connect-verify-sni). */
+  readonly verifySni: boolean
+}
+
+/** An HTTP CONNECT proxy the cluster's connections go through (issue 9). */
+export interface UpstreamProxy {
+  readonly host: string
+  readonly port: number
+  /** `Basic …` for Proxy-Authorization; secret material: dumpTable redacts it. */
+  readonly authorization: string | null
 }
 
 export interface RetrySpec {
@@ -390,6 +412,12 @@ export interface Cluster {
    * itself applies to every resolved Backend address whether or not this is set.
    */
   readonly destination?: ClusterDestination | null
+  /**
+   * Issue 9: reach the endpoints through this HTTP CONNECT proxy (Backend or
+   * Gateway annotation sallyport.io/upstream-proxy); TLS origination runs
+   * inside the tunnel. Absent or null: direct.
+   */
+  readonly upstreamProxy?: UpstreamProxy | null
 }
 
 /** Per-Gateway rules for the addresses a Backend's hostnames resolve to. */

@@ -21,6 +21,8 @@ import { logger } from '../observe/log.ts'
 import { H1Exchange, UpgradeExchange, clientIp } from './exchange-h1.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
+import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
+import type { Logger } from '../observe/log.ts'
 import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
 
 const log = logger('listener')
@@ -53,6 +55,8 @@ export interface PlaneContext {
   readonly contexts: SecureContexts
   /** The table in force; read once per request. */
   current(): RouteTable | null
+  /** Issue 9: the `access` logger for CONNECT tunnels (absent or null: off). */
+  readonly accessLog?: Logger | null
 }
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
@@ -95,6 +99,7 @@ export class PortListener {
     }, this.#onRequest)
     this.#h1.maxHeadersCount = limits.maxHeaders
     this.#h1.on('upgrade', this.#onUpgrade)
+    this.#h1.on('connect', this.#onConnect)
     this.#h1.on('clientError', onClientError)
 
     this.#h2 = http2.createServer({
@@ -264,6 +269,20 @@ export class PortListener {
     handleExchange(new UpgradeExchange(req, socket, head, this.port, this.#scheme), table, this.#plane.env)
   }
 
+  // ── forward-proxy mode (issue 9): HTTP CONNECT ──
+
+  #tunnelEnv(): TunnelEnv {
+    const env = this.#plane.env
+    return { upstreams: env.upstreams, accessLog: this.#plane.accessLog ?? null, events: env.extensions?.events ?? null }
+  }
+
+  #onConnect = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    const table = this.#plane.current()
+    socket.on('error', noop)
+    if (table === null) { socket.destroy(); return }
+    openTunnel(h1Client(socket, clientIp(socket.remoteAddress)), req.url ?? '', head, table, this.port, this.#tunnelEnv())
+  }
+
   // ── HTTP/2 ──
 
   #onSession = (session: ServerHttp2Session): void => {
@@ -288,6 +307,11 @@ export class PortListener {
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's maxHeaderSize.
     if (headerListSize(headers) > this.#plane.limits.maxHeaderSize) {
       stream.respond({ ':status': 431 }, { endStream: true })
+      return
+    }
+    // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
+    if (headers[':method'] === 'CONNECT' && headers[':protocol'] === undefined) {
+      openTunnel(h2Client(stream, info?.address ?? ''), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
       return
     }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address), table, this.#plane.env)

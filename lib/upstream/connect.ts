@@ -13,7 +13,8 @@
 
 import { connect as netConnect, type Socket } from 'node:net'
 import { connect as tlsConnect, type TLSSocket } from 'node:tls'
-import type { Endpoint } from '../compile/table.ts'
+import type { Endpoint, UpstreamProxy } from '../compile/table.ts'
+import { connectTarget, openProxyTunnel } from './proxy-connect.ts'
 import type { Resolver } from './resolve.ts'
 import type { ClientTls } from './tls.ts'
 import { localError, codeOf } from './normalize-error.ts'
@@ -44,6 +45,12 @@ export interface ConnectorOptions {
   readonly backend?: string
   /** Offer the last session ticket on new connections (default true; bench/tls.ts turns it off). */
   readonly resumeSessions?: boolean
+  /**
+   * Issue 9: open each connection as a CONNECT tunnel through this proxy
+   * (proxy-connect.ts), TLS inside it. Hostname endpoints are then not
+   * resolved here: the proxy is asked for the name.
+   */
+  readonly proxy?: UpstreamProxy | null
 }
 
 export class Connector {
@@ -53,6 +60,7 @@ export class Connector {
   readonly #timeoutMs: number
   readonly #backend: string
   readonly #resume: boolean
+  readonly #proxy: UpstreamProxy | null
   /** Last TLS session ticket of this pool: offered on the next connection (resumption). */
   #session: Buffer | undefined = undefined
 
@@ -63,6 +71,7 @@ export class Connector {
     this.#timeoutMs = options.timeoutMs
     this.#backend = options.backend ?? ''
     this.#resume = options.resumeSessions ?? true
+    this.#proxy = options.proxy ?? null
   }
 
   get secure(): boolean {
@@ -72,7 +81,7 @@ export class Connector {
   /** `alpn`: protocols to offer over TLS (ignored in cleartext); null offers none. */
   connect(alpn: readonly string[] | null, callback: ConnectCallback): void {
     const endpoint = this.endpoint
-    if (endpoint.kind !== 'hostname') {
+    if (endpoint.kind !== 'hostname' || this.#proxy !== null) {
       this.#attempt([endpoint.host], 0, alpn, callback)
       return
     }
@@ -85,16 +94,29 @@ export class Connector {
     )
   }
 
-  #attempt(addresses: readonly string[], index: number, alpn: readonly string[] | null, callback: ConnectCallback): void {
+  #attempt(addresses: readonly string[], index: number, alpn: readonly string[] | null, callback: ConnectCallback, tunnel?: Socket): void {
     const endpoint = this.endpoint
     const address = addresses[index]
+    const proxy = this.#proxy
+    if (proxy !== null && tunnel === undefined) {
+      // Issue 9: the tunnel first (its own connect timeout), then TLS (or nothing) inside it.
+      const pending = openProxyTunnel(proxy, connectTarget(address, endpoint.port), (err, socket) => {
+        clearTimeout(timer)
+        if (socket === null) callback(err, null)
+        else this.#attempt(addresses, index, alpn, callback, socket)
+      })
+      const timer = setTimeout(() => {
+        pending.destroy(localError('SP_CONNECT_TIMEOUT', `CONNECT ${address}:${endpoint.port} through ${proxy.host}:${proxy.port} timed out after ${this.#timeoutMs} ms`))
+      }, this.#timeoutMs)
+      return
+    }
     let socket: Socket
     const tls = this.#tls
     let staple: Buffer | null = null
     if (tls !== null) {
       const tlsSocket: TLSSocket = tlsConnect({
         ...tls.options,
-        ...(endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
+        ...(tunnel !== undefined ? { socket: tunnel } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
         servername: tls.servername,
         ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
         session: this.#resume ? this.#session : undefined,
@@ -102,6 +124,8 @@ export class Connector {
       if (this.#resume) tlsSocket.on('session', (session: Buffer) => { this.#session = session })
       if (tls.verifier !== null && tls.verifier.requestOCSP) tlsSocket.once('OCSPResponse', (response: Buffer) => { staple = response })
       socket = tlsSocket
+    } else if (tunnel !== undefined) {
+      socket = tunnel
     } else {
       socket = endpoint.kind === 'unix' ? netConnect({ path: address }) : netConnect({ host: address, port: endpoint.port })
     }
@@ -155,7 +179,8 @@ export class Connector {
       }
       callback(err, null)
     }
-    socket.once(connectEvent, onConnect)
+    if (tls === null && tunnel !== undefined) queueMicrotask(onConnect) // the tunnel is already connected
+    else socket.once(connectEvent, onConnect)
     socket.once('error', onError)
   }
 

@@ -157,6 +157,8 @@ function keyOf(endpoints: readonly Endpoint[]): string {
 }
 
 function hasHostnames(cluster: Cluster): boolean {
+  // Issue 9: through an upstream proxy, names are the proxy's to resolve (connect.ts).
+  if (cluster.upstreamProxy != null) return false
   for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
   return false
 }

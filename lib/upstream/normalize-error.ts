@@ -22,6 +22,7 @@ const CONNECT_CODES: Readonly<Record<string, string>> = {
   SP_CONNECT_TIMEOUT: 'timeout',
   ETIMEDOUT: 'timeout',
   ENOENT: 'refused', // unix socket path missing
+  SP_PROXY_REFUSED: 'proxy', // issue 9: the upstream CONNECT proxy said no (or closed)
 }
 
 const TIMEOUT_CODES: ReadonlySet<string> = new Set([

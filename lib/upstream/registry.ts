@@ -16,6 +16,7 @@ import type { ResilienceView, UpstreamHandler, UpstreamRequest, Upstreams } from
 import { Resilience, type ClusterRuntime } from './resilience.ts'
 import { poolSettingsFor, poolVariant } from './pool-limits.ts'
 import { Connector } from './connect.ts'
+import { proxyKey } from './proxy-connect.ts'
 import { Exchange, type Redispatcher } from './exchange.ts'
 import { AlpnPool } from './alpn-pool.ts'
 import { H1Pool } from './h1-pool.ts'
@@ -84,6 +85,8 @@ interface DynamicCluster {
 }
 
 function hasHostnames(cluster: Cluster): boolean {
+  // Issue 9: through an upstream proxy, names are the proxy's to resolve (connect.ts).
+  if (cluster.upstreamProxy != null) return false
   for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
   return false
 }
@@ -101,7 +104,7 @@ function clusterState(cluster: Cluster, endpoints: readonly Endpoint[], error: S
 
 function poolKey(cluster: Cluster, endpoint: Endpoint): string {
   const where = endpoint.kind === 'unix' ? `unix:${endpoint.host}` : `${endpoint.host}:${endpoint.port}`
-  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}${poolVariant(cluster)}`
+  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}${poolVariant(cluster)}${proxyKey(cluster)}`
 }
 
 function endpointLabel(endpoint: Endpoint): string {
@@ -134,7 +137,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     this.#resolver = this.#destinations.connectorResolver()
     // L4 (issue 8): connectors like the pools', hostnames resolved and guarded like theirs.
     this.#l4 = new L4Dialer({
-      connector: (cluster, endpoint, tls, timeoutMs) => new Connector({ endpoint, tls, resolver: this.#resolver, timeoutMs, backend: cluster.id }),
+      connector: (cluster, endpoint, tls, timeoutMs) => new Connector({ endpoint, tls, resolver: this.#resolver, timeoutMs, backend: cluster.id, proxy: cluster.upstreamProxy ?? null }),
       resolve: (cluster, hostname) => this.#destinations.resolve(cluster, hostname),
       connectTimeoutMs: this.#settings.connectTimeoutMs,
     })
@@ -354,7 +357,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     // h2c is cleartext by definition; every other protocol originates TLS when the cluster has it.
     const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls)
     if (tls !== null && tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration')
-    const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs, backend: cluster.id })
+    const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs, backend: cluster.id, proxy: cluster.upstreamProxy ?? null })
     switch (cluster.protocol) {
       case 'HTTP2':
       case 'H2C':

@@ -1,0 +1,270 @@
+// Forward-proxy mode (issue 9): one HTTP CONNECT, from verdict to close.
+// HTTP/1.1 (the http.Server 'connect' event: the raw socket after the request
+// head) and HTTP/2 (a CONNECT stream without :protocol, RFC 9113 §8.5) end up
+// here as a ClientSide; the tunnel is the same.
+//
+// 1. routeConnect (router/forward-proxy.ts) decides from the routes and the
+//    Gateway's destination policy; a refusal is answered (403 with the reason
+//    as body, 400 for an unreadable target), counted
+//    (sallyport_forward_proxy_refusals_total{reason}), logged and an Event.
+// 2. The backend is dialled like a TCPRoute's (upstreams.dialL4: endpoint
+//    failover, DNS, the confused-deputy guard on resolved addresses, the
+//    upstream proxy if the Backend has one) — before answering, so an
+//    unreachable or refused destination still gets its status (403 / 502).
+// 3. 200, then (sallyport.io/connect-verify-sni) the client's ClientHello is
+//    read and its SNI must name the requested host; then bytes are relayed
+//    both ways with backpressure (pipe), half-close and the idle timeout.
+// 4. Accounted once however it ends: the L4 connection metrics (bytes,
+//    duration, how it ended) and one access-log line with protocol 'connect',
+//    the destination and the client's identity.
+
+import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
+import type { RouteRule, RouteTable } from '../compile/table.ts'
+import { ErrorCode, type SallyportError } from '../errors.ts'
+import type { Logger } from '../observe/log.ts'
+import { logger } from '../observe/log.ts'
+import { l4ActiveConnections, recordL4Connection, type L4Code } from '../observe/l4-metrics.ts'
+import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
+import { routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
+import type { Upstreams } from '../upstream/types.ts'
+import type { EventSink } from '../extensions/events.ts'
+import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
+
+const log = logger('forward-proxy')
+
+/** How long a client may take to send its ClientHello when the SNI is checked. */
+const HELLO_TIMEOUT_MS = 10_000
+/** Tunnel idle timeout when the route sets none. */
+const DEFAULT_IDLE_MS = 300_000
+
+/** The downstream side of one CONNECT: how to answer and where the tunnel bytes are. */
+export interface ClientSide {
+  readonly protocol: 'h1' | 'h2'
+  readonly address: string
+  /** Answers with a status and a short text body, then closes. */
+  refuse(status: number, body: string): void
+  /** Answers 200 and returns the tunnel's byte stream. */
+  accept(): Duplex
+}
+
+export interface TunnelEnv {
+  readonly upstreams: Upstreams
+  /** `access` logger, or null when the access log is off. */
+  readonly accessLog: Logger | null
+  /** Where refusal Events go (the extension runtime's aggregating sink); null: log only. */
+  readonly events: EventSink | null
+}
+
+const REASON_TEXT: Record<ConnectRefusal, string> = {
+  bad_authority: 'CONNECT target must be host:port',
+  no_route: 'no route for this destination',
+  connect_not_allowed: 'CONNECT not allowed by the route for this destination',
+  port_not_allowed: 'CONNECT to this port not allowed by the route',
+  no_backend: 'no backend for this destination',
+  destination_denied: 'destination not allowed by gateway policy',
+  destination_refused: 'destination refused: its addresses are not allowed',
+  sni_mismatch: 'TLS server name does not match the CONNECT destination',
+  connect_failed: 'destination unreachable',
+}
+
+/** HTTP/1.1 CONNECT: `req.url` is the authority; `head` are bytes the client sent after the request head. */
+export function h1Client(socket: Socket, address: string): ClientSide {
+  return {
+    protocol: 'h1',
+    address,
+    refuse(status: number, body: string): void {
+      const text = body + '\n'
+      socket.end(`HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Bad Gateway'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`)
+    },
+    accept(): Duplex {
+      socket.allowHalfOpen = true
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+      return socket
+    },
+  }
+}
+
+/** HTTP/2 CONNECT stream (RFC 9113 §8.5): the stream itself is the tunnel. */
+export function h2Client(stream: import('node:http2').ServerHttp2Stream, address: string): ClientSide {
+  return {
+    protocol: 'h2',
+    address,
+    refuse(status: number, body: string): void {
+      if (stream.destroyed) return
+      stream.respond({ ':status': status, 'content-type': 'text/plain; charset=utf-8' })
+      stream.end(body + '\n')
+    },
+    accept(): Duplex {
+      stream.respond({ ':status': 200 })
+      return stream
+    },
+  }
+}
+
+/** Runs one CONNECT to `authority` arriving on `port`, on the table it arrived with. */
+export function openTunnel(client: ClientSide, authority: string, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv): void {
+  const startedAt = performance.now()
+  const decision = routeConnect(table, port, authority)
+  if (!decision.ok) {
+    refuse(client, decision.status, decision.reason, decision.host, decision.rule, table, port, env)
+    return
+  }
+  const { rule, cluster } = decision
+  env.upstreams.dialL4({ cluster, originateTls: false, connectMs: rule.timeouts.connectMs }, (err, conn) => {
+    if (err !== null || conn === null) {
+      const reason: ConnectRefusal = isPolicyError(err) ? 'destination_refused' : 'connect_failed'
+      refuse(client, reason === 'connect_failed' ? 502 : 403, reason, decision.host, rule, table, port, env, err?.message)
+      return
+    }
+    new Tunnel(client, decision, conn.socket, conn.endpoint, head, table, port, env, startedAt)
+  })
+}
+
+function isPolicyError(err: SallyportError | null): boolean {
+  return err !== null && (err.code === ErrorCode.DESTINATION_REFUSED || err.code === ErrorCode.FORBIDDEN)
+}
+
+function gatewayOf(rule: RouteRule | null, table: RouteTable, port: number): { gateway: string; listener: string } {
+  if (rule !== null) {
+    const slash = rule.gateway.lastIndexOf('/')
+    return { gateway: rule.gateway.slice(0, slash), listener: rule.gateway.slice(slash + 1) }
+  }
+  const l = table.ports.get(port)?.listeners[0]
+  return l === undefined ? { gateway: '', listener: '' } : { gateway: l.gateway, listener: l.name }
+}
+
+function identityOf(table: RouteTable, address: string): string | null {
+  const id = table.clients.get(address)
+  return id === undefined ? null : `${id.namespace}/${id.serviceAccount}`
+}
+
+function refuse(
+  client: ClientSide, status: number, reason: ConnectRefusal, host: string, rule: RouteRule | null,
+  table: RouteTable, port: number, env: TunnelEnv, detail?: string,
+): void {
+  client.refuse(status, REASON_TEXT[reason])
+  forwardProxyRefusals.inc({ reason })
+  const { gateway, listener } = gatewayOf(rule, table, port)
+  const route = rule === null ? '' : `${rule.route.namespace}/${rule.route.name}`
+  const fields = { gateway, listener, client: client.address, identity: identityOf(table, client.address), destination: host, route, reason, status }
+  log.info(detail === undefined ? fields : { ...fields, detail }, 'CONNECT refused')
+  if (env.accessLog !== null) env.accessLog.info({ protocol: 'connect', ...fields }, 'connection')
+  if (env.events !== null && reason !== 'connect_failed') {
+    const [namespace = '', name = ''] = gateway.split('/')
+    env.events.emit({ type: 'Warning', reason: 'ConnectRefused', object: { kind: 'Gateway', namespace, name }, message: `CONNECT to ${host} refused: ${reason}`, count: 1 })
+  }
+}
+
+class Tunnel {
+  readonly #client: ClientSide
+  readonly #decision: ConnectAllowed
+  readonly #upstream: Socket
+  readonly #endpoint: string
+  readonly #table: RouteTable
+  readonly #port: number
+  readonly #env: TunnelEnv
+  readonly #startedAt: number
+  readonly #labels: { gateway: string; listener: string }
+  #stream: Duplex | null = null
+  #end: L4Code | null = null
+  #open = 2
+  #finished = false
+
+  constructor(client: ClientSide, decision: ConnectAllowed, upstream: Socket, endpoint: string, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv, startedAt: number) {
+    this.#client = client
+    this.#decision = decision
+    this.#upstream = upstream
+    this.#endpoint = endpoint
+    this.#table = table
+    this.#port = port
+    this.#env = env
+    this.#startedAt = startedAt
+    this.#labels = gatewayOf(decision.rule, table, port)
+    l4ActiveConnections.inc(this.#labels)
+    const stream = client.accept()
+    this.#stream = stream
+    upstream.on('error', this.#onUpstreamError)
+    stream.on('error', this.#onClientError)
+    stream.once('close', () => { upstream.destroy(); this.#onClose() })
+    upstream.once('close', this.#onClose)
+    if (stream.destroyed) { this.#onClientError(); this.#onClose(); return } // the client left while we dialled
+    if (head !== null && head.length > 0) upstream.write(head)
+    if (decision.verifySni) this.#checkHello(stream, upstream)
+    else this.#splice(stream, upstream)
+  }
+
+  /** connect-verify-sni: the first bytes must be a ClientHello naming the requested host. */
+  #checkHello(stream: Duplex, upstream: Socket): void {
+    let buffered: Buffer = Buffer.alloc(0)
+    const timer = setTimeout(() => this.#deny('client_hello_timeout'), HELLO_TIMEOUT_MS)
+    const onData = (chunk: Buffer): void => {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk])
+      const r = parseClientHello(buffered)
+      if (r.kind === 'more' && buffered.length <= MAX_CLIENT_HELLO_BYTES) return
+      clearTimeout(timer)
+      stream.removeListener('data', onData)
+      stream.pause()
+      if (r.kind !== 'hello' || r.sni === null || r.sni.toLowerCase() !== this.#decision.host) {
+        forwardProxyRefusals.inc({ reason: 'sni_mismatch' })
+        log.info({ ...this.#labels, client: this.#client.address, destination: this.#decision.host, sni: r.kind === 'hello' ? r.sni : null }, 'CONNECT tunnel closed: SNI does not match')
+        this.#deny('forbidden')
+        return
+      }
+      upstream.write(buffered)
+      this.#splice(stream, upstream)
+    }
+    stream.on('data', onData)
+  }
+
+  #deny(code: L4Code): void {
+    this.#end ??= code
+    this.#stream?.destroy()
+    this.#upstream.destroy()
+  }
+
+  #splice(stream: Duplex, upstream: Socket): void {
+    const idleMs = this.#decision.rule.timeouts.idleMs ?? DEFAULT_IDLE_MS
+    // Every byte either way passes through the upstream socket: one timer watches both.
+    if (idleMs > 0) upstream.setTimeout(idleMs, () => this.#deny('idle_timeout'))
+    upstream.allowHalfOpen = true
+    stream.pipe(upstream)
+    upstream.pipe(stream)
+    stream.resume()
+  }
+
+  #onClientError = (): void => {
+    this.#end ??= 'client_reset'
+    this.#upstream.destroy()
+    this.#stream?.destroy()
+  }
+
+  #onUpstreamError = (): void => {
+    this.#end ??= 'upstream_reset'
+    this.#stream?.destroy()
+    this.#upstream.destroy()
+  }
+
+  #onClose = (): void => {
+    if (--this.#open > 0 || this.#finished) return
+    this.#finished = true
+    const d = this.#decision
+    const seconds = (performance.now() - this.#startedAt) / 1000
+    const route = `${d.rule.route.namespace}/${d.rule.route.name}`
+    // Wire bytes of the tunnel: what went to the upstream came from the client, and back.
+    const bytesIn = this.#upstream.bytesWritten
+    const bytesOut = this.#upstream.bytesRead
+    const code = this.#end ?? 'ok'
+    l4ActiveConnections.dec(this.#labels)
+    recordL4Connection({ ...this.#labels, route, backend: d.cluster.id, code, bytesIn, bytesOut, seconds })
+    const access = this.#env.accessLog
+    if (access !== null) {
+      access.info({
+        protocol: 'connect', via: this.#client.protocol, gateway: this.#labels.gateway, listener: this.#labels.listener,
+        client: this.#client.address, identity: identityOf(this.#table, this.#client.address), port: this.#port,
+        destination: `${d.host}:${d.port}`, route, backend: d.cluster.id, upstream: this.#endpoint,
+        bytesIn, bytesOut, durationMs: Math.round(seconds * 1000), reason: code,
+      }, 'connection')
+    }
+  }
+}

@@ -1,0 +1,101 @@
+// Forward-proxy mode (issue 9): may `CONNECT host:port` on this port open a
+// tunnel, and to what? Decided by the routes, never "anything":
+//
+// - the requested host is matched like an HTTP request's Host, through the
+//   port's normal host index (exact, then wildcard, then catch-all), as method
+//   CONNECT on path '/';
+// - the matched rule must opt in: its HTTPRoute carries
+//   `sallyport.io/connect-ports` listing the requested port (compiled into
+//   RouteRule.connect);
+// - the tunnel goes to the rule's backend (picked by weight like a request);
+//   a backend the Gateway's destination policy denies (deny/allow lists,
+//   region lock, guard on static addresses — decided in compile) refuses.
+//   The guard on resolved addresses runs when the tunnel is dialled
+//   (upstream/resolve.ts), like for any Backend.
+//
+// Absolute-form requests (`GET http://host/path`) need nothing here: forward.ts
+// routes them by the URL's authority through the normal pipeline.
+
+import type { Cluster, RouteRule, RouteTable } from '../compile/table.ts'
+import type { MatchInput } from './match.ts'
+import { matchOnPort } from './match.ts'
+import { pickBackend } from './filters.ts'
+
+/** Why a CONNECT was refused (metric label, access-log field); bounded. */
+export type ConnectRefusal =
+  | 'bad_authority' // not host:port
+  | 'no_route' // no route for the host on this port
+  | 'connect_not_allowed' // the matching route does not allow CONNECT (no sallyport.io/connect-ports)
+  | 'port_not_allowed' // the requested port is not among the route's connect-ports
+  | 'no_backend' // the rule answers by itself (invalid backends, redirect) or has no weight
+  | 'destination_denied' // the Gateway's destination policy denies the backend
+  | 'destination_refused' // the backend's name resolves only to refused addresses (guard)
+  | 'sni_mismatch' // connect-verify-sni: the tunnelled ClientHello names another host (or none)
+  | 'connect_failed' // the backend could not be reached (502)
+
+export interface ConnectAllowed {
+  readonly ok: true
+  readonly host: string
+  readonly port: number
+  readonly rule: RouteRule
+  readonly cluster: Cluster
+  readonly verifySni: boolean
+}
+
+export interface ConnectRefused {
+  readonly ok: false
+  readonly status: number
+  readonly reason: ConnectRefusal
+  readonly rule: RouteRule | null
+  readonly host: string
+}
+
+export type ConnectDecision = ConnectAllowed | ConnectRefused
+
+const CONNECT_INPUT: MatchInput = { method: 'CONNECT', path: '/', query: null, header: () => undefined }
+
+/** `host:port` (IPv6 in brackets) → lowercased host and port; null when unreadable. */
+export function parseAuthority(authority: string): { host: string; port: number } | null {
+  let host: string
+  let rest: string
+  if (authority.startsWith('[')) {
+    const close = authority.indexOf(']')
+    if (close === -1) return null
+    host = authority.slice(1, close)
+    rest = authority.slice(close + 1)
+  } else {
+    const colon = authority.lastIndexOf(':')
+    if (colon === -1) return null
+    host = authority.slice(0, colon)
+    rest = authority.slice(colon)
+  }
+  if (!rest.startsWith(':') || host === '') return null
+  const port = Number(rest.slice(1))
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return null
+  return { host: host.toLowerCase().replace(/\.$/, ''), port }
+}
+
+function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null, host: string): ConnectRefused {
+  return { ok: false, status, reason, rule, host }
+}
+
+/** The verdict on `CONNECT authority` arriving on `port`, from the table the request arrived with. */
+export function routeConnect(table: RouteTable, port: number, authority: string): ConnectDecision {
+  const target = parseAuthority(authority)
+  if (target === null) return refused(400, 'bad_authority', null, authority)
+  const entry = table.ports.get(port)
+  if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, target.host)
+  const match = matchOnPort(entry.http, target.host, CONNECT_INPUT)
+  if (match === null) return refused(403, 'no_route', null, target.host)
+  const rule = match.rule
+  const connect = rule.connect ?? null
+  if (connect === null) return refused(403, 'connect_not_allowed', rule, target.host)
+  if (!connect.ports.includes(target.port)) return refused(403, 'port_not_allowed', rule, target.host)
+  if (rule.direct !== null) return refused(rule.direct.status === 403 ? 403 : 502, rule.direct.status === 403 ? 'destination_denied' : 'no_backend', rule, target.host)
+  const backend = pickBackend(rule, Math.random())
+  if (backend === null) return refused(502, 'no_backend', rule, target.host)
+  if (backend.denied !== undefined) return refused(403, 'destination_denied', rule, target.host)
+  const cluster = backend.cluster === null ? undefined : table.clusters.get(backend.cluster)
+  if (cluster === undefined) return refused(502, 'no_backend', rule, target.host)
+  return { ok: true, host: target.host, port: target.port, rule, cluster, verifySni: connect.verifySni }
+}
