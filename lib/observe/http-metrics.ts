@@ -125,14 +125,14 @@ export function recordRequest(k: RequestKey, seconds: number, bytesIn: number, b
   x.buckets[i]++
 }
 
-interface Value {
+export interface Value {
   value: number
   labels: Record<string, string | number>
   metricName?: string
 }
 
 /** A family rendered from the series at scrape time (prom-client's Metric shape: name, help, type, get()). */
-class Family {
+export class Family {
   readonly name: string
   readonly help: string
   readonly type: 'counter' | 'histogram'

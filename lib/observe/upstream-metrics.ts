@@ -3,16 +3,9 @@
 // status or the SP_ERR_* code; `reason` comes from a fixed list in
 // lib/upstream/normalize-error.ts and lib/upstream/tls.ts.
 
-import { Counter, Gauge, Histogram } from 'prom-client'
+import { Counter, Gauge, type Metric } from 'prom-client'
 import { registry } from './metrics.ts'
-
-export const upstreamRequestDuration = new Histogram({
-  name: 'sallyport_upstream_request_duration_seconds',
-  help: 'Upstream exchanges from dispatch to the end of the response body (or the error), by backend and status or error code.',
-  labelNames: ['backend', 'code'] as const,
-  buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-  registers: [registry],
-})
+import { Family, type Value } from './http-metrics.ts'
 
 export const upstreamConnectErrors = new Counter({
   name: 'sallyport_upstream_connect_errors_total',
@@ -28,11 +21,81 @@ export const upstreamTlsHandshakeErrors = new Counter({
   registers: [registry],
 })
 
+// Per-exchange cost: prom-client hashes and validates a label object on every
+// inc/dec/observe (three per exchange). Instead each exchange updates the plain
+// BackendSeries of its cluster (looked up once per Cluster object), and the two
+// families are rendered from the series at scrape time, as http-metrics.ts does.
+
+const DURATION_BUCKETS: readonly number[] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+/** One status or error code of a backend: non-cumulative bucket counts (the last is +Inf), sum, count. */
+class CodeSeries {
+  readonly buckets = new Float64Array(DURATION_BUCKETS.length + 1)
+  sum = 0
+  count = 0
+}
+
+/** What upstream/ records per backend: exchanges in flight and their durations by code. */
+export class BackendSeries {
+  readonly backend: string
+  active = 0
+  readonly byCode = new Map<string, CodeSeries>()
+  constructor(backend: string) { this.backend = backend }
+
+  // hot path
+  observe(code: string, seconds: number): void {
+    let c = this.byCode.get(code)
+    if (c === undefined) {
+      c = new CodeSeries()
+      this.byCode.set(code, c)
+    }
+    c.sum += seconds
+    c.count++
+    let i = 0
+    while (i < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[i]) i++
+    c.buckets[i]++
+  }
+}
+
+/** Every backend ever seen, by cluster id (survives table swaps: counters stay monotonic). */
+const backends = new Map<string, BackendSeries>()
+
+export function backendSeries(backend: string): BackendSeries {
+  let s = backends.get(backend)
+  if (s === undefined) {
+    s = new BackendSeries(backend)
+    backends.set(backend, s)
+  }
+  return s
+}
+
+const DURATION = 'sallyport_upstream_request_duration_seconds'
+registry.registerMetric(new Family(DURATION, 'Upstream exchanges from dispatch to the end of the response body (or the error), by backend and status or error code.', 'histogram', () => {
+  const out: Value[] = []
+  for (const b of backends.values()) {
+    for (const [code, c] of b.byCode) {
+      const labels = { backend: b.backend, code }
+      let cumulative = 0
+      for (let i = 0; i < DURATION_BUCKETS.length; i++) {
+        cumulative += c.buckets[i]
+        out.push({ metricName: DURATION + '_bucket', labels: { ...labels, le: DURATION_BUCKETS[i] }, value: cumulative })
+      }
+      out.push({ metricName: DURATION + '_bucket', labels: { ...labels, le: '+Inf' }, value: c.count })
+      out.push({ metricName: DURATION + '_sum', labels, value: c.sum })
+      out.push({ metricName: DURATION + '_count', labels, value: c.count })
+    }
+  }
+  return out
+}) as unknown as Metric<string>)
+
 export const upstreamActiveRequests = new Gauge({
   name: 'sallyport_upstream_active_requests',
   help: 'Upstream exchanges in flight.',
   labelNames: ['backend'] as const,
   registers: [registry],
+  collect() {
+    for (const b of backends.values()) this.set({ backend: b.backend }, b.active)
+  },
 })
 
 export interface PoolConnectionSample {

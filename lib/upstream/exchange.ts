@@ -11,7 +11,7 @@ import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.
 import { connectReason, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
 import {
-  upstreamActiveRequests, upstreamConnectErrors, upstreamRequestDuration, upstreamTlsHandshakeErrors,
+  backendSeries, upstreamConnectErrors, upstreamTlsHandshakeErrors, type BackendSeries,
 } from '../observe/upstream-metrics.ts'
 
 /** A protocol-level attempt (one undici dispatch or one h2 stream) the exchange can cancel. */
@@ -42,12 +42,25 @@ export interface Redispatcher {
   redispatch(ex: Exchange): boolean
 }
 
+/** The metric series of each Cluster object, found once per table rather than per exchange. */
+const seriesByCluster = new WeakMap<Cluster, BackendSeries>()
+
+function seriesOf(cluster: Cluster): BackendSeries {
+  let s = seriesByCluster.get(cluster)
+  if (s === undefined) {
+    s = backendSeries(cluster.id)
+    seriesByCluster.set(cluster, s)
+  }
+  return s
+}
+
 export class Exchange {
   readonly req: UpstreamRequest
   readonly cluster: Cluster
   readonly #handler: UpstreamHandler
   readonly #redispatcher: Redispatcher
   readonly #started: number
+  readonly #series: BackendSeries
   /** `host:port` of the endpoint of the current attempt. */
   endpoint = ''
   /** Index into cluster.endpoints of the current attempt. */
@@ -69,7 +82,9 @@ export class Exchange {
     this.#handler = handler
     this.#redispatcher = redispatcher
     this.#started = performance.now()
-    upstreamActiveRequests.inc({ backend: req.cluster.id })
+    const series = seriesOf(req.cluster)
+    this.#series = series
+    series.active++
     req.signal.addEventListener('abort', this)
   }
 
@@ -161,9 +176,9 @@ export class Exchange {
     this.#finished = true
     this.req.signal.removeEventListener('abort', this)
     if (this.guard !== null) this.guard.finished(this)
-    const backend = this.cluster.id
-    upstreamActiveRequests.dec({ backend })
-    upstreamRequestDuration.observe({ backend, code }, (performance.now() - this.#started) / 1000)
+    const series = this.#series
+    series.active--
+    series.observe(code, (performance.now() - this.#started) / 1000)
   }
 }
 
