@@ -24,8 +24,11 @@ const BACKEND_KINDS = new Set([
   'gateway.envoyproxy.io/Backend', 'sallyport.io/Backend',
 ])
 
+const BACKEND_KIND_NAMES = new Set(['Backend', 'XBackend'])
+
 export function isBackendKind(group: string, kind: string): boolean {
-  return BACKEND_KINDS.has(`${group}/${kind}`)
+  // Asked for every backendRef of every rule (issue 11): rule out Services and other kinds before building a key.
+  return BACKEND_KIND_NAMES.has(kind) && BACKEND_KINDS.has(`${group}/${kind}`)
 }
 
 /** Resolves and caches clusters for one compile. Not shared across compiles. */

@@ -68,6 +68,7 @@ export class PolicyIndex<P extends Policy> {
   }
 
   get(slot: string): P | null {
+    if (this.winners.size === 0) return null
     return this.winners.get(slot) ?? null
   }
 

@@ -309,6 +309,7 @@ function egressOwner(ext: EgressExtension): import('./extensions.ts').ExtensionO
 /** Route scope (the route's EgressExtension and ExtensionRef filters) and Gateway scope (listener, else whole Gateway). */
 function ruleScopes(route: HTTPRoute | GRPCRoute, ctx: RuleContext, refScopes: readonly ScopedExtensions[]): ScopedExtensions[] {
   const out: ScopedExtensions[] = [...refScopes]
+  if (ctx.extensions.winners.size === 0) return out // no EgressExtension policy at all: no keys to build per rule (issue 11)
   const own = ctx.extensions.get(`${route.kind}/${route.meta.namespace}/${route.meta.name}`)
   if (own !== null && !refScopes.some(s => s.owner.namespace === own.meta.namespace && s.owner.name === own.meta.name)) out.push({ scope: 'Route', owner: egressOwner(own), list: own.extensions })
   const gw = ctx.extensions.get(`Listener/${ctx.gatewayKey}/${ctx.listenerName}`) ?? ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
