@@ -148,3 +148,26 @@ t.test('namespace and label scoping', async (t) => {
   t.ok(fake.requests.some((r) => r.path === '/apis/gateway.networking.k8s.io/v1/namespaces/team-a/httproutes'), 'namespaced list')
   t.ok(fake.requests.some((r) => r.path === '/apis/gateway.networking.k8s.io/v1/gatewayclasses'), 'cluster-scoped kinds cluster-wide')
 })
+
+t.test('a burst of changes coalesces into few snapshots; lookup by kind, namespace and name (issue 11)', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(backend('a', 9000))
+  for (let i = 0; i < 20; i++) fake.apply(route(`r${i}`, `r${i}.example.test`, 'a', 9000))
+  // Generous delays: the burst below lands well inside them even on a loaded machine.
+  const source = new KubeSource({ client: clientFor(fake), firstDelayMs: 100, debounceMs: 300, maxDelayMs: 2000 })
+  t.teardown(() => source.close())
+  const snaps: Snapshot[] = []
+  await source.start((s) => { snaps.push(s) })
+  const before = snaps.length
+  for (let i = 0; i < 20; i++) fake.apply(route(`r${i}`, `burst${i}.example.test`, 'a', 9000))
+  await until('burst applied', () => hostsOf(snaps.at(-1) as Snapshot).filter((h) => h.startsWith('burst')).length === 20)
+  t.ok(snaps.length - before <= 3, `20 changes gave ${snaps.length - before} snapshot(s)`)
+
+  t.equal(source.lookup('HTTPRoute', '', 'default', 'r3')?.raw.metadata?.name, 'r3')
+  t.equal(source.lookup('HTTPRoute', 'gateway.networking.k8s.io/v1', 'default', 'r3')?.version, 'v1')
+  t.equal(source.lookup('HTTPRoute', 'gateway.networking.k8s.io/v1beta1', 'default', 'r3'), null, 'another apiVersion: not this object')
+  t.equal(source.lookup('GRPCRoute', '', 'default', 'r3'), null)
+  fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r3')
+  await until('delete', () => !(snaps.at(-1) as Snapshot).httpRoutes.has('default/r3'))
+  t.equal(source.lookup('HTTPRoute', '', 'default', 'r3'), null, 'gone from the index')
+})
