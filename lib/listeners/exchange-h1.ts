@@ -103,6 +103,7 @@ export class H1Exchange implements Exchange {
     body.on('data', this.#countOut)
     body.once('end', this.#onOutEnd)
     body.once('error', this.#onOutError)
+    body.once('close', this.#onOutClose)
     body.pipe(res, { end: false })
   }
 
@@ -119,6 +120,14 @@ export class H1Exchange implements Exchange {
     if (this.#closed) return // we destroyed it because the client left: not an upstream failure
     this.#res.destroy()
     this.#observer.onBodyError(err)
+  }
+
+  /** Destroyed without an error and before its end (pipeline's premature close): no fake success either. */
+  #onOutClose = (): void => {
+    const out = this.#out
+    if (this.#closed || out === null || out.readableEnded || out.errored !== null) return
+    this.#res.destroy()
+    this.#observer.onBodyError(new Error('response body closed before its end'))
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

@@ -31,6 +31,7 @@ export class H2Exchange implements Exchange {
   #bytesOut = 0
   #out: Readable | null = null
   #finished = false
+  #closed = false
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
@@ -55,7 +56,12 @@ export class H2Exchange implements Exchange {
 
   #onClose = (): void => {
     const s = this.#stream
-    this.#observer.onEnd(this.#finished || (s.rstCode === constants.NGHTTP2_NO_ERROR && s.writableFinished))
+    const completed = this.#finished || (s.rstCode === constants.NGHTTP2_NO_ERROR && s.writableFinished)
+    this.#closed = true
+    this.#observer.onEnd(completed)
+    // The client reset the stream mid-body: stop reading upstream.
+    const out = this.#out
+    if (!completed && out !== null && !out.destroyed) out.destroy()
   }
 
   headersSent(): boolean { return this.#stream.headersSent }
@@ -87,17 +93,37 @@ export class H2Exchange implements Exchange {
       return
     }
     this.#out = body
+    // pipe() with explicit end/error/close handling rather than stream.pipeline, which
+    // allocates an AbortController and an AbortError (with a stack trace) per call.
     body.on('data', this.#countOut)
-    pipeline(body, stream, this.#onPiped)
+    body.once('end', this.#onOutEnd)
+    body.once('error', this.#onOutError)
+    body.once('close', this.#onOutClose)
+    body.pipe(stream, { end: false })
   }
 
   #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
 
-  #onPiped = (err: Error | null | undefined): void => {
-    if (err == null) { this.#finished = true; return }
+  #onOutEnd = (): void => {
+    this.#finished = true
+    if (!this.#stream.destroyed) this.#stream.end() // END_STREAM, or trailers first (wantTrailers)
+  }
+
+  #onOutError = (err: Error): void => {
+    if (this.#closed) return // destroyed because the client reset the stream: not an upstream failure
     // RST_STREAM rather than a clean END_STREAM: the client must not take a cut body for the whole.
-    if (!this.#stream.destroyed) this.#stream.close(constants.NGHTTP2_INTERNAL_ERROR)
-    if (this.#out !== null && this.#out.errored !== null) this.#observer.onBodyError(err)
+    // destroy(err) resets at once (INTERNAL_ERROR); close(code) would end the stream cleanly first.
+    if (!this.#stream.destroyed) this.#stream.destroy(err)
+    this.#observer.onBodyError(err)
+  }
+
+  /** Destroyed without an error and before its end: reset, never a clean end. */
+  #onOutClose = (): void => {
+    const out = this.#out
+    if (this.#closed || out === null || out.readableEnded || out.errored !== null) return
+    const err = new Error('response body closed before its end')
+    if (!this.#stream.destroyed) this.#stream.destroy(err)
+    this.#observer.onBodyError(err)
   }
 
   respondGrpc(grpcStatus: number, message: string): void {
