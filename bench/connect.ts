@@ -1,0 +1,216 @@
+// CONNECT tunnel throughput through sallyport vs direct, in one run (issue 9).
+//
+// The real CLI (`sallyport serve`) with an HTTP listener and an HTTPRoute that
+// allows CONNECT (sallyport.io/connect-ports) to a Backend on a local
+// upstream; the client and the upstream live in this process, identical for
+// both paths, so the ratio measures the tunnel hop (the CONNECT handshake
+// included in each proxied run). Upload (client → upstream, answered on the
+// client's FIN — half-close) and download (the upstream sends, then ends).
+// Runs alternate (direct, tunnelled, ...); median of 3 runs of SIZE_MIB each,
+// every run cut off after LIMIT_MS. Prints MiB/s and the ratio; target >= 0.7.
+// Wall-clock rates are noisy on a shared machine, so it also prints CPU per
+// GiB: sallyport's process vs this process (both ends of the copy).
+//
+// Run: npx node bench/connect.ts [size MiB, default 512]
+
+import fs from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { cpuMsOfTree, freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
+
+const ROOT = path.resolve(import.meta.dirname, '..')
+const SIZE_MIB = Number(process.argv[2] ?? 512)
+const RUNS = 3
+const LIMIT_MS = 15_000
+const CHUNK = Buffer.alloc(256 * 1024, 0x5a)
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.floor(s.length / 2)] as number
+}
+
+function listen(server: net.Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)))
+}
+
+/** Upload sink: counts, answers the byte count on FIN. Download source: on "down <bytes>\n", sends that many, then ends. */
+function upstream(): net.Server {
+  return net.createServer({ allowHalfOpen: true }, (s) => {
+    s.on('error', () => {})
+    let mode: 'unknown' | 'up' | 'down' = 'unknown'
+    let count = 0
+    s.on('data', (c: Buffer) => {
+      if (mode === 'unknown') {
+        const text = c.subarray(0, 32).toString('latin1')
+        if (text.startsWith('down ')) {
+          mode = 'down'
+          void send(s, Number(text.slice(5, text.indexOf('\n'))))
+          return
+        }
+        mode = 'up'
+      }
+      count += c.length
+    })
+    s.on('end', () => { if (mode !== 'down') s.end(String(count)) })
+  })
+}
+
+async function send(s: net.Socket, bytes: number): Promise<void> {
+  let left = bytes
+  while (left > 0 && !s.destroyed) {
+    const n = Math.min(left, CHUNK.length)
+    left -= n
+    if (!s.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) await new Promise((r) => s.once('drain', r))
+  }
+  s.end()
+}
+
+/** The gateway's port: tunnelled runs open a CONNECT first. */
+let gatewayPort = 0
+
+function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host: '127.0.0.1', port, allowHalfOpen: true }, () => {
+      if (port !== gatewayPort) return resolve(s)
+      s.write('CONNECT sink.bench.test:443 HTTP/1.1\r\nhost: sink.bench.test:443\r\n\r\n')
+      let head = ''
+      const onData = (c: Buffer): void => {
+        head += c.toString('latin1')
+        const end = head.indexOf('\r\n\r\n')
+        if (end === -1) return
+        s.removeListener('data', onData)
+        if (!head.startsWith('HTTP/1.1 200')) return reject(new Error(`CONNECT refused: ${head.split('\r\n')[0]}`))
+        if (end + 4 < head.length) s.unshift(Buffer.from(head.slice(end + 4), 'latin1'))
+        resolve(s)
+      }
+      s.on('data', onData)
+    })
+    s.once('error', reject)
+  })
+}
+
+/** MiB/s of one upload of SIZE_MIB (bytes confirmed by the upstream). */
+async function upload(port: number): Promise<number> {
+  const s = await connect(port)
+  const total = SIZE_MIB * 1024 * 1024
+  const start = performance.now()
+  let answer = ''
+  const done = new Promise<void>((resolve) => {
+    s.on('data', (c: Buffer) => { answer += c.toString() })
+    s.on('end', () => resolve())
+    s.on('close', () => resolve())
+  })
+  let sent = 0
+  const deadline = start + LIMIT_MS
+  while (sent < total && performance.now() < deadline) {
+    sent += CHUNK.length
+    if (!s.write(CHUNK)) await new Promise((r) => s.once('drain', r))
+  }
+  s.end()
+  await done
+  s.destroy()
+  const confirmed = Number(answer)
+  if (!(confirmed > 0)) throw new Error(`upload: upstream confirmed ${answer}`)
+  return confirmed / 1024 / 1024 / ((performance.now() - start) / 1000)
+}
+
+/** MiB/s of one download of SIZE_MIB. */
+async function download(port: number): Promise<number> {
+  const s = await connect(port)
+  const total = SIZE_MIB * 1024 * 1024
+  const start = performance.now()
+  let got = 0
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(() => { s.destroy(); resolve() }, LIMIT_MS)
+    s.on('data', (c: Buffer) => { got += c.length })
+    s.on('end', () => { clearTimeout(timer); resolve() })
+    s.on('close', () => { clearTimeout(timer); resolve() })
+    s.write(`down ${total}\n`)
+  })
+  s.destroy()
+  if (got === 0) throw new Error('download: nothing received')
+  return got / 1024 / 1024 / ((performance.now() - start) / 1000)
+}
+
+function manifests(listenPort: number, upstreamPort: number): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec: { controllerName: sallyport.io/gateway-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: bench, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - { name: http, protocol: HTTP, port: ${listenPort} }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: sink, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 127.0.0.1, port: ${upstreamPort} } }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: bench
+  namespace: default
+  annotations: { sallyport.io/connect-ports: "443" }
+spec:
+  parentRefs: [{ name: bench, sectionName: http }]
+  hostnames: [sink.bench.test]
+  rules: [{ backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: sink, port: ${upstreamPort} }] }]
+`
+}
+
+async function main(): Promise<void> {
+  const server = upstream()
+  const upstreamPort = await listen(server)
+  const [gw, admin] = [await freePort(), await freePort()]
+  gatewayPort = gw
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-bench-connect-'))
+  fs.writeFileSync(path.join(dir, 'all.yaml'), manifests(gw, upstreamPort))
+  const proc = startProc('sallyport', [process.execPath, path.join(ROOT, 'bin/sallyport.ts'), 'serve', '--config', dir, '--bind', '127.0.0.1',
+    '--admin', `127.0.0.1:${admin}`, '--access-log', 'off', '--log-level', 'warn', '--allow-destination-cidr', '127.0.0.0/8'], path.join(dir, 'sallyport.log'))
+  try {
+    if (!await waitForHttp(admin, '/readyz', 20_000, proc)) throw new Error(`sallyport did not become ready: ${fs.readFileSync(path.join(dir, 'sallyport.log'), 'utf8').slice(-2000)}`)
+    await upload(gw) // warm-up (JIT, first connection)
+    console.log(`CONNECT tunnel throughput, ${SIZE_MIB} MiB per run, median of ${RUNS} alternating runs (cut off at ${LIMIT_MS / 1000} s)`)
+    const ratios: string[] = []
+    for (const [name, fn] of [['upload', upload], ['download', download]] as const) {
+      const direct: number[] = []
+      const proxied: number[] = []
+      let gatewayCpuMs = 0
+      let endsCpuMs = 0
+      let proxiedMiB = 0
+      for (let run = 0; run < RUNS; run++) {
+        direct.push(await fn(upstreamPort))
+        const gw0 = cpuMsOfTree(proc.child.pid as number)
+        const me0 = process.cpuUsage()
+        const t0 = performance.now()
+        proxied.push(await fn(gw))
+        proxiedMiB += proxied[run] * (performance.now() - t0) / 1000
+        gatewayCpuMs += cpuMsOfTree(proc.child.pid as number) - gw0
+        const me = process.cpuUsage(me0)
+        endsCpuMs += (me.user + me.system) / 1000
+        console.log(`  ${name} run ${run + 1}: direct ${direct[run].toFixed(0)} MiB/s, sallyport ${proxied[run].toFixed(0)} MiB/s`)
+      }
+      const ratio = median(proxied) / median(direct)
+      ratios.push(`${name} ${ratio.toFixed(2)}`)
+      console.log(`${name.padEnd(8)} direct ${median(direct).toFixed(0)} MiB/s  sallyport ${median(proxied).toFixed(0)} MiB/s  ratio ${ratio.toFixed(2)} (target >= 0.7)`)
+      const perGiB = (ms: number): string => (ms / (proxiedMiB / 1024)).toFixed(0)
+      console.log(`${''.padEnd(8)} CPU per GiB: sallyport ${perGiB(gatewayCpuMs)} ms, client+upstream ${perGiB(endsCpuMs)} ms`)
+    }
+    console.log(`ratio sallyport/direct: ${ratios.join(', ')}`)
+  } finally {
+    await stopProc(proc)
+    server.close()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+await main()
