@@ -397,6 +397,7 @@ export interface Cluster {
   readonly fallback: boolean
   /** Region label of the Backend, if any. */
   readonly region: string | null
+  /** Resolve AAAA records too (BackendTrafficPolicy enableIPv6); default false: IPv4 only. */
   readonly enableIPv6: boolean
   /** TCP(+TLS) connect timeout of the cluster's pools (BackendTrafficPolicy timeout.tcp.connectTimeout); null/absent: the global one. Issue 6. */
   readonly connectTimeoutMs?: number | null

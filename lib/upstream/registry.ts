@@ -62,7 +62,7 @@ interface PoolEntry {
 
 /** Per Cluster object (i.e. per table): balancer state and resolved pools by endpoint index. */
 interface ClusterState {
-  /** The endpoints balanced over: the cluster's, with hostnames replaced by their usable addresses (issue 5). */
+  /** The endpoints balanced over: the cluster's, with hostnames replaced by their usable addresses. */
   readonly endpoints: readonly Endpoint[]
   /** Set when no endpoint is usable (every name failed or was refused): every request gets it. */
   readonly error: SallyportError | null
@@ -166,6 +166,24 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     this.#start(req, handler, state)
   }
 
+  get resilience(): ResilienceView {
+    return this.#resilience
+  }
+
+  // hot path
+  /** Circuit breaker admission, then the first attempt to the balancer's endpoint. */
+  #start(req: UpstreamRequest, handler: UpstreamHandler, state: ClusterState): void {
+    const rt = state.balancer
+    const refused = rt.admit()
+    if (refused !== null) return handler.onError(refused)
+    const index = rt.pick(req)
+    if (index === null) return handler.onError(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${req.cluster.id}`))
+    const ex = new Exchange(req, handler, this)
+    ex.guard = rt
+    rt.started(ex)
+    this.#send(ex, state, index)
+  }
+
   /** DNS (or a check) must be waited for: forward once the cluster's names are resolved. */
   #resolveThenForward(req: UpstreamRequest, handler: UpstreamHandler): void {
     const cluster = req.cluster
@@ -220,24 +238,6 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     return state
   }
 
-  get resilience(): ResilienceView {
-    return this.#resilience
-  }
-
-  // hot path
-  /** Circuit breaker admission, then the first attempt to the balancer's endpoint. */
-  #start(req: UpstreamRequest, handler: UpstreamHandler, state: ClusterState): void {
-    const rt = state.balancer
-    const refused = rt.admit()
-    if (refused !== null) return handler.onError(refused)
-    const index = rt.pick(req)
-    if (index === null) return handler.onError(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${req.cluster.id}`))
-    const ex = new Exchange(req, handler, this)
-    ex.guard = rt
-    rt.started(ex)
-    this.#send(ex, state, index)
-  }
-
   dialL4(req: L4DialRequest, callback: L4DialCallback): void {
     if (this.#closed) return callback(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'), null)
     this.#l4.dial(req, callback)
@@ -259,8 +259,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   }
 
   retain(table: RouteTable): void {
-    this.#resilience.retain(table)
     this.#table = table
+    this.#resilience.retain(table)
     this.#retireUnused(table)
   }
 
@@ -282,7 +282,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     for (const cluster of table.clusters.values()) {
       for (const endpoint of cluster.endpoints) wanted.add(poolKey(cluster, endpoint))
       // DESIGN.md safety defaults: disabled verification shows in the log at every load.
-      if (cluster.tls !== null && cluster.tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration (insecureSkipVerify)')
+      if (swapped !== null && cluster.tls !== null && cluster.tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration (insecureSkipVerify)')
     }
     for (const [key, entry] of this.#pools) {
       if (wanted.has(key)) continue

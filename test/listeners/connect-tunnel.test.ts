@@ -5,7 +5,7 @@
 // refusals (403 with the reason, counted), the SNI check, absolute-form
 // requests, and a Backend reached through an upstream CONNECT proxy that
 // records the tunnels it opened and checks Proxy-Authorization.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import http2 from 'node:http2'
@@ -157,7 +157,7 @@ spec:
 
 interface Setup { gwPort: number; tlsPort: number; tunnels: string[]; auths: Array<string | undefined>; cafile: string }
 
-async function setup(t: Parameters<Parameters<typeof t.test>[1]>[0]): Promise<Setup> {
+async function setup(t: Test): Promise<Setup> {
   // The destination: HTTPS answering with the SNI it saw and the path.
   const server = https.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (req, res) => {
     res.end(`tls-ok ${(req.socket as tls.TLSSocket).servername} ${req.url}`)
