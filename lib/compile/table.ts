@@ -414,8 +414,8 @@ export interface Cluster {
    */
   readonly destination?: ClusterDestination | null
   /**
-   * Issue 9: reach the endpoints through this HTTP CONNECT proxy (Backend or
-   * Gateway annotation sallyport.io/upstream-proxy); TLS origination runs
+   * Issue 9: reach the endpoints through this HTTP CONNECT proxy (Backend
+   * annotation sallyport.io/upstream-proxy); TLS origination runs
    * inside the tunnel. Absent or null: direct.
    */
   readonly upstreamProxy?: UpstreamProxy | null
