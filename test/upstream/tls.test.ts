@@ -4,10 +4,10 @@ import http2 from 'node:http2'
 import type { TLSSocket } from 'node:tls'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
-import { issue, makeCa } from './pki.ts'
+import { createCa, issue } from '../helpers/pki.ts'
 
-const ca = makeCa('sallyport test CA')
-const otherCa = makeCa('someone else')
+const ca = createCa('sallyport test CA')
+const otherCa = createCa('someone else')
 const server = issue(ca, { cn: 'localhost', dns: ['localhost'], ips: ['127.0.0.1'] })
 const client = issue(ca, { cn: 'gateway-client', client: true })
 
