@@ -13,6 +13,7 @@ import { KubeSource } from '../config/kube-source.ts'
 import { logger } from '../observe/log.ts'
 import { ConfigEvents } from './events-config.ts'
 import { KubeEventRecorder, type EventRecorder } from './events.ts'
+import { defaultExtensionRuntime } from '../extensions/chain.ts'
 import { LeaderElector, podIdentity } from './leader-election.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
 import { StatusWriter } from './status-writer.ts'
@@ -64,6 +65,11 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
   const leaseNamespace = options.lease?.namespace ?? pod.namespace
   const events = new KubeEventRecorder({ client, instance: identity, fallbackNamespace: leaseNamespace })
   const configEvents = new ConfigEvents(events)
+  // Denials and transform failures from the data path (extensions, CONNECT refusals) are
+  // Events on the object that declared the rule; in file mode they stay log lines.
+  defaultExtensionRuntime().events.setTarget({
+    emit: (e) => events.record({ apiVersion: apiVersionOfKind(e.object.kind), ...e.object }, e.type, e.reason, e.message),
+  })
   let statusWriter: StatusWriter | null = null
   let elector: LeaderElector | null = null
   if (options.writeStatus ?? true) {
@@ -95,5 +101,15 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
       source.close()
       await events.close()
     },
+  }
+}
+
+/** The apiVersion an Event's involvedObject names for the kinds the data path reports on. */
+function apiVersionOfKind(kind: string): string {
+  switch (kind) {
+    case 'EgressExtension': return 'sallyport.io/v1alpha1'
+    case 'BackendTrafficPolicy': return 'gateway.envoyproxy.io/v1alpha1'
+    case 'Backend': return 'gateway.networking.k8s.io/v1alpha1'
+    default: return 'gateway.networking.k8s.io/v1'
   }
 }
