@@ -383,8 +383,20 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   answerDirect(direct: DirectResponse): void {
     this.code = direct.code
     this.reason = direct.body
+    // Issue 5: a destination-policy denial (region lock, deny/allow list, guarded address) is an Event on the route.
+    if (direct.code === ErrorCode.FORBIDDEN && this.rule !== null) this.reportDenial(this.rule, direct.body)
     if (this.isGrpc()) return this.answerGrpc(direct.code)
     this.answer(direct.status, { 'content-type': 'text/plain; charset=utf-8' }, direct.body)
+  }
+
+  reportDenial(rule: RouteRule, message: string): void {
+    const events = (this.env.extensions ?? defaultExtensionRuntime()).events
+    const backend = this.backend?.cluster ?? ''
+    events.emit({
+      type: 'Warning', reason: 'DestinationDenied', count: 1,
+      object: { kind: rule.route.kind, namespace: rule.route.namespace, name: rule.route.name },
+      message: backend === '' ? message : `${message} (${backend})`,
+    })
   }
 
   /** Ends the request with an error code: a status and short reason, or a reset once headers are out. */

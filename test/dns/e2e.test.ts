@@ -115,6 +115,8 @@ t.test('serve --dns-server: ExternalHostname backends resolved by a real DNS ser
 
   const region = await request(`http://127.0.0.1:${httpPort}/`, { host: 'us.example.test' })
   t.equal(region.status, 403, 'a Backend outside the allowed regions is denied')
+  // Issue 5: a denial is an Event (in file mode, an `event` log line naming reason and route).
+  t.match(await cli.waitFor(/"reason":"DestinationDenied"[^\n]*/, 5000), /HTTPRoute default\//)
 
   const m = (await request(`${admin}/metrics`)).body
   t.match(m, /sallyport_destination_refusals_total\{backend="Backend\/default\/evil:80",reason="link-local"\} 1/)
