@@ -25,6 +25,7 @@ import { ErrorCode, type SallyportError } from '../errors.ts'
 import type { Logger } from '../observe/log.ts'
 import { logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code } from '../observe/l4-metrics.ts'
+import { tracer } from '../observe/tracing.ts'
 import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
 import { routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
 import type { Upstreams } from '../upstream/types.ts'
@@ -257,6 +258,13 @@ class Tunnel {
     const code = this.#end ?? 'ok'
     l4ActiveConnections.dec(this.#labels)
     recordL4Connection({ ...this.#labels, route, backend: d.cluster.id, code, bytesIn, bytesOut, seconds })
+    // Issue 10: one span per tunnel, like TCP/TLS listener connections (the requested host as tls.server.name).
+    if (tracer !== null) {
+      tracer.recordConnection({
+        startedAt: this.#startedAt, protocol: 'connect', gateway: this.#labels.gateway, listener: this.#labels.listener, port: this.#port,
+        client: this.#client.address, sni: d.host, route, backend: d.cluster.id, endpoint: this.#endpoint, bytesIn, bytesOut, code,
+      })
+    }
     const access = this.#env.accessLog
     if (access !== null) {
       access.info({

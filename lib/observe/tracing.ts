@@ -131,7 +131,7 @@ export class Tracer {
   recordConnection(c: ConnectionFacts): void {
     const traceId = newTraceId()
     if (!this.sampleRoot(traceId)) return
-    const span = new SpanRecord(traceId, newSpanId(), '', false, '', SpanKind.SERVER, c.protocol === 'tls' ? 'tls connection' : 'tcp connection', epochMs(c.startedAt))
+    const span = new SpanRecord(traceId, newSpanId(), '', false, '', SpanKind.SERVER, c.protocol === 'tls' ? 'tls connection' : c.protocol === 'connect' ? 'connect tunnel' : 'tcp connection', epochMs(c.startedAt))
     span.set('network.transport', 'tcp')
     span.set('client.address', c.client)
     span.set('server.port', c.port)
@@ -157,7 +157,8 @@ export class Tracer {
 export interface ConnectionFacts {
   /** performance.now() when the connection was accepted. */
   readonly startedAt: number
-  readonly protocol: 'tcp' | 'tls'
+  /** 'connect': an HTTP CONNECT tunnel of forward-proxy mode (lib/listeners/connect-tunnel.ts). */
+  readonly protocol: 'tcp' | 'tls' | 'connect'
   readonly gateway: string
   readonly listener: string
   readonly port: number

@@ -10,6 +10,7 @@ import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import { eventually, freePort, gatewayYaml, startCli, tempDir } from './harness.ts'
 import { egressBackend, get } from './extensions-helpers.ts'
+import { startOtlpReceiver } from '../helpers/otlp-receiver.ts'
 
 interface Echo { headers: Record<string, string>; path: string }
 
@@ -69,7 +70,8 @@ spec:
   rules:
     - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: raw, port: ${rawPort} }]
 `)
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
+  const otlp = await startOtlpReceiver(t)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on', '--otlp-endpoint', otlp.url])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
   const proxy = `http://127.0.0.1:${httpPort}`
 
@@ -84,6 +86,11 @@ spec:
   t.match(refused.stderr, /< HTTP\/1.1 403/, 'CONNECT to a destination no route allows: 403')
   await cli.waitFor(/"protocol":"connect"[^\n]*"reason":"ok"/, 10000)
   t.pass('the tunnel has an access-log line')
+  // Issue 10: a CONNECT tunnel is one span for the connection.
+  const spans = await otlp.waitFor((all) => all.some((s) => s.name === 'connect tunnel'), 15000, 'a connect tunnel span')
+  const span = spans.find((s) => s.name === 'connect tunnel')
+  t.equal(span?.attributes['tls.server.name'], 'raw.example.test', 'the requested host')
+  t.equal(span?.attributes['sallyport.route'], 'default/raw', 'the route that allowed it')
   const metrics = await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')
   t.match(metrics.body, /sallyport_forward_proxy_refusals_total\{reason="no_route"\} 1/, 'refusal counted')
 })
