@@ -19,53 +19,12 @@ import os from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { cpuMsOfTree, freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
+import { downloadRate, listen, median, upstream, uploadRate } from './e2e/stream-rates.ts'
 
 const ROOT = path.resolve(import.meta.dirname, '..')
 const SIZE_MIB = Number(process.argv[2] ?? 512)
 const RUNS = 3
 const LIMIT_MS = 15_000
-const CHUNK = Buffer.alloc(256 * 1024, 0x5a)
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b)
-  return s[Math.floor(s.length / 2)] as number
-}
-
-function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)))
-}
-
-/** Upload sink: counts, answers the byte count on FIN. Download source: on "down <bytes>\n", sends that many, then ends. */
-function upstream(): net.Server {
-  return net.createServer({ allowHalfOpen: true }, (s) => {
-    s.on('error', () => {})
-    let mode: 'unknown' | 'up' | 'down' = 'unknown'
-    let count = 0
-    s.on('data', (c: Buffer) => {
-      if (mode === 'unknown') {
-        const text = c.subarray(0, 32).toString('latin1')
-        if (text.startsWith('down ')) {
-          mode = 'down'
-          void send(s, Number(text.slice(5, text.indexOf('\n'))))
-          return
-        }
-        mode = 'up'
-      }
-      count += c.length
-    })
-    s.on('end', () => { if (mode !== 'down') s.end(String(count)) })
-  })
-}
-
-async function send(s: net.Socket, bytes: number): Promise<void> {
-  let left = bytes
-  while (left > 0 && !s.destroyed) {
-    const n = Math.min(left, CHUNK.length)
-    left -= n
-    if (!s.write(n === CHUNK.length ? CHUNK : CHUNK.subarray(0, n))) await new Promise((r) => s.once('drain', r))
-  }
-  s.end()
-}
 
 /** The gateway's port: tunnelled runs open a CONNECT first. */
 let gatewayPort = 0
@@ -91,47 +50,12 @@ function connect(port: number): Promise<net.Socket> {
   })
 }
 
-/** MiB/s of one upload of SIZE_MIB (bytes confirmed by the upstream). */
 async function upload(port: number): Promise<number> {
-  const s = await connect(port)
-  const total = SIZE_MIB * 1024 * 1024
-  const start = performance.now()
-  let answer = ''
-  const done = new Promise<void>((resolve) => {
-    s.on('data', (c: Buffer) => { answer += c.toString() })
-    s.on('end', () => resolve())
-    s.on('close', () => resolve())
-  })
-  let sent = 0
-  const deadline = start + LIMIT_MS
-  while (sent < total && performance.now() < deadline) {
-    sent += CHUNK.length
-    if (!s.write(CHUNK)) await new Promise((r) => s.once('drain', r))
-  }
-  s.end()
-  await done
-  s.destroy()
-  const confirmed = Number(answer)
-  if (!(confirmed > 0)) throw new Error(`upload: upstream confirmed ${answer}`)
-  return confirmed / 1024 / 1024 / ((performance.now() - start) / 1000)
+  return uploadRate(() => connect(port), SIZE_MIB, LIMIT_MS)
 }
 
-/** MiB/s of one download of SIZE_MIB. */
 async function download(port: number): Promise<number> {
-  const s = await connect(port)
-  const total = SIZE_MIB * 1024 * 1024
-  const start = performance.now()
-  let got = 0
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(() => { s.destroy(); resolve() }, LIMIT_MS)
-    s.on('data', (c: Buffer) => { got += c.length })
-    s.on('end', () => { clearTimeout(timer); resolve() })
-    s.on('close', () => { clearTimeout(timer); resolve() })
-    s.write(`down ${total}\n`)
-  })
-  s.destroy()
-  if (got === 0) throw new Error('download: nothing received')
-  return got / 1024 / 1024 / ((performance.now() - start) / 1000)
+  return downloadRate(() => connect(port), SIZE_MIB, LIMIT_MS)
 }
 
 function manifests(listenPort: number, upstreamPort: number): string {
