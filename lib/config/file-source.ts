@@ -12,6 +12,7 @@
 // files (and reporting the broken one) beats refusing to start — one typo in one
 // team's file must not keep the gateway from coming up.
 
+import { SerialPasses } from './serial-passes.ts'
 import { createHash } from 'node:crypto'
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
@@ -120,8 +121,7 @@ export class FileSource {
   readonly #docs = new DocumentCache()
   #onSnapshot: SnapshotListener | null = null
   /** The reload in progress; a change during it schedules one more after it. */
-  #running: Promise<void> | null = null
-  #again = false
+  readonly #passes = new SerialPasses(() => this.#reload(false), () => !this.#closed)
   #closed = false
 
   constructor(paths: readonly string[], options: FileSourceOptions = {}) {
@@ -194,21 +194,7 @@ export class FileSource {
   }
 
   #schedule(): Promise<void> {
-    if (this.#running !== null) {
-      this.#again = true
-      return this.#running
-    }
-    this.#running = (async () => {
-      try {
-        do {
-          this.#again = false
-          await this.#reload(false)
-        } while (this.#again && !this.#closed)
-      } finally {
-        this.#running = null
-      }
-    })()
-    return this.#running
+    return this.#passes.request()
   }
 
   async #reload(first: boolean): Promise<void> {

@@ -19,6 +19,7 @@
 // (our own status writes come back as MODIFIED events) reuses the cached
 // result and does not trigger a recompile.
 
+import { SerialPasses } from './serial-passes.ts'
 import { performance } from 'node:perf_hooks'
 import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node'
 import { logger } from '../observe/log.ts'
@@ -118,8 +119,7 @@ export class KubeSource {
   #timer: NodeJS.Timeout | null = null
   /** When the first change of the pending burst arrived (performance.now()); null: no change pending. */
   #burstStart: number | null = null
-  #running: Promise<void> | null = null
-  #again = false
+  readonly #passes = new SerialPasses(() => this.#apply(), () => !this.#closed)
   #closed = false
 
   constructor(options: KubeSourceOptions) {
@@ -377,27 +377,17 @@ export class KubeSource {
   }
 
   #schedule(): Promise<void> {
-    if (this.#running !== null) {
-      this.#again = true
-      return this.#running
+    return this.#passes.request()
+  }
+
+  async #apply(): Promise<void> {
+    if (this.#closed || this.#onSnapshot === null) return
+    const snapshot = this.snapshot()
+    try {
+      await this.#onSnapshot(snapshot)
+    } catch (err) {
+      log.error({ err }, 'applying configuration failed')
     }
-    this.#running = (async () => {
-      try {
-        do {
-          this.#again = false
-          if (this.#closed || this.#onSnapshot === null) return
-          const snapshot = this.snapshot()
-          try {
-            await this.#onSnapshot(snapshot)
-          } catch (err) {
-            log.error({ err }, 'applying configuration failed')
-          }
-        } while (this.#again && !this.#closed)
-      } finally {
-        this.#running = null
-      }
-    })()
-    return this.#running
   }
 }
 

@@ -19,6 +19,7 @@
 // the resourceVersion we based them on; a 409 re-reads the object and tries
 // again, so a concurrent writer (another controller's entry) is never lost.
 
+import { SerialPasses } from '../config/serial-passes.ts'
 import { logger } from '../observe/log.ts'
 import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
 import { isKubeSourced } from '../config/kube-combined-source.ts'
@@ -54,8 +55,7 @@ export class StatusWriter {
   readonly #isLeader: () => boolean
   readonly #now: () => Date
   #latest: { status: Status; snapshot: Snapshot } | null = null
-  #running: Promise<void> | null = null
-  #again = false
+  readonly #passes = new SerialPasses(() => this.#pass())
   #retry: NodeJS.Timeout | null = null
   readonly #written = new Map<string, Written>()
   /** Status PUTs sent (tests and the log). */
@@ -77,21 +77,7 @@ export class StatusWriter {
 
   /** Write the latest status now if leader (call on becoming leader). Resolves when the pass is done. */
   sync(): Promise<void> {
-    if (this.#running !== null) {
-      this.#again = true
-      return this.#running
-    }
-    this.#running = (async () => {
-      try {
-        do {
-          this.#again = false
-          await this.#pass()
-        } while (this.#again)
-      } finally {
-        this.#running = null
-      }
-    })()
-    return this.#running
+    return this.#passes.request()
   }
 
   close(): void {
