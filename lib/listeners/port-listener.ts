@@ -17,6 +17,7 @@ import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, type RouterEnv } from '../router/forward.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
+import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
 import { H1Exchange, UpgradeExchange, clientIp } from './exchange-h1.ts'
 import { H2Exchange } from './exchange-h2.ts'
@@ -132,14 +133,7 @@ export class PortListener {
   /** Binds `bind:port`; rejects with the listen error. */
   listen(bind: string, entry: PortEntry): Promise<void> {
     this.update(entry)
-    return new Promise((resolve, reject) => {
-      const server = this.#server
-      const onError = (err: Error): void => { server.off('listening', onListening); reject(err) }
-      const onListening = (): void => { server.off('error', onError); server.on('error', onServerError); resolve() }
-      server.once('error', onError)
-      server.once('listening', onListening)
-      server.listen({ host: bind, port: this.port, exclusive: false })
-    })
+    return bindServer(this.#server, bind, this.port, log)
   }
 
   /** A new table for this port: TLS options that live on the server rather than the SecureContext. */
@@ -344,6 +338,3 @@ function onTlsError(err: Error): void {
   log.debug({ err: err.message }, 'tls handshake failed')
 }
 
-function onServerError(err: Error): void {
-  log.error({ err: err.message }, 'listener error')
-}

@@ -16,6 +16,7 @@
 import net, { type Socket } from 'node:net'
 import tls from 'node:tls'
 import type { ListenerRef, PortEntry, RouteTable, ServerTls } from '../compile/table.ts'
+import { bindServer } from './bind.ts'
 import { logger, type Logger } from '../observe/log.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { l4Errors } from '../observe/l4-metrics.ts'
@@ -77,14 +78,7 @@ export class L4Listener {
   /** Binds `bind:port`; rejects with the listen error. */
   listen(bind: string, entry: PortEntry): Promise<void> {
     this.update(entry)
-    return new Promise((resolve, reject) => {
-      const server = this.#server
-      const onError = (err: Error): void => { server.off('listening', onListening); reject(err) }
-      const onListening = (): void => { server.off('error', onError); server.on('error', onServerError); resolve() }
-      server.once('error', onError)
-      server.once('listening', onListening)
-      server.listen({ host: bind, port: this.port, exclusive: false })
-    })
+    return bindServer(this.#server, bind, this.port, log)
   }
 
   update(entry: PortEntry): void {
@@ -220,6 +214,3 @@ function pickListener(listeners: readonly ListenerRef[], sni: string | null): Li
 
 function noop(): void {}
 
-function onServerError(err: Error): void {
-  log.error({ err: err.message }, 'listener error')
-}
