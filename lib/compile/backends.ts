@@ -3,7 +3,7 @@
 // object and port; a reference that cannot be resolved becomes a reason for
 // ResolvedRefs=False and a null cluster (requests picked for it get 500).
 
-import type { Backend, BackendRef, Service, ServicePort } from '../resources/model.ts'
+import type { Backend, BackendRef, BackendTLSPolicy, Service, ServicePort } from '../resources/model.ts'
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol, UpstreamProxy } from './table.ts'
@@ -145,6 +145,15 @@ export class BackendResolver {
     return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind))
   }
 
+  /** TLS of a BackendTLSPolicy for a Service port; a failure is recorded for the policy's status and fails the ref. */
+  #policyTls(policy: BackendTLSPolicy, protocol: UpstreamProtocol): Resolved<ClusterTls> {
+    const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
+    const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol, policy.meta.annotations)
+    if (r.ok) return r
+    this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
+    return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
+  }
+
   #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind): Resolved<Cluster> {
     const ns = svc.meta.namespace
     // GEP-1897 "How a client behaves": HTTPRoute (and, our choice, GRPCRoute) to a
@@ -156,12 +165,8 @@ export class BackendResolver {
     let protocol = serviceProtocol(port.appProtocol, routeKind, policy !== null)
     let tls: ClusterTls | null = null
     if (policy !== null) {
-      const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
-      const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol, policy.meta.annotations)
-      if (!r.ok) {
-        this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
-        return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
-      }
+      const r = this.#policyTls(policy, protocol)
+      if (!r.ok) return r
       tls = r.value
       if (protocol === 'H2C') protocol = 'HTTP2'
     }
@@ -256,12 +261,8 @@ export class BackendResolver {
       // The Backend itself is never a BackendTLSPolicy target (planTlsPolicies).
       const policy = tlsPolicyFor(this.tlsPlan, wrapped.svc.meta.namespace, wrapped.svc.meta.name, wrapped.port.name)
       if (policy !== null) {
-        const from = { group: 'gateway.networking.k8s.io', kind: 'BackendTLSPolicy', namespace: policy.meta.namespace }
-        const r = buildClusterTls(this.#snapshot, from, policy.tls, null, protocol, policy.meta.annotations)
-        if (!r.ok) {
-          this.tlsPolicyErrors.set(`${policy.meta.namespace}/${policy.meta.name}`, { reason: r.reason, message: r.message })
-          return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
-        }
+        const r = this.#policyTls(policy, protocol)
+        if (!r.ok) return r
         tls = r.value
         if (protocol === 'H2C') protocol = 'HTTP2'
       }
