@@ -29,6 +29,7 @@ import { tracer } from '../observe/tracing.ts'
 import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
 import { routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
 import type { Upstreams } from '../upstream/types.ts'
+import { relay } from '../upstream/relay.ts'
 import type { EventSink } from '../extensions/events.ts'
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
 
@@ -229,9 +230,8 @@ class Tunnel {
     // Every byte either way passes through the upstream socket: one timer watches both.
     if (idleMs > 0) upstream.setTimeout(idleMs, () => this.#deny('idle_timeout'))
     upstream.allowHalfOpen = true
-    stream.pipe(upstream)
-    upstream.pipe(stream)
-    stream.resume()
+    relay(stream, upstream)
+    relay(upstream, stream)
   }
 
   #onClientError = (): void => {

@@ -1,8 +1,9 @@
 // Joins a client connection and an upstream connection byte for byte.
 //
-// - Backpressure: `pipe` both ways — a slow reader pauses the other side's
-//   socket; nothing is buffered beyond the streams' highWaterMarks.
-// - Half-close: both sockets allow half-open, and `pipe` ends the destination
+// - Backpressure: `relay` both ways (relay.ts) — a slow reader pauses the
+//   other side's socket; nothing is buffered beyond the streams'
+//   highWaterMarks (or the relay's one read buffer, for bulk transfers).
+// - Half-close: both sockets allow half-open, and `relay` ends the destination
 //   when the source ends, so a FIN travels through: a client that shuts its
 //   write side still receives the upstream's answer, and the other way round.
 // - Idle timeout: no byte either way for `idleMs`. Every byte in either
@@ -13,6 +14,7 @@
 // Byte counts come from the client socket's own counters (wire bytes).
 
 import type { Socket } from 'node:net'
+import { relay } from './relay.ts'
 
 export type SpliceEnd = 'ok' | 'idle_timeout' | 'client_reset' | 'upstream_reset' | 'shutdown'
 
@@ -48,9 +50,8 @@ export class Splice {
       client.setTimeout(idleMs)
       client.on('timeout', this.#onIdle)
     }
-    client.pipe(upstream)
-    upstream.pipe(client)
-    client.resume()
+    relay(client, upstream)
+    relay(upstream, client)
   }
 
   /** Ends the connection now (listener shutdown past its grace). */
