@@ -16,9 +16,11 @@ interface Echo { headers: Record<string, string>; path: string }
 
 function curl(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '' }, timeout: 15000 }, (err, stdout, stderr) => {
+    const child = execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '' }, timeout: 15000 }, (err, stdout, stderr) => {
       resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr })
     })
+    // telnet:// sends stdin through the tunnel: end it, so curl leaves when the far end closes.
+    child.stdin?.end()
   })
 }
 

@@ -22,6 +22,7 @@ import { dumpTable } from '../../lib/compile/print.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { freePort, metricValue, startPlane } from './tcp-fixtures.ts'
+import { startCorpProxy } from '../helpers/corp-proxy.ts'
 
 const ca = createCa('forward-proxy test CA')
 const leaf = serverCert(ca, ['api.example.test', 'other.example.test'])
@@ -167,32 +168,7 @@ async function setup(t: Test): Promise<Setup> {
   const tlsPort = (server.address() as net.AddressInfo).port
 
   // The corporate proxy: records CONNECT targets and Proxy-Authorization, tunnels to loopback.
-  const tunnels: string[] = []
-  const auths: Array<string | undefined> = []
-  const proxy = net.createServer((sock) => {
-    sock.once('data', (chunk) => {
-      const headText = chunk.toString('latin1')
-      const [line] = headText.split('\r\n')
-      const target = line.split(' ')[1]
-      const auth = /proxy-authorization: (.*)\r\n/i.exec(headText)?.[1]
-      tunnels.push(target)
-      auths.push(auth)
-      if (auth !== 'Basic ' + Buffer.from('egress:s3cret-proxy-pw').toString('base64')) {
-        sock.end('HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n')
-        return
-      }
-      const port = Number(target.slice(target.lastIndexOf(':') + 1))
-      const up = net.connect(port, '127.0.0.1', () => {
-        sock.write('HTTP/1.1 200 Connection Established\r\n\r\n')
-        sock.pipe(up).pipe(sock)
-      })
-      up.on('error', () => sock.destroy())
-      sock.on('error', () => up.destroy())
-    })
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => proxy.close())
-  const proxyPort = (proxy.address() as net.AddressInfo).port
+  const { port: proxyPort, tunnels, auths } = await startCorpProxy(t, 'egress:s3cret-proxy-pw')
 
   const gwPort = await freePort()
   const parsed = parseManifests('fp.yaml', manifests(gwPort, tlsPort, proxyPort))
