@@ -13,6 +13,7 @@ import type { PolicyIndex } from './policies.ts'
 import { condition, gatewayParent, sortedValues, statusKey } from './conditions.ts'
 import { addTlsWarnings } from './tls.ts'
 import { addExtensionVerdicts, type ExtensionVerdict } from './extensions.ts'
+import type { UpstreamProxies } from './upstream-proxy.ts'
 
 export interface StatusInput {
   readonly snapshot: Snapshot
@@ -90,6 +91,9 @@ export function assembleStatus(input: StatusInput): Status {
     }
     const problems = destinations.backendProblems.get(key)
     if (problems !== undefined) objectConditions = [...objectConditions, condition('sallyport.io/DestinationPolicy', false, 'Invalid', problems.join('; '), gen)]
+    input.resolver.proxies.forBackend(b.meta.namespace, b.meta.name, b.meta.annotations)
+    const proxy = proxyCondition(input.resolver.proxies, `Backend/${key}`, gen)
+    if (proxy !== null) objectConditions = [...objectConditions, proxy]
     put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions: objectConditions, parents, listeners: [] })
   }
 
@@ -104,6 +108,14 @@ export function assembleStatus(input: StatusInput): Status {
       ? condition('sallyport.io/DestinationPolicy', true, 'Accepted', '', gen)
       : condition('sallyport.io/DestinationPolicy', false, 'Invalid', `entries ignored: ${problems.join('; ')}`, gen)
     put({ ...s, conditions: [...s.conditions, c] })
+  }
+
+  // Gateways with an upstream proxy (issue 9): one condition says whether it was read.
+  for (const sg of input.plan.served) {
+    input.resolver.proxies.forGateway(sg.key)
+    const c = proxyCondition(input.resolver.proxies, `Gateway/${sg.key}`, sg.gateway.meta.generation)
+    const s = c === null ? undefined : objects.get(statusKey('Gateway', sg.gateway.meta.namespace, sg.gateway.meta.name))
+    if (c !== null && s !== undefined) put({ ...s, conditions: [...s.conditions, c] })
   }
 
   for (const p of sortedValues(snapshot.backendTLSPolicies)) {
@@ -158,4 +170,13 @@ export function assembleStatus(input: StatusInput): Status {
   if (input.extensionVerdicts !== undefined) addExtensionVerdicts(objects, input.extensionVerdicts)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   return { objects: sorted }
+}
+
+/** `sallyport.io/UpstreamProxy` for an object carrying sallyport.io/upstream-proxy; null for others. */
+function proxyCondition(proxies: UpstreamProxies, holder: string, gen: number): Condition | null {
+  if (!proxies.annotated.has(holder)) return null
+  const problems = proxies.problems.get(holder)
+  return problems === undefined
+    ? condition('sallyport.io/UpstreamProxy', true, 'Accepted', '', gen)
+    : condition('sallyport.io/UpstreamProxy', false, 'Invalid', problems.join('; '), gen)
 }

@@ -6,7 +6,8 @@
 import type { Backend, BackendRef, BackendTLSPolicy, Service, ServicePort } from '../resources/model.ts'
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
-import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol, UpstreamProxy } from './table.ts'
+import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol } from './table.ts'
+import { UpstreamProxies, type ProxyChoice } from './upstream-proxy.ts'
 import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed } from './refs.ts'
@@ -46,11 +47,24 @@ export class BackendResolver {
 
   /** Gateway destination policies (issue 5): region locks, allow/deny lists, the guard on static addresses. */
   readonly destinations: DestinationPolicies
+  /** Upstream CONNECT proxies of Backends and Gateways (issue 9). */
+  readonly proxies: UpstreamProxies
 
   constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan, destinations: DestinationPolicies = new DestinationPolicies(snapshot, undefined)) {
     this.#snapshot = snapshot
     this.tlsPlan = tlsPlan
     this.destinations = destinations
+    this.proxies = new UpstreamProxies(snapshot)
+  }
+
+  /**
+   * Issue 9: whether a Gateway's upstream proxy applies to cluster `id`: an
+   * external destination (not in-cluster endpoints, no unix socket) whose
+   * Backend chose nothing itself.
+   */
+  takesGatewayProxy(id: string, c: Cluster): boolean {
+    if (this.#inCluster.has(id) || c.upstreamProxy != null || c.endpoints.some(e => e.kind === 'unix')) return false
+    return c.kind !== 'Backend' || this.proxies.forBackend(c.namespace, c.name, this.#snapshot.backends.get(`${c.namespace}/${c.name}`)?.meta.annotations ?? {}) === null
   }
 
   /** Whether routes of `gatewayKey` may send to the resolved cluster `id`; null: allowed. */
@@ -274,40 +288,16 @@ export class BackendResolver {
         ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
         // Issue 6, parent mode: the Backend is another egress gateway; only connections to it are retried.
         parentGateway: backend.meta.annotations['sallyport.io/parent-gateway'] === 'true',
-        ...upstreamProxyOf(this.#snapshot, ns, backend.meta.annotations),
+        // Issue 9: the Backend's own proxy; `none` keeps it direct whatever its Gateways say (compile.ts).
+        ...ownProxy(this.proxies.forBackend(ns, backend.meta.name, backend.meta.annotations)),
       },
     }
   }
 }
 
-/**
- * Issue 9: `sallyport.io/upstream-proxy: "http://proxy.corp:3128"` on a Backend
- * sends its connections through that HTTP CONNECT proxy;
- * `sallyport.io/upstream-proxy-secret: "name"` (a Secret of the Backend's
- * namespace with `username` and `password`) adds Proxy-Authorization Basic.
- * An unreadable URL or a missing Secret leaves the field out (direct) —
- * validate reports it. Absent annotation: no field (tables unchanged).
- */
-export const UPSTREAM_PROXY = 'sallyport.io/upstream-proxy'
-export const UPSTREAM_PROXY_SECRET = 'sallyport.io/upstream-proxy-secret'
-export function upstreamProxyOf(snapshot: Snapshot, namespace: string, annotations: Readonly<Record<string, string>>): { upstreamProxy?: UpstreamProxy } {
-  const text = annotations[UPSTREAM_PROXY]
-  if (text === undefined) return {}
-  let url: URL
-  try { url = new URL(text) } catch { return {} }
-  if (url.protocol !== 'http:' || url.hostname === '') return {}
-  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
-  let authorization: string | null = null
-  const ref = annotations[UPSTREAM_PROXY_SECRET]
-  if (ref !== undefined) {
-    const [ns, name] = ref.includes('/') ? ref.split('/', 2) : [namespace, ref]
-    // Same namespace only: a Secret elsewhere would need a ReferenceGrant (not read here).
-    const secret = ns === namespace ? snapshot.secrets.get(`${ns}/${name}`) : undefined
-    const user = secret?.data.username
-    const pass = secret?.data.password
-    if (user !== undefined && pass !== undefined) authorization = 'Basic ' + Buffer.concat([user, Buffer.from(':'), pass]).toString('base64')
-  }
-  return { upstreamProxy: { host, port: url.port === '' ? 80 : Number(url.port), authorization } }
+/** The cluster field for a Backend's own proxy choice (absent unless it names one). */
+function ownProxy(choice: ProxyChoice): Pick<Cluster, 'upstreamProxy'> {
+  return choice === null || choice === 'none' ? {} : { upstreamProxy: choice }
 }
 
 function cluster(

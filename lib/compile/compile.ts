@@ -228,8 +228,11 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
       [...(listenerUse.get(id) ?? [])],
     )
     const destination = resolver.destinations.clusterDestination(c, users.map(u => u.gatewayKey))
-    out.set(id, policy === null ? { ...c, destination } : {
-      ...c,
+    // Issue 9: an external cluster without a proxy choice of its own takes its Gateways' proxy.
+    const gatewayProxy = resolver.takesGatewayProxy(id, c) ? resolver.proxies.forGateways(users.map(u => u.gatewayKey)) : null
+    const base = gatewayProxy === null ? c : { ...c, upstreamProxy: gatewayProxy }
+    out.set(id, policy === null ? { ...base, destination } : {
+      ...base,
       destination,
       lb: policy.loadBalancer,
       circuitBreaker: policy.circuitBreaker,

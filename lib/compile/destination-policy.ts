@@ -26,7 +26,7 @@ import type { Backend, Gateway } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { guardedRangeOf, matchCidr, parseCidr, type Cidr } from '../address-ranges.ts'
 import { ErrorCode } from '../errors.ts'
-import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy } from './table.ts'
+import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy, HostPatterns, RequestedDestination } from './table.ts'
 
 export const ANNOTATION = {
   ALLOW_CIDRS: 'sallyport.io/allow-destination-cidrs',
@@ -181,6 +181,29 @@ export class DestinationPolicies {
   /** Whether the Gateway has any destination annotation (status shows the condition only then). */
   hasPolicy(gatewayKey: string): boolean {
     return this.gatewayPolicy(gatewayKey) !== EMPTY
+  }
+
+  /** Issue 9: the Gateway's policy for CONNECT tunnels to requested hosts, applied to a template cluster. */
+  requested(gatewayKey: string, cluster: Cluster): RequestedDestination {
+    const p = this.gatewayPolicy(gatewayKey)
+    const address = (onlyCidrs: readonly string[] | null): ClusterDestination => ({
+      gateways: [{
+        gateway: gatewayKey, allowCidrs: p.allowCidrs.map(c => c.text), denyCidrs: p.denylist === null ? [] : p.denylist.cidrs.map(c => c.text),
+        onlyCidrs, reverseDnsSuffixes: p.reverseDnsSuffixes,
+      }],
+      reverseDnsSuffixes: null,
+    })
+    const patterns = (l: HostList | null): HostPatterns | null => l === null ? null : { exact: [...l.exact].sort(), suffixes: l.suffixes }
+    const refusal = p.regions === null ? null
+      : `the Gateway allows only Backends of regions ${[...p.regions].join(', ')}; a requested host has no region`
+    return {
+      cluster: { ...cluster, destination: address(null) },
+      refusal,
+      deny: patterns(p.denylist),
+      allow: patterns(p.allowlist),
+      listed: address(null),
+      unlisted: p.allowlist === null ? address(null) : p.allowlist.cidrs.length === 0 ? null : address(p.allowlist.cidrs.map(c => c.text)),
+    }
   }
 
   /** The verdict for routes of `gatewayKey` sending to `cluster`; null: allowed (at compile time). */

@@ -6,13 +6,14 @@ import type {
   HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HeaderModifier,
 } from '../resources/model.ts'
 import { ErrorCode } from '../errors.ts'
-import type { HeaderEdits, HeaderMatcher, Mirror, PathMatcher, PathRewrite, Redirect, RetrySpec, RouteRule, RouteTimeouts, WeightedCluster } from './table.ts'
+import type { Cluster, HeaderEdits, HeaderMatcher, Mirror, PathMatcher, PathRewrite, Redirect, RetrySpec, RouteRule, RouteTimeouts, WeightedCluster } from './table.ts'
 import { GATEWAY_GROUP } from './conditions.ts'
 import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
 import { rateLimitExtension, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
+import { ANNOTATIONS, parseBool, parseConnectPorts } from '../validate/annotations.ts'
 
 export interface RuleContext {
   readonly resolver: BackendResolver
@@ -280,7 +281,7 @@ function compileRule(
     extensions: mergeExtensions([...extScopes, refExtensions]),
     meshed: ctx.meshed,
     grpc: route.kind === 'GRPCRoute',
-    ...connectPolicyOf(route),
+    ...connectPolicyOf(route, backendRefs.length === 0 && redirect === null && badFilter === null ? ctx : null, ruleIndex),
   }
 }
 
@@ -290,14 +291,31 @@ function compileRule(
  * with `sallyport.io/connect-verify-sni: "true"`). Without the annotation the
  * rule has no `connect` field (CONNECT refused), so tables stay as they were.
  */
-export const CONNECT_PORTS = 'sallyport.io/connect-ports'
-export const CONNECT_VERIFY_SNI = 'sallyport.io/connect-verify-sni'
-function connectPolicyOf(route: HTTPRoute | GRPCRoute): { connect?: RouteRule['connect'] } {
-  const text = route.kind === 'HTTPRoute' ? route.meta.annotations[CONNECT_PORTS] : undefined
+/**
+ * Issue 9, forward-proxy mode: an HTTPRoute opts its hostnames into HTTP
+ * CONNECT with `sallyport.io/connect-ports: "443"` (and asks for the SNI check
+ * with `sallyport.io/connect-verify-sni: "true"`). Without the annotation the
+ * rule has no `connect` field (CONNECT refused), so tables stay as they were.
+ * A rule without backendRefs (`requestedFrom` set) tunnels to the requested
+ * host itself, under its Gateway's destination policy and upstream proxy.
+ */
+function connectPolicyOf(route: HTTPRoute | GRPCRoute, requestedFrom: RuleContext | null, ruleIndex: number): { connect?: RouteRule['connect'] } {
+  const text = route.kind === 'HTTPRoute' ? route.meta.annotations[ANNOTATIONS.CONNECT_PORTS] : undefined
   if (text === undefined) return {}
-  const ports = text.split(/[\s,]+/).map(Number).filter(p => Number.isInteger(p) && p > 0 && p < 65536)
-  if (ports.length === 0) return {}
-  return { connect: { ports, verifySni: route.meta.annotations[CONNECT_VERIFY_SNI] === 'true' } }
+  // An unreadable value is ignored (CONNECT stays refused); validate says why.
+  const ports = parseConnectPorts(text)
+  if (!ports.ok) return {}
+  const sni = parseBool(route.meta.annotations[ANNOTATIONS.CONNECT_VERIFY_SNI] ?? 'false')
+  const verifySni = sni.ok && sni.value
+  if (requestedFrom === null) return { connect: { ports: ports.value, verifySni } }
+  const { resolver, gatewayKey } = requestedFrom
+  const ns = route.meta.namespace
+  const template: Cluster = {
+    id: `CONNECT/${ns}/${route.meta.name}/${ruleIndex}`, kind: 'Backend', namespace: ns, name: route.meta.name, port: 0, protocol: 'TCP',
+    hostname: null, endpoints: [], tls: null, mcpPath: null, extensions: null, lb: null, circuitBreaker: null, healthCheck: null,
+    fallback: false, region: null, enableIPv6: false, destination: null, upstreamProxy: resolver.proxies.forGateway(gatewayKey),
+  }
+  return { connect: { ports: ports.value, verifySni, requested: resolver.destinations.requested(gatewayKey, template) } }
 }
 
 // ── extension scopes (issue 7) ──

@@ -293,6 +293,39 @@ export interface ConnectPolicy {
   readonly ports: readonly number[]
   /** Peek the tunnelled ClientHello and require SNI == the requested host (sallyport.io/connect-verify-sni). */
   readonly verifySni: boolean
+  /**
+   * Set when the rule names no backendRefs: the tunnel goes to the requested
+   * host:port itself, under the Gateway's destination policy. Absent or null:
+   * the tunnel goes to the rule's backends.
+   */
+  readonly requested?: RequestedDestination | null
+}
+
+/**
+ * CONNECT to the requested host (issue 9): the Gateway's destination policy
+ * for names the configuration never saw. Host lists are decided when the
+ * CONNECT arrives; addresses when it is dialled (the confused-deputy guard,
+ * CIDR lists, reverse DNS), through `cluster` with the host as its endpoint.
+ */
+export interface RequestedDestination {
+  /** Template: id `CONNECT/<namespace>/<route>/<rule index>` (a bounded metric label), kind Backend (guarded), no endpoints; the Gateway's upstream proxy. */
+  readonly cluster: Cluster
+  /** Every requested host is refused with this (a region lock: requested hosts carry no region); null: decide per host. */
+  readonly refusal: string | null
+  /** The Gateway's deny-list names; null: none. */
+  readonly deny: HostPatterns | null
+  /** The Gateway's allow-list names; null: no allow-list. */
+  readonly allow: HostPatterns | null
+  /** Address rules for a host on the allow-list (or when there is none). */
+  readonly listed: ClusterDestination
+  /** Address rules for a host not on the allow-list; null: refused (an allow-list without CIDRs). */
+  readonly unlisted: ClusterDestination | null
+}
+
+/** Hostnames: exact, and wildcard suffixes ('.example.com' for '*.example.com'). */
+export interface HostPatterns {
+  readonly exact: readonly string[]
+  readonly suffixes: readonly string[]
 }
 
 /** An HTTP CONNECT proxy the cluster's connections go through (issue 9). */

@@ -13,10 +13,16 @@
 //   The guard on resolved addresses runs when the tunnel is dialled
 //   (upstream/resolve.ts), like for any Backend.
 //
+// - a rule that names no backendRefs tunnels to the requested host:port
+//   itself (RouteRule.connect.requested): the Gateway's deny/allow lists on
+//   the name here, region locks refuse (a requested host has no region), and
+//   the address checks (guard, CIDR lists, reverse DNS) when it is dialled;
+//   the Gateway's upstream proxy, if any, carries it.
+//
 // Absolute-form requests (`GET http://host/path`) need nothing here: forward.ts
 // routes them by the URL's authority through the normal pipeline.
 
-import type { Cluster, RouteRule, RouteTable } from '../compile/table.ts'
+import type { Cluster, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
 import { pickBackend } from './filters.ts'
@@ -91,6 +97,8 @@ export function routeConnect(table: RouteTable, port: number, authority: string)
   const connect = rule.connect ?? null
   if (connect === null) return refused(403, 'connect_not_allowed', rule, target.host)
   if (!connect.ports.includes(target.port)) return refused(403, 'port_not_allowed', rule, target.host)
+  const requested = connect.requested ?? null
+  if (requested !== null) return toRequested(requested, rule, target.host, target.port, connect.verifySni)
   if (rule.direct !== null) return refused(rule.direct.status === 403 ? 403 : 502, rule.direct.status === 403 ? 'destination_denied' : 'no_backend', rule, target.host)
   const backend = pickBackend(rule, Math.random())
   if (backend === null) return refused(502, 'no_backend', rule, target.host)
@@ -98,4 +106,21 @@ export function routeConnect(table: RouteTable, port: number, authority: string)
   const cluster = backend.cluster === null ? undefined : table.clusters.get(backend.cluster)
   if (cluster === undefined) return refused(502, 'no_backend', rule, target.host)
   return { ok: true, host: target.host, port: target.port, rule, cluster, verifySni: connect.verifySni }
+}
+
+function listed(p: HostPatterns, host: string): boolean {
+  if (p.exact.includes(host)) return true
+  for (const s of p.suffixes) if (host.length > s.length && host.endsWith(s)) return true
+  return false
+}
+
+/** A tunnel to the requested host itself: one endpoint, the Gateway's rules for it. */
+function toRequested(r: RequestedDestination, rule: RouteRule, host: string, port: number, verifySni: boolean): ConnectDecision {
+  if (r.refusal !== null) return refused(403, 'destination_denied', rule, host)
+  if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, host)
+  const destination = r.allow === null || listed(r.allow, host) ? r.listed : r.unlisted
+  if (destination === null) return refused(403, 'destination_denied', rule, host)
+  // Per tunnel: the dialler keeps its per-cluster state in WeakMaps, so this goes with the tunnel.
+  const cluster: Cluster = { ...r.cluster, port, destination, endpoints: [{ host, port, kind: 'hostname', weight: 1, zone: null }] }
+  return { ok: true, host, port, rule, cluster, verifySni }
 }

@@ -12,6 +12,7 @@
 // is not — a gateway error, distinct from the 403 of a policy denial that
 // compile can see.
 
+import { isIP } from 'node:net'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
@@ -106,6 +107,8 @@ export class DestinationResolver {
 
   /** Resolve (querying as needed) and check. Never rejects: failures are in `error`. */
   async resolve(cluster: Cluster, hostname: string): Promise<Resolution> {
+    // An address in a name's place (a CONNECT to a requested IP, issue 9): no DNS, the same checks.
+    if (isIP(hostname) !== 0) return this.#check(cluster, hostname, { addresses: [hostname], error: null }, null)
     const [r4, r6] = await Promise.allSettled([
       this.#cache.lookup(hostname, 4),
       cluster.enableIPv6 ? this.#cache.lookup(hostname, 6) : Promise.resolve(null),

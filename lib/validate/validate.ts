@@ -12,6 +12,7 @@ import { Findings, show } from './findings.ts'
 import { lookupKind } from './kinds.ts'
 import type { KindEntry } from './kinds.ts'
 import { checkSchema } from './schema.ts'
+import { checkAnnotations } from './annotations.ts'
 
 export interface DocumentInfo { apiVersion: string; kind: string; namespace: string; name: string }
 
@@ -52,6 +53,7 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
   // Semantic rules assume the shapes the schema guarantees; on a schema error
   // they would mostly repeat it, so they run once the schema is satisfied.
   if (!f.hasErrors()) shape.rules(obj, f)
+  checkAnnotations(kind, obj, f)
   return { info, problems: f.list.map((x) => problem(x.field, x.message, x.severity)) }
 }
 

@@ -1,0 +1,121 @@
+// sallyport's own annotations on Gateway API objects, read the same way by
+// `validate` (a warning per unreadable value: the object still serves, the
+// annotation is ignored) and by compile (which reports the same text in
+// status). Only annotations whose whole meaning is in their own value are
+// checked here; those that name other objects (a proxy Secret) are checked by
+// compile, where the other objects are known.
+
+import { asObj, asStr } from './access.ts'
+import type { Obj } from './access.ts'
+import { Findings, key } from './findings.ts'
+
+export const ANNOTATIONS = {
+  /** HTTPRoute: the ports CONNECT may ask for on its hostnames (issue 9). */
+  CONNECT_PORTS: 'sallyport.io/connect-ports',
+  /** HTTPRoute: the tunnelled ClientHello must name the requested host (issue 9). */
+  CONNECT_VERIFY_SNI: 'sallyport.io/connect-verify-sni',
+  /** Backend or Gateway: reach external destinations through this HTTP CONNECT proxy (issue 9). */
+  UPSTREAM_PROXY: 'sallyport.io/upstream-proxy',
+  /** Backend or Gateway: Secret (same namespace) with username and password for the proxy. */
+  UPSTREAM_PROXY_SECRET: 'sallyport.io/upstream-proxy-secret',
+  /** Backend: it is another egress gateway (issue 6). */
+  PARENT_GATEWAY: 'sallyport.io/parent-gateway',
+} as const
+
+export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string }
+
+/** `"443"`, `"443, 8443"`: ports 1-65535, comma or space separated. */
+export function parseConnectPorts(text: string): Parsed<number[]> {
+  const parts = text.split(/[\s,]+/).filter((p) => p !== '')
+  if (parts.length === 0) return { ok: false, message: 'lists no port' }
+  const ports: number[] = []
+  for (const p of parts) {
+    const n = Number(p)
+    if (!/^\d+$/.test(p) || n < 1 || n > 65535) return { ok: false, message: `${JSON.stringify(p)} is not a port (1-65535)` }
+    ports.push(n)
+  }
+  return { ok: true, value: ports }
+}
+
+/** `"true"` or `"false"`. */
+export function parseBool(text: string): Parsed<boolean> {
+  if (text === 'true' || text === 'false') return { ok: true, value: text === 'true' }
+  return { ok: false, message: `${JSON.stringify(text)} is not "true" or "false"` }
+}
+
+export interface ProxyAddress { readonly host: string; readonly port: number }
+
+/**
+ * `http://host[:port]` (port default 80), or `none`: no proxy (a Backend's way
+ * out of its Gateway's proxy). Credentials go in the Secret, never the URL.
+ */
+export function parseUpstreamProxy(text: string): Parsed<ProxyAddress | 'none'> {
+  if (text.trim() === 'none') return { ok: true, value: 'none' }
+  let url: URL
+  try { url = new URL(text.trim()) } catch { return { ok: false, message: `${JSON.stringify(text)} is not a URL (http://host:port or none)` } }
+  if (url.protocol !== 'http:') return { ok: false, message: `scheme ${url.protocol.slice(0, -1)} is not supported: the proxy is spoken to in plain HTTP (http://host:port)` }
+  if (url.hostname === '') return { ok: false, message: 'names no host' }
+  if (url.username !== '' || url.password !== '') return { ok: false, message: `credentials in the URL would show in status and dumps: put them in a Secret named by ${ANNOTATIONS.UPSTREAM_PROXY_SECRET}` }
+  if (url.pathname !== '/' || url.search !== '' || url.hash !== '') return { ok: false, message: 'a proxy URL has no path, query or fragment' }
+  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
+  return { ok: true, value: { host, port: url.port === '' ? 80 : Number(url.port) } }
+}
+
+/** `name` or `namespace/name`; only the object's own namespace can be read (no ReferenceGrant for annotations). */
+export function parseSecretRef(text: string, namespace: string): Parsed<string> {
+  const parts = text.trim().split('/')
+  const [ns, name] = parts.length === 2 ? parts as [string, string] : [namespace, parts[0] as string]
+  if (parts.length > 2 || name === '') return { ok: false, message: `${JSON.stringify(text)} is not a Secret name` }
+  if (ns !== namespace) return { ok: false, message: `Secret ${ns}/${name} is in another namespace; only ${namespace} can be read` }
+  return { ok: true, value: `${ns}/${name}` }
+}
+
+const BACKEND_KINDS = new Set(['Backend', 'XBackend'])
+
+/** Warnings for sallyport annotations with unreadable values on `obj` (any kind). */
+export function checkAnnotations(kind: string, obj: Obj, f: Findings): void {
+  const annotations = asObj(asObj(obj.metadata)?.annotations)
+  if (annotations === null) return
+  const namespace = asStr(asObj(obj.metadata)?.namespace) ?? 'default'
+  const at = (name: string): string => key('metadata.annotations', name)
+  const text = (name: string): string | null => asStr(annotations[name])
+  const warn = (name: string, r: Parsed<unknown>): void => { if (!r.ok) f.warn(at(name), `${r.message}; the annotation is ignored`) }
+  const isBackend = BACKEND_KINDS.has(kind)
+  const proxyHolder = isBackend || kind === 'Gateway'
+  for (const name of Object.keys(annotations)) {
+    const value = text(name)
+    if (value === null || !name.startsWith('sallyport.io/')) continue
+    switch (name) {
+      case ANNOTATIONS.CONNECT_PORTS:
+        if (kind !== 'HTTPRoute') f.warn(at(name), 'applies to HTTPRoutes only; ignored here')
+        else warn(name, parseConnectPorts(value))
+        break
+      case ANNOTATIONS.CONNECT_VERIFY_SNI:
+        if (kind !== 'HTTPRoute') f.warn(at(name), 'applies to HTTPRoutes only; ignored here')
+        else {
+          warn(name, parseBool(value))
+          if (text(ANNOTATIONS.CONNECT_PORTS) === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.CONNECT_PORTS}`)
+        }
+        break
+      case ANNOTATIONS.UPSTREAM_PROXY:
+        if (!proxyHolder) f.warn(at(name), 'applies to Backends and Gateways only; ignored here')
+        else {
+          const r = parseUpstreamProxy(value)
+          warn(name, r)
+          if (r.ok && r.value === 'none' && !isBackend) f.warn(at(name), '"none" is for a Backend leaving its Gateway\'s proxy; a Gateway without a proxy leaves the annotation out')
+        }
+        break
+      case ANNOTATIONS.UPSTREAM_PROXY_SECRET:
+        if (!proxyHolder) f.warn(at(name), 'applies to Backends and Gateways only; ignored here')
+        else {
+          warn(name, parseSecretRef(value, namespace))
+          if (text(ANNOTATIONS.UPSTREAM_PROXY) === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.UPSTREAM_PROXY}`)
+        }
+        break
+      case ANNOTATIONS.PARENT_GATEWAY:
+        if (!isBackend) f.warn(at(name), 'applies to Backends only; ignored here')
+        else warn(name, parseBool(value))
+        break
+    }
+  }
+}

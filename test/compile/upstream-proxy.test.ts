@@ -1,0 +1,128 @@
+// Issue 9: which clusters a Gateway's upstream proxy reaches, a Backend's own
+// choice (a proxy, or `none`), CONNECT to requested hosts, and the status an
+// unreadable annotation or a missing Secret gets.
+
+import t from 'tap'
+import { parseManifests } from '../../lib/config/parse.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { compile } from '../../lib/compile/compile.ts'
+import type { CompileResult } from '../../lib/compile/compile.ts'
+import { routeConnect } from '../../lib/router/forward-proxy.ts'
+import { parseConnectPorts, parseSecretRef, parseUpstreamProxy } from '../../lib/validate/annotations.ts'
+
+function build(gatewayAnnotations: string, extra = ''): CompileResult {
+  const yaml = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  namespace: default
+  annotations:
+${gatewayAnnotations}
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: 8080 }]
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: ext, namespace: default }
+spec: { endpoints: [{ fqdn: { hostname: api.example.com, port: 443 } }] }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: own, namespace: default, annotations: { sallyport.io/upstream-proxy: "http://other.proxy:8080" } }
+spec: { endpoints: [{ fqdn: { hostname: own.example.com, port: 443 } }] }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: none, namespace: default, annotations: { sallyport.io/upstream-proxy: none } }
+spec: { endpoints: [{ fqdn: { hostname: none.example.com, port: 443 } }] }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: svc, namespace: default }
+spec: { ports: [{ port: 80 }] }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: r, namespace: default, annotations: { sallyport.io/connect-ports: "443" } }
+spec:
+  parentRefs: [{ name: gw }]
+  rules:
+    - matches: [{ path: { type: PathPrefix, value: /ext } }]
+      backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ext, port: 443 }]
+    - matches: [{ path: { type: PathPrefix, value: /own } }]
+      backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: own, port: 443 }]
+    - matches: [{ path: { type: PathPrefix, value: /none } }]
+      backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: none, port: 443 }]
+    - matches: [{ path: { type: PathPrefix, value: /svc } }]
+      backendRefs: [{ name: svc, port: 80 }]
+    - {}
+${extra}`
+  const parsed = parseManifests('p.yaml', yaml)
+  return compile(buildSnapshot(parsed.docs, parsed.problems), { now: 1, version: 1, gatewayClass: 'sallyport' })
+}
+
+t.test('a Gateway proxy reaches its external Backends without a choice of their own, never in-cluster Services', async (t) => {
+  const { table, status } = build(`    sallyport.io/upstream-proxy: http://proxy.corp:3128
+    sallyport.io/upstream-proxy-secret: creds`, `---
+apiVersion: v1
+kind: Secret
+metadata: { name: creds, namespace: default }
+stringData: { username: u, password: p }
+`)
+  const proxyOf = (id: string): unknown => table.clusters.get(id)?.upstreamProxy ?? null
+  t.same(proxyOf('Backend/default/ext:443'), { host: 'proxy.corp', port: 3128, authorization: 'Basic ' + Buffer.from('u:p').toString('base64') })
+  t.same(proxyOf('Backend/default/own:443'), { host: 'other.proxy', port: 8080, authorization: null }, 'the Backend\'s own proxy wins')
+  t.equal(proxyOf('Backend/default/none:443'), null, '`none` keeps the Backend direct')
+  t.equal(proxyOf('Service/default/svc:80'), null, 'an in-cluster Service is never proxied')
+  t.equal(status.objects.get('Gateway/default/gw')?.conditions.find(c => c.type === 'sallyport.io/UpstreamProxy')?.status, 'True')
+})
+
+t.test('a rule without backendRefs on a CONNECT route tunnels to the requested host with the Gateway\'s proxy', async (t) => {
+  const { table } = build('    sallyport.io/upstream-proxy: http://proxy.corp:3128\n    sallyport.io/destination-denylist: "*.evil.test"')
+  const d = routeConnect(table, 8080, 'api.example.net:443')
+  t.ok(d.ok, 'allowed')
+  if (!d.ok) return
+  t.equal(d.cluster.id, 'CONNECT/default/r/4', 'a bounded label: the route and rule')
+  t.same(d.cluster.endpoints.map(e => [e.host, e.port, e.kind]), [['api.example.net', 443, 'hostname']], 'the requested host is the endpoint')
+  t.same(d.cluster.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null }, 'through the Gateway\'s proxy')
+  t.match(routeConnect(table, 8080, 'x.evil.test:443'), { ok: false, status: 403, reason: 'destination_denied' }, 'the deny-list decides names')
+  t.match(routeConnect(table, 8080, 'api.example.net:8443'), { ok: false, reason: 'port_not_allowed' })
+})
+
+t.test('an unreadable Gateway proxy is ignored and says why; a missing Secret keeps the proxy without credentials', async (t) => {
+  const bad = build('    sallyport.io/upstream-proxy: socks5://proxy.corp:1080')
+  const c = bad.status.objects.get('Gateway/default/gw')?.conditions.find(x => x.type === 'sallyport.io/UpstreamProxy')
+  t.equal(c?.status, 'False')
+  t.match(c?.message, /scheme socks5 is not supported.*connecting directly/)
+  t.equal(bad.table.clusters.get('Backend/default/ext:443')?.upstreamProxy ?? null, null)
+  const noSecret = build('    sallyport.io/upstream-proxy: http://proxy.corp:3128\n    sallyport.io/upstream-proxy-secret: missing')
+  const m = noSecret.status.objects.get('Gateway/default/gw')?.conditions.find(x => x.type === 'sallyport.io/UpstreamProxy')
+  t.match(m?.message, /Secret default\/missing not found; no credentials sent/)
+  t.same(noSecret.table.clusters.get('Backend/default/ext:443')?.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null })
+})
+
+t.test('annotation parsers', async (t) => {
+  t.same(parseConnectPorts('443, 8443 9443'), { ok: true, value: [443, 8443, 9443] })
+  t.notOk(parseConnectPorts('443,0').ok)
+  t.notOk(parseConnectPorts(' ').ok)
+  t.same(parseUpstreamProxy('http://[::1]:3128'), { ok: true, value: { host: '::1', port: 3128 } })
+  t.same(parseUpstreamProxy('http://proxy'), { ok: true, value: { host: 'proxy', port: 80 } })
+  t.same(parseUpstreamProxy('none'), { ok: true, value: 'none' })
+  t.match(parseUpstreamProxy('http://u:p@proxy:1'), { ok: false, message: /credentials in the URL/ })
+  t.match(parseUpstreamProxy('http://proxy:1/path'), { ok: false, message: /no path/ })
+  t.same(parseSecretRef('ns/name', 'ns'), { ok: true, value: 'ns/name' })
+  t.match(parseSecretRef('other/name', 'ns'), { ok: false, message: /another namespace/ })
+})
+
+t.test('CONNECT to requested hosts: an allow-list admits only its names; a region lock refuses them all', async (t) => {
+  const allow = build('    sallyport.io/destination-allowlist: "*.ok.test"').table
+  t.ok(routeConnect(allow, 8080, 'a.ok.test:443').ok, 'a listed name')
+  t.match(routeConnect(allow, 8080, 'b.other.test:443'), { ok: false, reason: 'destination_denied' }, 'an unlisted name')
+  const withCidr = build('    sallyport.io/destination-allowlist: "*.ok.test, 203.0.113.0/24"').table
+  const d = routeConnect(withCidr, 8080, 'b.other.test:443')
+  t.ok(d.ok, 'with CIDRs on the list, an unlisted name may still resolve into them')
+  if (d.ok) t.same(d.cluster.destination?.gateways[0]?.onlyCidrs, ['203.0.113.0/24'], 'checked when dialled')
+  const region = build('    sallyport.io/allowed-regions: eu').table
+  t.match(routeConnect(region, 8080, 'a.ok.test:443'), { ok: false, reason: 'destination_denied' })
+})
