@@ -22,6 +22,7 @@
 // Bounded: fixed counts, and each run stops after 2 s whatever the count.
 // Run: npx node --expose-gc bench/compile.ts
 import { compile } from '../lib/compile/compile.ts'
+import { ensureLookupIndexes } from '../lib/compile/lookup-index.ts'
 import { findVirtualHost, matchOnPort, matchRequest } from '../lib/router/match.ts'
 import type { MatchInput } from '../lib/router/match.ts'
 import type { HostIndex, RouteTable } from '../lib/compile/table.ts'
@@ -47,7 +48,9 @@ function routes(count: number, hosts: number): HTTPRoute[] {
 
 function build(count: number, hosts: number): RouteTable {
   const snap = b.snapshotOf([b.gatewayClass(), b.gateway('gw', [b.listener('http', 80, 'HTTP', { allowedRoutes: { namespacesFrom: 'All', namespaceSelector: null, kinds: [] } })]), b.service('svc'), ...routes(count, hosts)])
-  return compile(snap, b.opts).table
+  const table = compile(snap, b.opts).table
+  ensureLookupIndexes(table) // what the runtime does right after the swap
+  return table
 }
 
 /** A flat (sequential) copy: template literals make cons strings, which a real request never has. */

@@ -144,8 +144,18 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     version: options.version, builtAt: options.now, gatewayClass: options.gatewayClass, ports, clusters, clients,
     ...(chains.length > 0 ? { extensionChains: chains } : {}),
   }
-  const status = assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts })
-  return { table: deepFreeze(table), status }
+  // Issue 11: status is assembled on first read — the runtime reads it after
+  // the swap, so a reload's new routes serve without waiting for it. Every
+  // input is final here; the result is the same whenever it is read.
+  let status: Status | null = null
+  const frozen = deepFreeze(table)
+  return {
+    table: frozen,
+    get status(): Status {
+      status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts })
+      return status
+    },
+  }
 }
 
 function buildPorts(

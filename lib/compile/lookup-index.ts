@@ -14,7 +14,7 @@
 // hand-built tables), so it changes no precedence: every list is a list the
 // tree walk would read, in the same order.
 
-import type { HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from './table.ts'
+import type { HostIndex, LookupIndex, LookupSlot, PrefixNode, RouteMatch, RouteTable, VirtualHost } from './table.ts'
 import {
   FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS,
   hostHash, pathHash, slotHash, storedHash,
@@ -58,7 +58,7 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
     const walk = (node: PrefixNode, key: string, d: number): void => {
       if (node.matches.length > 0) {
         if (d === 0) root = addList(node.matches)
-        else pathKeys.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), tag: id << 1 | KIND_PREFIX, key, list: addList(node.matches) })
+        else pathKeys.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), tag: id << 1 | KIND_PREFIX, key: flatString(key), list: addList(node.matches) })
         if (d > depth) depth = d
       }
       for (const [seg, child] of node.children) walk(child, `${key}/${seg}`, d + 1)
@@ -90,7 +90,8 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
 function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | null>): { slots: Array<number | string | RouteMatch>; mask: number; lists: Int32Array } {
   let capacity = 8
   while (capacity < keys.length * 2) capacity *= 2
-  const slots: Array<number | string | RouteMatch> = Array.from({ length: capacity * SLOT_WORDS }, () => 0)
+  const slots: Array<number | string | RouteMatch> = []
+  for (let i = capacity * SLOT_WORDS; i > 0; i--) slots.push(0)
   const lists = new Int32Array(capacity).fill(-1)
   const mask = capacity - 1
   for (const k of keys) {
@@ -99,7 +100,7 @@ function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | nul
     const at = i * SLOT_WORDS
     slots[at] = storedHash(k.hash)
     slots[at + 1] = k.tag
-    slots[at + 2] = flatString(k.key)
+    slots[at + 2] = k.key
     slots[at + 3] = k.list >= 0 ? matches[k.list] as RouteMatch : 0
     lists[i] = k.list
   }
@@ -107,15 +108,30 @@ function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | nul
 }
 
 /**
- * A sequential copy of `s`: keys built by concatenation are cons strings, and
- * comparing the request against one would flatten it on the first request.
+ * A sequential copy of `s`: prefix keys are built by concatenation (cons
+ * strings), and comparing the request against one would flatten it on the
+ * first request. Names from the configuration are flat already.
  */
 function flatString(s: string): string {
   return s.length === 0 ? s : s.split('').join('')
 }
 
-/** Attaches the index as a non-enumerable property: not configuration, so not printed, dumped or frozen. */
+/**
+ * Attaches an empty slot for the index as a non-enumerable property: not
+ * configuration, so not printed, dumped or frozen. ensureLookupIndexes fills it.
+ */
 export function withLookupIndex(index: HostIndex): HostIndex {
-  Object.defineProperty(index, 'lookup', { value: buildLookupIndex(index), enumerable: false, writable: false })
+  const slot: LookupSlot = { index: undefined }
+  Object.defineProperty(index, 'lookup', { value: slot, enumerable: false, writable: false })
   return index
+}
+
+/** Builds the lookup index of every HTTP port of `table` that lacks one. */
+export function ensureLookupIndexes(table: RouteTable): void {
+  for (const entry of table.ports.values()) {
+    const hosts = entry.http
+    if (hosts === null) continue
+    const slot = hosts.lookup
+    if (slot !== undefined && slot.index === undefined) slot.index = buildLookupIndex(hosts)
+  }
 }

@@ -99,10 +99,17 @@ export interface HostIndex {
    * The same hosts and their Exact / PathPrefix keys as one compact hash index
    * (lib/compile/lookup-index.ts; lib/router/match.ts matchOnPort). Derived
    * data, not configuration: a non-enumerable property, so dumps, goldens and
-   * deepFreeze skip it. Absent on hand-built tables (the matcher walks the
-   * maps and trees above then).
+   * deepFreeze skip it. Absent on hand-built tables, and `index` undefined
+   * until ensureLookupIndexes has run (the matcher walks the maps and trees
+   * above then): the runtime builds it just after the swap, so a reload does
+   * not wait for it (issue 11).
    */
-  readonly lookup?: LookupIndex
+  readonly lookup?: LookupSlot
+}
+
+/** Filled once, after compile (ensureLookupIndexes); the one mutable piece of a table. */
+export interface LookupSlot {
+  index: LookupIndex | undefined
 }
 
 /**

@@ -32,18 +32,25 @@ function mostSpecific(patterns: readonly string[]): string | null {
   return best
 }
 
-/** Patterns that cover `pattern`: itself, wildcards of its parent domains, ANY_HOST. */
-function coveringPatterns(pattern: string): string[] {
-  if (pattern === ANY_HOST) return [ANY_HOST]
-  const out = [pattern]
+/**
+ * The routes' matches on patterns that cover `pattern`, in this order: itself,
+ * wildcards of its parent domains (nearest first), ANY_HOST. Issue 11: only
+ * patterns some route uses are tested for covering (5,000 hosts per reload).
+ */
+function coveringLists(pattern: string, byPattern: ReadonlyMap<string, PlacedMatch[]>, out: PlacedMatch[][]): void {
+  out.length = 0
+  const own = byPattern.get(pattern)
+  if (own !== undefined) out.push(own)
+  if (pattern === ANY_HOST) return
   let rest = isWildcard(pattern) ? pattern.slice(2) : pattern
   for (let dot = rest.indexOf('.'); dot !== -1; dot = rest.indexOf('.')) {
     rest = rest.slice(dot + 1)
-    out.push(`*.${rest}`)
+    const wildcard = `*.${rest}`
+    const list = byPattern.get(wildcard)
+    if (list !== undefined && wildcard !== pattern && covers(wildcard, pattern)) out.push(list)
   }
-  if (!isWildcard(pattern)) out.splice(1, 0, `*.${pattern.slice(pattern.indexOf('.') + 1)}`)
-  out.push(ANY_HOST)
-  return [...new Set(out)].filter(p => covers(p, pattern))
+  const any = byPattern.get(ANY_HOST)
+  if (any !== undefined) out.push(any)
 }
 
 export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: readonly string[]): HostIndex {
@@ -57,11 +64,13 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
   const exact = new Map<string, VirtualHost>()
   const wildcards: Array<{ suffix: string; vhost: VirtualHost }> = []
   let fallback: VirtualHost | null = null
+  const covering: PlacedMatch[][] = []
   for (const pattern of [...patterns].sort()) {
     const listener = mostSpecific(listenerHosts.filter(l => covers(l, pattern)))
     const specs: MatchSpec[] = []
-    for (const cover of coveringPatterns(pattern)) {
-      for (const p of byPattern.get(cover) ?? []) if (p.listenerHost === listener) specs.push(p.spec)
+    coveringLists(pattern, byPattern, covering)
+    for (const list of covering) {
+      for (const p of list) if (p.listenerHost === listener) specs.push(p.spec)
     }
     const vhost = buildVirtualHost(pattern, specs)
     if (pattern === ANY_HOST) fallback = vhost

@@ -98,7 +98,7 @@ let suffixStart: Int32Array = new Int32Array(16)
  * a wildcard or catch-all vhost re-keys them once the host probe has answered.
  */
 export function matchOnPort(hosts: HostIndex, host: string, input: MatchInput): RouteMatch | null {
-  const ix = hosts.lookup
+  const ix = hosts.lookup?.index
   if (ix === undefined) {
     const vhost = findVirtualHost(hosts, host)
     return vhost === null ? null : matchRequest(vhost, input)

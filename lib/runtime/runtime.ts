@@ -25,6 +25,7 @@ import type { DataPlane } from '../listeners/data-plane.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Upstreams } from '../upstream/types.ts'
+import { ensureLookupIndexes } from '../compile/lookup-index.ts'
 
 const log = logger('runtime')
 
@@ -188,6 +189,9 @@ export class Runtime {
       failed = [...table.ports.keys()].map((port) => ({ port, error: errorText(err) }))
     }
     this.#table = table
+    // The new table serves at once (its matcher walks the host maps); its
+    // compact lookup index follows right after, off the reload's path.
+    setImmediate(() => { if (this.#table === table) ensureLookupIndexes(table) })
     this.#failedPorts = failed
     if (failed.length > 0) {
       configReloadFailures.inc({ source: this.#sourceLabel, reason: 'listen' })

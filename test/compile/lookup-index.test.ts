@@ -4,7 +4,7 @@
 import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
-import { buildLookupIndex } from '../../lib/compile/lookup-index.ts'
+import { buildLookupIndex, ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
 import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, SLOT_WORDS } from '../../lib/lookup-hash.ts'
 import * as b from './builders.ts'
 
@@ -20,7 +20,11 @@ function table() {
 t.test('attached to the HostIndex, not enumerable: dumps, JSON and freezing skip it', async t => {
   const hosts = table().ports.get(80)?.http
   if (hosts == null) return t.fail('no port 80')
-  t.ok(hosts.lookup !== undefined)
+  t.ok(hosts.lookup !== undefined, 'a slot for the index')
+  t.equal(hosts.lookup?.index, undefined, 'empty until ensureLookupIndexes (the runtime runs it after the swap)')
+  const t2 = table()
+  ensureLookupIndexes(t2)
+  t.ok(t2.ports.get(80)?.http?.lookup?.index !== undefined, 'filled by ensureLookupIndexes')
   t.notOk(Object.keys(hosts).includes('lookup'))
   t.notMatch(JSON.stringify(dumpTable(table())), /lookup|hostSlots|pathSlots/)
   t.ok(Object.isFrozen(hosts), 'the HostIndex itself is frozen')

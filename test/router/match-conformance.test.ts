@@ -11,6 +11,7 @@ import type { RouteMatch } from '../../lib/compile/table.ts'
 import type { HTTPRoute } from '../../lib/resources/model.ts'
 import * as b from '../compile/builders.ts'
 import { referenceMatch } from './match-reference.ts'
+import { ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
 
 interface Req { host?: string; method?: string; path: string; query?: Record<string, string>; headers?: Record<string, string>; want: string | null }
 interface Case { name: string; routes: HTTPRoute[]; requests: Req[] }
@@ -68,6 +69,7 @@ const cases: Case[] = [
 function run(routes: HTTPRoute[], req: Req, indexed = false): string | null {
   const snap = b.snapshotOf([b.gatewayClass(), b.gateway('gw', [b.listener('http', 80)]), b.service('svc'), ...routes])
   const { table } = compile(snap, b.opts)
+  if (indexed) ensureLookupIndexes(table)
   const hosts = table.ports.get(80)?.http
   if (hosts == null) return null
   const query = req.query === undefined ? null : new URLSearchParams(req.query).toString()
