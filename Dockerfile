@@ -22,5 +22,5 @@ COPY fixtures/quickstart ./fixtures/quickstart
 # nothing is written outside /tmp.
 USER 1000:1000
 EXPOSE 8080 9901
-ENTRYPOINT ["node", "/app/bin/sallyport.ts", "serve"]
+ENTRYPOINT ["node", "--max-semi-space-size=8", "/app/bin/sallyport.ts", "serve"]
 CMD ["--config", "/etc/sallyport"]

@@ -272,7 +272,7 @@ async function main(): Promise<number> {
     rss, idleRssMiB: idleRss, big, workers, compile, profile, notes, backgroundBusyPct: backgroundBusy, loadAverageAfter: os.loadavg(),
   }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2))
   process.stdout.write(`results: ${path.relative(REPO_ROOT, file)}\n`)
-  if (values.profile !== true) rmSync(tmp, { recursive: true, force: true })
+  if (values.profile !== true && process.env.SALLYPORT_BENCH_KEEP !== '1') rmSync(tmp, { recursive: true, force: true })
   else process.stdout.write(`profiles and logs kept in ${tmp}\n`)
   return 0
 }

@@ -193,7 +193,8 @@ export interface GatewayStart {
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
 export async function startGateway(opts: GatewayStart): Promise<Proc> {
-  const nodeFlags = [...(process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== ''), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
+  // As the Dockerfile, the bin's shebang and `npm run serve` start it (README "Memory"); SALLYPORT_BENCH_NODE_FLAGS replaces them.
+  const nodeFlags = [...(process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '--max-semi-space-size=8').split(' ').filter((f) => f !== ''), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
   const args = [
     process.execPath, ...nodeFlags, SALLYPORT_BIN, 'serve',
     '--config', opts.configDir,
