@@ -55,8 +55,9 @@ export function slotHash(owner: number, key: number, kind: number): number {
 // id << 1 | kind; key is the key string (compared with the request in place);
 // value is the first RouteMatch of the key's list for a path slot (the rest of
 // the list, from `pathLists[slot]`, is only read when it does not fit), 0 for
-// a host slot. One slot read gives the hash, the key and the first match, so a
-// hit costs one dependent load less than slot → list → match.
+// the vhost's packed info for a host slot (packInfo; -1 when it does not fit,
+// then vhostInfo has it). One slot read gives the hash, the key and the first
+// match (or the vhost's info), so a hit costs one dependent load less.
 // Per vhost, `vhostInfo` holds 4 int32 words: [key hash, root prefix list
 // (-1: none), deepest prefix in segments, flags].
 export const SLOT_WORDS = 4
@@ -64,6 +65,11 @@ export const INFO_WORDS = 4
 export const FLAG_EXACT = 1
 export const FLAG_REGEX = 2
 export const FLAG_QUERY = 4
+
+/** Root list + 1 (23 bits), deepest prefix (4 bits), flags (3 bits) in one small integer; -1 when out of range. */
+export function packInfo(root: number, depth: number, flags: number): number {
+  return root + 1 < 1 << 23 && depth < 16 ? (root + 1) << 7 | depth << 3 | flags : -1
+}
 
 /** What a slot stores of a slot hash. */
 export function storedHash(slot: number): number {

@@ -17,10 +17,10 @@
 import type { HostIndex, LookupIndex, LookupSlot, PrefixNode, RouteMatch, RouteTable, VirtualHost } from './table.ts'
 import {
   FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS,
-  hostHash, pathHash, slotHash, storedHash,
+  hostHash, packInfo, pathHash, slotHash, storedHash,
 } from '../lookup-hash.ts'
 
-interface Key { readonly hash: number; readonly tag: number; readonly key: string; readonly list: number }
+interface Key { readonly hash: number; readonly tag: number; readonly key: string; readonly list: number; readonly info?: number }
 
 /** The index of `index`'s hosts and paths. */
 export function buildLookupIndex(index: HostIndex): LookupIndex {
@@ -72,7 +72,12 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
     info[at + 3] = (v.exactPaths.size > 0 ? FLAG_EXACT : 0) | (v.regexes.length > 0 ? FLAG_REGEX : 0) | (v.needsQuery ? FLAG_QUERY : 0)
   })
 
-  const hosts = openTable(hostKeys, matches)
+  // Host slots carry their vhost's info (root, depth, flags), saving a load per lookup.
+  const hostKeysWithInfo = hostKeys.map(k => {
+    const at = (k.tag >> 1) * INFO_WORDS
+    return { ...k, info: packInfo(info[at + 1], info[at + 2], info[at + 3]) }
+  })
+  const hosts = openTable(hostKeysWithInfo, matches)
   const paths = openTable(pathKeys, matches)
   return {
     hostSlots: hosts.slots, hostMask: hosts.mask, pathSlots: paths.slots, pathMask: paths.mask, pathLists: paths.lists,
@@ -101,7 +106,7 @@ function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | nul
     slots[at] = storedHash(k.hash)
     slots[at + 1] = k.tag
     slots[at + 2] = k.key
-    slots[at + 3] = k.list >= 0 ? matches[k.list] as RouteMatch : 0
+    slots[at + 3] = k.list >= 0 ? matches[k.list] as RouteMatch : k.info ?? 0
     lists[i] = k.list
   }
   return { slots, mask, lists }

@@ -113,11 +113,11 @@ export function matchOnPort(hosts: HostIndex, host: string, input: MatchInput): 
   let owner = hh
   if (vid < 0) {
     vid = ix.wildcards > 0 ? probeSuffixes(ix, host) : -1
-    if (vid < 0) vid = ix.fallback
+    if (vid < 0) { vid = ix.fallback; hitInfo = -1 }
     if (vid < 0) return null
     owner = ix.vhostInfo[vid * INFO_WORDS]
   }
-  return matchIndexed(ix, vid, owner, input, depth, exactHash)
+  return matchIndexed(ix, vid, owner, input, depth, exactHash, hitInfo)
 }
 
 /**
@@ -165,9 +165,15 @@ function probeHost(ix: LookupIndex, hash: number, kind: number, host: string, st
     const tag = slots[at + 1] as number
     if ((tag & 1) !== kind) continue
     const key = slots[at + 2] as string
-    if (start === 0 ? key === host : key.length === host.length - start && sameTail(key, host, start)) return tag >> 1
+    if (start === 0 ? key === host : key.length === host.length - start && sameTail(key, host, start)) {
+      hitInfo = slots[at + 3] as number
+      return tag >> 1
+    }
   }
 }
+
+// The packed vhost info (lookup-hash.ts packInfo) of the last probeHost hit; -1: read ix.vhostInfo.
+let hitInfo = -1
 
 /** key === text.slice(start), without the slice (key.length is checked by the caller). */
 function sameTail(key: string, text: string, start: number): boolean {
@@ -249,10 +255,10 @@ function grow(a: Int32Array): Int32Array {
  * deepest boundary to the root, then the regexes; lowest rank wins, as in
  * matchRequest (whose comment explains the skips).
  */
-function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchInput, depth: number, exactHash: number): RouteMatch | null {
+function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchInput, depth: number, exactHash: number, packed: number): RouteMatch | null {
   const info = ix.vhostInfo
   const at = vid * INFO_WORDS
-  const flags = info[at + 3]
+  const flags = packed >= 0 ? packed & 7 : info[at + 3]
   const query = (flags & FLAG_QUERY) !== 0 ? new QueryCache(input.query) : null
   const path = input.path
   const matches = ix.matches
@@ -266,7 +272,7 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
       if (best !== null && best.rank === 0) return best // nothing ranks before it
     }
   }
-  const deepest = info[at + 2]
+  const deepest = packed >= 0 ? packed >> 3 & 15 : info[at + 2]
   for (let d = (depth < deepest ? depth : deepest) - 1; d >= 0; d--) {
     const first = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d])
     if (first === null) continue
@@ -275,7 +281,7 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
     const found = fits(first, input, query) ? first : firstFitAt(matches, ix.pathLists[hitSlot] + 1, input, query, limit)
     if (found !== null) best = found
   }
-  const root = info[at + 1]
+  const root = packed >= 0 ? (packed >> 7) - 1 : info[at + 1]
   if (root >= 0) {
     const found = firstFitAt(matches, root, input, query, best === null ? Infinity : best.rank)
     if (found !== null) best = found
