@@ -20,6 +20,7 @@ import path from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { cpuMsOfTree, freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
 import { downloadRate, listen, median, upstream, uploadRate } from './e2e/stream-rates.ts'
+import { sallyportCommand } from './e2e/gateway.ts'
 
 const ROOT = path.resolve(import.meta.dirname, '..')
 const SIZE_MIB = Number(process.argv[2] ?? 512)
@@ -98,7 +99,7 @@ async function main(): Promise<void> {
   gatewayPort = gw
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-bench-connect-'))
   fs.writeFileSync(path.join(dir, 'all.yaml'), manifests(gw, upstreamPort))
-  const proc = startProc('sallyport', [process.execPath, path.join(ROOT, 'bin/sallyport.ts'), 'serve', '--config', dir, '--bind', '127.0.0.1',
+  const proc = startProc('sallyport', [...sallyportCommand(), 'serve', '--config', dir, '--bind', '127.0.0.1',
     '--admin', `127.0.0.1:${admin}`, '--access-log', 'off', '--log-level', 'warn', '--allow-destination-cidr', '127.0.0.0/8'], path.join(dir, 'sallyport.log'))
   try {
     if (!await waitForHttp(admin, '/readyz', 20_000, proc)) throw new Error(`sallyport did not become ready: ${fs.readFileSync(path.join(dir, 'sallyport.log'), 'utf8').slice(-2000)}`)

@@ -27,6 +27,7 @@ import type { ClusterTls, Endpoint } from '../lib/compile/table.ts'
 import { runH2load } from './e2e/h2load.ts'
 import { freePort, startProc, stopProc, waitForHttp } from './e2e/procs.ts'
 import { clientCert, createCa, createIntermediate, serverCert } from '../test/helpers/pki.ts'
+import { sallyportCommand } from './e2e/gateway.ts'
 
 const ROOT = path.resolve(import.meta.dirname, '..')
 const root = createCa('bench root')
@@ -112,7 +113,7 @@ async function throughput(): Promise<{ plain: number; tls: number }> {
   const [gwPlain, gwTls, admin] = [await freePort(), await freePort(), await freePort()]
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-bench-tls-'))
   fs.writeFileSync(path.join(dir, 'all.yaml'), manifests(plainPort, tlsPort, gwPlain, gwTls))
-  const proc = startProc('sallyport', [process.execPath, path.join(ROOT, 'bin/sallyport.ts'), 'serve', '--config', dir, '--bind', '127.0.0.1',
+  const proc = startProc('sallyport', [...sallyportCommand(), 'serve', '--config', dir, '--bind', '127.0.0.1',
     '--admin', `127.0.0.1:${admin}`, '--access-log', 'off', '--log-level', 'warn', '--allow-destination-cidr', '127.0.0.0/8'], path.join(dir, 'sallyport.log'))
   try {
     if (!await waitForHttp(admin, '/readyz', 20_000, proc)) throw new Error(`sallyport did not become ready: ${fs.readFileSync(path.join(dir, 'sallyport.log'), 'utf8').slice(-2000)}`)

@@ -7,6 +7,7 @@
 // timeouts, a circuit breaker, active and passive health checks, a balancer and
 // a local rate limit set far above the load (so it is evaluated, never hit).
 
+import { execFileSync } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -14,7 +15,31 @@ import { pinned, startProc, stopProc, waitForHttp, tailOf } from './procs.ts'
 import type { Proc } from './procs.ts'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
-export const SALLYPORT_BIN = path.join(REPO_ROOT, 'bin', 'sallyport.ts')
+let built: string | null = null
+
+/**
+ * The sallyport the benches measure: the production build (dist/, `npm run
+ * build`, what the Dockerfile runs), built once per bench process.
+ * SALLYPORT_BENCH_SOURCE=1 runs the TypeScript sources instead.
+ */
+export function sallyportBin(): string {
+  if (process.env.SALLYPORT_BENCH_SOURCE === '1') return path.join(REPO_ROOT, 'bin', 'sallyport.ts')
+  if (built === null) {
+    execFileSync(process.execPath, [path.join(REPO_ROOT, 'scripts', 'build.ts')], { stdio: 'ignore', cwd: REPO_ROOT })
+    built = path.join(REPO_ROOT, 'dist', 'bin', 'sallyport.js')
+  }
+  return built
+}
+
+/** Node flags the Dockerfile starts sallyport with (README "Memory"); SALLYPORT_BENCH_NODE_FLAGS replaces them. */
+export function sallyportNodeFlags(): string[] {
+  return (process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '--max-semi-space-size=8').split(' ').filter((f) => f !== '')
+}
+
+/** `node [flags] sallyport` as the image runs it; append the CLI arguments. */
+export function sallyportCommand(): string[] {
+  return [process.execPath, ...sallyportNodeFlags(), sallyportBin()]
+}
 
 export type FeatureSet = 'all' | 'min'
 
@@ -193,10 +218,9 @@ export interface GatewayStart {
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
 export async function startGateway(opts: GatewayStart): Promise<Proc> {
-  // As the Dockerfile, the bin's shebang and `npm run serve` start it (README "Memory"); SALLYPORT_BENCH_NODE_FLAGS replaces them.
-  const nodeFlags = [...(process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '--max-semi-space-size=8').split(' ').filter((f) => f !== ''), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
+  const nodeFlags = [...sallyportNodeFlags(), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
   const args = [
-    process.execPath, ...nodeFlags, SALLYPORT_BIN, 'serve',
+    process.execPath, ...nodeFlags, sallyportBin(), 'serve',
     '--config', opts.configDir,
     '--admin', `127.0.0.1:${opts.adminPort}`,
     '--bind', '127.0.0.1',

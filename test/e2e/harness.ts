@@ -42,8 +42,8 @@ export interface Cli {
   readonly exited: Promise<number | string>
 }
 
-export function startCli(t: Test, args: readonly string[], options: { env?: Record<string, string> } = {}): Cli {
-  const child = spawn(process.execPath, [BIN, ...args], {
+export function startCli(t: Test, args: readonly string[], options: { env?: Record<string, string>; bin?: string } = {}): Cli {
+  const child = spawn(process.execPath, [options.bin ?? BIN, ...args], {
     cwd: ROOT, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'],
   })
   let out = ''
