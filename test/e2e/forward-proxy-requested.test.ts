@@ -5,25 +5,14 @@
 // through a real dnsmasq; the corporate proxy records what it was asked.
 
 import t from 'tap'
-import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { eventually, freePort, runCli, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, runCli, startCli, tempDir, curl } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
-
-function curl(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '' }, timeout: 15000 }, (err, stdout, stderr) => {
-      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr })
-    })
-    // telnet:// sends stdin through the tunnel: end it, so curl leaves when the far end closes.
-    child.stdin?.end()
-  })
-}
 
 function manifests(directPort: number, corpPort: number, proxyPort: number, rawPort: number, apiPort: number): string {
   return `apiVersion: gateway.networking.k8s.io/v1

@@ -3,26 +3,15 @@
 // credential injected by the Backend's CredentialInjector, and opens a CONNECT
 // tunnel the route allows; a destination no route allows gets 403.
 import t from 'tap'
-import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { eventually, freePort, gatewayYaml, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, startCli, tempDir, curl } from './harness.ts'
 import { egressBackend, get } from './extensions-helpers.ts'
 import { startOtlpReceiver } from '../helpers/otlp-receiver.ts'
 
 interface Echo { headers: Record<string, string>; path: string }
-
-function curl(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '' }, timeout: 15000 }, (err, stdout, stderr) => {
-      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr })
-    })
-    // telnet:// sends stdin through the tunnel: end it, so curl leaves when the far end closes.
-    child.stdin?.end()
-  })
-}
 
 t.test('CLI: absolute-form with an injected credential, CONNECT allowed and refused', async (t) => {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'ai' })

@@ -1,7 +1,7 @@
 // Helpers for the end-to-end tests: the real CLI as a child process, loopback
 // sockets only, every wait bounded in time.
 
-import { spawn, type ChildProcess } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
@@ -190,4 +190,15 @@ spec:
           name: ${backend}
           port: ${port}
 `
+}
+
+/** curl (bounded: 10 s per transfer), never throwing: exit code, stdout, stderr. `env` adds to a PATH-only environment (HTTPS_PROXY...). */
+export function curl(args: readonly string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 15000 }, (err, stdout, stderr) => {
+      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr })
+    })
+    // telnet:// sends stdin through the tunnel: end it, so curl leaves when the far end closes.
+    child.stdin?.end()
+  })
 }

@@ -6,7 +6,6 @@
 // requests, and a Backend reached through an upstream CONNECT proxy that
 // records the tunnels it opened and checks Proxy-Authorization.
 import t, { type Test } from 'tap'
-import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import http2 from 'node:http2'
 import https from 'node:https'
@@ -23,6 +22,7 @@ import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { freePort, metricValue, startPlane } from './tcp-fixtures.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
+import { curl } from '../e2e/harness.ts'
 
 const ca = createCa('forward-proxy test CA')
 const leaf = serverCert(ca, ['api.example.test', 'other.example.test'])
@@ -180,14 +180,6 @@ async function setup(t: Test): Promise<Setup> {
   const dump = JSON.stringify(dumpTable(table))
   t.notMatch(dump, /s3cret-proxy-pw|ZWdyZXNz/, 'proxy credentials are not in the dump')
   return { gwPort, tlsPort, tunnels, auths, cafile }
-}
-
-function curl(args: readonly string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile('curl', ['-sS', '--max-time', '10', ...args], { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 15000 }, (err, stdout, stderr) => {
-      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr })
-    })
-  })
 }
 
 t.test('CONNECT with real clients, refusals, SNI check, absolute-form, upstream proxy', async (t) => {
