@@ -91,9 +91,9 @@ export function relay(src: Duplex, dst: Duplex): RelayDirection {
     }
     if (!eligible) return
     moved += chunk.length
-    if (moved >= BULK_BYTES && src.readableLength === 0 && !src.destroyed && !dst.destroyed) {
+    if (moved >= BULK_BYTES && src.readableLength === 0 && !src.destroyed && !dst.destroyed && useReusedBuffer(src as net.Socket, dst as net.Socket)) {
+      // From the next read on, data goes to the onread callback, not to 'data'.
       src.removeListener('data', onData)
-      useReusedBuffer(src as net.Socket, dst as net.Socket)
       state.reusedBuffer = true
     }
   }
@@ -104,9 +104,10 @@ export function relay(src: Duplex, dst: Duplex): RelayDirection {
   return state
 }
 
-function useReusedBuffer(src: net.Socket, dst: net.Socket): void {
+/** Switches `src` to reading into a reused buffer written to `dst`; false (nothing changed) when it cannot. */
+function useReusedBuffer(src: net.Socket, dst: net.Socket): boolean {
   const handle = handleOf(src)
-  if (handle === null || slots === null) return
+  if (handle === null || slots === null) return false
   const buf = takeBuffer()
   let waiting = false
   const onWritten = (err?: Error | null): void => {
@@ -131,4 +132,5 @@ function useReusedBuffer(src: net.Socket, dst: net.Socket): void {
   const release = (): void => { if (--open === 0 && freeBuffers.length < FREE_LIST_MAX) freeBuffers.push(buf) }
   src.once('close', release)
   dst.once('close', release)
+  return true
 }

@@ -133,3 +133,23 @@ t.test('a paused source (a peeked ClientHello, say) flows once relayed', async (
   a.outside.end('after pause')
   t.equal((await got).bytes, 11)
 })
+
+t.test('a source that cannot switch (no handle to read into) keeps relaying in stream mode', async (t) => {
+  const b = await pair(t)
+  // Not connected: a net.Socket without a handle. Its 'data' is emitted by hand here.
+  const src = new net.Socket({ allowHalfOpen: true })
+  t.teardown(() => src.destroy())
+  const direction = relay(src, b.inside)
+  const got = slowRead(b.outside)
+  const sent = createHash('sha256')
+  for (let i = 0; i < 40; i++) {
+    const chunk = pattern(i, 65_536)
+    sent.update(chunk)
+    src.emit('data', chunk)
+  }
+  src.emit('end')
+  const r = await got
+  t.notOk(direction.reusedBuffer, 'no switch without a handle')
+  t.equal(r.bytes, 40 * 65_536, 'nothing lost past BULK_BYTES')
+  t.equal(r.hash, sent.digest('hex'))
+})
