@@ -37,6 +37,11 @@ function rampOf(h: EndpointHealth, windowMs: number, now: number): number {
   return Math.max(SLOW_START_MIN, age / windowMs)
 }
 
+/** Endpoint i's weight now: its configured weight, ramped while it slow-starts (windowMs > 0). */
+function weightNow(weights: Float64Array, health: readonly EndpointHealth[], i: number, windowMs: number, now: number): number {
+  return windowMs > 0 ? weights[i] * rampOf(health[i], windowMs, now) : weights[i]
+}
+
 /** Endpoint weights, weight 0 kept out of rotation; all zero means all equal. */
 function weightsOf(endpoints: readonly Endpoint[]): Float64Array {
   const n = endpoints.length
@@ -78,11 +83,11 @@ export class WeightedRoundRobin implements Balancer {
     let best = -1
     let total = 0
     for (let i = 0; i < weights.length; i++) {
+      if (weights[i] === 0) continue
       let w = weights[i]
-      if (w === 0) continue
       if (health !== null) {
         if (healthy && !health[i].isAvailable(now)) continue
-        if (this.#slowStartMs > 0) w *= rampOf(health[i], this.#slowStartMs, now)
+        w = weightNow(weights, health, i, this.#slowStartMs, now)
       }
       current[i] += w
       total += w
@@ -119,13 +124,13 @@ export class RandomPick implements Balancer {
     let total = 0
     for (let i = 0; i < weights.length; i++) {
       if (healthy && !health[i].isAvailable(now)) continue
-      total += this.#slowStartMs > 0 ? weights[i] * rampOf(health[i], this.#slowStartMs, now) : weights[i]
+      total += weightNow(weights, health, i, this.#slowStartMs, now)
     }
     if (total === 0) return -1
     let r = Math.random() * total
     for (let i = 0; i < weights.length; i++) {
       if (healthy && !health[i].isAvailable(now)) continue
-      r -= this.#slowStartMs > 0 ? weights[i] * rampOf(health[i], this.#slowStartMs, now) : weights[i]
+      r -= weightNow(weights, health, i, this.#slowStartMs, now)
       if (r < 0) return i
     }
     return -1
@@ -172,8 +177,7 @@ export class LeastRequest implements Balancer {
   }
 
   #load(i: number, now: number): number {
-    const w = this.#slowStartMs > 0 ? this.#weights[i] * rampOf(this.#health[i], this.#slowStartMs, now) : this.#weights[i]
-    return (this.#health[i].inflight + 1) / w
+    return (this.#health[i].inflight + 1) / weightNow(this.#weights, this.#health, i, this.#slowStartMs, now)
   }
 }
 
