@@ -7,10 +7,10 @@
 // process); on a shared machine CPU/request is the steadier number.
 // Usage: node bench/extensions.ts [requests-per-round]
 import { fork } from 'node:child_process'
-import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { parseAllDocuments } from 'yaml'
+import { serveInProcess } from './e2e/in-process-gateway.ts'
+import { cpuMsOfTree } from './e2e/procs.ts'
 
 const N = Number(process.argv[2] ?? 3000)
 const CONCURRENCY = 16
@@ -56,26 +56,7 @@ stringData: { token: sk-bench-0000000000000000 }`,
 
 /** Child: the gateway alone. */
 async function gateway(gwPort: number, upPort: number): Promise<void> {
-  const { configureLogger } = await import('../lib/observe/log.ts')
-  configureLogger({ level: 'silent' })
-  const { buildSnapshot } = await import('../lib/config/snapshot-builder.ts')
-  const { compile } = await import('../lib/compile/compile.ts')
-  const { createDataPlane } = await import('../lib/listeners/data-plane.ts')
-  const { createUpstreams } = await import('../lib/upstream/registry.ts')
-  const docs = parseAllDocuments(yaml(gwPort, upPort)).map((d, i) => ({ source: { file: 'bench.yaml', doc: i }, doc: d.toJS() as unknown }))
-  const { table } = compile(buildSnapshot(docs as never), { now: Date.now(), version: 1, gatewayClass: 'sallyport' })
-  const upstreams = createUpstreams()
-  upstreams.retain(table)
-  const plane = createDataPlane({ bind: '127.0.0.1', upstreams, accessLog: false, gatewayId: 'bench' })
-  await plane.apply(table)
-  process.send?.('ready')
-  process.on('disconnect', () => process.exit(0))
-}
-
-/** CPU time (user + system) of a process, in ms, from /proc. */
-function cpuMs(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-  return (Number(fields[11]) + Number(fields[12])) * 10 // clock ticks of 10 ms (USER_HZ 100)
+  await serveInProcess(yaml(gwPort, upPort))
 }
 
 async function main(): Promise<void> {
@@ -113,11 +94,11 @@ async function main(): Promise<void> {
   })
   const round = async (host: string, payload: Buffer | null): Promise<{ rps: number; cpuUs: number }> => {
     let left = N
-    const cpu0 = cpuMs(pid)
+    const cpu0 = cpuMsOfTree(pid)
     const start = process.hrtime.bigint()
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (left-- > 0) await one(host, payload) }))
     const secs = Number(process.hrtime.bigint() - start) / 1e9
-    return { rps: N / secs, cpuUs: (cpuMs(pid) - cpu0) * 1000 / N }
+    return { rps: N / secs, cpuUs: (cpuMsOfTree(pid) - cpu0) * 1000 / N }
   }
   const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1] as number
   const cases: Array<[string, string, Buffer | null]> = [['plain', 'plain', null], ['ext', 'ext', null], ['plain-10k', 'plain', body], ['redact-10k', 'redact', body]]

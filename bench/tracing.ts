@@ -6,10 +6,10 @@
 // /proc; the steadier number on a shared machine). Target: 1 % >= 0.95 of off.
 // Usage: node bench/tracing.ts [requests-per-round]
 import { fork, type ChildProcess } from 'node:child_process'
-import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { parseAllDocuments } from 'yaml'
+import { serveInProcess } from './e2e/in-process-gateway.ts'
+import { cpuMsOfTree } from './e2e/procs.ts'
 
 const N = Number(process.argv[2] ?? 3000)
 const CONCURRENCY = 16
@@ -48,30 +48,11 @@ spec:
 
 /** Child: the gateway alone, tracing per `mode` ('off' or a ratio). */
 async function gateway(gwPort: number, upPort: number, mode: string, sink: string): Promise<void> {
-  const { configureLogger } = await import('../lib/observe/log.ts')
-  configureLogger({ level: 'silent' })
-  if (mode !== 'off') {
+  await serveInProcess(yaml(gwPort, upPort), async () => {
+    if (mode === 'off') return
     const { installTracer } = await import('../lib/observe/tracing.ts')
     installTracer({ endpoint: new URL(sink), protocol: 'http/protobuf', sampling: Number(mode), delayMs: 200 })
-  }
-  const { buildSnapshot } = await import('../lib/config/snapshot-builder.ts')
-  const { compile } = await import('../lib/compile/compile.ts')
-  const { createDataPlane } = await import('../lib/listeners/data-plane.ts')
-  const { createUpstreams } = await import('../lib/upstream/registry.ts')
-  const docs = parseAllDocuments(yaml(gwPort, upPort)).map((d, i) => ({ source: { file: 'bench.yaml', doc: i }, doc: d.toJS() as unknown }))
-  const { table } = compile(buildSnapshot(docs as never), { now: Date.now(), version: 1, gatewayClass: 'sallyport' })
-  const upstreams = createUpstreams()
-  upstreams.retain(table)
-  const plane = createDataPlane({ bind: '127.0.0.1', upstreams, accessLog: false, gatewayId: 'bench' })
-  await plane.apply(table)
-  process.send?.('ready')
-  process.on('disconnect', () => process.exit(0))
-}
-
-/** CPU time (user + system) of a process, in ms, from /proc. */
-function cpuMs(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-  return (Number(fields[11]) + Number(fields[12])) * 10 // clock ticks of 10 ms (USER_HZ 100)
+  })
 }
 
 async function listen(server: http.Server): Promise<number> {
@@ -117,12 +98,12 @@ async function main(): Promise<void> {
   const round = async (name: string): Promise<{ rps: number; cpuUs: number }> => {
     const { child, port } = children.get(name) as { child: ChildProcess; port: number }
     let left = N
-    const cpu0 = cpuMs(child.pid as number)
+    const cpu0 = cpuMsOfTree(child.pid as number)
     const start = process.hrtime.bigint()
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (left-- > 0) await one(port) }))
     const secs = Number(process.hrtime.bigint() - start) / 1e9
     await new Promise((r) => setTimeout(r, 250)) // the batch (200 ms delay) is exported inside the measured CPU window
-    return { rps: N / secs, cpuUs: (cpuMs(child.pid as number) - cpu0) * 1000 / N }
+    return { rps: N / secs, cpuUs: (cpuMsOfTree(child.pid as number) - cpu0) * 1000 / N }
   }
   const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1] as number
   for (const [name] of modes) await round(name) // warm-up
