@@ -1,5 +1,6 @@
 // Manifests and a request helper for the extension end-to-end tests.
 import http from 'node:http'
+import { routeYaml } from './harness.ts'
 
 export function get(url: string, host: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
   return new Promise((resolve, reject) => {
@@ -30,25 +31,8 @@ spec:
 ${extensions}`
 }
 
-export function route(name: string, hostname: string, backend: string, port: number, filters = ''): string {
-  return `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  parentRefs:
-    - name: egress
-  hostnames:
-    - ${hostname}
-  rules:
-    - ${filters === '' ? '' : `filters:\n${filters}\n      `}backendRefs:
-        - group: gateway.envoyproxy.io
-          kind: Backend
-          name: ${backend}
-          port: ${port}
-`
-}
+/** The HTTPRoute of the extension tests: harness.ts routeYaml (filters optional). */
+export const route = routeYaml
 
 
 export interface Sent { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }

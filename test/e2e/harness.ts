@@ -172,7 +172,8 @@ spec:
 `
 }
 
-export function routeYaml(name: string, hostname: string, backend: string, port: number): string {
+/** An HTTPRoute on Gateway egress for `hostname` to a Backend; `filters`: YAML list items (indented 8) for the rule. */
+export function routeYaml(name: string, hostname: string, backend: string, port: number, filters = ''): string {
   return `apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata:
@@ -184,7 +185,7 @@ spec:
   hostnames:
     - ${hostname}
   rules:
-    - backendRefs:
+    - ${filters === '' ? '' : `filters:\n${filters}\n      `}backendRefs:
         - group: gateway.envoyproxy.io
           kind: Backend
           name: ${backend}
