@@ -91,7 +91,7 @@ export function assembleStatus(input: StatusInput): Status {
     }
     const problems = destinations.backendProblems.get(key)
     if (problems !== undefined) objectConditions = [...objectConditions, condition('sallyport.io/DestinationPolicy', false, 'Invalid', problems.join('; '), gen)]
-    input.resolver.proxies.forBackend(b.meta.namespace, b.meta.name, b.meta.annotations)
+    input.resolver.proxies.forBackend(b.meta.namespace, b.meta.name)
     const proxy = proxyCondition(input.resolver.proxies, `Backend/${key}`, gen)
     if (proxy !== null) objectConditions = [...objectConditions, proxy]
     put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions: objectConditions, parents, listeners: [] })

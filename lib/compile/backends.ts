@@ -8,6 +8,7 @@ import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol } from './table.ts'
 import { UpstreamProxies, type ProxyChoice } from './upstream-proxy.ts'
+import { ANNOTATIONS } from '../validate/annotations.ts'
 import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed } from './refs.ts'
@@ -64,7 +65,7 @@ export class BackendResolver {
    */
   takesGatewayProxy(id: string, c: Cluster): boolean {
     if (this.#inCluster.has(id) || c.upstreamProxy != null || c.endpoints.some(e => e.kind === 'unix')) return false
-    return c.kind !== 'Backend' || this.proxies.forBackend(c.namespace, c.name, this.#snapshot.backends.get(`${c.namespace}/${c.name}`)?.meta.annotations ?? {}) === null
+    return c.kind !== 'Backend' || this.proxies.forBackend(c.namespace, c.name) === null
   }
 
   /** Whether routes of `gatewayKey` may send to the resolved cluster `id`; null: allowed. */
@@ -287,9 +288,9 @@ export class BackendResolver {
       value: {
         ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
         // Issue 6, parent mode: the Backend is another egress gateway; only connections to it are retried.
-        parentGateway: backend.meta.annotations['sallyport.io/parent-gateway'] === 'true',
+        parentGateway: backend.meta.annotations[ANNOTATIONS.PARENT_GATEWAY] === 'true',
         // Issue 9: the Backend's own proxy; `none` keeps it direct whatever its Gateways say (compile.ts).
-        ...ownProxy(this.proxies.forBackend(ns, backend.meta.name, backend.meta.annotations)),
+        ...ownProxy(this.proxies.forBackend(ns, backend.meta.name)),
       },
     }
   }

@@ -39,10 +39,14 @@ export class UpstreamProxies {
   }
 
   /** A Backend's own choice: a proxy, `none` (direct), or null (none set: its Gateway's applies). */
-  forBackend(namespace: string, name: string, annotations: Readonly<Record<string, string>>): ProxyChoice {
+  forBackend(namespace: string, name: string): ProxyChoice {
     const holder = `Backend/${namespace}/${name}`
     let choice = this.#backends.get(holder)
-    if (choice === undefined) this.#backends.set(holder, choice = this.#read(holder, namespace, annotations))
+    if (choice === undefined) {
+      const backend = this.#snapshot.backends.get(`${namespace}/${name}`)
+      choice = backend === undefined ? null : this.#read(holder, namespace, backend.meta.annotations)
+      this.#backends.set(holder, choice)
+    }
     return choice
   }
 
