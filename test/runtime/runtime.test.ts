@@ -38,3 +38,37 @@ t.test('a port that cannot bind holds readiness back until it binds', async (t) 
   t.equal(runtime.ready(), false, 'not ready once draining')
   t.same(changes, [true, false])
 })
+
+t.test('the swapped-in table serves at once; freeze, lookup index and status follow', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => upstream.close())
+  const port = await freePort()
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'c.yaml'), [gatewayYaml(port), backendYaml('b', upstream.address.port), routeYaml('r', 'r.example.test', 'b', upstream.address.port)].join('---\n'))
+  const applied: number[] = []
+  let servedBeforeSettle: number | null = null
+  const runtime = new Runtime({
+    configPaths: [dir], gatewayClass: 'sallyport', bind: '127.0.0.1', accessLog: false, watch: false,
+    onApplied: ({ table }) => { applied.push(table.version) },
+  })
+  t.teardown(() => runtime.stop(0))
+  const started = runtime.start()
+  // The table is swapped in (and its port bound) before the runtime's settle step runs.
+  await eventually(async () => runtime.table(), (table) => table !== null, 5000, 'table swapped in')
+  const table = runtime.table()
+  if (table === null) throw new Error('no table')
+  if (applied.length === 0) {
+    const r = await request(`http://127.0.0.1:${port}/`, { host: 'r.example.test' })
+    servedBeforeSettle = r.status
+  }
+  await started
+  t.equal(applied.length, 1, 'onApplied once, after the settle step')
+  if (servedBeforeSettle !== null) t.equal(servedBeforeSettle, 200, 'served before the lookup index existed (the matcher walks the host maps)')
+  t.ok(Object.isFrozen(table), 'the table is frozen once applied')
+  const http = table.ports.get(port)?.http
+  t.ok(http !== undefined && http !== null && Object.isFrozen(http.exact.get('r.example.test')), 'deeply')
+  t.ok(http?.lookup?.index !== undefined, 'its lookup index is built')
+  const dump = runtime.configDump() as { status: Array<{ kind: string; name: string }> }
+  t.ok(dump.status.some((s) => s.kind === 'HTTPRoute' && s.name === 'r'), 'status is there')
+  t.equal((await request(`http://127.0.0.1:${port}/`, { host: 'r.example.test' })).status, 200)
+})
