@@ -28,6 +28,10 @@ export function covers(pattern: string, other: string): boolean {
 export function intersectHostnames(listener: string | null, route: readonly string[]): string[] {
   const l = listener === null ? ANY_HOST : listener.toLowerCase()
   if (route.length === 0) return [l]
+  if (route.length === 1) { // the common case: one exact-size list, no growth (issue 11)
+    const h = route[0].toLowerCase()
+    return covers(l, h) ? [h] : covers(h, l) ? [l] : []
+  }
   const out: string[] = []
   for (const raw of route) {
     const h = raw.toLowerCase()

@@ -125,6 +125,7 @@ export class PolicyIndex<P extends Policy> {
  * specific scope replaces the less specific one. Higher priority runs first.
  */
 export function mergeExtensions(scopes: ReadonlyArray<readonly ExtensionSpec[] | null>): ExtensionSpec[] | null {
+  if (scopes.every(s => s === null || s.length === 0)) return null // the common case: no Map per rule (issue 11)
   const byName = new Map<string, ExtensionSpec>()
   for (const scope of scopes) {
     if (scope === null) continue

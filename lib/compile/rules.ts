@@ -80,9 +80,11 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
  */
 export const BACKEND_PRIORITY = 'sallyport.io/backend-priority'
 
-export function backendPriorities(text: string | undefined): Map<string, number> {
+const NO_PRIORITIES: ReadonlyMap<string, number> = new Map()
+
+export function backendPriorities(text: string | undefined): ReadonlyMap<string, number> {
+  if (text === undefined) return NO_PRIORITIES // the common case: no Map per rule (issue 11)
   const out = new Map<string, number>()
-  if (text === undefined) return out
   for (const part of text.split(',')) {
     const eq = part.indexOf('=')
     if (eq === -1) continue
@@ -219,7 +221,7 @@ function compileRule(
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.
   const priorities = backendPriorities(route.meta.annotations[BACKEND_PRIORITY])
-  const backends: WeightedCluster[] = []
+  let backends: WeightedCluster[] | null = null // exact size for the usual single backendRef (kept in the table)
   let totalWeight = 0
   let valid = 0
   let denied: RouteRule['direct'] = null
@@ -240,7 +242,8 @@ function compileRule(
     const wc: WeightedCluster = { cluster: r.ok ? r.value : null, weight: ref.weight, priority: priorities.get(ref.name) ?? ref.priority, requestHeaders: req, responseHeaders: res }
     const chain = r.ok && ctx.extensionCompiler !== undefined ? clusterChain(ctx, ctx.extensionCompiler, ruleId, r.value, scopes) : null
     const withChain = chain === null ? wc : { ...wc, extensions: chain }
-    backends.push(denial === null ? withChain : { ...withChain, denied: denial.direct })
+    const b = denial === null ? withChain : { ...withChain, denied: denial.direct }
+    if (backends === null) backends = [b]; else backends.push(b)
     totalWeight += ref.weight
   }
 
@@ -274,7 +277,7 @@ function compileRule(
     requestHeaders, responseHeaders, redirect, rewriteHost, rewritePath,
     mirrors: mirrors.length > 0 ? mirrors : null,
     direct,
-    backends: answered ? null : backends,
+    backends: answered ? null : backends ?? [],
     totalWeight,
     timeouts: t,
     retry: retrySpec,
@@ -299,9 +302,10 @@ function compileRule(
  * A rule without backendRefs (`requestedFrom` set) tunnels to the requested
  * host itself, under its Gateway's destination policy and upstream proxy.
  */
+const NO_CONNECT: { connect?: RouteRule['connect'] } = Object.freeze({})
 function connectPolicyOf(route: HTTPRoute | GRPCRoute, requestedFrom: RuleContext | null, ruleIndex: number): { connect?: RouteRule['connect'] } {
   const text = route.kind === 'HTTPRoute' ? route.meta.annotations[ANNOTATIONS.CONNECT_PORTS] : undefined
-  if (text === undefined) return {}
+  if (text === undefined) return NO_CONNECT
   // An unreadable value is ignored (CONNECT stays refused); validate says why.
   const ports = parseConnectPorts(text)
   if (!ports.ok) return {}

@@ -21,9 +21,11 @@ export interface PlacedMatch {
   readonly listenerHost: string
 }
 
-function mostSpecific(patterns: readonly string[]): string | null {
+/** The most specific of `listenerHosts` that covers `pattern` (no intermediate list: one call per vhost, issue 11). */
+function mostSpecificCovering(listenerHosts: readonly string[], pattern: string): string | null {
   let best: string | null = null
-  for (const p of patterns) {
+  for (const p of listenerHosts) {
+    if (!covers(p, pattern)) continue
     if (best === null) { best = p; continue }
     const [a, la] = hostSpecificity(p)
     const [b, lb] = hostSpecificity(best)
@@ -37,11 +39,12 @@ function mostSpecific(patterns: readonly string[]): string | null {
  * wildcards of its parent domains (nearest first), ANY_HOST. Issue 11: only
  * patterns some route uses are tested for covering (5,000 hosts per reload).
  */
-function coveringLists(pattern: string, byPattern: ReadonlyMap<string, PlacedMatch[]>, out: PlacedMatch[][]): void {
+function coveringLists(pattern: string, byPattern: ReadonlyMap<string, PlacedMatch[]>, out: PlacedMatch[][], anyWildcard: boolean): void {
   out.length = 0
   const own = byPattern.get(pattern)
   if (own !== undefined) out.push(own)
   if (pattern === ANY_HOST) return
+  if (!anyWildcard) { const any = byPattern.get(ANY_HOST); if (any !== undefined) out.push(any); return }
   let rest = isWildcard(pattern) ? pattern.slice(2) : pattern
   for (let dot = rest.indexOf('.'); dot !== -1; dot = rest.indexOf('.')) {
     rest = rest.slice(dot + 1)
@@ -55,10 +58,11 @@ function coveringLists(pattern: string, byPattern: ReadonlyMap<string, PlacedMat
 
 export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: readonly string[]): HostIndex {
   const byPattern = new Map<string, PlacedMatch[]>()
+  let anyWildcard = false
   for (const p of placed) {
-    const list = byPattern.get(p.spec.hostname) ?? []
-    list.push(p)
-    byPattern.set(p.spec.hostname, list)
+    const list = byPattern.get(p.spec.hostname)
+    if (list !== undefined) list.push(p)
+    else { byPattern.set(p.spec.hostname, [p]); if (isWildcard(p.spec.hostname)) anyWildcard = true }
   }
   const patterns = new Set<string>([...byPattern.keys(), ...listenerHosts])
   const exact = new Map<string, VirtualHost>()
@@ -66,9 +70,9 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
   let fallback: VirtualHost | null = null
   const covering: PlacedMatch[][] = []
   for (const pattern of [...patterns].sort()) {
-    const listener = mostSpecific(listenerHosts.filter(l => covers(l, pattern)))
+    const listener = mostSpecificCovering(listenerHosts, pattern)
     const specs: MatchSpec[] = []
-    coveringLists(pattern, byPattern, covering)
+    coveringLists(pattern, byPattern, covering, anyWildcard)
     for (const list of covering) {
       for (const p of list) if (p.listenerHost === listener) specs.push(p.spec)
     }
@@ -81,7 +85,7 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
   return withLookupIndex({ exact, wildcards, fallback })
 }
 
-interface MutableNode { children: Map<string, MutableNode>; matches: RouteMatch[] }
+interface MutableNode { children: Map<string, MutableNode> | null; matches: RouteMatch[] | null }
 
 /** Prefix '/foo/bar/' sits on the node of segments ['foo', 'bar']; '/' on the root. */
 export function prefixSegments(value: string): string[] {
@@ -91,34 +95,37 @@ export function prefixSegments(value: string): string[] {
 
 export function buildVirtualHost(hostname: string, specs: MatchSpec[]): VirtualHost {
   specs.sort(compareMatches)
-  const exactPaths = new Map<string, RouteMatch[]>()
-  const root: MutableNode = { children: new Map(), matches: [] }
-  const regexes: RouteMatch[] = []
+  let exactPaths: Map<string, RouteMatch[]> | null = null
+  const root: MutableNode = { children: null, matches: null }
+  let regexes: RouteMatch[] | null = null
   let needsQuery = false
   specs.forEach((s, rank) => {
     const m: RouteMatch = { path: s.path, method: s.method, headers: s.headers, query: s.query, rule: s.rule, rank }
     if (s.query !== null) needsQuery = true
     switch (s.path.type) {
       case 'Exact': {
-        const list = exactPaths.get(s.path.value) ?? []
-        list.push(m)
-        exactPaths.set(s.path.value, list)
+        exactPaths ??= new Map()
+        const list = exactPaths.get(s.path.value)
+        if (list !== undefined) list.push(m)
+        else exactPaths.set(s.path.value, [m])
         break
       }
       case 'PathPrefix': {
         let node = root
         for (const seg of prefixSegments(s.path.value)) {
+          node.children ??= new Map()
           let child = node.children.get(seg)
-          if (child === undefined) { child = { children: new Map(), matches: [] }; node.children.set(seg, child) }
+          if (child === undefined) { child = { children: null, matches: null }; node.children.set(seg, child) }
           node = child
         }
-        node.matches.push(m)
+        if (node.matches === null) node.matches = [m]
+        else node.matches.push(m)
         break
       }
-      case 'RegularExpression': regexes.push(m); break
+      case 'RegularExpression': if (regexes === null) regexes = [m]; else regexes.push(m); break
     }
   })
-  return { hostname, exactPaths: exactPaths.size === 0 ? NO_PATHS : exactPaths, prefixes: compactNode(root), regexes: regexes.length === 0 ? NO_MATCHES : regexes, needsQuery }
+  return { hostname, exactPaths: exactPaths ?? NO_PATHS, prefixes: compactNode(root), regexes: regexes ?? NO_MATCHES, needsQuery }
 }
 
 // Empty parts of every vhost share one instance. On a large table the lookup
@@ -131,10 +138,11 @@ const NO_PATHS: ReadonlyMap<string, readonly RouteMatch[]> = new Map()
 
 function compactNode(node: MutableNode): PrefixNode {
   let children: ReadonlyMap<string, PrefixNode> = NO_CHILDREN
-  if (node.children.size > 0) {
-    const out = new Map<string, PrefixNode>()
-    for (const [seg, child] of node.children) out.set(seg, compactNode(child))
-    children = out
+  if (node.children !== null) {
+    // Compacted in place: each key's value is replaced (insertion order kept), no second Map.
+    const out = node.children as unknown as Map<string, PrefixNode | MutableNode>
+    for (const [seg, child] of out) out.set(seg, compactNode(child as MutableNode))
+    children = out as Map<string, PrefixNode>
   }
-  return { children, matches: node.matches.length === 0 ? NO_MATCHES : node.matches }
+  return { children, matches: node.matches ?? NO_MATCHES }
 }
