@@ -54,3 +54,26 @@ t.test('every key of every vhost is in the index; root lists and flags per vhost
   t.equal(info(1, 3), FLAG_EXACT | FLAG_QUERY)
   t.equal(info(2, 3), FLAG_EXACT)
 })
+
+t.test('prefix keys are the configured PathPrefix values without the trailing slash', async t => {
+  const hosts = table().ports.get(80)?.http
+  if (hosts == null) return t.fail('no port 80')
+  const ix = buildLookupIndex(hosts)
+  const keys: string[] = []
+  for (let at = 0; at < ix.pathSlots.length; at += SLOT_WORDS) {
+    if (ix.pathSlots[at] !== 0 && ((ix.pathSlots[at + 1] as number) & 1) === 1) keys.push(ix.pathSlots[at + 2] as string)
+  }
+  // '/w' twice: on *.example.com and on a.example.com, which carries the wildcard's matches too.
+  t.same(keys.sort(), ['/p/q', '/w', '/w'])
+  t.equal(ix.pathSlots.length % SLOT_WORDS, 0)
+  t.ok(ix.pathSlots.every(v => v !== undefined), 'no holes')
+})
+
+t.test('compile freezes the table unless told not to (the runtime freezes it after the swap)', async t => {
+  const snap = b.snapshotOf([b.gatewayClass(), b.gateway('gw', [b.listener('http', 80)]), b.service('svc'), b.httpRoute('a', [b.rule([b.match('/x')])], { hostnames: ['a.example.com'] })])
+  const frozen = compile(snap, b.opts).table
+  t.ok(Object.isFrozen(frozen) && Object.isFrozen(frozen.ports.get(80)?.http?.exact.get('a.example.com')))
+  const open = compile(snap, { ...b.opts, freeze: false }).table
+  t.notOk(Object.isFrozen(open))
+  t.same(dumpTable(open), dumpTable(frozen), 'the same table either way')
+})
