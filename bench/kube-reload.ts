@@ -26,7 +26,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { startDemoUpstream } from '../lib/runtime/demo-upstream.ts'
-import { freePort, request } from '../test/e2e/harness.ts'
+import { freePort, metricSum, request } from '../test/e2e/harness.ts'
 import { backend, gateway, gatewayClass, route } from '../test/kube/fixtures.ts'
 import { ApiServerThread } from './e2e/apiserver-thread.ts'
 import { sallyportCommand } from './e2e/gateway.ts'
@@ -34,8 +34,7 @@ import { sallyportCommand } from './e2e/gateway.ts'
 /** The gateway's compile-time histogram sum and count, from its /metrics. */
 async function compileTotals(admin: string): Promise<{ sum: number; count: number }> {
   const text = (await request(`${admin}/metrics`)).body
-  const value = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0)
-  return { sum: value('sallyport_config_compile_duration_seconds_sum'), count: value('sallyport_config_compile_duration_seconds_count') }
+  return { sum: metricSum(text, 'sallyport_config_compile_duration_seconds_sum'), count: metricSum(text, 'sallyport_config_compile_duration_seconds_count') }
 }
 
 const samplesArg = process.argv.indexOf('--samples')

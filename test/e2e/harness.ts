@@ -97,6 +97,17 @@ export interface Reply {
 }
 
 /** One HTTP/1.1 request on a fresh connection (no agent), bounded in time. */
+/** Sum of a metric's samples in a Prometheus text exposition, over the series carrying every given label. */
+export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1))
+  }
+  return sum
+}
+
 export function request(url: string, options: { host?: string; method?: string; timeoutMs?: number } = {}): Promise<Reply> {
   return new Promise<Reply>((resolve, reject) => {
     const headers: Record<string, string> = {}

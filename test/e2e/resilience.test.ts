@@ -11,7 +11,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, startCli, tempDir } from './harness.ts'
 
 interface Upstream { server: http.Server; port: number; hits: number; mode: 'ok' | '503' }
 
@@ -33,16 +33,6 @@ function stop(u: Upstream): Promise<void> {
 }
 
 /** Sum of a metric's samples (Prometheus text) whose labels contain every `key="value"` given. */
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1))
-  }
-  return sum
-}
-
 function serve(t: Test, dir: string, adminPort: number): ReturnType<typeof startCli> {
   return startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
 }

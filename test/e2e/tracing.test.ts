@@ -10,7 +10,7 @@ import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
 import { startOtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.ts'
 
 const SERVER = 2
@@ -39,16 +39,6 @@ function get(url: string, headers: Record<string, string>): Promise<number> {
     req.on('error', reject)
     req.end()
   })
-}
-
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1))
-  }
-  return sum
 }
 
 interface Setup { port: number; adminPort: number; ok: Upstream; flaky: Upstream }
