@@ -19,6 +19,7 @@ import {
   FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS,
   hostHash, packInfo, pathHash, slotHash, storedHash,
 } from '../lookup-hash.ts'
+import { prefixKey } from './vhosts.ts'
 
 interface Key { readonly hash: number; readonly tag: number; readonly key: string; readonly list: number; readonly info?: number }
 
@@ -59,10 +60,10 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
       if (node.matches.length > 0) {
         if (d === 0) root = addList(node.matches)
         else {
-          // The node's key ('/foo/bar') is its matches' PathPrefix value without
-          // a trailing '/' (vhosts.ts prefixSegments): a slice of a flat string
-          // from the configuration, which the router compares in place.
-          const key = trimSlash(node.matches[0].path.value)
+          // The node's key ('/foo/bar') is its matches' PathPrefix key (the
+          // value vhosts.ts placed the node by): a slice of a flat string from
+          // the configuration, which the router compares in place.
+          const key = prefixKey(node.matches[0].path.value)
           pathKeys.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), tag: id << 1 | KIND_PREFIX, key, list: addList(node.matches) })
         }
         if (d > depth) depth = d
@@ -126,10 +127,6 @@ function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | nul
     lists[i] = k.list
   }
   return { slots, mask, lists }
-}
-
-function trimSlash(value: string): string {
-  return value.endsWith('/') ? value.slice(0, -1) : value
 }
 
 /**

@@ -89,8 +89,13 @@ interface MutableNode { children: Map<string, MutableNode> | null; matches: Rout
 
 /** Prefix '/foo/bar/' sits on the node of segments ['foo', 'bar']; '/' on the root. */
 export function prefixSegments(value: string): string[] {
-  const trimmed = value.endsWith('/') ? value.slice(0, -1) : value
+  const trimmed = prefixKey(value)
   return trimmed === '' ? [] : trimmed.slice(1).split('/')
+}
+
+/** The key of a PathPrefix value: '/foo/bar/' and '/foo/bar' are both '/foo/bar' ('/' is ''). */
+export function prefixKey(value: string): string {
+  return value.endsWith('/') ? value.slice(0, -1) : value
 }
 
 export function buildVirtualHost(hostname: string, specs: MatchSpec[]): VirtualHost {
