@@ -37,6 +37,8 @@ export class H1Pool implements UpstreamPool {
       allowH2: false,
       keepAliveTimeout: settings.keepAliveTimeoutMs,
       keepAliveMaxTimeout: settings.keepAliveTimeoutMs,
+      // The last request a connection carries goes with Connection: close.
+      ...(settings.maxRequestsPerConnection === null ? {} : { maxRequestsPerClient: settings.maxRequestsPerConnection }),
       connect: (_options, callback) => {
         const socket = this.#parked
         if (socket !== null) {

@@ -1,7 +1,9 @@
 // HTTP/2 (TLS, ALPN h2) and h2c (prior knowledge) upstream: node:http2
 // sessions per key, many streams per session. A new session is opened when
 // every live one is at the peer's SETTINGS_MAX_CONCURRENT_STREAMS or has
-// received GOAWAY; idle sessions close after keepAliveTimeoutMs. Sessions are
+// received GOAWAY; idle sessions close after keepAliveTimeoutMs, and a session
+// that has carried maxRequestsPerConnection streams takes no more (it closes
+// once they finish). Sessions are
 // used only after the peer's SETTINGS arrived, so the stream limit and
 // SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441) are known before the first stream.
 
@@ -24,6 +26,8 @@ const WEBSOCKET_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
 interface SessionState {
   readonly session: ClientHttp2Session
   active: number
+  /** Streams started on it, for maxRequestsPerConnection. */
+  started: number
   /** Peer SETTINGS received. */
   ready: boolean
   /** GOAWAY received, errored or closing: no new streams. */
@@ -152,7 +156,7 @@ export class H2Pool implements UpstreamPool {
       createConnection: () => socket,
       settings: { enablePush: false },
     })
-    const state: SessionState = { session, active: 0, ready: false, dead: false, error: null }
+    const state: SessionState = { session, active: 0, started: 0, ready: false, dead: false, error: null }
     this.#sessions.push(state)
     session.once('remoteSettings', () => {
       state.ready = true
@@ -207,6 +211,7 @@ export class H2Pool implements UpstreamPool {
   /** Called by a stream when it closes. */
   release(state: SessionState): void {
     state.active--
+    if (state.active === 0 && state.dead && !state.session.closed) state.session.close()
     if (this.#waiting.length > 0) this.#drain()
   }
 
@@ -242,6 +247,9 @@ export class H2Pool implements UpstreamPool {
     }
     state.active++
     ex.sent = true
+    const max = this.#settings.maxRequestsPerConnection
+    // Retired: no new streams; closed when its last one ends (release).
+    if (max !== null && ++state.started >= max) state.dead = true
     const attempt = new H2Attempt(ex, stream, state, this, wsKey)
     ex.setAttempt(attempt)
     const idleMs = idleMsOf(ex, this.#settings)

@@ -10,6 +10,11 @@ export interface PoolSettings {
   /** How long an unused pooled connection (or h2 session) stays open. */
   readonly keepAliveTimeoutMs: number
   readonly connectionsPerPool: number
+  /**
+   * Requests one HTTP/1.1 connection or HTTP/2 session carries before it is
+   * retired (circuitBreaker.maxRequestsPerConnection); null: no limit.
+   */
+  readonly maxRequestsPerConnection: number | null
 }
 
 export interface PoolStats {

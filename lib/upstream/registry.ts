@@ -132,6 +132,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       idleTimeoutMs: options.idleTimeoutMs ?? 300_000,
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 60_000,
       connectionsPerPool: options.connectionsPerPool ?? 128,
+      maxRequestsPerConnection: null,
     }
     this.#destinations = new DestinationResolver({ dns: options.dns, guard: options.guard, resolve: options.resolve as ResolveFn | undefined })
     this.#resolver = this.#destinations.connectorResolver()

@@ -132,6 +132,55 @@ spec:
   t.equal(cli.child.exitCode, null, 'still running')
 })
 
+t.test('circuitBreaker.maxRequestsPerConnection: the backend sees a new connection every N requests', async (t) => {
+  const sockets: number[] = []
+  const server = http.createServer((req, res) => { sockets.push(req.socket.remotePort ?? 0); res.end('ok') })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  const upPort = (server.address() as AddressInfo).port
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), backendYaml('api', upPort))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: api
+  namespace: default
+spec:
+  parentRefs:
+    - name: egress
+  hostnames: [api.example.test]
+  rules:
+    - backendRefs:
+        - { group: gateway.envoyproxy.io, kind: Backend, name: api, port: ${upPort} }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata:
+  name: api-connections
+  namespace: default
+spec:
+  targetRefs:
+    - { group: gateway.networking.k8s.io, kind: HTTPRoute, name: api }
+  circuitBreaker:
+    maxRequestsPerConnection: 2
+`)
+  serve(t, dir, adminPort)
+  await ready(adminPort)
+  const url = `http://127.0.0.1:${port}/`
+  await eventually(() => request(url, { host: 'api.example.test' }), (r) => r.status === 200, 20_000, 'route served')
+  sockets.length = 0
+  for (let i = 0; i < 5; i++) t.equal((await request(url, { host: 'api.example.test' })).status, 200)
+  const runs: number[] = []
+  for (let i = 0; i < sockets.length; i++) {
+    if (i > 0 && sockets[i] === sockets[i - 1]) runs[runs.length - 1]++
+    else runs.push(1)
+  }
+  t.ok(runs.every((n) => n <= 2), `no upstream connection carried more than 2 requests (${runs.join(',')})`)
+  t.ok(new Set(sockets).size >= 3, 'five requests used at least three connections')
+})
+
 t.test('parent mode: a loop through two gateways is refused with 508, connect failures to the parent are retried, its 503 is not', async (t) => {
   const busy = await upstream(t, 'busy')
   busy.mode = '503'
