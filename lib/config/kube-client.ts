@@ -3,9 +3,16 @@
 // kubeconfig certificates, exec plugins) and hands us a fetch dispatcher. We
 // speak JSON to paths we build ourselves (kube-resources.ts), so one helper
 // serves every kind, core or custom, list or status write, without discovery.
+//
+// client-node builds a new undici Agent for every request, so each request
+// would open (and leave open) a connection of its own: a TLS handshake per
+// status write, thousands at a leader's start. Requests here share one Agent
+// instead, kept for DISPATCHER_MAX_AGE_MS so rotated client certificates and
+// CAs (kubeconfig exec plugins, a re-read CA file) are picked up, and dropped at
+// once after a failed request. Watches keep their own (long-lived) connections.
 
 import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
-import { fetch } from 'undici'
+import { fetch, type Dispatcher } from 'undici'
 import { ErrorCode, SallyportError } from '../errors.ts'
 
 /** A non-2xx answer from the API server (or no answer: statusCode 0). */
@@ -27,8 +34,12 @@ export interface RequestOptions {
   readonly contentType?: string
 }
 
+/** How long requests share one connection pool before a fresh one (new TLS material) takes over. */
+const DISPATCHER_MAX_AGE_MS = 5 * 60_000
+
 export class KubeClient {
   readonly config: KubeConfig
+  #shared: { readonly dispatcher: Dispatcher; readonly since: number } | null = null
 
   constructor(config: KubeConfig) {
     this.config = config
@@ -64,13 +75,17 @@ export class KubeClient {
       body = JSON.stringify(options.body)
       headers['content-type'] = options.contentType ?? 'application/json'
     }
+    const dispatcher = this.#dispatcher(ctx.getDispatcher() as Dispatcher | undefined)
     let response: Awaited<ReturnType<typeof fetch>>
+    let text: string
     try {
-      response = await fetch(url, { method, headers, body, dispatcher: ctx.getDispatcher() as never, signal: AbortSignal.timeout(30_000) })
+      response = await fetch(url, { method, headers, body, dispatcher, signal: AbortSignal.timeout(30_000) })
+      text = await response.text()
     } catch (err) {
+      this.#drop(dispatcher)
       throw new KubeApiError(0, 'Unreachable', `${method} ${path}: ${errorText(err)}`, { cause: err })
     }
-    const text = await response.text()
+    if (response.status === 401) this.#drop(dispatcher) // credentials may have rotated
     if (response.status < 200 || response.status > 299) {
       let reason = response.statusText
       let message = text.slice(0, 500)
@@ -82,6 +97,35 @@ export class KubeClient {
       throw new KubeApiError(response.status, reason, `${method} ${path}: ${response.status} ${message}`)
     }
     return (text === '' ? null : JSON.parse(text)) as T
+  }
+
+  /** Close the pooled connections (in-flight requests finish first). */
+  close(): void {
+    const shared = this.#shared
+    this.#shared = null
+    if (shared !== null) void shared.dispatcher.close().catch(() => {})
+  }
+
+  /**
+   * The Agent this request goes through: the shared one while it is young,
+   * else `fresh` (the one client-node just built, with the current TLS
+   * material) becomes the shared one. undefined: plain HTTP without TLS
+   * options, fetch's global (pooled) dispatcher.
+   */
+  #dispatcher(fresh: Dispatcher | undefined): Dispatcher | undefined {
+    if (fresh === undefined) return undefined
+    const now = performance.now()
+    const shared = this.#shared
+    if (shared !== null && now - shared.since < DISPATCHER_MAX_AGE_MS) return shared.dispatcher
+    if (shared !== null) void shared.dispatcher.close().catch(() => {})
+    this.#shared = { dispatcher: fresh, since: now }
+    return fresh
+  }
+
+  #drop(dispatcher: Dispatcher | undefined): void {
+    if (dispatcher === undefined || this.#shared?.dispatcher !== dispatcher) return
+    this.#shared = null
+    void dispatcher.destroy().catch(() => {})
   }
 
   /** A watcher that asks for bookmarks and lets the server end the watch first. */

@@ -100,6 +100,7 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
       writer?.close()
       source.close()
       await events.close()
+      if (options.client === undefined) client.close() // a client passed in is its owner's to close
     },
   }
 }
