@@ -139,6 +139,8 @@ t.test('two replicas: exactly one writes status; the other takes over when it st
   const cur = fake.get(HTTP_ROUTE, 'HTTPRoute', 'default', 'r')
   fake.apply({ ...cur, spec: { ...(cur?.spec as object), hostnames: ['r5.example.test'] } })
   await until('b writes generation 5', () => routeStatus(fake, 'r').some((p) => (p.conditions as Array<{ observedGeneration: number }>)[0]?.observedGeneration === 5))
+  // The fake stores the write before b has read its answer (and counted it): wait for b's count.
+  await until('b counts its write', () => (b.kube.statusWriter?.writes ?? 0) > 0, 2_000)
   t.ok((b.kube.statusWriter?.writes ?? 0) > 0, 'b writes status now')
   t.equal((fake.get('coordination.k8s.io/v1', 'Lease', 'sallyport-system', 'sallyport-sallyport')?.spec as { holderIdentity: string }).holderIdentity, 'replica-b')
 })
