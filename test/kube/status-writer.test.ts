@@ -99,3 +99,38 @@ t.test('our entries are removed from objects compile no longer reports on', asyn
   const parents = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'gone')?.status as { parents: Array<{ controllerName: string }> }).parents
   t.same(parents.map((p) => p.controllerName), ['example.com/other'], 'ours removed, the other kept')
 })
+
+t.test('a pass skips objects whose status and resourceVersion did not change; a change by anyone is still seen', async (t) => {
+  const fake = await startFake(t)
+  const names = ['a', 'b', 'c', 'd']
+  for (const n of names) fake.apply(route(n, `${n}.example.test`, 'a', 1))
+  let clock = 0
+  // now() is read once per condition the writer rebuilds: a count of the objects it re-examined.
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true, now: () => { clock++; return new Date(1_700_000_000_000) } })
+  const of = (n: string, message = '') => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: n, generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [{ ...accepted(1), message }] }] })
+  writer.update(status(names.map((n) => of(n))), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /\/status$/), 4, 'first pass writes every route')
+
+  // Same statuses again (a reload that changed nothing for them): nothing re-examined, nothing written.
+  clock = 0
+  writer.update(status(names.map((n) => of(n))), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /\/status$/), 4)
+  t.equal(clock, 0, 'unchanged objects were skipped')
+
+  // One status changes: only that route is rebuilt and written.
+  writer.update(status(names.map((n) => of(n, n === 'b' ? 'now different' : ''))), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/b\/status$/), 2)
+  t.equal(fake.count('PUT', /\/status$/), 5)
+
+  // Someone else strips our entry from c (its resourceVersion moves): the next pass puts it back.
+  const c = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'c') as KubeObject['raw']
+  fake.apply({ ...c, status: { parents: [] } })
+  writer.update(status(names.map((n) => of(n, n === 'b' ? 'now different' : ''))), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/c\/status$/), 2, 'c rewritten after an outside change')
+  const parents = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'c')?.status as { parents: Array<{ controllerName: string }> }).parents
+  t.same(parents.map((p) => p.controllerName), [CONTROLLER])
+})
