@@ -10,9 +10,13 @@
 // instead, kept for DISPATCHER_MAX_AGE_MS so rotated client certificates and
 // CAs (kubeconfig exec plugins, a re-read CA file) are picked up, and dropped at
 // once after a failed request. Watches keep their own (long-lived) connections.
+// Requests go through the Agent's own request() rather than fetch(): a status
+// write is a few hundred bytes of JSON, and fetch's streams and WebIDL layers
+// cost several times the request itself.
 
 import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
-import { fetch, type Dispatcher } from 'undici'
+import { STATUS_CODES } from 'node:http'
+import { getGlobalDispatcher, type Dispatcher } from 'undici'
 import { ErrorCode, SallyportError } from '../errors.ts'
 
 /** A non-2xx answer from the API server (or no answer: statusCode 0). */
@@ -33,6 +37,9 @@ export interface RequestOptions {
   /** Default application/json; merge patches pass application/merge-patch+json. */
   readonly contentType?: string
 }
+
+/** No answer (headers, or silence within the body) for this long: the request fails. */
+const REQUEST_TIMEOUT_MS = 30_000
 
 /** How long requests share one connection pool before a fresh one (new TLS material) takes over. */
 const DISPATCHER_MAX_AGE_MS = 5 * 60_000
@@ -76,25 +83,29 @@ export class KubeClient {
       headers['content-type'] = options.contentType ?? 'application/json'
     }
     const dispatcher = this.#dispatcher(ctx.getDispatcher() as Dispatcher | undefined)
-    let response: Awaited<ReturnType<typeof fetch>>
+    let status: number
     let text: string
     try {
-      response = await fetch(url, { method, headers, body, dispatcher, signal: AbortSignal.timeout(30_000) })
-      text = await response.text()
+      const response = await (dispatcher ?? getGlobalDispatcher()).request({
+        origin: url.origin, path: `${url.pathname}${url.search}`, method, headers, body,
+        headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS,
+      })
+      status = response.statusCode
+      text = await response.body.text()
     } catch (err) {
       this.#drop(dispatcher)
       throw new KubeApiError(0, 'Unreachable', `${method} ${path}: ${errorText(err)}`, { cause: err })
     }
-    if (response.status === 401) this.#drop(dispatcher) // credentials may have rotated
-    if (response.status < 200 || response.status > 299) {
-      let reason = response.statusText
+    if (status === 401) this.#drop(dispatcher) // credentials may have rotated
+    if (status < 200 || status > 299) {
+      let reason = STATUS_CODES[status] ?? String(status)
       let message = text.slice(0, 500)
       try {
         const s = JSON.parse(text) as { reason?: string; message?: string }
         reason = s.reason ?? reason
         message = s.message ?? message
       } catch { /* not a Status object */ }
-      throw new KubeApiError(response.status, reason, `${method} ${path}: ${response.status} ${message}`)
+      throw new KubeApiError(status, reason, `${method} ${path}: ${status} ${message}`)
     }
     return (text === '' ? null : JSON.parse(text)) as T
   }
@@ -125,7 +136,7 @@ export class KubeClient {
   #drop(dispatcher: Dispatcher | undefined): void {
     if (dispatcher === undefined || this.#shared?.dispatcher !== dispatcher) return
     this.#shared = null
-    void dispatcher.destroy().catch(() => {})
+    void dispatcher.close().catch(() => {}) // requests still on it finish; new ones get a fresh Agent
   }
 
   /** A watcher that asks for bookmarks and lets the server end the watch first. */
