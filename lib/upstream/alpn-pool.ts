@@ -73,6 +73,13 @@ export class AlpnPool implements UpstreamPool {
     })
   }
 
+  pending(): number {
+    if (this.#chosen !== null) return this.#chosen.pending()
+    let n = 0
+    for (const ex of this.#waiting) if (!ex.answered) n++
+    return n
+  }
+
   stats(): PoolStats {
     if (this.#chosen !== null) return this.#chosen.stats()
     return { connected: 0, pending: this.#waiting.length, running: 0 }

@@ -22,6 +22,8 @@ export class H1Pool implements UpstreamPool {
   readonly #settings: PoolSettings
   #parked: Socket | null
   #closed = false
+  /** Dispatched, not yet started on a connection, not given up on (H1Attempt keeps it). */
+  waiting = 0
 
   constructor(connector: Connector, settings: PoolSettings, parked: Socket | null = null) {
     this.#settings = settings
@@ -66,7 +68,8 @@ export class H1Pool implements UpstreamPool {
   // hot path
   dispatch(ex: Exchange): void {
     const req = ex.req
-    const attempt = new H1Attempt(ex)
+    const attempt = new H1Attempt(ex, this)
+    this.waiting++
     ex.setAttempt(attempt)
     const idleMs = idleMsOf(ex, this.#settings)
     const upgrade = req.upgrade
@@ -79,6 +82,10 @@ export class H1Pool implements UpstreamPool {
       headersTimeout: req.timeouts.headersMs ?? idleMs,
       bodyTimeout: idleMs,
     }, attempt)
+  }
+
+  pending(): number {
+    return this.waiting
   }
 
   stats(): PoolStats {
@@ -103,15 +110,26 @@ type Controller = Dispatcher.DispatchController
 /** One request on the undici pool: handler for undici, Attempt for the exchange. */
 class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   readonly #ex: Exchange
+  /** Counted in the pool's `waiting` until it starts, fails or is cancelled. */
+  #pool: H1Pool | null
   #controller: Controller | null = null
   #body: ResponseBody | null = null
   #cancelled: Error | null = null
 
-  constructor(ex: Exchange) {
+  constructor(ex: Exchange, pool: H1Pool) {
     this.#ex = ex
+    this.#pool = pool
+  }
+
+  #stopWaiting(): void {
+    const pool = this.#pool
+    if (pool === null) return
+    this.#pool = null
+    pool.waiting--
   }
 
   onRequestStart(controller: Controller): void {
+    this.#stopWaiting()
     this.#controller = controller
     // From here on the body may be read: never retried on another endpoint.
     this.#ex.sent = true
@@ -139,6 +157,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   }
 
   onResponseError(_controller: Controller, err: Error): void {
+    this.#stopWaiting()
     if (this.#body === null) this.#ex.fail(err)
     else this.#ex.failBody(err)
   }
@@ -149,6 +168,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
 
   cancel(reason: Error): void {
     if (this.#cancelled !== null) return
+    this.#stopWaiting() // still queued in undici, but nobody waits for it any more
     this.#cancelled = reason
     const controller = this.#controller
     if (controller !== null && !controller.aborted) controller.abort(reason)

@@ -82,6 +82,13 @@ export class H2Pool implements UpstreamPool {
     return live < this.#settings.connectionsPerPool
   }
 
+  pending(): number {
+    let n = this.#h1 === null ? 0 : this.#h1.pending()
+    const waiting = this.#waiting
+    for (let i = 0; i < waiting.length; i++) if (!waiting[i].answered) n++
+    return n
+  }
+
   stats(): PoolStats {
     let running = 0
     for (const s of this.#sessions) running += s.active

@@ -29,6 +29,13 @@ export interface UpstreamPool {
   readonly closed: boolean
   // hot path
   dispatch(ex: Exchange): void
+  // hot path
+  /**
+   * Exchanges waiting for a connection (or stream) that someone still waits
+   * for: circuitBreaker maxPendingRequests counts these on every request, so
+   * it must be O(1)-ish, and an exchange its client gave up on no longer counts.
+   */
+  pending(): number
   stats(): PoolStats
   /** Stop taking requests; resolves when in-flight exchanges finished and connections closed. */
   close(): Promise<void>

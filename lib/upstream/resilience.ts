@@ -25,7 +25,7 @@ function pendingOf(pools: ReadonlyArray<UpstreamPool | null>): number {
   let n = 0
   for (let i = 0; i < pools.length; i++) {
     const p = pools[i]
-    if (p !== null) n += p.stats().pending
+    if (p !== null) n += p.pending()
   }
   return n
 }

@@ -136,6 +136,26 @@ t.test('maxConnections and maxPendingRequests over HTTP/1.1: one connection, one
   t.equal(connections, 1)
 })
 
+t.test('maxPendingRequests over HTTP/1.1: a waiting request the client gave up on no longer counts', async (t) => {
+  const held: http.ServerResponse[] = []
+  const u = await upstream(t, 'held', (_req, res) => { held.push(res) })
+  const c = cluster('mp', u.port, { circuitBreaker: { ...NO_LIMITS, maxConnections: 1, maxPendingRequests: 1 } })
+  const gw = await serve(t, [c])
+  const first = ask(gw.port)
+  t.ok(await until(() => held.length === 1))
+  // The second waits for the one connection; its client gives up.
+  const gaveUp = await ask(gw.port, { timeoutMs: 200 }).then(() => 'answered', (e: Error) => e.message)
+  t.equal(gaveUp, 'client timeout')
+  await sleep(100)
+  // The slot it held is free again: a third request waits (is not refused) and is served.
+  const third = ask(gw.port)
+  await sleep(100)
+  held.shift()?.end('one')
+  t.ok(await until(() => held.length === 1), 'the third request goes out on the freed connection')
+  held.shift()?.end('three')
+  t.same([(await first).body, (await third).status, ], ['one', 200])
+})
+
 t.test('maxConnections caps HTTP/2 sessions too (h2c upstream allowing one stream per session)', async (t) => {
   const streams: http2.ServerHttp2Stream[] = []
   let sessions = 0
