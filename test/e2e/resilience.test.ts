@@ -11,7 +11,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
 
 interface Upstream { server: http.Server; port: number; hits: number; mode: 'ok' | '503' }
 
@@ -142,19 +142,7 @@ t.test('circuitBreaker.maxRequestsPerConnection: the backend sees a new connecti
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
   fs.writeFileSync(path.join(dir, 'backends.yaml'), backendYaml('api', upPort))
-  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: api
-  namespace: default
-spec:
-  parentRefs:
-    - name: egress
-  hostnames: [api.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: api, port: ${upPort} }
----
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `${routeYaml('api', 'api.example.test', 'api', upPort)}---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata:
