@@ -1,6 +1,6 @@
 // A thin client for the Kubernetes API on top of @kubernetes/client-node's
 // KubeConfig: it does authentication and TLS (in-cluster service account token,
-// kubeconfig certificates, exec plugins) and hands us a fetch dispatcher. We
+// kubeconfig certificates, exec plugins) and hands us an undici dispatcher. We
 // speak JSON to paths we build ourselves (kube-resources.ts), so one helper
 // serves every kind, core or custom, list or status write, without discovery.
 //
@@ -121,7 +121,7 @@ export class KubeClient {
    * The Agent this request goes through: the shared one while it is young,
    * else `fresh` (the one client-node just built, with the current TLS
    * material) becomes the shared one. undefined: plain HTTP without TLS
-   * options, fetch's global (pooled) dispatcher.
+   * options, undici's global (pooled) dispatcher.
    */
   #dispatcher(fresh: Dispatcher | undefined): Dispatcher | undefined {
     if (fresh === undefined) return undefined

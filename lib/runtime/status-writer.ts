@@ -20,11 +20,11 @@
 // again, so a concurrent writer (another controller's entry) is never lost.
 //
 // Each reload hands over the status of every object, but few change: an object
-// whose compiled status (compared field by field) and resourceVersion are what they were when
-// the writer last found it up to date (or wrote it) is skipped without
-// rebuilding and comparing its status — the comparison cost ~1 ms per object
-// and, at 5,000 routes, held the event loop for seconds after each reload
-// (issue 11). A write by anyone moves the resourceVersion, so it is seen.
+// whose compiled status (compared field by field) and resourceVersion are what
+// they were when the writer last found it up to date (or wrote it) is skipped
+// without rebuilding its desired status — that cost ~1 ms per object and, at
+// 5,000 routes, held the event loop for seconds after each reload (issue 11).
+// A write by anyone moves the resourceVersion, so it is seen.
 
 import { SerialPasses } from '../config/serial-passes.ts'
 import { logger } from '../observe/log.ts'

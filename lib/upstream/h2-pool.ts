@@ -3,9 +3,9 @@
 // every live one is at the peer's SETTINGS_MAX_CONCURRENT_STREAMS or has
 // received GOAWAY; idle sessions close after keepAliveTimeoutMs, and a session
 // that has carried maxRequestsPerConnection streams takes no more (it closes
-// once they finish). Sessions are
-// used only after the peer's SETTINGS arrived, so the stream limit and
-// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441) are known before the first stream.
+// once they finish). Sessions are used only after the peer's SETTINGS arrived,
+// so the stream limit and SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441) are
+// known before the first stream.
 
 import { connect as h2connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type IncomingHttpStatusHeader } from 'node:http2'
 import { createHash } from 'node:crypto'
