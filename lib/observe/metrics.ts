@@ -29,6 +29,14 @@ export const tableVersion = new Gauge({
   name: 'sallyport_route_table_version', help: 'Version counter of the serving route table.', registers: [registry],
   aggregator: 'min', // --workers: the worker that lags behind
 })
+export const kubeStatusWrites = new Counter({
+  name: 'sallyport_kube_status_writes_total', help: 'Status subresource writes by the leader (written, or failed after retries).',
+  labelNames: ['kind', 'result'] as const, registers: [registry],
+})
+export const kubeLeader = new Gauge({
+  name: 'sallyport_kube_leader', help: '1 while this replica holds the leader Lease (and writes status), else 0.',
+  registers: [registry], aggregator: 'max', // --workers: only the first worker campaigns
+})
 export const compileDuration = new Histogram({
   name: 'sallyport_config_compile_duration_seconds', help: 'Time to compile a snapshot into a route table.',
   buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers: [registry],

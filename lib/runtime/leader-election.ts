@@ -14,6 +14,7 @@
 
 import os from 'node:os'
 import { logger } from '../observe/log.ts'
+import { kubeLeader } from '../observe/metrics.ts'
 import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
 
 const log = logger('leader')
@@ -204,6 +205,7 @@ export class LeaderElector {
   #setLeader(leader: boolean): void {
     if (leader === this.#leader) return
     this.#leader = leader
+    kubeLeader.set(leader ? 1 : 0)
     log.info({ lease: `${this.#namespace}/${this.#name}`, identity: this.#identity, leader }, leader ? 'became the leader' : 'not the leader')
     try {
       this.#onChange?.(leader)

@@ -28,6 +28,7 @@
 
 import { SerialPasses } from '../config/serial-passes.ts'
 import { logger } from '../observe/log.ts'
+import { kubeStatusWrites } from '../observe/metrics.ts'
 import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
 import { isKubeSourced } from '../config/kube-combined-source.ts'
 import { apiVersion, objectPath } from '../config/kube-resources.ts'
@@ -140,6 +141,7 @@ export class StatusWriter {
           keep.set(key, { rv: await this.#write(item.status, item.obj), status: item.status })
         } catch (err) {
           failed++
+          kubeStatusWrites.inc({ kind: item.status.kind, result: 'failed' })
           log.warn({ kind: item.status.kind, namespace: item.status.namespace, name: item.status.name, err: errorText(err) }, 'status write failed')
         }
       }
@@ -171,6 +173,7 @@ export class StatusWriter {
         const body = { apiVersion: apiVersion(obj.resource.group, obj.version), kind: obj.resource.kind, metadata: { name: status.name, ...(obj.resource.namespaced ? { namespace: status.namespace } : {}), resourceVersion: written?.basedOn === rv ? written.rv : rv }, status: desired }
         const result = await this.#client.request<Json>('PUT', path, { body })
         this.writes++
+        kubeStatusWrites.inc({ kind: status.kind, result: 'written' })
         const newRv = String((result?.metadata as Json | undefined)?.resourceVersion ?? '')
         this.#written.set(key, { basedOn: rv, rv: newRv, status: desired })
         log.debug({ kind: status.kind, namespace: status.namespace, name: status.name }, 'status written')
