@@ -101,7 +101,7 @@ export class StatusWriter {
     const fromFiles = fileDefined(latest.snapshot)
     const work: Array<{ status: ObjectStatus; obj: KubeObject }> = []
     for (const s of latest.status.objects.values()) {
-      if (fromFiles.has(`${s.kind}/${s.namespace}/${s.name}`)) continue
+      if (fromFiles.size > 0 && fromFiles.has(`${s.kind}/${s.namespace}/${s.name}`)) continue
       const obj = this.#source.lookup(s.kind, s.apiVersion, s.namespace, s.name)
       if (obj === null || !obj.resource.status) continue
       work.push({ status: s, obj })
