@@ -10,12 +10,7 @@ import { freePort, request } from '../e2e/harness.ts'
 import { backend, clientFor, gateway, gatewayClass, route, startFake, until } from './fixtures.ts'
 import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
 import type { Test } from 'tap'
-import { registry } from '../../lib/observe/metrics.ts'
-
-async function gaugeValue(name: string): Promise<number | null> {
-  const m = registry.getSingleMetric(name)
-  return m === undefined ? null : (await m.get()).values[0]?.value ?? null
-}
+import { metricValue } from '../helpers/metrics.ts'
 
 const HTTP_ROUTE = 'gateway.networking.k8s.io/v1'
 const LEASE = { durationMs: 1000, renewDeadlineMs: 700, retryPeriodMs: 100 }
@@ -58,7 +53,7 @@ t.test('routes from the API server serve traffic; update, delete, 410, outage', 
   }
   t.equal(await upstreamOf('one.example.test'), 'a', 'a route created in the API server serves')
   await until('the only replica leads', () => kube.elector?.isLeader() === true)
-  t.equal(await gaugeValue('sallyport_kube_leader'), 1, 'sallyport_kube_leader says so')
+  t.equal(await metricValue('sallyport_kube_leader'), 1, 'sallyport_kube_leader says so')
 
   fake.apply(route('one', 'one.example.test', 'b', upB.address.port))
   await until('update swaps the table', async () => await upstreamOf('one.example.test') === 'b')

@@ -10,15 +10,7 @@ import type { ObjectStatus, Status } from '../../lib/compile/status.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
 import { clientFor, route, startFake } from './fixtures.ts'
 import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
-import { registry } from '../../lib/observe/metrics.ts'
-
-async function writesMetric(labels: Record<string, string>): Promise<number> {
-  const m = registry.getSingleMetric('sallyport_kube_status_writes_total')
-  if (m === undefined) return 0
-  let n = 0
-  for (const v of (await m.get()).values) if (Object.entries(labels).every(([k, x]) => String((v.labels as Record<string, unknown>)[k]) === x)) n += v.value
-  return n
-}
+import { metricValue } from '../helpers/metrics.ts'
 
 const CONTROLLER = 'sallyport.io/gateway-controller'
 const res = (group: string, plural: string) => KUBE_RESOURCES.find((r) => r.group === group && r.plural === plural) as KubeObject['resource']
@@ -117,11 +109,11 @@ t.test('a pass skips objects whose status and resourceVersion did not change; a 
   // now() is read once per condition the writer rebuilds: a count of the objects it re-examined.
   const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true, now: () => { clock++; return new Date(1_700_000_000_000) } })
   const of = (n: string, message = '') => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: n, generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [{ ...accepted(1), message }] }] })
-  const before = await writesMetric({ kind: 'HTTPRoute', result: 'written' })
+  const before = await metricValue('sallyport_kube_status_writes_total', { kind: 'HTTPRoute', result: 'written' })
   writer.update(status(names.map((n) => of(n))), emptySnapshot())
   await writer.sync()
   t.equal(fake.count('PUT', /\/status$/), 4, 'first pass writes every route')
-  t.equal(await writesMetric({ kind: 'HTTPRoute', result: 'written' }), before + 4, 'sallyport_kube_status_writes_total counts them')
+  t.equal(await metricValue('sallyport_kube_status_writes_total', { kind: 'HTTPRoute', result: 'written' }), before + 4, 'sallyport_kube_status_writes_total counts them')
 
   // Same statuses again (a reload that changed nothing for them): nothing re-examined, nothing written.
   clock = 0

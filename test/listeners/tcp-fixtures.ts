@@ -8,7 +8,6 @@ import tls from 'node:tls'
 import type { Test } from 'tap'
 import type { Cluster, ClusterTls, L4Route, PortEntry, RouteTable, ServerTls, SniIndex, WeightedCluster } from '../../lib/compile/table.ts'
 import { createDataPlane, type DataPlane, type DataPlaneOptions } from '../../lib/listeners/data-plane.ts'
-import { registry } from '../../lib/observe/metrics.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
 import { freePort } from '../helpers/table-builder.ts'
@@ -167,19 +166,7 @@ export function tlsConnect(port: number, options: tls.ConnectionOptions): Promis
   })
 }
 
-/** Sum of a metric's samples whose labels include `labels`. */
-export async function metricValue(name: string, labels: Record<string, string>): Promise<number> {
-  const m = registry.getSingleMetric(name)
-  if (m === undefined) return 0
-  const got = await m.get()
-  let sum = 0
-  for (const v of got.values) {
-    if ((v as { metricName?: string }).metricName !== undefined && (v as { metricName?: string }).metricName !== name) continue
-    const l = v.labels as Record<string, string | number>
-    if (Object.entries(labels).every(([k, val]) => String(l[k]) === val)) sum += v.value
-  }
-  return sum
-}
+export { metricValue } from '../helpers/metrics.ts'
 
 /** Waits until `check` is true (bounded). */
 export async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {

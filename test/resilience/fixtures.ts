@@ -8,7 +8,6 @@ import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type { Cluster, Endpoint, PassiveHealthCheck, RouteTable } from '../../lib/compile/table.ts'
 import { createDataPlane } from '../../lib/listeners/data-plane.ts'
-import { registry } from '../../lib/observe/metrics.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
 
@@ -118,18 +117,7 @@ export async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
 }
 
 /** Sum of a metric's samples whose labels include `labels`. */
-export async function metric(name: string, labels: Record<string, string> = {}): Promise<number> {
-  const m = registry.getSingleMetric(name)
-  if (m === undefined) return 0
-  const data = await m.get()
-  let sum = 0
-  for (const v of data.values) {
-    if ((v as { metricName?: string }).metricName !== undefined && (v as { metricName?: string }).metricName !== name) continue
-    const l = v.labels as Record<string, unknown>
-    if (Object.entries(labels).every(([k, x]) => String(l[k]) === x)) sum += v.value
-  }
-  return sum
-}
+export { metricValue as metric } from '../helpers/metrics.ts'
 
 /** A TCP port that refuses connections (was free a moment ago). */
 export async function closedPort(): Promise<number> {
