@@ -12,7 +12,7 @@ import type { Connector } from './connect.ts'
 import type { Exchange } from './exchange.ts'
 import { H1Pool } from './h1-pool.ts'
 import { H2Pool } from './h2-pool.ts'
-import type { PoolSettings, PoolStats, UpstreamPool } from './pool.ts'
+import { stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 
 export class AlpnPool implements UpstreamPool {
   readonly #connector: Connector
@@ -74,10 +74,7 @@ export class AlpnPool implements UpstreamPool {
   }
 
   pending(): number {
-    if (this.#chosen !== null) return this.#chosen.pending()
-    let n = 0
-    for (const ex of this.#waiting) if (!ex.answered) n++
-    return n
+    return this.#chosen !== null ? this.#chosen.pending() : stillWaiting(this.#waiting)
   }
 
   stats(): PoolStats {

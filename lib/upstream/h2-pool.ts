@@ -16,7 +16,7 @@ import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h2RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { H1Pool } from './h1-pool.ts'
-import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
+import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 
 const H2: readonly string[] = ['h2']
 /** Our own ceiling on streams per session, whatever the peer allows. */
@@ -83,10 +83,7 @@ export class H2Pool implements UpstreamPool {
   }
 
   pending(): number {
-    let n = this.#h1 === null ? 0 : this.#h1.pending()
-    const waiting = this.#waiting
-    for (let i = 0; i < waiting.length; i++) if (!waiting[i].answered) n++
-    return n
+    return stillWaiting(this.#waiting) + (this.#h1 === null ? 0 : this.#h1.pending())
   }
 
   stats(): PoolStats {

@@ -41,6 +41,13 @@ export interface UpstreamPool {
   close(): Promise<void>
 }
 
+/** Exchanges of a pool's own queue that someone still waits for (UpstreamPool.pending). */
+export function stillWaiting(queue: readonly Exchange[]): number {
+  let n = 0
+  for (let i = 0; i < queue.length; i++) if (!queue[i].answered) n++
+  return n
+}
+
 /** Idle timeout (ms) of one exchange. */
 export function idleMsOf(ex: Exchange, settings: PoolSettings): number {
   return ex.req.timeouts.idleMs ?? settings.idleTimeoutMs
