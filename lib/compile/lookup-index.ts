@@ -31,15 +31,6 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
   const vhosts: VirtualHost[] = [...index.exact.values(), ...index.wildcards.map(w => w.vhost)]
   const patterns: string[] = [...index.exact.keys(), ...index.wildcards.map(w => `*${w.suffix}`)]
   if (index.fallback !== null) { vhosts.push(index.fallback); patterns.push('*') }
-  const hostKeys: Key[] = []
-  let vid = 0
-  for (const [name] of index.exact) {
-    hostKeys.push({ hash: slotHash(0, hostHash(name), KIND_EXACT), tag: vid++ << 1 | KIND_EXACT, key: name, list: -1 })
-  }
-  for (const w of index.wildcards) {
-    hostKeys.push({ hash: slotHash(0, hostHash(w.suffix), KIND_WILDCARD), tag: vid++ << 1 | KIND_WILDCARD, key: w.suffix, list: -1 })
-  }
-
   const matches: Array<RouteMatch | null> = []
   const addList = (list: readonly RouteMatch[]): number => {
     const start = matches.length
@@ -80,11 +71,15 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
   })
 
   // Host slots carry their vhost's info (root, depth, flags), saving a load per lookup.
-  const hostKeysWithInfo = hostKeys.map(k => {
-    const at = (k.tag >> 1) * INFO_WORDS
-    return { ...k, info: packInfo(info[at + 1], info[at + 2], info[at + 3]) }
-  })
-  const hosts = openTable(hostKeysWithInfo, matches)
+  const hostKey = (id: number, key: string, kind: number): Key => {
+    const at = id * INFO_WORDS
+    return { hash: slotHash(0, hostHash(key), kind), tag: id << 1 | kind, key, list: -1, info: packInfo(info[at + 1], info[at + 2], info[at + 3]) }
+  }
+  const hostKeys: Key[] = []
+  let vid = 0
+  for (const name of index.exact.keys()) hostKeys.push(hostKey(vid++, name, KIND_EXACT))
+  for (const w of index.wildcards) hostKeys.push(hostKey(vid++, w.suffix, KIND_WILDCARD))
+  const hosts = openTable(hostKeys, matches)
   const paths = openTable(pathKeys, matches)
   return {
     hostSlots: hosts.slots, hostMask: hosts.mask, pathSlots: paths.slots, pathMask: paths.mask, pathLists: paths.lists,
