@@ -308,7 +308,7 @@ function connectPolicyOf(route: HTTPRoute | GRPCRoute, requestedFrom: RuleContex
   if (text === undefined) return NO_CONNECT
   // An unreadable value is ignored (CONNECT stays refused); validate says why.
   const ports = parseConnectPorts(text)
-  if (!ports.ok) return {}
+  if (!ports.ok) return NO_CONNECT
   const sni = parseBool(route.meta.annotations[ANNOTATIONS.CONNECT_VERIFY_SNI] ?? 'false')
   const verifySni = sni.ok && sni.value
   if (requestedFrom === null) return { connect: { ports: ports.value, verifySni } }
