@@ -96,7 +96,6 @@ export interface Reply {
   readonly body: string
 }
 
-/** One HTTP/1.1 request on a fresh connection (no agent), bounded in time. */
 /** Sum of a metric's samples in a Prometheus text exposition, over the series carrying every given label. */
 export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
   let sum = 0
@@ -108,6 +107,7 @@ export function metricSum(text: string, name: string, labels: Record<string, str
   return sum
 }
 
+/** One HTTP/1.1 request on a fresh connection (no agent), bounded in time. */
 export function request(url: string, options: { host?: string; method?: string; timeoutMs?: number } = {}): Promise<Reply> {
   return new Promise<Reply>((resolve, reject) => {
     const headers: Record<string, string> = {}
