@@ -22,7 +22,6 @@
 //
 // Bounded: a fixed number of samples per size, each abandoned after 10 s.
 // Run: npx node bench/kube-reload.ts [--samples N] [--gaps MS,MS]
-import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -31,6 +30,7 @@ import { freePort, metricSum, request } from '../test/e2e/harness.ts'
 import { backend, gateway, gatewayClass, route } from '../test/kube/fixtures.ts'
 import { ApiServerThread } from './e2e/apiserver-thread.ts'
 import { sallyportCommand } from './e2e/gateway.ts'
+import { startProc, stopProc, tailOf, waitForHttp } from './e2e/procs.ts'
 
 /** The gateway's compile-time histogram sum and count, from its /metrics. */
 async function compileTotals(admin: string): Promise<{ sum: number; count: number }> {
@@ -66,18 +66,12 @@ async function run(routes: number, gapMs: number): Promise<{ routes: number; gap
   for (let i = 0; i < routes; i += 500) {
     await fake.apply(...Array.from({ length: Math.min(500, routes - i) }, (_, k) => route(`r${i + k}`, `r${i + k}.example.test`, 'a', up.address.port, { path: `/p${i + k}` })))
   }
-  const [node, ...args] = sallyportCommand()
+  const command = sallyportCommand() // builds dist/ on first use: not part of the sync time
   const t0 = performance.now()
-  const child = spawn(node as string, [...args, 'serve', '--kubeconfig', kubeconfig, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off', '--log-level', 'warn', '--drain-seconds', '0'], {
-    stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, POD_NAME: 'bench', POD_NAMESPACE: 'default' },
-  })
+  const gw = startProc('sallyport', [...command, 'serve', '--kubeconfig', kubeconfig, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`,
+    '--access-log', 'off', '--log-level', 'warn', '--drain-seconds', '0'], path.join(dir, 'sallyport.log'), { ...process.env, POD_NAME: 'bench', POD_NAMESPACE: 'default' })
   const admin = `http://127.0.0.1:${adminPort}`
-  for (;;) {
-    const r = await request(`${admin}/readyz`).catch(() => null)
-    if (r?.status === 200) break
-    if (child.exitCode !== null || performance.now() - t0 > 60_000) throw new Error('the gateway did not become ready')
-    await new Promise((res) => setTimeout(res, 20))
-  }
+  if (!await waitForHttp(adminPort, '/readyz', 60_000, gw)) throw new Error(`the gateway did not become ready: ${tailOf(gw.logPath)}`)
   const syncMs = performance.now() - t0
   // A new leader's first status pass writes every route (5,000 PUTs and their
   // watch echoes): a one-off at start, not the steady state the target is
@@ -114,8 +108,7 @@ async function run(routes: number, gapMs: number): Promise<{ routes: number; gap
   }
   const after = await compileTotals(admin)
   const compileMs = after.count > before.count ? ((after.sum - before.sum) / (after.count - before.count)) * 1000 : 0
-  child.kill('SIGTERM')
-  await new Promise((res) => child.once('exit', res))
+  await stopProc(gw)
   await fake.stop()
   await up.close()
   fs.rmSync(dir, { recursive: true, force: true })
