@@ -8,9 +8,8 @@
 // Usage: node bench/extensions.ts [requests-per-round]
 import { fork } from 'node:child_process'
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { serveInProcess } from './e2e/in-process-gateway.ts'
-import { cpuMsOfTree } from './e2e/procs.ts'
+import { cpuMsOfTree, freePort, listen } from './e2e/procs.ts'
 
 const N = Number(process.argv[2] ?? 3000)
 const CONCURRENCY = 16
@@ -66,12 +65,8 @@ async function main(): Promise<void> {
     req.resume()
     req.on('end', () => res.writeHead(200, { 'content-type': 'text/plain' }).end('ok'))
   })
-  await new Promise<void>((r) => origin.listen(0, '127.0.0.1', r))
-  const upPort = (origin.address() as AddressInfo).port
-  const probe = http.createServer()
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r))
-  const gwPort = (probe.address() as AddressInfo).port
-  await new Promise<void>((r) => probe.close(() => r()))
+  const upPort = await listen(origin)
+  const gwPort = await freePort()
   const child = fork(new URL(import.meta.url).pathname, ['gateway', String(gwPort), String(upPort)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('gateway did not start in 20 s')), 20_000)

@@ -7,9 +7,8 @@
 // Usage: node bench/tracing.ts [requests-per-round]
 import { fork, type ChildProcess } from 'node:child_process'
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { serveInProcess } from './e2e/in-process-gateway.ts'
-import { cpuMsOfTree } from './e2e/procs.ts'
+import { cpuMsOfTree, freePort, listen } from './e2e/procs.ts'
 
 const N = Number(process.argv[2] ?? 3000)
 const CONCURRENCY = 16
@@ -53,18 +52,6 @@ async function gateway(gwPort: number, upPort: number, mode: string, sink: strin
     const { installTracer } = await import('../lib/observe/tracing.ts')
     installTracer({ endpoint: new URL(sink), protocol: 'http/protobuf', sampling: Number(mode), delayMs: 200 })
   })
-}
-
-async function listen(server: http.Server): Promise<number> {
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  return (server.address() as AddressInfo).port
-}
-
-async function freePort(): Promise<number> {
-  const probe = http.createServer()
-  const port = await listen(probe)
-  await new Promise<void>((r) => probe.close(() => r()))
-  return port
 }
 
 async function main(): Promise<void> {

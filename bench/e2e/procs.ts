@@ -31,6 +31,11 @@ export async function freePort(): Promise<number> {
   })
 }
 
+/** Listens on an ephemeral loopback port; resolves to it. */
+export function listen(server: net.Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)))
+}
+
 /** argv prefixed with `taskset -c <cores>` when pinning is possible and asked for. */
 export function pinned(cores: string | null, argv: readonly string[]): string[] {
   if (cores === null || !hasTaskset) return [...argv]

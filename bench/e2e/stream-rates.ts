@@ -11,7 +11,7 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { cpuMsOfTree, freePort, startProc, stopProc, waitForHttp } from './procs.ts'
+import { cpuMsOfTree, freePort, listen, startProc, stopProc, waitForHttp } from './procs.ts'
 import { sallyportCommand } from './gateway.ts'
 
 export const CHUNK = Buffer.alloc(256 * 1024, 0x5a)
@@ -19,10 +19,6 @@ export const CHUNK = Buffer.alloc(256 * 1024, 0x5a)
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b)
   return s[Math.floor(s.length / 2)] as number
-}
-
-export function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)))
 }
 
 /** Upload sink: counts, answers the byte count on FIN. Download source: on "down <bytes>\n", sends that many, then ends. */
