@@ -44,7 +44,7 @@
 // time slices. In production both matchers hash fresh request strings.
 
 import type { HeaderMatcher, HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
-import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash, storedHash } from '../lookup-hash.ts'
+import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, HEAD_FINAL, HEAD_FITS_ALL, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash, storedHash } from '../lookup-hash.ts'
 
 export interface MatchInput {
   /** Uppercase. */
@@ -183,28 +183,24 @@ function sameTail(key: string, text: string, start: number): boolean {
   return true
 }
 
-// The path slot of the last probePath hit (its match list: ix.pathLists[slot]).
-let hitSlot = 0
-
 // hot path
 /**
- * The first match of the list of key `path[0..end)` with this tag, or null;
- * sets hitSlot. A slot hash match is confirmed on the stored key.
+ * The path slot of key `path[0..end)` with this tag whose list can rank before
+ * `limit`, or -1. A slot that cannot (its head word's rank, which is its list's
+ * best) is passed over without reading its key: it could not change the answer.
+ * A slot hash match is confirmed on the stored key.
  */
-function probePath(ix: LookupIndex, hash: number, tag: number, path: string, end: number): RouteMatch | null {
+function probePath(ix: LookupIndex, hash: number, tag: number, path: string, end: number, limit: number): number {
   const slots = ix.pathSlots
   const mask = ix.pathMask
   const stored = storedHash(hash)
   for (let i = hash & mask; ; i = (i + 1) & mask) {
     const at = i * SLOT_WORDS
     const h = slots[at]
-    if (h === 0) return null
-    if (h !== stored || slots[at + 1] !== tag) continue
+    if (h === 0) return -1
+    if (h !== stored || slots[at + 1] !== tag || (slots[at + 3] as number) >> 2 >= limit) continue
     const key = slots[at + 2] as string
-    if (end === path.length ? key === path : key.length === end && samePrefix(key, path)) {
-      hitSlot = i
-      return slots[at + 3] as RouteMatch
-    }
+    if (end === path.length ? key === path : key.length === end && samePrefix(key, path)) return i
   }
 }
 
@@ -262,36 +258,50 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
   const query = (flags & FLAG_QUERY) !== 0 ? new QueryCache(input.query) : null
   const path = input.path
   const matches = ix.matches
+  const slots = ix.pathSlots
+  const lists = ix.pathLists
   const tag = vid << 1
   let best: RouteMatch | null = null
+  let bestRank = Infinity // best's rank, read from the slot's head word while best is a list's first match
 
   if ((flags & FLAG_EXACT) !== 0) {
-    const first = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length)
-    if (first !== null) {
-      best = fits(first, input, query) ? first : firstFitAt(matches, ix.pathLists[hitSlot] + 1, input, query, Infinity)
-      if (best !== null && best.rank === 0) return best // nothing ranks before it
+    const slot = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length, Infinity)
+    if (slot >= 0) {
+      const head = slots[slot * SLOT_WORDS + 3] as number
+      if ((head & HEAD_FITS_ALL) !== 0 || fits(matches[lists[slot]] as RouteMatch, input, query)) {
+        best = matches[lists[slot]]
+        if ((head & HEAD_FINAL) !== 0) return best // nothing else of the vhost ranks before it
+        bestRank = head >> 2
+      } else {
+        best = firstFitAt(matches, lists[slot] + 1, input, query, Infinity)
+        if (best !== null) bestRank = best.rank
+      }
+      if (bestRank === 0) return best // nothing ranks before it
     }
   }
   const deepest = packed >= 0 ? packed >> 3 & 15 : info[at + 2]
   for (let d = (depth < deepest ? depth : deepest) - 1; d >= 0; d--) {
-    const first = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d])
-    if (first === null) continue
-    const limit = best === null ? Infinity : best.rank
-    if (first.rank >= limit) continue
-    const found = fits(first, input, query) ? first : firstFitAt(matches, ix.pathLists[hitSlot] + 1, input, query, limit)
-    if (found !== null) best = found
+    const slot = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d], bestRank)
+    if (slot < 0) continue
+    const head = slots[slot * SLOT_WORDS + 3] as number
+    if ((head & HEAD_FITS_ALL) !== 0 || fits(matches[lists[slot]] as RouteMatch, input, query)) {
+      best = matches[lists[slot]]
+      bestRank = head >> 2
+    } else {
+      const found = firstFitAt(matches, lists[slot] + 1, input, query, bestRank)
+      if (found !== null) { best = found; bestRank = found.rank }
+    }
   }
   const root = packed >= 0 ? (packed >> 7) - 1 : info[at + 1]
   if (root >= 0) {
-    const found = firstFitAt(matches, root, input, query, best === null ? Infinity : best.rank)
-    if (found !== null) best = found
+    const found = firstFitAt(matches, root, input, query, bestRank)
+    if (found !== null) { best = found; bestRank = found.rank }
   }
   if ((flags & FLAG_REGEX) !== 0) {
     const regexes = ix.vhosts[vid].regexes
-    const limit = best === null ? Infinity : best.rank
     for (let i = 0; i < regexes.length; i++) {
       const m = regexes[i]
-      if (m.rank >= limit) break
+      if (m.rank >= bestRank) break
       if (m.path.regex !== null && m.path.regex.test(path) && fits(m, input, query)) return m
     }
   }

@@ -5,7 +5,7 @@ import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
 import { buildLookupIndex, ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
-import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, INFO_WORDS, SLOT_WORDS } from '../../lib/lookup-hash.ts'
+import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, HEAD_FINAL, HEAD_FITS_ALL, INFO_WORDS, SLOT_WORDS } from '../../lib/lookup-hash.ts'
 import * as b from './builders.ts'
 
 function table() {
@@ -53,6 +53,35 @@ t.test('every key of every vhost is in the index; root lists and flags per vhost
   t.equal(info(0, 3), FLAG_EXACT | FLAG_REGEX | FLAG_QUERY)
   t.equal(info(1, 3), FLAG_EXACT | FLAG_QUERY)
   t.equal(info(2, 3), FLAG_EXACT)
+})
+
+t.test('a path slot carries its list head: rank, no condition, ends the lookup', async t => {
+  const hosts = table().ports.get(80)?.http
+  if (hosts == null) return t.fail('no port 80')
+  const ix = buildLookupIndex(hosts)
+  const heads = new Map<string, number>()
+  for (let at = 0; at < ix.pathSlots.length; at += SLOT_WORDS) {
+    if (ix.pathSlots[at] !== 0) heads.set(`${(ix.pathSlots[at + 1] as number) >> 1}:${ix.pathSlots[at + 2] as string}`, ix.pathSlots[at + 3] as number)
+  }
+  const head = (key: string): { rank: number; fitsAll: boolean; final: boolean } => {
+    const w = heads.get(key)
+    if (w === undefined) throw new Error(`no slot ${key}`)
+    return { rank: w >> 2, fitsAll: (w & HEAD_FITS_ALL) !== 0, final: (w & HEAD_FINAL) !== 0 }
+  }
+  const v0 = hosts.exact.get('a.example.com')
+  const rankOf = (path: string): number => {
+    const m = [...v0?.exactPaths.values() ?? []].flat().find(m => m.path.value === path)
+    return m?.rank ?? -1
+  }
+  // a.example.com: its own Exact '/x' ranks before everything else of the vhost.
+  t.same(head('0:/x'), { rank: rankOf('/x'), fitsAll: true, final: true })
+  // The catch-all's Exact '/any' ranks after a.example.com's own prefixes: a hit must still look at them.
+  t.same(head('0:/any'), { rank: rankOf('/any'), fitsAll: true, final: false })
+  // The wildcard's '/w' tests the query: its RouteMatch is read when it is a candidate.
+  t.equal(head('0:/w').fitsAll, false)
+  t.equal(head('0:/w').final, false, 'a prefix slot never ends the lookup by itself')
+  // On the catch-all's own vhost, '/any' is all there is.
+  t.same(head('2:/any'), { rank: 0, fitsAll: true, final: true })
 })
 
 t.test('prefix keys are the configured PathPrefix values without the trailing slash', async t => {
