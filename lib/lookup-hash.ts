@@ -49,21 +49,22 @@ export function slotHash(owner: number, key: number, kind: number): number {
 }
 
 // Layout of the index (lib/compile/table.ts LookupIndex). Each table is one
-// plain array, 4 elements a slot: [stored hash, tag, key, value]. The stored
-// hash is the slot hash's low 30 bits (a small integer in every V8 build, so
-// the array holds no boxed numbers; 0 marks an empty slot); tag is owner vhost
-// id << 1 | kind; key is the key string (compared with the request in place);
-// value is, for a path slot, the head word of the key's match list (packHead:
-// the first match's rank, whether it fits every request and whether it ends
-// the lookup when it does; the list itself starts at
-// `matches[pathLists[slot]]`), and for a host slot the vhost's packed info
-// (packInfo; -1 when it does not fit, then vhostInfo has it). One slot read
-// gives the hash, the key and what ranking needs, so a lookup whose candidates
-// have no condition reads no RouteMatch: on a 10,000-route table each is one
-// more cache and TLB miss.
+// plain array, 5 elements a slot: [stored hash, tag, key, value, first]. The
+// stored hash is the slot hash's low 30 bits (a small integer in every V8
+// build, so the array holds no boxed numbers; 0 marks an empty slot); tag is
+// owner vhost id << 1 | kind; key is the key string (compared with the request
+// in place). For a path slot, value is the head word of the key's match list
+// (packHead: the first match's rank, whether it fits every request and whether
+// it ends the lookup when it does) and first is that RouteMatch (the rest of
+// the list follows it in `matches`, from `pathLists[slot]`); for a host slot,
+// value is the vhost's packed info (packInfo; -1 when it does not fit, then
+// vhostInfo has it) and first is 0. One slot read gives the hash, the key,
+// what ranking needs and the answer, so a hit on a match without conditions
+// reads nothing else but the key: on a 10,000-route table, every other object
+// is one more cache and TLB miss (bench/compile.ts).
 // Per vhost, `vhostInfo` holds 4 int32 words: [key hash, root prefix list
 // (-1: none), deepest prefix in segments, flags].
-export const SLOT_WORDS = 4
+export const SLOT_WORDS = 5
 export const INFO_WORDS = 4
 export const FLAG_EXACT = 1
 export const FLAG_REGEX = 2

@@ -84,8 +84,8 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
   let vid = 0
   for (const name of index.exact.keys()) hostKeys.push(hostKey(vid++, name, KIND_EXACT))
   for (const w of index.wildcards) hostKeys.push(hostKey(vid++, w.suffix, KIND_WILDCARD))
-  const hosts = openTable(hostKeys)
-  const paths = openTable(pathKeys)
+  const hosts = openTable(hostKeys, matches)
+  const paths = openTable(pathKeys, matches)
   return {
     hostSlots: hosts.slots, hostMask: hosts.mask, pathSlots: paths.slots, pathMask: paths.mask, pathLists: paths.lists,
     vhostInfo: info, vhosts, matches, fallback: index.fallback === null ? -1 : vhosts.length - 1,
@@ -94,14 +94,14 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
 }
 
 /**
- * `n` (a power of two) small-integer zeros in a packed array (no holes, no
- * boxed numbers), by doubling: log2(n) bulk copies instead of n pushes (a
- * 10,000-route port has 262,144 slot words).
+ * `n` small-integer zeros in a packed array (no holes, no boxed numbers), by
+ * doubling: log2(n) bulk copies instead of n pushes (a 10,000-route port has
+ * 327,680 slot words).
  */
-function zeros(n: number): Array<number | string> {
-  let out: Array<number | string> = [0]
-  while (out.length < n) out = out.concat(out)
-  return out
+function zeros(n: number): Array<number | string | RouteMatch> {
+  let out: Array<number | string | RouteMatch> = [0]
+  while (out.length * 2 <= n) out = out.concat(out)
+  return out.length === n ? out : out.concat(out.slice(0, n - out.length))
 }
 
 /**
@@ -110,10 +110,10 @@ function zeros(n: number): Array<number | string> {
  * Keys are placed in input order, so the layout is deterministic. Slots start
  * as small integers and stay a packed array (no holes, no boxed numbers).
  */
-function openTable(keys: readonly Key[]): { slots: Array<number | string>; mask: number; lists: Int32Array } {
+function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | null>): { slots: Array<number | string | RouteMatch>; mask: number; lists: Int32Array } {
   let capacity = 8
   while (capacity < keys.length * 2) capacity *= 2
-  const slots: Array<number | string> = zeros(capacity * SLOT_WORDS)
+  const slots: Array<number | string | RouteMatch> = zeros(capacity * SLOT_WORDS)
   const lists = new Int32Array(capacity).fill(-1)
   const mask = capacity - 1
   for (const k of keys) {
@@ -124,6 +124,7 @@ function openTable(keys: readonly Key[]): { slots: Array<number | string>; mask:
     slots[at + 1] = k.tag
     slots[at + 2] = flatCopy(k.key)
     slots[at + 3] = k.value
+    slots[at + 4] = k.list >= 0 ? matches[k.list] as RouteMatch : 0
     lists[i] = k.list
   }
   return { slots, mask, lists }

@@ -121,10 +121,10 @@ export interface LookupSlot {
  */
 export interface LookupIndex {
   /** Exact hosts and wildcard suffixes ('.example.com'); capacity a power of two. */
-  readonly hostSlots: ReadonlyArray<number | string>
+  readonly hostSlots: ReadonlyArray<number | string | RouteMatch>
   readonly hostMask: number
   /** (vhost, Exact path) and (vhost, PathPrefix without trailing '/'), except the root prefix. */
-  readonly pathSlots: ReadonlyArray<number | string>
+  readonly pathSlots: ReadonlyArray<number | string | RouteMatch>
   readonly pathMask: number
   /** Per path slot: where its match list starts in `matches`. */
   readonly pathLists: Int32Array

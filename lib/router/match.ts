@@ -268,8 +268,9 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
     const slot = probePath(ix, slotHash(owner, exactHash, KIND_EXACT), tag | KIND_EXACT, path, path.length, Infinity)
     if (slot >= 0) {
       const head = slots[slot * SLOT_WORDS + 3] as number
-      if ((head & HEAD_FITS_ALL) !== 0 || fits(matches[lists[slot]] as RouteMatch, input, query)) {
-        best = matches[lists[slot]]
+      const first = slots[slot * SLOT_WORDS + 4] as RouteMatch
+      if ((head & HEAD_FITS_ALL) !== 0 || fits(first, input, query)) {
+        best = first
         if ((head & HEAD_FINAL) !== 0) return best // nothing else of the vhost ranks before it
         bestRank = head >> 2
       } else {
@@ -284,8 +285,9 @@ function matchIndexed(ix: LookupIndex, vid: number, owner: number, input: MatchI
     const slot = probePath(ix, slotHash(owner, boundaryHash[d], KIND_PREFIX), tag | KIND_PREFIX, path, boundaryEnd[d], bestRank)
     if (slot < 0) continue
     const head = slots[slot * SLOT_WORDS + 3] as number
-    if ((head & HEAD_FITS_ALL) !== 0 || fits(matches[lists[slot]] as RouteMatch, input, query)) {
-      best = matches[lists[slot]]
+    const first = slots[slot * SLOT_WORDS + 4] as RouteMatch
+    if ((head & HEAD_FITS_ALL) !== 0 || fits(first, input, query)) {
+      best = first
       bestRank = head >> 2
     } else {
       const found = firstFitAt(matches, lists[slot] + 1, input, query, bestRank)

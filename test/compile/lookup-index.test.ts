@@ -55,13 +55,15 @@ t.test('every key of every vhost is in the index; root lists and flags per vhost
   t.equal(info(2, 3), FLAG_EXACT)
 })
 
-t.test('a path slot carries its list head: rank, no condition, ends the lookup', async t => {
+t.test('a path slot carries its list head (rank, no condition, ends the lookup) and first match', async t => {
   const hosts = table().ports.get(80)?.http
   if (hosts == null) return t.fail('no port 80')
   const ix = buildLookupIndex(hosts)
   const heads = new Map<string, number>()
   for (let at = 0; at < ix.pathSlots.length; at += SLOT_WORDS) {
-    if (ix.pathSlots[at] !== 0) heads.set(`${(ix.pathSlots[at + 1] as number) >> 1}:${ix.pathSlots[at + 2] as string}`, ix.pathSlots[at + 3] as number)
+    if (ix.pathSlots[at] === 0) continue
+    heads.set(`${(ix.pathSlots[at + 1] as number) >> 1}:${ix.pathSlots[at + 2] as string}`, ix.pathSlots[at + 3] as number)
+    t.equal(ix.pathSlots[at + 4], ix.matches[ix.pathLists[at / SLOT_WORDS]], 'the slot holds the first match of its list')
   }
   const head = (key: string): { rank: number; fitsAll: boolean; final: boolean } => {
     const w = heads.get(key)
