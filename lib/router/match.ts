@@ -15,33 +15,33 @@
 // - The lookup index (matchOnPort, what forward.ts calls): per port two
 //   open-addressing tables in flat arrays (lib/compile/lookup-index.ts, layout
 //   in lib/lookup-hash.ts): host → vhost id, and (vhost, Exact path) /
-//   (vhost, PathPrefix) → first match of the ranked list. The request's host
+//   (vhost, PathPrefix) → the ranked list's head. The request's host
 //   and path are hashed (FNV-1a, no allocation) in one pass each, which yields
 //   the hash of every path prefix ending at a segment boundary and of every host
 //   suffix starting at a '.'. A path slot is keyed by the vhost's key hash,
 //   which for an exact host is the request host's own hash, so the path probes
-//   do not wait for the host probe. A hit reads: host slot + host key, path
-//   slot + key + first RouteMatch (the key and the match load in parallel).
+//   do not wait for the host probe. A slot holds its key, the rank of its
+//   list's first match, whether that match has conditions and whether it ends
+//   the lookup, and the match itself: a hit on a match without conditions
+//   reads the host slot and key, the path slot and key, and nothing else.
 //
 // Lookups per CPU-second, half Exact half PathPrefix, 1,000 pre-built inputs,
-// medians of alternating runs, walk → index (ranges over three bench runs):
-//   10 routes / 10 hosts                         6.1-9.4 M  → 2.6-5.5 M
-//   10 routes / 1 host (big table's vhost shape) 3.9-6.3 M  → 2.3-4.4 M
-//   10,000 routes / 1,000 hosts, all hosts hit   0.49-0.60 M → 1.56-1.66 M
-//   same table, inputs on 300 / 100 / 30 / 10 hosts (one run)
-//                          0.94 / 2.1 / 3.1 / 2.8 M → 1.9 / 2.6 / 2.3 / 2.5 M
-// big/small: walk 0.06-0.08, index 0.29-0.65 (the small case swings with the
-// machine's load, the big one does not); the target was 0.8 and is not reached.
-// The break-even against the walk is a working set of 30-100 hot hosts:
-// below, the walk wins on the bench's reused input strings (V8 caches their
-// hashes, so its Map lookups hash nothing, while the index hashes ~30 chars in
-// JS: ~150-250 ns on this machine); above, the index wins, 3x at 1,000 hosts,
-// where it keeps 0.40-0.65 of its rate on 10 hot hosts and the walk keeps
-// 0.14-0.17 of its own. What is left is ~3 misses per lookup (host slot, path slot, key and
-// RouteMatch); reading the path slots before the host probe (so the misses
-// overlap) measured no gain, so they already overlap, and the remaining cost
-// is the miss latency on a machine whose other processes flush L2 between our
-// time slices. In production both matchers hash fresh request strings.
+// names of one width in both tables, medians of rounds, walk → index (two runs):
+//   10 routes / 10 hosts                         5.8-9.1 M  → 3.1-3.7 M
+//   10 routes / 1 host (big table's vhost shape) 4.1-6.5 M  → 3.2-4.6 M
+//   10,000 routes / 1,000 hosts, all hosts hit   1.1-1.3 M  → 2.7-3.8 M
+//   same table, inputs on 300 / 100 / 30 / 10 hosts
+//                      1.5-2.3 / 2.5-2.7 / 2.8-3.0 / 3.1-3.4 M → 3.0-4.0 / 3.1-4.2 / 3.3-4.7 / 3.2-4.9 M
+// big/small (same-round ratios): walk 0.15-0.19, index 0.86-0.94 over seven
+// runs (target 0.8); on 10 hot hosts the big table's index runs at 0.97-1.04
+// of the small one's, so what is left is the working set, not the lookup.
+// Below 30-100 hot hosts the walk is faster: the bench reuses its input
+// strings, whose hashes V8 caches, so the walk's Map lookups hash nothing while
+// the index hashes ~35 chars in JS. In production both hash fresh strings.
+// Tried and not kept: keys inline in the slot (an Int32Array, 8 words a slot,
+// compared a word at a time) lost more in the compare than it saved in misses;
+// a 64-bit per-vhost filter of Exact keys (to skip the Exact probe of a
+// PathPrefix request) measured no gain.
 
 import type { HeaderMatcher, HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
 import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, HEAD_FINAL, HEAD_FITS_ALL, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash, storedHash } from '../lookup-hash.ts'
