@@ -81,14 +81,9 @@ export async function listen(server: Server): Promise<number> {
   return (server.address() as AddressInfo).port
 }
 
-/** A port nothing listens on (bound then closed). */
-export async function deadPort(): Promise<number> {
-  const net = await import('node:net')
-  const s = net.createServer()
-  const port = await listen(s)
-  await new Promise<void>((resolve) => s.close(() => resolve()))
-  return port
-}
+/** A port nothing listens on, held for the rest of the file (test/helpers/ports.ts). */
+export { closedPort as deadPort } from '../helpers/ports.ts'
+
 
 export function expectResponse(o: Outcome): UpstreamResponse {
   if (o.kind !== 'response') throw new Error(`expected a response, got ${o.kind}: ${o.kind === 'error' ? `${o.err.code} ${o.err.message}` : ''}`)

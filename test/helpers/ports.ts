@@ -1,0 +1,50 @@
+// Loopback ports for tests that need a connection refused.
+
+import net from 'node:net'
+import type { AddressInfo } from 'node:net'
+
+let anchor: net.Server | null = null
+
+/**
+ * A loopback port that refuses connections for the rest of this test file.
+ * A port that was listened on and closed can be handed out again by the next
+ * listen(0) (in one run, a gateway got its own "dead" endpoint's port and
+ * answered 508 to itself); this one is held by a connected client socket
+ * (bound, not listening), so connections to it are refused and no listener
+ * can take it.
+ */
+export async function closedPort(): Promise<number> {
+  if (anchor === null) {
+    const server = net.createServer((s) => { s.unref(); accepted.set(s.remotePort as number, s) })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    server.unref()
+    anchor = server
+  }
+  const holder = net.connect((anchor.address() as AddressInfo).port, '127.0.0.1')
+  await new Promise<void>((resolve, reject) => { holder.once('connect', resolve); holder.once('error', reject) })
+  holder.unref()
+  const port = holder.localPort as number
+  holders.set(port, holder)
+  return port
+}
+
+const holders = new Map<number, net.Socket>()
+/** The anchor's side of each holder's connection, by the holder's port. */
+const accepted = new Map<number, net.Socket>()
+
+/**
+ * Lets a closedPort() port go, so the test can listen on it (free again, for
+ * other tests too). The anchor's side closes first, so the wait in TIME_WAIT
+ * is on the anchor's port and this one can be bound at once.
+ */
+export async function releasePort(port: number): Promise<void> {
+  const holder = holders.get(port)
+  if (holder === undefined) return
+  holders.delete(port)
+  const closed = new Promise<void>((resolve) => holder.once('close', () => resolve()))
+  const peer = accepted.get(port)
+  accepted.delete(port)
+  if (peer !== undefined) peer.destroy()
+  else holder.destroy() // not accepted yet (never seen): close from this side
+  await closed
+}
