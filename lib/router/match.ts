@@ -109,15 +109,14 @@ export function matchOnPort(hosts: HostIndex, host: string, input: MatchInput): 
   const depth = hashBoundaries(path, ix.maxDepth)
   const exactHash = path.charCodeAt(0) === 47 /* '/' */ ? boundaryHash[depth] : pathHashOf(path)
 
-  let vid = probeHost(ix, slotHash(0, hh, KIND_EXACT), KIND_EXACT, host, 0)
-  let owner = hh
-  if (vid < 0) {
-    vid = ix.wildcards > 0 ? probeSuffixes(ix, host) : -1
-    if (vid < 0) { vid = ix.fallback; hitInfo = -1 }
-    if (vid < 0) return null
-    owner = ix.vhostInfo[vid * INFO_WORDS]
-  }
-  return matchIndexed(ix, vid, owner, input, depth, exactHash, hitInfo)
+  const slots = ix.hostSlots
+  let slot = probeHost(ix, slotHash(0, hh, KIND_EXACT), KIND_EXACT, host, 0)
+  if (slot >= 0) return matchIndexed(ix, (slots[slot * SLOT_WORDS + 1] as number) >> 1, hh, input, depth, exactHash, slots[slot * SLOT_WORDS + 3] as number)
+  // A wildcard or the catch-all: its paths are keyed by its pattern's hash.
+  slot = ix.wildcards > 0 ? probeSuffixes(ix, host) : -1
+  const vid = slot >= 0 ? (slots[slot * SLOT_WORDS + 1] as number) >> 1 : ix.fallback
+  if (vid < 0) return null
+  return matchIndexed(ix, vid, ix.vhostInfo[vid * INFO_WORDS], input, depth, exactHash, slot >= 0 ? slots[slot * SLOT_WORDS + 3] as number : -1)
 }
 
 /**
@@ -150,8 +149,9 @@ function pathHashOf(s: string): number {
 
 // hot path
 /**
- * Id of the vhost whose host slot holds key `host[start..)` of this kind, or
- * -1. A slot hash match is confirmed on the stored key, compared in place.
+ * The host slot holding key `host[start..)` of this kind (its tag gives the
+ * vhost id, its value the vhost's packed info), or -1. A slot hash match is
+ * confirmed on the stored key, compared in place.
  */
 function probeHost(ix: LookupIndex, hash: number, kind: number, host: string, start: number): number {
   const slots = ix.hostSlots
@@ -165,15 +165,9 @@ function probeHost(ix: LookupIndex, hash: number, kind: number, host: string, st
     const tag = slots[at + 1] as number
     if ((tag & 1) !== kind) continue
     const key = slots[at + 2] as string
-    if (start === 0 ? key === host : key.length === host.length - start && sameTail(key, host, start)) {
-      hitInfo = slots[at + 3] as number
-      return tag >> 1
-    }
+    if (start === 0 ? key === host : key.length === host.length - start && sameTail(key, host, start)) return i
   }
 }
-
-// The packed vhost info (lookup-hash.ts packInfo) of the last probeHost hit; -1: read ix.vhostInfo.
-let hitInfo = -1
 
 /** key === text.slice(start), without the slice (key.length is checked by the caller). */
 function sameTail(key: string, text: string, start: number): boolean {
@@ -214,7 +208,7 @@ function samePrefix(key: string, path: string): boolean {
 
 // hot path
 /**
- * Wildcard suffixes of `host`, longest first: '.b.example.com', '.example.com',
+ * The host slot of the longest wildcard suffix of `host` in the index, or -1. Suffixes, longest first: '.b.example.com', '.example.com',
  * '.com' for 'a.b.example.com'. Their hashes come from one pass from the right
  * (hostHash runs right to left). A suffix must leave at least one char before
  * it: '*.example.com' does not match 'example.com' nor '.example.com'.
@@ -233,8 +227,8 @@ function probeSuffixes(ix: LookupIndex, host: string): number {
     }
   }
   for (let k = count - 1; k >= 0; k--) {
-    const vid = probeHost(ix, slotHash(0, suffixHash[k], KIND_WILDCARD), KIND_WILDCARD, host, suffixStart[k])
-    if (vid >= 0) return vid
+    const slot = probeHost(ix, slotHash(0, suffixHash[k], KIND_WILDCARD), KIND_WILDCARD, host, suffixStart[k])
+    if (slot >= 0) return slot
   }
   return -1
 }
