@@ -54,8 +54,8 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
         if (d === 0) root = addList(node.matches)
         else {
           // The node's key ('/foo/bar') is its matches' PathPrefix key (the
-          // value vhosts.ts placed the node by): a slice of a flat string from
-          // the configuration, which the router compares in place.
+          // value vhosts.ts placed the node by); openTable stores a flat copy,
+          // which the router compares with the request path in place.
           const key = prefixKey(node.matches[0].path.value)
           pathKeys.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), tag: id << 1 | KIND_PREFIX, key, list: addList(node.matches), value: headWord(node.matches[0], false) })
         }
@@ -139,7 +139,8 @@ let codes = new Uint16Array(256)
  * either an indirection per compare) and allocated one after another, so a
  * port's keys sit in a few hundred pages instead of across the configuration's
  * heap: on a 10,000-route table, fewer TLB and cache misses per lookup
- * (bench/compile.ts: big/small 0.64-0.69 before, 0.75-0.83 with).
+ * (bench/compile.ts, as it was before names had one width: big/small
+ * 0.64-0.69 without the copies, 0.75-0.83 with).
  */
 function flatCopy(s: string): string {
   if (s.length > 4096) return s // not a key Gateway API allows; compared as it is
