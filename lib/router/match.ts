@@ -208,10 +208,11 @@ function samePrefix(key: string, path: string): boolean {
 
 // hot path
 /**
- * The host slot of the longest wildcard suffix of `host` in the index, or -1. Suffixes, longest first: '.b.example.com', '.example.com',
- * '.com' for 'a.b.example.com'. Their hashes come from one pass from the right
- * (hostHash runs right to left). A suffix must leave at least one char before
- * it: '*.example.com' does not match 'example.com' nor '.example.com'.
+ * The host slot of the longest wildcard suffix of `host` in the index, or -1.
+ * Suffixes, longest first: '.b.example.com', '.example.com', '.com' for
+ * 'a.b.example.com'. Their hashes come from one pass from the right (hostHash
+ * runs right to left). A suffix must leave at least one char before it:
+ * '*.example.com' does not match 'example.com' nor '.example.com'.
  */
 function probeSuffixes(ix: LookupIndex, host: string): number {
   let h = FNV_OFFSET

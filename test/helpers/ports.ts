@@ -3,7 +3,12 @@
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 
+/** Accepts the holders' connections. */
 let anchor: net.Server | null = null
+/** Each held port's client socket, by port. */
+const holders = new Map<number, net.Socket>()
+/** The anchor's side of each holder's connection, by the holder's port. */
+const accepted = new Map<number, net.Socket>()
 
 /**
  * A loopback port that refuses connections for the rest of this test file.
@@ -27,10 +32,6 @@ export async function closedPort(): Promise<number> {
   holders.set(port, holder)
   return port
 }
-
-const holders = new Map<number, net.Socket>()
-/** The anchor's side of each holder's connection, by the holder's port. */
-const accepted = new Map<number, net.Socket>()
 
 /**
  * Lets a closedPort() port go, so the test can listen on it (free again, for

@@ -118,7 +118,6 @@ export async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
 /** Sum of a metric's samples whose labels include `labels`. */
 export { metricValue as metric } from '../helpers/metrics.ts'
 
-/** A TCP port that refuses connections (was free a moment ago). */
 export { closedPort, releasePort } from '../helpers/ports.ts'
 
 export type { Cluster }
