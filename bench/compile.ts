@@ -184,7 +184,7 @@ const fmt = (n: number): string => Math.round(n).toLocaleString('en').padStart(1
 console.log('compile bench')
 console.log(`  compile 10,000 HTTPRoutes / 1,000 hosts: ${compileMs.toFixed(0)} ms`)
 console.log(`  retained heap (table + snapshot held): ${gc === undefined ? 'n/a (run with --expose-gc)' : mb(retained)}`)
-console.log(`  lookups per CPU-second (median of ${RUNS} alternating runs of ${ROUNDS * INPUTS} lookups):`)
+console.log(`  lookups per CPU-second (median of ${RUNS} rounds, ${ROUNDS * INPUTS} lookups a case each):`)
 console.log(`    ${''.padEnd(34)} ${'walk (before)'.padStart(13)} ${'index (after)'.padStart(13)}`)
 for (let i = 0; i < shapes.length; i++) console.log(`    ${shapes[i].name.padEnd(34)} ${fmt(medians[0][i])}   ${fmt(medians[1][i])}`)
 for (let j = 0; j < matchers.length; j++) {
