@@ -33,6 +33,15 @@ export function isBackendKind(group: string, kind: string): boolean {
   return BACKEND_KIND_NAMES.has(kind) && BACKEND_KINDS.has(`${group}/${kind}`)
 }
 
+/**
+ * A resolve() or denial() call as a compiled route made it (issue 11): both
+ * record what uses a cluster (users, TLS policy and Backend ancestors, denials
+ * for status), so a route reused from the previous compile repeats its calls.
+ */
+export type ResolverCall =
+  | { readonly op: 'resolve'; readonly ref: BackendRef; readonly from: From & { readonly name: string }; readonly routeKind: RouteKind; readonly gatewayKey: string; readonly meshed: boolean }
+  | { readonly op: 'denial'; readonly id: string; readonly gatewayKey: string }
+
 /** Resolves and caches clusters for one compile. Not shared across compiles. */
 export class BackendResolver {
   readonly #snapshot: Snapshot
@@ -68,8 +77,20 @@ export class BackendResolver {
     return c.kind !== 'Backend' || this.proxies.forBackend(c.namespace, c.name) === null
   }
 
+  /** While set, resolve() and denial() calls are appended here (compile-cache.ts). */
+  journal: ResolverCall[] | null = null
+
+  /** Repeats recorded calls for their side effects (a reused route's users, ancestors and denials). */
+  replay(calls: readonly ResolverCall[]): void {
+    for (const c of calls) {
+      if (c.op === 'resolve') this.resolve(c.ref, c.from, c.routeKind, c.gatewayKey, c.meshed)
+      else this.denial(c.id, c.gatewayKey)
+    }
+  }
+
   /** Whether routes of `gatewayKey` may send to the resolved cluster `id`; null: allowed. */
   denial(id: string, gatewayKey: string): Denial | null {
+    if (this.journal !== null) this.journal.push({ op: 'denial', id, gatewayKey })
     const r = this.#clusters.get(id)
     return r === undefined || !r.ok ? null : this.destinations.check(r.value, gatewayKey)
   }
@@ -88,6 +109,7 @@ export class BackendResolver {
 
   /** `meshed` (GEP-3792): in-cluster plaintext backends get a mesh-mTLS variant of the cluster. */
   resolve(ref: BackendRef, from: From & { readonly name: string }, routeKind: RouteKind, gatewayKey: string, meshed = false): Resolved<string> {
+    if (this.journal !== null) this.journal.push({ op: 'resolve', ref, from, routeKind, gatewayKey, meshed })
     const target = { group: ref.group, kind: ref.kind, namespace: ref.namespace, name: ref.name }
     const isService = ref.group === '' && ref.kind === 'Service'
     if (!isService && !isBackendKind(ref.group, ref.kind)) return fail('InvalidKind', `backendRef kind ${ref.group === '' ? '' : ref.group + '/'}${ref.kind} is not supported`)

@@ -15,8 +15,10 @@ import { BackendResolver } from './backends.ts'
 import { planTlsPolicies } from './tls.ts'
 import { DestinationPolicies, type DestinationDefaults } from './destination-policy.ts'
 import { PolicyIndex } from './policies.ts'
-import { compileHttpLikeRoute } from './rules.ts'
+import { compileHttpLikeRoute, routePolicies } from './rules.ts'
 import type { CompiledRoute, RefProblem } from './rules.ts'
+import type { ResolverCall } from './backends.ts'
+import { sameSpecs, vhostKey, type CompileCache, type ListenerCompile, type RouteMemo, type VhostMemo } from './compile-cache.ts'
 import { buildHostIndex } from './vhosts.ts'
 import type { PlacedMatch } from './vhosts.ts'
 import { buildSniIndex, compileL4Route } from './l4.ts'
@@ -43,6 +45,12 @@ export interface CompileOptions {
    * and everything else get a frozen table from compile itself.
    */
   readonly freeze?: boolean
+  /**
+   * Issue 11: the previous compile's results, reused where nothing they
+   * depend on changed (compile-cache.ts). The table and status are the same
+   * as without it.
+   */
+  readonly cache?: CompileCache
 }
 
 export interface CompileResult { readonly table: RouteTable; readonly status: Status }
@@ -69,12 +77,19 @@ function isMeshed(snapshot: Snapshot, sg: ServedGateway, route: AnyRoute): boole
 
 export function compile(snapshot: Snapshot, options: CompileOptions): CompileResult {
   const controllerName = options.controllerName ?? DEFAULT_CONTROLLER
-  const plan = planGateways(snapshot, options.gatewayClass, controllerName)
+  const cache = options.cache ?? null
+  const optionsKey = cache === null ? '' : JSON.stringify([options.gatewayClass, controllerName, options.destination ?? null])
+  const reusedPlan = cache?.plan(snapshot, optionsKey) ?? null
+  const plan = reusedPlan ?? planGateways(snapshot, options.gatewayClass, controllerName)
   const served = new Map(plan.served.map(g => [g.key, g]))
   const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot), new DestinationPolicies(snapshot, options.destination))
   const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
   const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
   const extensionCompiler = new ExtensionCompiler(snapshot)
+  const winners = [traffic.winners, extensions.winners]
+  const memo = cache === null ? null : cache.routes(reusedPlan !== null, winners)
+  const nextMemo = new Map<AnyRoute, RouteMemo>()
+  let routesReused = 0
 
   const attached = new Map<ServedListener, number>()
   const placed = new Map<number, PlacedMatch[]>()
@@ -88,40 +103,70 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   ]
   const listenerUse = new Map<string, Set<string>>()
   for (const route of routes) {
+    const reuse = memo?.get(route)
+    if (reuse !== undefined) {
+      // Issue 11: unchanged route, unchanged environment: its compiled pieces
+      // as they were, and the usage records its compile made, made again.
+      for (const parent of reuse.attachment.parents) for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
+      for (const lc of reuse.listeners) {
+        routePolicies(route as HTTPRoute | GRPCRoute, traffic, extensions, lc.gatewayKey, lc.listenerName)
+        resolver.replay(lc.calls)
+        noteListenerUse(listenerUse, lc.listenerKey, lc.compiled.rules)
+      }
+      for (const p of reuse.placements) place(placed, p.port, p.matches)
+      outcomes.push({ attachment: reuse.attachment, refProblems: reuse.refProblems, invalidMatches: reuse.invalidMatches, conflicts: NO_CONFLICTS })
+      nextMemo.set(route, reuse)
+      routesReused++
+      continue
+    }
     const attachment = attachRoute(snapshot, served, route)
     const refProblems: RefProblem[] = []
     const invalidMatches: string[] = []
     const conflicts: string[] = []
-    const cache = new Map<string, CompiledRoute | L4Route>()
+    const compiledFor = new Map<string, CompiledRoute | L4Route>()
+    const listeners: ListenerCompile[] = []
+    const placements: Array<{ port: number; matches: PlacedMatch[] }> = []
+    let reusable = cache !== null && (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute')
     for (const parent of attachment.parents) {
       const sg = served.get(parent.gatewayKey) as ServedGateway
       for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
       for (const a of parent.attachments) {
         const l = a.listener
-        const cacheKey = `${parent.gatewayKey}/${l.listener.name}`
+        const listenerKey = `${parent.gatewayKey}/${l.listener.name}`
         const port = l.listener.port
         if (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute') {
-          let compiled = cache.get(cacheKey) as CompiledRoute | undefined
+          let compiled = compiledFor.get(listenerKey) as CompiledRoute | undefined
           if (compiled === undefined) {
-            compiled = compileHttpLikeRoute(route, {
-              resolver, traffic, extensions, egressExtensions: snapshot.egressExtensions,
-              gatewayKey: parent.gatewayKey, listenerName: l.listener.name, meshed: isMeshed(snapshot, sg, route), extensionCompiler,
-            })
-            if (cache.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
-            cache.set(cacheKey, compiled)
-            noteListenerUse(listenerUse, cacheKey, compiled.rules)
+            const calls: ResolverCall[] = []
+            const chainsBefore = extensionCompiler.handedOut
+            resolver.journal = reusable ? calls : null
+            try {
+              compiled = compileHttpLikeRoute(route, {
+                resolver, traffic, extensions, egressExtensions: snapshot.egressExtensions,
+                gatewayKey: parent.gatewayKey, listenerName: l.listener.name, meshed: isMeshed(snapshot, sg, route), extensionCompiler,
+              })
+            } finally {
+              resolver.journal = null
+            }
+            if (compiledFor.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
+            compiledFor.set(listenerKey, compiled)
+            noteListenerUse(listenerUse, listenerKey, compiled.rules)
+            // A route that took extension chains is compiled every time: the ExtensionCompiler shares them across one compile's rules, and the table lists them.
+            if (extensionCompiler.handedOut !== chainsBefore) reusable = false
+            if (reusable) listeners.push({ gatewayKey: parent.gatewayKey, listenerName: l.listener.name, listenerKey, compiled, calls })
           }
-          const list = placed.get(port) ?? []
+          const mine: PlacedMatch[] = []
           for (const spec of compiled.matches) {
-            for (const hostname of a.hostnames) list.push({ spec: { ...spec, hostname }, listenerHost: l.hostname ?? ANY_HOST })
+            for (const hostname of a.hostnames) mine.push({ spec: { ...spec, hostname }, listenerHost: l.hostname ?? ANY_HOST })
           }
-          placed.set(port, list)
+          place(placed, port, mine)
+          if (reusable) placements.push({ port, matches: mine })
         } else {
-          let l4 = cache.get(cacheKey) as L4Route | undefined
+          let l4 = compiledFor.get(listenerKey) as L4Route | undefined
           if (l4 === undefined) {
-            l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, cache.size === 0 ? refProblems : [])
-            cache.set(cacheKey, l4)
-            noteListenerUse(listenerUse, cacheKey, [l4])
+            l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, compiledFor.size === 0 ? refProblems : [])
+            compiledFor.set(listenerKey, l4)
+            noteListenerUse(listenerUse, listenerKey, [l4])
           }
           if (route.kind === 'TCPRoute') {
             // Routes arrive oldest first: the first keeps the port.
@@ -136,9 +181,11 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       }
     }
     outcomes.push({ attachment, refProblems, invalidMatches, conflicts })
+    if (reusable) nextMemo.set(route, { attachment, listeners, placements, refProblems, invalidMatches })
   }
 
-  const ports = buildPorts(plan.served, placed, tcp, sni)
+  const vhosts = cache === null ? null : { cache, next: new Map<string, VhostMemo>(), reused: 0, built: 0 }
+  const ports = buildPorts(plan.served, placed, tcp, sni, vhosts)
   const clusters = applyClusterPolicies(resolver, traffic, listenerUse)
   const clients = new Map<string, ClientIdentity>()
   for (const pod of sortedValues(snapshot.pods)) {
@@ -147,6 +194,12 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     }
   }
   const chains = extensionCompiler.chains()
+  if (cache !== null && vhosts !== null) {
+    cache.commit({
+      snapshot, optionsKey, plan, winners, routes: nextMemo, vhosts: vhosts.next,
+      stats: { routesReused, routesCompiled: routes.length - routesReused, vhostsReused: vhosts.reused, vhostsBuilt: vhosts.built },
+    })
+  }
   const table: RouteTable = {
     version: options.version, builtAt: options.now, gatewayClass: options.gatewayClass, ports, clusters, clients,
     ...(chains.length > 0 ? { extensionChains: chains } : {}),
@@ -164,9 +217,18 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   }
 }
 
+const NO_CONFLICTS: readonly string[] = Object.freeze([])
+
+function place(placed: Map<number, PlacedMatch[]>, port: number, matches: readonly PlacedMatch[]): void {
+  const list = placed.get(port)
+  if (list === undefined) { placed.set(port, matches.slice()); return }
+  for (const m of matches) list.push(m)
+}
+
 function buildPorts(
   served: readonly ServedGateway[], placed: ReadonlyMap<number, PlacedMatch[]>,
   tcp: ReadonlyMap<number, L4Route>, sni: ReadonlyMap<number, Array<{ hostname: string; route: L4Route }>>,
+  vhosts: VhostReuse | null,
 ): Map<number, PortEntry> {
   const byPort = new Map<number, ServedListener[]>()
   for (const sg of served) {
@@ -202,7 +264,7 @@ function buildPorts(
     ports.set(port, {
       port, protocol,
       listeners: listeners.map(l => ({ gateway: l.gatewayKey, name: l.listener.name, hostname: l.hostname })),
-      http: httpLike ? buildHostIndex(placed.get(port) ?? [], listeners.map(l => l.hostname ?? ANY_HOST)) : null,
+      http: httpLike ? buildHostIndex(placed.get(port) ?? [], listeners.map(l => l.hostname ?? ANY_HOST), vhosts === null ? undefined : vhostMemo(vhosts, port)) : null,
       serverTls,
       tcp: protocol === 'TCP' ? tcp.get(port) ?? null : null,
       // TLS listeners route TLSRoutes by SNI in both modes; Terminate first decrypts with serverTls (no ALPN: the stream is opaque).
@@ -210,6 +272,25 @@ function buildPorts(
     })
   }
   return ports
+}
+
+interface VhostReuse { readonly cache: CompileCache; readonly next: Map<string, VhostMemo>; reused: number; built: number }
+
+/** buildHostIndex's view of the vhost memo for one port. */
+function vhostMemo(v: VhostReuse, port: number): import('./vhosts.ts').VhostCache {
+  return {
+    get: (pattern, specs) => {
+      const prev = v.cache.vhost(port, pattern)
+      if (prev === undefined || !sameSpecs(prev.specs, specs)) return null
+      v.next.set(vhostKey(port, pattern), prev)
+      v.reused++
+      return prev.vhost
+    },
+    set: (pattern, specs, vhost) => {
+      v.next.set(vhostKey(port, pattern), { specs, vhost })
+      v.built++
+    },
+  }
 }
 
 /**

@@ -163,6 +163,9 @@ export class ExtensionCompiler {
   readonly verdicts: ExtensionVerdict[] = []
   readonly #seenVerdicts = new Set<string>()
 
+  /** Chains handed out so far (new or shared): compile-cache.ts reuses only routes that took none. */
+  handedOut = 0
+
   constructor(snapshot: Snapshot) { this.#snapshot = snapshot }
 
   #compiled(s: ScopedExtensions, spec: ExtensionSpec): CompiledExtension {
@@ -194,6 +197,7 @@ export class ExtensionCompiler {
       }
     }
     if (byName.size === 0) return null
+    this.handedOut++
     const list = [...byName.values()]
       .sort((a, b) => b.ext.priority - a.ext.priority || RUN_RANK[a.ext.scope] - RUN_RANK[b.ext.scope] || a.order - b.order)
       .map(e => e.ext)

@@ -45,8 +45,7 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
   const refProblems: RefProblem[] = []
   const invalidMatches: string[] = []
   const grpc = route.kind === 'GRPCRoute'
-  const policy = ctx.traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, ctx.gatewayKey, ctx.listenerName)
-  const routeExt = ctx.extensions.forRoute(route.kind, route.meta.namespace, route.meta.name, ctx.gatewayKey, ctx.listenerName)
+  const { policy, routeExt } = routePolicies(route, ctx.traffic, ctx.extensions, ctx.gatewayKey, ctx.listenerName)
   const gatewayExt = ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
 
   route.rules.forEach((r, ruleIndex) => {
@@ -70,6 +69,21 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
     })
   })
   return { rules, matches, refProblems, invalidMatches }
+}
+
+/**
+ * The BackendTrafficPolicy and EgressExtension policy of a route through one
+ * listener. Besides the answer, each lookup marks the policies it passes over
+ * Overridden (status), so a route reused from the previous compile (issue 11)
+ * calls this again.
+ */
+export function routePolicies(
+  route: HTTPRoute | GRPCRoute, traffic: PolicyIndex<BackendTrafficPolicy>, extensions: PolicyIndex<EgressExtension>, gatewayKey: string, listenerName: string,
+): { policy: BackendTrafficPolicy | null; routeExt: EgressExtension | null } {
+  return {
+    policy: traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName),
+    routeExt: extensions.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName),
+  }
 }
 
 /**

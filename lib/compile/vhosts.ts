@@ -56,7 +56,17 @@ function coveringLists(pattern: string, byPattern: ReadonlyMap<string, PlacedMat
   if (any !== undefined) out.push(any)
 }
 
-export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: readonly string[]): HostIndex {
+/**
+ * Issue 11: VirtualHosts of the previous compile, by host pattern. A vhost is
+ * a function of its pattern and its list of matches, so one built from the
+ * same match objects in the same order is reused as it is.
+ */
+export interface VhostCache {
+  get(pattern: string, specs: readonly MatchSpec[]): VirtualHost | null
+  set(pattern: string, specs: readonly MatchSpec[], vhost: VirtualHost): void
+}
+
+export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: readonly string[], cache?: VhostCache): HostIndex {
   const byPattern = new Map<string, PlacedMatch[]>()
   let anyWildcard = false
   for (const p of placed) {
@@ -76,7 +86,11 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
     for (const list of covering) {
       for (const p of list) if (p.listenerHost === listener) specs.push(p.spec)
     }
-    const vhost = buildVirtualHost(pattern, specs)
+    let vhost = cache?.get(pattern, specs) ?? null
+    if (vhost === null) {
+      vhost = buildVirtualHost(pattern, cache === undefined ? specs : specs.slice()) // it ranks the list in place
+      cache?.set(pattern, specs, vhost)
+    }
     if (pattern === ANY_HOST) fallback = vhost
     else if (isWildcard(pattern)) wildcards.push({ suffix: pattern.slice(1), vhost })
     else exact.set(pattern, vhost)

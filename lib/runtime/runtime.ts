@@ -6,6 +6,7 @@
 
 import { performance } from 'node:perf_hooks'
 import { compile } from '../compile/compile.ts'
+import { CompileCache } from '../compile/compile-cache.ts'
 import { dumpTable } from '../compile/print.ts'
 import { FileSource } from '../config/file-source.ts'
 import type { ConfigSource } from '../config/kube-combined-source.ts'
@@ -73,6 +74,8 @@ export class Runtime {
   readonly #dataPlane: DataPlane
   readonly #statusLog: StatusLog
   #version = 0
+  /** Issue 11: each compile reuses what the previous one built for unchanged routes. */
+  readonly #compileCache = new CompileCache()
   #table: RouteTable | null = null
   #status: Status | null = null
   #problems: readonly ConfigProblem[] = []
@@ -156,6 +159,7 @@ export class Runtime {
         now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME,
         destination: { allowCidrs: this.#options.guard?.allowCidrs ?? [], clusterCidrs: this.#options.guard?.clusterCidrs ?? [] },
         freeze: false, // frozen right after the swap, below
+        cache: this.#compileCache,
       })
     } catch (err) {
       configReloadFailures.inc({ source: this.#sourceLabel, reason: 'compile' })
@@ -171,7 +175,8 @@ export class Runtime {
     configReloads.inc({ source: this.#sourceLabel })
     tableVersion.set(table.version)
     tableBuiltAt.set(table.builtAt / 1000)
-    log.info({ version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length }, 'route table applied')
+    const reuse = this.#compileCache.stats
+    log.info({ version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length, routesReused: reuse.routesReused, routesCompiled: reuse.routesCompiled }, 'route table applied')
     // Issue 11: the new table serves from here. What is left — the freeze,
     // the compact lookup index (until it exists the matcher walks the host
     // maps) and the status — is ~35 ms at 5,000 routes of event-loop time,
