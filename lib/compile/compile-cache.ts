@@ -11,9 +11,10 @@
 //   the calls it made that record usage for status (resolver users and
 //   denials, policy overrides), which a reuse repeats. Valid only while
 //   everything else a route compiles against is the same: every non-route
-//   object of the snapshot, the compile options, and the policy winners (a
-//   policy's target may be a route that came or went). Any change there drops
-//   the route memo: the next compile is a full one.
+//   object of the snapshot (Pods only when a Backend selects Pods), the compile
+//   options, and the policy winners (a policy's target may be a route that came
+//   or went). Any change there drops the route memo: the next compile is a
+//   full one.
 // - per port and host pattern: the VirtualHost built from a list of placed
 //   matches, reused when the list holds the same match objects in the same
 //   order. It depends on nothing else.
@@ -134,12 +135,28 @@ export function sameSpecs(a: readonly MatchSpec[], b: readonly MatchSpec[]): boo
 
 const EMPTY_ROUTES: ReadonlyMap<AnyRoute, RouteMemo> = new Map()
 
+const PODS = ENVIRONMENT.indexOf('pods')
+
 function sameEnvironment(previous: Environment | null, snapshot: Snapshot): boolean {
   if (previous === null) return false
+  // Backends are compared too, so whether one selects Pods is as before.
+  const podsMatter = selectsPods(snapshot)
   for (let i = 0; i < ENVIRONMENT.length; i++) {
+    if (i === PODS && !podsMatter) continue
     if (!sameEntries(previous[i] as ReadonlyMap<string, unknown>, snapshot[ENVIRONMENT[i] as (typeof ENVIRONMENT)[number]])) return false
   }
   return true
+}
+
+/**
+ * Whether a compiled route can depend on Pods: only through a Backend that
+ * selects them by label (GEP-4488 EndpointSelector). Pods come and go far more
+ * often than routes; without such a Backend they change only the table's
+ * client identities, which every compile builds afresh.
+ */
+function selectsPods(snapshot: Snapshot): boolean {
+  for (const b of snapshot.backends.values()) if (b.destination.type === 'EndpointSelector' && b.destination.selector !== null) return true
+  return false
 }
 
 function sameEntries(a: ReadonlyMap<string, unknown>, b: ReadonlyMap<string, unknown>): boolean {

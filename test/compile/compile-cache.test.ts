@@ -84,6 +84,23 @@ kind: Backend
 metadata: {name: ext, namespace: default}
 spec:
   endpoints: [{fqdn: {hostname: other.example.net, port: 443}}]`, null],
+  pod: [null, `apiVersion: v1
+kind: Pod
+metadata: {name: client-a, namespace: default, labels: {app: search}}
+spec: {serviceAccountName: bot, containers: [{name: app, image: example/app}]}
+status: {podIP: 10.1.0.1}`, `apiVersion: v1
+kind: Pod
+metadata: {name: client-a, namespace: default, labels: {app: search}}
+spec: {serviceAccountName: bot, containers: [{name: app, image: example/app}]}
+status: {podIP: 10.1.0.2}`],
+  selector: [null, `apiVersion: gateway.networking.k8s.io/v1alpha1
+kind: Backend
+metadata: {name: search, namespace: default}
+spec:
+  type: EndpointSelector
+  endpointSelector: {selector: {matchLabels: {app: search}}}
+  port: {name: http, port: 8080}
+  protocol: HTTP11`],
   btp: [null, `apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata: {name: gw-defaults, namespace: default}
@@ -151,6 +168,8 @@ const ROUTE_VARIANTS: ReadonlyArray<((n: string) => string) | null> = [
     backendRefs: [{name: svc, port: 80}, {name: missing, port: 80}]`),
   (n) => route(n, `  hostnames: [${n}.example.com]
   rules: [{backendRefs: [{name: svc, port: 80}]}]`, 'other'),
+  (n) => route(n, `  hostnames: [${n}.example.com]
+  rules: [{backendRefs: [{group: gateway.networking.k8s.io, kind: Backend, name: search, port: 8080}]}]`),
 ]
 
 const GRPC: ReadonlyArray<string | null> = [null, `apiVersion: gateway.networking.k8s.io/v1
@@ -256,7 +275,8 @@ t.test('random change sequences: the cached compile equals a compile from scratc
       const where = `seed ${seed} step ${step} (${changed.join(', ') || 'start'})`
       if (!same(t, canon(cached.table), canon(fresh.table), `${where}: table`)) return
       if (!same(t, canon(cached.status), canon(fresh.status), `${where}: status`)) return
-      const envChanged = Object.keys(ENVIRONMENT).some((slot) => choice.get(slot) !== before.get(slot))
+      // Pods are part of the environment only while a Backend selects Pods.
+      const envChanged = Object.keys(ENVIRONMENT).some((slot) => choice.get(slot) !== before.get(slot) && (slot !== 'pod' || choice.get('selector') !== 0))
       if (step > 0 && envChanged && cache.stats.routesReused !== 0) { t.fail(`${where}: reused routes after an environment change`); return }
       reusedTotal += cache.stats.routesReused
       vhostsReusedTotal += cache.stats.vhostsReused
@@ -280,6 +300,16 @@ t.test('a route-only change recompiles that route alone; an environment change r
   t.equal(cache.stats.routesCompiled, 2, 'one route changed: it and the TCPRoute compiled')
   t.equal(cache.stats.routesReused, ROUTES.length, 'the other HTTPRoutes and the GRPCRoute reused')
   t.ok(cache.stats.vhostsReused > 0 && cache.stats.vhostsBuilt <= 4, `vhosts the change does not touch are reused (${JSON.stringify(cache.stats)})`)
+  choice.set('pod', 1)
+  run()
+  t.equal(cache.stats.routesReused, ROUTES.length + 1, 'a Pod came: routes reused (no Backend selects Pods)')
+  choice.set('pod', 2)
+  choice.set('selector', 1)
+  run()
+  t.equal(cache.stats.routesReused, 0, 'a Backend that selects Pods came: every route compiled again')
+  choice.set('pod', 1)
+  run()
+  t.equal(cache.stats.routesReused, 0, 'a Pod changed while a Backend selects Pods: every route compiled again')
   choice.set('slice', 1)
   run()
   t.equal(cache.stats.routesReused, 0, 'an EndpointSlice changed: every route compiled again')
