@@ -104,6 +104,8 @@ data:
     fs.writeFileSync(path.join(dir, 'routes.yaml'), `${routeYaml('one', 'one.example.test', 'a', upstreamA.address.port)}---\n${routeYaml('two', 'two.example.test', 'b', upstreamB.address.port)}`)
     const r = await eventually(() => request(`http://127.0.0.1:${httpPort}/`, { host: 'two.example.test' }), (r) => r.status === 200, 15000, 'new route answering')
     t.equal((JSON.parse(r.body) as Echo).upstream, 'b')
+    // Issue 11: the unchanged route 'one' is reused from the previous compile; only 'two' is compiled.
+    await cli.waitFor(/"msg":"route table applied".*"routesReused":1,"routesCompiled":1|"routesReused":1,"routesCompiled":1.*"msg":"route table applied"/)
     t.equal(cli.child.pid, pid)
     t.equal(cli.child.exitCode, null)
   })
