@@ -28,6 +28,9 @@ export interface StatusInput {
   readonly extensionVerdicts?: readonly ExtensionVerdict[]
 }
 
+/** A route's status is a function of its outcome (and the controller name): kept per outcome object. */
+const ROUTE_STATUS = new WeakMap<RouteOutcome, { readonly controllerName: string; readonly key: string; readonly status: ObjectStatus | null }>()
+
 export function assembleStatus(input: StatusInput): Status {
   const { snapshot, controllerName } = input
   const objects = new Map<string, ObjectStatus>()
@@ -50,6 +53,13 @@ export function assembleStatus(input: StatusInput): Status {
   const policiesPresent = snapshot.backendTrafficPolicies.size > 0 || snapshot.egressExtensions.size > 0
   for (const o of input.outcomes) {
     const route = o.attachment.route
+    if (policiesPresent) routeGateways.set(`${route.kind}/${route.meta.namespace}/${route.meta.name}`, [...new Set(o.attachment.parents.filter(p => p.attachments.length > 0).map(p => p.gatewayKey))])
+    // Issue 11: a route reused from the previous compile brings the same outcome object; its status is the same object too.
+    const known = ROUTE_STATUS.get(o)
+    if (known !== undefined && known.controllerName === controllerName) {
+      if (known.status !== null) objects.set(known.key, known.status)
+      continue
+    }
     const gen = route.meta.generation
     const refs = o.refProblems.length === 0
       ? condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)
@@ -61,9 +71,11 @@ export function assembleStatus(input: StatusInput): Status {
       if (o.conflicts.includes(p.gatewayKey)) conditions.push(condition('Conflicted', true, 'Conflicted', 'an older route already serves this port', gen))
       return { parentRef: { ...p.parentRef }, controllerName, conditions }
     })
-    if (policiesPresent) routeGateways.set(`${route.kind}/${route.meta.namespace}/${route.meta.name}`, [...new Set(o.attachment.parents.filter(p => p.attachments.length > 0).map(p => p.gatewayKey))])
-    if (parents.length === 0) continue // not ours
-    put({ kind: route.kind, apiVersion: route.apiVersion, namespace: route.meta.namespace, name: route.meta.name, generation: gen, conditions: [], parents, listeners: [] })
+    const status: ObjectStatus | null = parents.length === 0 ? null // not ours
+      : { kind: route.kind, apiVersion: route.apiVersion, namespace: route.meta.namespace, name: route.meta.name, generation: gen, conditions: [], parents, listeners: [] }
+    const key = statusKey(route.kind, route.meta.namespace, route.meta.name)
+    ROUTE_STATUS.set(o, { controllerName, key, status })
+    if (status !== null) objects.set(key, status)
   }
 
   const ancestors = (keys: Iterable<string>, conditions: readonly Condition[]): ParentStatus[] =>

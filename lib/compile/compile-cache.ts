@@ -30,7 +30,8 @@ import type { Snapshot } from '../resources/snapshot.ts'
 import type { ResolverCall } from './backends.ts'
 import type { AnyRoute, RouteAttachment } from './attach.ts'
 import type { GatewayPlan } from './gateways.ts'
-import type { RefProblem, CompiledRoute } from './rules.ts'
+import type { CompiledRoute } from './rules.ts'
+import type { RouteOutcome } from './compile.ts'
 import type { MatchSpec } from './precedence.ts'
 import type { VirtualHost } from './table.ts'
 import type { PlacedMatch } from './vhosts.ts'
@@ -59,8 +60,8 @@ export interface RouteMemo {
   readonly listeners: readonly ListenerCompile[]
   /** Placed matches per port, in the order they were placed. */
   readonly placements: ReadonlyArray<{ readonly port: number; readonly matches: readonly PlacedMatch[] }>
-  readonly refProblems: readonly RefProblem[]
-  readonly invalidMatches: readonly string[]
+  /** The same object every compile that reuses the route: status assembly keeps the route's status per outcome. */
+  readonly outcome: RouteOutcome
 }
 
 export interface VhostMemo {

@@ -114,7 +114,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
         noteListenerUse(listenerUse, lc.listenerKey, lc.compiled.rules)
       }
       for (const p of reuse.placements) place(placed, p.port, p.matches)
-      outcomes.push({ attachment: reuse.attachment, refProblems: reuse.refProblems, invalidMatches: reuse.invalidMatches, conflicts: NO_CONFLICTS })
+      outcomes.push(reuse.outcome)
       nextMemo.set(route, reuse)
       routesReused++
       continue
@@ -180,8 +180,9 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
         }
       }
     }
-    outcomes.push({ attachment, refProblems, invalidMatches, conflicts })
-    if (reusable) nextMemo.set(route, { attachment, listeners, placements, refProblems, invalidMatches })
+    const outcome: RouteOutcome = { attachment, refProblems, invalidMatches, conflicts }
+    outcomes.push(outcome)
+    if (reusable) nextMemo.set(route, { attachment, listeners, placements, outcome })
   }
 
   const vhosts = cache === null ? null : { cache, next: new Map<string, VhostMemo>(), reused: 0, built: 0 }
@@ -216,8 +217,6 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     },
   }
 }
-
-const NO_CONFLICTS: readonly string[] = Object.freeze([])
 
 function place(placed: Map<number, PlacedMatch[]>, port: number, matches: readonly PlacedMatch[]): void {
   const list = placed.get(port)
