@@ -24,66 +24,99 @@ import { prefixKey } from './vhosts.ts'
 /** A slot to place: `list` is where a path key's match list starts in `matches` (-1 for a host); `value` is the slot's last word. */
 interface Key { readonly hash: number; readonly tag: number; readonly key: string; readonly list: number; readonly value: number }
 
+/**
+ * What a vhost contributes to the index apart from its id and where its lists
+ * land: its key hash, root list, depth and flags, its host key and its path
+ * keys (hash, flat key copy, list, head word). A function of the vhost and its
+ * pattern, kept per VirtualHost object (issue 11): a reload reuses the vhosts
+ * of unchanged routes (compile-cache.ts), and their keys are not hashed and
+ * copied again.
+ */
+interface VhostKeys {
+  readonly pattern: string
+  readonly keyHash: number
+  readonly root: readonly RouteMatch[] | null
+  readonly depth: number
+  readonly flags: number
+  /** The host slot's key: the name, or a wildcard's suffix ('.example.com'); '' for the catch-all. */
+  readonly hostKey: string
+  readonly paths: ReadonlyArray<{ readonly hash: number; readonly kind: number; readonly key: string; readonly list: readonly RouteMatch[]; readonly value: number }>
+}
+
+const VHOST_KEYS = new WeakMap<VirtualHost, VhostKeys>()
+
+function vhostKeys(v: VirtualHost, pattern: string): VhostKeys {
+  const known = VHOST_KEYS.get(v)
+  if (known !== undefined && known.pattern === pattern) return known
+  // The pattern's hash keys the vhost's paths; for an exact host that is the
+  // request host's hash, which the router has before the host probe returns.
+  const keyHash = hostHash(pattern)
+  const paths: Array<VhostKeys['paths'][number]> = []
+  let depth = 0
+  let root: readonly RouteMatch[] | null = null
+  // The best rank of any list but the exact ones: an exact list whose first
+  // match ranks before it ends the lookup when that match fits.
+  let otherBest = v.regexes.length > 0 ? v.regexes[0].rank : Infinity
+  const walk = (node: PrefixNode, d: number): void => {
+    if (node.matches.length > 0) {
+      if (node.matches[0].rank < otherBest) otherBest = node.matches[0].rank
+      if (d === 0) root = node.matches
+      else {
+        // The node's key ('/foo/bar') is its matches' PathPrefix key (the
+        // value vhosts.ts placed the node by); the index stores a flat copy,
+        // which the router compares with the request path in place.
+        const key = prefixKey(node.matches[0].path.value)
+        paths.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), kind: KIND_PREFIX, key: flatCopy(key), list: node.matches, value: headWord(node.matches[0], false) })
+      }
+      if (d > depth) depth = d
+    }
+    for (const child of node.children.values()) walk(child, d + 1)
+  }
+  walk(v.prefixes, 0)
+  for (const [path, list] of v.exactPaths) {
+    paths.push({ hash: slotHash(keyHash, pathHash(path), KIND_EXACT), kind: KIND_EXACT, key: flatCopy(path), list, value: headWord(list[0] as RouteMatch, (list[0] as RouteMatch).rank < otherBest) })
+  }
+  const flags = (v.exactPaths.size > 0 ? FLAG_EXACT : 0) | (v.regexes.length > 0 ? FLAG_REGEX : 0) | (v.needsQuery ? FLAG_QUERY : 0)
+  const hostKey = pattern === '*' ? '' : flatCopy(pattern.startsWith('*.') ? pattern.slice(1) : pattern)
+  const keys: VhostKeys = { pattern, keyHash, root, depth, flags, hostKey, paths }
+  VHOST_KEYS.set(v, keys)
+  return keys
+}
+
 /** The index of `index`'s hosts and paths. */
 export function buildLookupIndex(index: HostIndex): LookupIndex {
-  // Vhost ids: exact hosts, wildcards, then the catch-all. The pattern's hash
-  // keys the vhost's paths; for an exact host that is the request host's hash,
-  // which the router has before the host probe returns.
+  // Vhost ids: exact hosts, wildcards, then the catch-all.
   const vhosts: VirtualHost[] = [...index.exact.values(), ...index.wildcards.map(w => w.vhost)]
   const patterns: string[] = [...index.exact.keys(), ...index.wildcards.map(w => `*${w.suffix}`)]
   if (index.fallback !== null) { vhosts.push(index.fallback); patterns.push('*') }
   const matches: Array<RouteMatch | null> = []
   const addList = (list: readonly RouteMatch[]): number => {
     const start = matches.length
-    matches.push(...list, null)
+    for (const m of list) matches.push(m)
+    matches.push(null)
     return start
   }
   const pathKeys: Key[] = []
+  const hostKeys: Key[] = []
   const info = new Int32Array(Math.max(1, vhosts.length) * INFO_WORDS)
+  const exactCount = index.exact.size
   let maxDepth = 0
   vhosts.forEach((v, id) => {
-    const keyHash = hostHash(patterns[id])
-    let depth = 0
-    let root = -1
-    // The best rank of any list but the exact ones: an exact list whose first
-    // match ranks before it ends the lookup when that match fits.
-    let otherBest = v.regexes.length > 0 ? v.regexes[0].rank : Infinity
-    const walk = (node: PrefixNode, d: number): void => {
-      if (node.matches.length > 0) {
-        if (node.matches[0].rank < otherBest) otherBest = node.matches[0].rank
-        if (d === 0) root = addList(node.matches)
-        else {
-          // The node's key ('/foo/bar') is its matches' PathPrefix key (the
-          // value vhosts.ts placed the node by); openTable stores a flat copy,
-          // which the router compares with the request path in place.
-          const key = prefixKey(node.matches[0].path.value)
-          pathKeys.push({ hash: slotHash(keyHash, pathHash(key), KIND_PREFIX), tag: id << 1 | KIND_PREFIX, key, list: addList(node.matches), value: headWord(node.matches[0], false) })
-        }
-        if (d > depth) depth = d
-      }
-      for (const child of node.children.values()) walk(child, d + 1)
-    }
-    walk(v.prefixes, 0)
-    for (const [path, list] of v.exactPaths) {
-      pathKeys.push({ hash: slotHash(keyHash, pathHash(path), KIND_EXACT), tag: id << 1 | KIND_EXACT, key: path, list: addList(list), value: headWord(list[0], list[0].rank < otherBest) })
-    }
-    if (depth > maxDepth) maxDepth = depth
+    const k = vhostKeys(v, patterns[id] as string)
+    const root = k.root === null ? -1 : addList(k.root)
+    for (const p of k.paths) pathKeys.push({ hash: p.hash, tag: id << 1 | p.kind, key: p.key, list: addList(p.list), value: p.value })
+    if (k.depth > maxDepth) maxDepth = k.depth
     const at = id * INFO_WORDS
-    info[at] = keyHash
+    info[at] = k.keyHash
     info[at + 1] = root
-    info[at + 2] = depth
-    info[at + 3] = (v.exactPaths.size > 0 ? FLAG_EXACT : 0) | (v.regexes.length > 0 ? FLAG_REGEX : 0) | (v.needsQuery ? FLAG_QUERY : 0)
+    info[at + 2] = k.depth
+    info[at + 3] = k.flags
+    // Host slots carry their vhost's info (root, depth, flags), saving a load per lookup.
+    if (k.hostKey !== '') {
+      const kind = id < exactCount ? KIND_EXACT : KIND_WILDCARD
+      hostKeys.push({ hash: slotHash(0, hostHash(k.hostKey), kind), tag: id << 1 | kind, key: k.hostKey, list: -1, value: packInfo(root, k.depth, k.flags) })
+    }
   })
-
-  // Host slots carry their vhost's info (root, depth, flags), saving a load per lookup.
-  const hostKey = (id: number, key: string, kind: number): Key => {
-    const at = id * INFO_WORDS
-    return { hash: slotHash(0, hostHash(key), kind), tag: id << 1 | kind, key, list: -1, value: packInfo(info[at + 1], info[at + 2], info[at + 3]) }
-  }
-  const hostKeys: Key[] = []
-  let vid = 0
-  for (const name of index.exact.keys()) hostKeys.push(hostKey(vid++, name, KIND_EXACT))
-  for (const w of index.wildcards) hostKeys.push(hostKey(vid++, w.suffix, KIND_WILDCARD))
   const hosts = openTable(hostKeys, matches)
   const paths = openTable(pathKeys, matches)
   return {
@@ -122,7 +155,7 @@ function openTable(keys: readonly Key[], matches: ReadonlyArray<RouteMatch | nul
     const at = i * SLOT_WORDS
     slots[at] = storedHash(k.hash)
     slots[at + 1] = k.tag
-    slots[at + 2] = flatCopy(k.key)
+    slots[at + 2] = k.key // a flat copy already (vhostKeys)
     slots[at + 3] = k.value
     slots[at + 4] = k.list >= 0 ? matches[k.list] as RouteMatch : 0
     lists[i] = k.list

@@ -13,6 +13,8 @@ import { parseManifests } from '../../lib/config/parse.ts'
 import { buildSnapshot, DocumentCache, type SourcedDoc } from '../../lib/config/snapshot-builder.ts'
 import { compile } from '../../lib/compile/compile.ts'
 import { CompileCache } from '../../lib/compile/compile-cache.ts'
+import { ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
+import type { RouteTable } from '../../lib/compile/table.ts'
 
 /** Deterministic PRNG (mulberry32), so a failure reproduces. */
 function prng(seed: number): () => number {
@@ -242,6 +244,12 @@ function same(t: Test, cached: string, fresh: string, what: string): boolean {
   return false
 }
 
+/** Each HTTP port's compact lookup index (a non-enumerable property, so canon() of the table leaves it out). */
+function lookupIndexes(table: RouteTable): unknown[] {
+  ensureLookupIndexes(table)
+  return [...table.ports.values()].map((p) => p.http?.lookup?.index ?? null)
+}
+
 const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport' }
 const STEPS = 40
 
@@ -275,6 +283,8 @@ t.test('random change sequences: the cached compile equals a compile from scratc
       const where = `seed ${seed} step ${step} (${changed.join(', ') || 'start'})`
       if (!same(t, canon(cached.table), canon(fresh.table), `${where}: table`)) return
       if (!same(t, canon(cached.status), canon(fresh.status), `${where}: status`)) return
+      // The lookup index of reused vhosts is built from the keys kept per vhost (lookup-index.ts).
+      if (!same(t, canon(lookupIndexes(cached.table)), canon(lookupIndexes(fresh.table)), `${where}: lookup index`)) return
       // Pods are part of the environment only while a Backend selects Pods.
       const envChanged = Object.keys(ENVIRONMENT).some((slot) => choice.get(slot) !== before.get(slot) && (slot !== 'pod' || choice.get('selector') !== 0))
       if (step > 0 && envChanged && cache.stats.routesReused !== 0) { t.fail(`${where}: reused routes after an environment change`); return }
