@@ -15,17 +15,7 @@ import { compile } from '../../lib/compile/compile.ts'
 import { CompileCache } from '../../lib/compile/compile-cache.ts'
 import { ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
 import type { RouteTable } from '../../lib/compile/table.ts'
-
-/** Deterministic PRNG (mulberry32), so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed
-  return () => {
-    a = (a + 0x6d2b79f5) | 0
-    let x = Math.imul(a ^ (a >>> 15), 1 | a)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
+import { prng } from '../helpers/prng.ts'
 
 const CLASS = `apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass

@@ -14,17 +14,7 @@ import type { HTTPRoute, HTTPRouteMatch } from '../../lib/resources/model.ts'
 import { hostHash, pathHash, slotHash, KIND_PREFIX } from '../../lib/lookup-hash.ts'
 import * as b from '../compile/builders.ts'
 import { referenceMatch } from './match-reference.ts'
-
-/** Deterministic PRNG (mulberry32), so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed
-  return () => {
-    a = (a + 0x6d2b79f5) | 0
-    let x = Math.imul(a ^ (a >>> 15), 1 | a)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
+import { prng } from '../helpers/prng.ts'
 
 const ROUTE_HOSTS = ['a.example.com', 'b.example.com', '*.example.com', '*.b.example.com', '*.com', 'x.b.example.com']
 const REQUEST_HOSTS = ['a.example.com', 'b.example.com', 'x.b.example.com', 'y.b.example.com', 'z.example.com', 'x.com', 'example.com', 'other.org', '.example.com', 'a.b.c.example.com']
