@@ -84,7 +84,8 @@ export class CompileCache {
   #winners: ReadonlyArray<ReadonlyMap<string, unknown>> = []
   #plan: GatewayPlan | null = null
   #routes = new Map<AnyRoute, RouteMemo>()
-  #vhosts = new Map<string, VhostMemo>()
+  /** Port → host pattern → vhost. */
+  #vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>> = new Map()
   /** What the last compile reused; for logs and tests. */
   stats: CompileCacheStats = { routesReused: 0, routesCompiled: 0, vhostsReused: 0, vhostsBuilt: 0 }
 
@@ -104,13 +105,13 @@ export class CompileCache {
   }
 
   vhost(port: number, pattern: string): VhostMemo | undefined {
-    return this.#vhosts.get(vhostKey(port, pattern))
+    return this.#vhosts.get(port)?.get(pattern)
   }
 
   /** Replaces the memos with what a compile that finished built and reused (entries of objects that are gone are dropped). */
   commit(next: {
     readonly snapshot: Snapshot; readonly optionsKey: string; readonly plan: GatewayPlan; readonly winners: ReadonlyArray<ReadonlyMap<string, unknown>>
-    readonly routes: Map<AnyRoute, RouteMemo>; readonly vhosts: ReadonlyMap<string, VhostMemo>
+    readonly routes: Map<AnyRoute, RouteMemo>; readonly vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>>
     readonly stats: CompileCacheStats
   }): void {
     this.#environment = ENVIRONMENT.map((name) => next.snapshot[name] as ReadonlyMap<string, ModelObject>)
@@ -118,13 +119,9 @@ export class CompileCache {
     this.#plan = next.plan
     this.#winners = next.winners
     this.#routes = next.routes
-    this.#vhosts = new Map(next.vhosts)
+    this.#vhosts = next.vhosts
     this.stats = next.stats
   }
-}
-
-export function vhostKey(port: number, pattern: string): string {
-  return `${port} ${pattern}`
 }
 
 /** Whether two match lists hold the same objects in the same order. */

@@ -18,7 +18,7 @@ import { PolicyIndex } from './policies.ts'
 import { compileHttpLikeRoute, routePolicies } from './rules.ts'
 import type { CompiledRoute, RefProblem } from './rules.ts'
 import type { ResolverCall } from './backends.ts'
-import { sameSpecs, vhostKey, type CompileCache, type ListenerCompile, type RouteMemo, type VhostMemo } from './compile-cache.ts'
+import { sameSpecs, type CompileCache, type ListenerCompile, type RouteMemo, type VhostMemo } from './compile-cache.ts'
 import { buildHostIndex } from './vhosts.ts'
 import type { PlacedMatch } from './vhosts.ts'
 import { buildSniIndex, compileL4Route } from './l4.ts'
@@ -185,7 +185,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     if (reusable) nextMemo.set(route, { attachment, listeners, placements, outcome })
   }
 
-  const vhosts = cache === null ? null : { cache, next: new Map<string, VhostMemo>(), reused: 0, built: 0 }
+  const vhosts: VhostReuse | null = cache === null ? null : { cache, next: new Map(), reused: 0, built: 0 }
   const ports = buildPorts(plan.served, placed, tcp, sni, vhosts)
   const clusters = applyClusterPolicies(resolver, traffic, listenerUse)
   const clients = new Map<string, ClientIdentity>()
@@ -273,20 +273,22 @@ function buildPorts(
   return ports
 }
 
-interface VhostReuse { readonly cache: CompileCache; readonly next: Map<string, VhostMemo>; reused: number; built: number }
+interface VhostReuse { readonly cache: CompileCache; readonly next: Map<number, Map<string, VhostMemo>>; reused: number; built: number }
 
 /** buildHostIndex's view of the vhost memo for one port. */
 function vhostMemo(v: VhostReuse, port: number): import('./vhosts.ts').VhostCache {
+  const next = new Map<string, VhostMemo>()
+  v.next.set(port, next)
   return {
     get: (pattern, specs) => {
       const prev = v.cache.vhost(port, pattern)
       if (prev === undefined || !sameSpecs(prev.specs, specs)) return null
-      v.next.set(vhostKey(port, pattern), prev)
+      next.set(pattern, prev)
       v.reused++
       return prev.vhost
     },
     set: (pattern, specs, vhost) => {
-      v.next.set(vhostKey(port, pattern), { specs, vhost })
+      next.set(pattern, { specs, vhost })
       v.built++
     },
   }
