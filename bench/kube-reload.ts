@@ -12,7 +12,9 @@
 // MODIFIED event at once), then send requests for that hostname until one is
 // answered by the upstream; the sample is the time from the write to that
 // answer. The route count stays constant (one route is rewritten each time),
-// so every sample recompiles a table of the full size. Includes the source's
+// so every sample builds a table of the full size: that route compiled, the
+// others reused from the previous compile (compile-cache.ts), the lookup index
+// and status built again. Includes the source's
 // debounce: adaptive since issue 11 (10 ms after a quiet period, bursts
 // coalesce up to 250 ms). "compile alone" is the gateway's own
 // sallyport_config_compile_duration_seconds over the measured samples. Each
