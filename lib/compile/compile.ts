@@ -107,7 +107,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     if (reuse !== undefined) {
       // Issue 11: unchanged route, unchanged environment: its compiled pieces
       // as they were, and the usage records its compile made, made again.
-      for (const parent of reuse.attachment.parents) for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
+      countAttached(attached, reuse.attachment)
       for (const lc of reuse.listeners) {
         routePolicies(route as HTTPRoute | GRPCRoute, traffic, extensions, lc.gatewayKey, lc.listenerName)
         resolver.replay(lc.calls)
@@ -127,9 +127,9 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     const listeners: ListenerCompile[] = []
     const placements: Array<{ port: number; matches: PlacedMatch[] }> = []
     let reusable = cache !== null && (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute')
+    countAttached(attached, attachment)
     for (const parent of attachment.parents) {
       const sg = served.get(parent.gatewayKey) as ServedGateway
-      for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
       for (const a of parent.attachments) {
         const l = a.listener
         const listenerKey = `${parent.gatewayKey}/${l.listener.name}`
@@ -195,8 +195,8 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     }
   }
   const chains = extensionCompiler.chains()
-  if (cache !== null && vhosts !== null) {
-    cache.commit({
+  if (vhosts !== null) {
+    vhosts.cache.commit({
       snapshot, optionsKey, plan, winners, routes: nextMemo, vhosts: vhosts.next,
       stats: { routesReused, routesCompiled: routes.length - routesReused, vhostsReused: vhosts.reused, vhostsBuilt: vhosts.built },
     })
@@ -216,6 +216,11 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       return status
     },
   }
+}
+
+/** attachedRoutes: one more route on each listener a parentRef of it counts toward. */
+function countAttached(attached: Map<ServedListener, number>, attachment: RouteAttachment): void {
+  for (const parent of attachment.parents) for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
 }
 
 function place(placed: Map<number, PlacedMatch[]>, port: number, matches: readonly PlacedMatch[]): void {

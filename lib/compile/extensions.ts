@@ -163,10 +163,12 @@ export class ExtensionCompiler {
   readonly verdicts: ExtensionVerdict[] = []
   readonly #seenVerdicts = new Set<string>()
 
-  /** Chains handed out so far (new or shared): compile-cache.ts reuses only routes that took none. */
-  handedOut = 0
+  #handedOut = 0
 
   constructor(snapshot: Snapshot) { this.#snapshot = snapshot }
+
+  /** Chains handed out so far (new or shared): compile-cache.ts reuses only routes that took none. */
+  get handedOut(): number { return this.#handedOut }
 
   #compiled(s: ScopedExtensions, spec: ExtensionSpec): CompiledExtension {
     const k = `${s.scope}|${ownerKey(s.owner)}|${spec.name}`
@@ -197,7 +199,7 @@ export class ExtensionCompiler {
       }
     }
     if (byName.size === 0) return null
-    this.handedOut++
+    this.#handedOut++
     const list = [...byName.values()]
       .sort((a, b) => b.ext.priority - a.ext.priority || RUN_RANK[a.ext.scope] - RUN_RANK[b.ext.scope] || a.order - b.order)
       .map(e => e.ext)

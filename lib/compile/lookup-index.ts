@@ -20,6 +20,7 @@ import {
   hostHash, packHead, packInfo, pathHash, slotHash, storedHash,
 } from '../lookup-hash.ts'
 import { prefixKey } from './vhosts.ts'
+import { ANY_HOST, isWildcard } from './hostnames.ts'
 
 /** A slot to place: `list` is where a path key's match list starts in `matches` (-1 for a host); `value` is the slot's last word. */
 interface Key { readonly hash: number; readonly tag: number; readonly key: string; readonly list: number; readonly value: number }
@@ -77,7 +78,7 @@ function vhostKeys(v: VirtualHost, pattern: string): VhostKeys {
     paths.push({ hash: slotHash(keyHash, pathHash(path), KIND_EXACT), kind: KIND_EXACT, key: flatCopy(path), list, value: headWord(list[0] as RouteMatch, (list[0] as RouteMatch).rank < otherBest) })
   }
   const flags = (v.exactPaths.size > 0 ? FLAG_EXACT : 0) | (v.regexes.length > 0 ? FLAG_REGEX : 0) | (v.needsQuery ? FLAG_QUERY : 0)
-  const hostKey = pattern === '*' ? '' : flatCopy(pattern.startsWith('*.') ? pattern.slice(1) : pattern)
+  const hostKey = pattern === ANY_HOST ? '' : flatCopy(isWildcard(pattern) ? pattern.slice(1) : pattern)
   const keys: VhostKeys = { pattern, keyHash, root, depth, flags, hostKey, paths }
   VHOST_KEYS.set(v, keys)
   return keys
@@ -88,7 +89,7 @@ export function buildLookupIndex(index: HostIndex): LookupIndex {
   // Vhost ids: exact hosts, wildcards, then the catch-all.
   const vhosts: VirtualHost[] = [...index.exact.values(), ...index.wildcards.map(w => w.vhost)]
   const patterns: string[] = [...index.exact.keys(), ...index.wildcards.map(w => `*${w.suffix}`)]
-  if (index.fallback !== null) { vhosts.push(index.fallback); patterns.push('*') }
+  if (index.fallback !== null) { vhosts.push(index.fallback); patterns.push(ANY_HOST) }
   const matches: Array<RouteMatch | null> = []
   const addList = (list: readonly RouteMatch[]): number => {
     const start = matches.length
