@@ -3,7 +3,7 @@
 // interleaved rounds (A B C A B C ...) so a noisy neighbour hits all of them
 // alike, keeps the median round per target, and records comparison lines.
 
-import { runH2load } from './h2load.ts'
+import { runH2load, runH2loadSpread } from './h2load.ts'
 import { acceptedConnections } from './nginx.ts'
 import type { LoadResult, LoadSpec } from './h2load.ts'
 import { compare, delta } from './report.ts'
@@ -45,28 +45,33 @@ export interface BenchContext {
   peakH1Rps: number | null
 }
 
-type Shape = Omit<LoadSpec, 'url' | 'label' | 'tmpDir' | 'cores'>
+type Shape = Omit<LoadSpec, 'url' | 'label' | 'tmpDir' | 'cores'> & {
+  /** Fixed rate from independent clients (one h2load process each, own phase): h2load.ts runH2loadSpread. */
+  readonly spread?: boolean
+}
 
-function medianByRps(results: readonly LoadResult[]): LoadResult {
-  const sorted = [...results].sort((a, b) => a.rps - b.rps)
+function medianBy(results: readonly LoadResult[], key: (r: LoadResult) => number): LoadResult {
+  const sorted = [...results].sort((a, b) => key(a) - key(b))
   return sorted[Math.floor((sorted.length - 1) / 2)]
 }
 
 /** Runs `shape` against each target in interleaved rounds; returns the median round per target. */
+/** Runs `rounds` interleaved rounds; keeps each target's median round (by req/s, or by p99 for fixed-rate runs). */
 export async function measure(ctx: BenchContext, scenario: string, targets: readonly Target[], path: string, shape: Shape, rounds = ctx.rounds): Promise<Map<string, LoadResult>> {
+  const run = shape.spread === true ? runH2loadSpread : runH2load
   const all = new Map<string, LoadResult[]>()
   for (let r = 0; r < rounds; r++) {
     for (const t of targets) {
       const before = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
       const pid = t.pid === undefined ? null : t.pid()
       const cpuBefore = pid === null ? 0 : cpuMsOfTree(pid)
-      const run = await runH2load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const res0 = await run({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
       const cpuMs = pid === null ? 0 : cpuMsOfTree(pid) - cpuBefore
       const after = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
       // CPU over warm-up + measured phase, divided by the requests of both (h2load's rate times the whole time).
-      const served = run.rps * (shape.durationS + shape.warmupS)
+      const served = res0.rps * (shape.durationS + shape.warmupS)
       const res: LoadResult = {
-        ...run,
+        ...res0,
         originConnections: before === null || after === null ? null : after - before - 1, // minus the stub_status request itself
         cpuUsPerRequest: pid === null || served <= 0 ? null : (cpuMs * 1000) / served,
       }
@@ -77,7 +82,7 @@ export async function measure(ctx: BenchContext, scenario: string, targets: read
     }
   }
   const out = new Map<string, LoadResult>()
-  for (const [name, list] of all) out.set(name, medianByRps(list))
+  for (const [name, list] of all) out.set(name, shape.rpsPerClient === null ? medianBy(list, (r) => r.rps) : medianBy(list, (r) => r.p99Ms))
   return out
 }
 
@@ -165,7 +170,11 @@ export async function scenarioBodies(ctx: BenchContext): Promise<void> {
 /**
  * Fixed-rate load at half of sallyport's peak (h1 small): p99 latency added
  * over going direct. All targets get the same rate, so the difference is the
- * proxy's cost at a load it can sustain, not queueing at saturation.
+ * proxy's cost at a load it can sustain, not queueing at saturation. The
+ * clients are independent (h2load.ts runH2loadSpread): one h2load with
+ * `-c 16 --rps R` would send 16 requests at the same instant every 1/R s, and
+ * its p99 would be the time to clear a burst of 16. Rounds as for the
+ * throughput scenarios; the median round by p99 is kept.
  */
 export async function scenarioLatency(ctx: BenchContext): Promise<void> {
   if (ctx.peakH1Rps === null) {
@@ -182,9 +191,9 @@ export async function scenarioLatency(ctx: BenchContext): Promise<void> {
   const perClient = Math.max(1, Math.round(ctx.peakH1Rps / 2 / clients))
   const rate = perClient * clients
   const results = await measure(ctx, 'h1 fixed-rate', throughputTargets(ctx, false), '/small', {
-    h1: true, clients, streams: 1, durationS: ctx.durationS * 2, warmupS: 1, rpsPerClient: perClient, dataFile: null,
-  }, 1)
-  addRows(ctx, 'h1 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport peak)`)
+    h1: true, clients, streams: 1, durationS: ctx.durationS * 2, warmupS: 1, rpsPerClient: perClient, dataFile: null, spread: true,
+  })
+  addRows(ctx, 'h1 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport peak) by ${clients} independent clients`)
   compareLatency(ctx, `h1 @${rate} rps`, results, 1)
 }
 
