@@ -112,6 +112,26 @@ t.test('64 MiB streamed up and down with bounded memory', async (t) => {
     }).on('error', reject)
   })
   t.ok(stalled < 16 * 1024 * 1024, `upstream wrote only ${Math.round(stalled / 1048576)} MiB while the client did not read`)
+
+  // The same over HTTP/2: a stream whose reader stops (flow-control window full) stalls the upstream.
+  sent = 0
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  t.teardown(() => session.destroy())
+  const stalledH2 = await new Promise<number>((resolve, reject) => {
+    const stream = session.request({ ':path': '/down', ':authority': 'example.com' })
+    stream.on('error', reject)
+    stream.once('response', () => {
+      stream.pause()
+      setTimeout(() => {
+        const atStall = sent
+        let bytes = 0
+        stream.on('data', (c: Buffer) => { bytes += c.length })
+        stream.on('end', () => { t.equal(bytes, SIZE, 'the stalled HTTP/2 download completes once read'); resolve(atStall) })
+        stream.resume()
+      }, 500)
+    })
+  })
+  t.ok(stalledH2 < 16 * 1024 * 1024, `upstream wrote only ${Math.round(stalledH2 / 1048576)} MiB while the HTTP/2 client did not read`)
 })
 
 t.test('client abort reaches the upstream', async (t) => {
