@@ -32,6 +32,8 @@ export class H2Exchange implements Exchange {
   #out: Readable | null = null
   #finished = false
   #closed = false
+  /** The response body is paused until the client stream drains. */
+  #draining = false
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
@@ -93,16 +95,31 @@ export class H2Exchange implements Exchange {
       return
     }
     this.#out = body
-    // pipe() with explicit end/error/close handling rather than stream.pipeline, which
-    // allocates an AbortController and an AbortError (with a stack trace) per call.
-    body.on('data', this.#countOut)
+    // Copied by hand, as in exchange-h1.ts: no stream.pipeline (an AbortController and
+    // an AbortError with a stack trace per call), no pipe() (six listeners and their
+    // closures); 'drain' is listened for only when the stream's window is full.
+    body.on('data', this.#onOutData)
     body.once('end', this.#onOutEnd)
     body.once('error', this.#onOutError)
     body.once('close', this.#onOutClose)
-    body.pipe(stream, { end: false })
+  }
+
+  #onOutData = (chunk: Buffer): void => {
+    this.#bytesOut += chunk.length
+    if (this.#stream.write(chunk) || this.#draining) return
+    // Backpressure: the body stops flowing (the upstream pauses) until the client opens its window.
+    this.#draining = true
+    this.#out?.pause()
+    this.#stream.once('drain', this.#onDrain)
   }
 
   #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
+
+  #onDrain = (): void => {
+    this.#draining = false
+    const out = this.#out
+    if (out !== null && !out.destroyed) out.resume()
+  }
 
   #onOutEnd = (): void => {
     this.#finished = true
