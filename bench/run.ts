@@ -4,7 +4,7 @@
 // transfers; scaling from one worker to two; the compile benchmarks.
 //
 //   node bench/run.ts [--only h1,h2,bodies,latency,big,workers,compile]
-//                     [--duration 4] [--rounds 3] [--big-bytes 1g] [--features all|min]
+//                     [--duration 4] [--rounds 3] [--warmup 8] [--big-bytes 1g] [--features all|min]
 //                     [--access-log on|off] [--profile] [--no-pin]
 //
 // Pinning (2+ cores, taskset present): the proxy under test (sallyport, or the
@@ -22,7 +22,7 @@ import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
 import type { FeatureSet } from './e2e/gateway.ts'
 import { coreCount, freePort, hasTaskset, pinned, RssSampler, startProc, stopProc, waitForHttp, tailOf } from './e2e/procs.ts'
 import type { Proc, RssReport } from './e2e/procs.ts'
-import { scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency } from './e2e/scenarios.ts'
+import { scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency, warmUp } from './e2e/scenarios.ts'
 import type { BenchContext, BigBodyResult } from './e2e/scenarios.ts'
 import { scenarioWorkers } from './e2e/workers.ts'
 import type { WorkersRun } from './e2e/workers.ts'
@@ -40,6 +40,7 @@ const { values } = parseArgs({
     only: { type: 'string' },
     duration: { type: 'string', default: '4' },
     rounds: { type: 'string', default: '3' },
+    warmup: { type: 'string', default: '8' },
     'big-bytes': { type: 'string', default: '1g' },
     features: { type: 'string', default: 'all' },
     'access-log': { type: 'string', default: 'on' },
@@ -50,7 +51,7 @@ const { values } = parseArgs({
 })
 
 if (values.help === true) {
-  process.stdout.write(`usage: node bench/run.ts [--only ${ALL.join(',')}] [--duration S] [--rounds N]
+  process.stdout.write(`usage: node bench/run.ts [--only ${ALL.join(',')}] [--duration S] [--rounds N] [--warmup S]
        [--big-bytes 1g|256m|...] [--features all|min] [--access-log on|off] [--profile] [--no-pin]\n`)
   process.exit(0)
 }
@@ -65,6 +66,7 @@ function parseBytes(text: string): number {
 const selected = new Set<ScenarioName>(values.only === undefined ? ALL : values.only.split(',').map((s) => s.trim()).filter((s): s is ScenarioName => (ALL as readonly string[]).includes(s)))
 const durationS = Math.max(1, Math.min(30, Number(values.duration)))
 const rounds = Math.max(1, Math.min(5, Number(values.rounds)))
+const warmupS = Math.max(0, Math.min(60, Number(values.warmup)))
 const bigBytes = parseBytes(values['big-bytes'] ?? '1g')
 const features: FeatureSet = values.features === 'min' ? 'min' : 'all'
 const accessLog = values['access-log'] !== 'off'
@@ -201,11 +203,18 @@ async function main(): Promise<number> {
         ['latency', () => scenarioLatency(ctx)],
         ['big', async () => { big = await scenarioBig(ctx, gw?.child.pid ?? 0) }],
       ]
+      let warm = false
       for (const [name, run] of steps) {
         if (!selected.has(name)) continue
         if (gw.exited) {
           restarts++
           gw = await launch()
+          warm = false
+        }
+        if (!warm && name !== 'big') {
+          log(`bench: warm-up, ${warmupS} s of h1 small load per proxy`)
+          await warmUp(ctx, warmupS)
+          warm = true
         }
         log(`bench: ${name}`)
         try { await run() } catch (err) { notes.push({ scenario: name, text: `failed: ${err instanceof Error ? err.message : String(err)}` }) }
@@ -244,7 +253,7 @@ async function main(): Promise<number> {
   // ───────────── report ─────────────
   const out: string[] = []
   out.push(`sallyport end-to-end bench, ${started.toISOString()}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'})`)
-  out.push(`pinning: ${pin ? 'proxy under test on core 0; h2load, origin nginx, Node upstream, bench client on core 1' : 'none'}; features ${features}; access log ${accessLog ? 'on' : 'off'}; ${rounds} round(s) x ${durationS} s, median round kept`)
+  out.push(`pinning: ${pin ? 'proxy under test on core 0; h2load, origin nginx, Node upstream, bench client on core 1' : 'none'}; features ${features}; access log ${accessLog ? 'on' : 'off'}; ${warmupS} s untimed warm-up per proxy, then ${rounds} round(s) x ${durationS} s, median round kept`)
   out.push(`upstream: ${haveNginx ? `nginx ${nginxVersion(nginx)} (1 worker)` : 'Node (nginx missing)'}; load: ${h2loadVersion()}; machine busy before start ${backgroundBusy.toFixed(0)}%; load average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
   out.push('')
   if (ctx.rows.length > 0) out.push(formatTable(ctx.rows), '')

@@ -135,6 +135,24 @@ function compareLatency(ctx: BenchContext, scenario: string, results: Map<string
   if (proxy !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'nginx-proxy', proxy.p99Ms, 'direct', direct.p99Ms, null))
 }
 
+/**
+ * Untimed warm-up: the h1 small load on every target for `seconds`, nothing
+ * recorded. A JIT-compiled proxy (sallyport, the minimal Node proxy) reaches
+ * its steady state only after some seconds of load (V8 tiers functions up
+ * as they get hot); nginx does not care. Without it the first of three rounds
+ * measures the compiler, not the proxy a gateway that has been serving is.
+ */
+export async function warmUp(ctx: BenchContext, seconds: number): Promise<void> {
+  if (seconds <= 0) return
+  for (const t of throughputTargets(ctx, false)) {
+    if (t.name === 'direct') continue
+    await runH2load({
+      h1: true, clients: 32, streams: 1, durationS: seconds, warmupS: 0, rpsPerClient: null, dataFile: null,
+      url: `http://127.0.0.1:${t.port}/small`, label: `warm-up ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores,
+    })
+  }
+}
+
 /** Small HTTP/1.1 keep-alive responses, closed loop (as fast as each connection goes). */
 export async function scenarioH1(ctx: BenchContext): Promise<void> {
   const results = await measure(ctx, 'h1 small', throughputTargets(ctx, false), '/small', {
