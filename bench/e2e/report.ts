@@ -75,7 +75,7 @@ export function formatComparison(c: Comparison): string {
     return `${c.scenario} ${c.metric}: ${c.subject} ${fmt(c.subjectValue, c.unit)} ${c.unit} vs ${c.baseline} ${fmt(c.baselineValue, c.unit)} ${c.unit} → ${sign}${fmt(c.ratio, c.unit)} ${c.unit}${target}${verdict}`
   }
   const target = c.target === null ? '' : ` (target ${c.target})`
-  const r = Number.isFinite(c.ratio) ? `${c.ratio.toFixed(2)}x` : 'n/a'
+  const r = Number.isFinite(c.ratio) ? `${c.ratio.toFixed(3)}x` : 'n/a'
   return `${c.scenario} ${c.metric}: ${c.subject} ${fmt(c.subjectValue, c.unit)} ${c.unit} vs ${c.baseline} ${fmt(c.baselineValue, c.unit)} ${c.unit} → ${r}${target}${verdict}`
 }
 
