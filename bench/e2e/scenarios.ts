@@ -55,23 +55,22 @@ function medianBy(results: readonly LoadResult[], key: (r: LoadResult) => number
   return sorted[Math.floor((sorted.length - 1) / 2)]
 }
 
-/** Runs `shape` against each target in interleaved rounds; returns the median round per target. */
-/** Runs `rounds` interleaved rounds; keeps each target's median round (by req/s, or by p99 for fixed-rate runs). */
+/** Runs `shape` against each target in `rounds` interleaved rounds; keeps each target's median round (by req/s, or by p99 for fixed-rate runs). */
 export async function measure(ctx: BenchContext, scenario: string, targets: readonly Target[], path: string, shape: Shape, rounds = ctx.rounds): Promise<Map<string, LoadResult>> {
-  const run = shape.spread === true ? runH2loadSpread : runH2load
+  const load = shape.spread === true ? runH2loadSpread : runH2load
   const all = new Map<string, LoadResult[]>()
   for (let r = 0; r < rounds; r++) {
     for (const t of targets) {
       const before = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
       const pid = t.pid === undefined ? null : t.pid()
       const cpuBefore = pid === null ? 0 : cpuMsOfTree(pid)
-      const res0 = await run({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
+      const run = await load({ ...shape, url: `http://127.0.0.1:${t.port}${path}`, label: `${scenario} ${t.name}`, tmpDir: ctx.tmp, cores: ctx.loadCores })
       const cpuMs = pid === null ? 0 : cpuMsOfTree(pid) - cpuBefore
       const after = ctx.originStatusPort === null ? null : await acceptedConnections(ctx.originStatusPort)
       // CPU over warm-up + measured phase, divided by the requests of both (h2load's rate times the whole time).
-      const served = res0.rps * (shape.durationS + shape.warmupS)
+      const served = run.rps * (shape.durationS + shape.warmupS)
       const res: LoadResult = {
-        ...res0,
+        ...run,
         originConnections: before === null || after === null ? null : after - before - 1, // minus the stub_status request itself
         cpuUsPerRequest: pid === null || served <= 0 ? null : (cpuMs * 1000) / served,
       }
