@@ -40,11 +40,8 @@ export function responseHeaders(raw: Record<string, IncomingHeaderValue>, keep: 
 
 // hot path
 function dropConnectionNamed(out: OutgoingHeaders, connection: string | string[]): void {
-  // Nearly every response says just `keep-alive` or `close`: nothing (else) to drop.
-  if (connection === 'keep-alive' || connection === 'close') {
-    if (connection === 'close' && out.close !== undefined) delete out.close
-    return
-  }
+  // Nearly every response says just `keep-alive`, a field already dropped as hop-by-hop.
+  if (connection === 'keep-alive') return
   const list = Array.isArray(connection) ? connection.join(',') : connection
   for (const token of list.split(',')) {
     const name = token.trim().toLowerCase()
