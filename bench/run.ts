@@ -261,6 +261,7 @@ async function main(): Promise<number> {
   if (rss !== null) {
     const peak = Math.max(rss.peakProcessMiB, rss.rootHwmMiB)
     out.push(`sallyport RSS: ${idleRss ?? '?'} MiB idle after start; peak ${peak} MiB over the run (VmRSS samples and VmHWM) (target < 150 MiB)${peak < 150 ? ' ok' : ' MISSED'}`)
+    out.push(`  of which at most ${rss.rootPeakAnonMiB} MiB anonymous (heap, malloc) and ${rss.rootPeakFileMiB} MiB file-backed (the node binary's pages: clean, shared, reclaimable)`)
   }
   if (big !== null) {
     const b: BigBodyResult = big

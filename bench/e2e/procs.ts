@@ -130,6 +130,13 @@ export interface RssReport {
   readonly peakTreeMiB: number
   /** VmHWM of the root process (kernel's own peak), MiB. */
   readonly rootHwmMiB: number
+  /**
+   * Highest RssAnon of the root process, MiB: heap, malloc, stacks. The rest of its RSS is
+   * RssFile, mostly the node binary's own pages (clean, shared between processes, reclaimable).
+   */
+  readonly rootPeakAnonMiB: number
+  /** Highest RssFile of the root process, MiB. */
+  readonly rootPeakFileMiB: number
   /** First and last tree samples (MiB), to see growth. */
   readonly firstMiB: number
   readonly lastMiB: number
@@ -146,6 +153,8 @@ export class RssSampler {
   #peakProcess = 0
   #peakTree = 0
   #hwm = 0
+  #anon = 0
+  #file = 0
   #series: Array<[number, number]> = []
 
   constructor(pid: number, intervalMs = 100) {
@@ -164,6 +173,10 @@ export class RssSampler {
     }
     const hwm = readStatusKb(this.#pid, 'VmHWM')
     if (hwm > this.#hwm) this.#hwm = hwm
+    const anon = readStatusKb(this.#pid, 'RssAnon')
+    if (anon > this.#anon) this.#anon = anon
+    const file = readStatusKb(this.#pid, 'RssFile')
+    if (file > this.#file) this.#file = file
     if (tree === 0) return
     if (tree > this.#peakTree) this.#peakTree = tree
     this.#series.push([Date.now() - this.#start, tree])
@@ -188,6 +201,8 @@ export class RssSampler {
       peakProcessMiB: mib(this.#peakProcess),
       peakTreeMiB: mib(this.#peakTree),
       rootHwmMiB: mib(this.#hwm),
+      rootPeakAnonMiB: mib(this.#anon),
+      rootPeakFileMiB: mib(this.#file),
       firstMiB: s.length > 0 ? mib(s[0][1]) : 0,
       lastMiB: s.length > 0 ? mib(s[s.length - 1][1]) : 0,
       samples: s.length,
