@@ -12,6 +12,7 @@ import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
+import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
@@ -72,15 +73,21 @@ export class H1Pool implements UpstreamPool {
     this.waiting++
     ex.setAttempt(attempt)
     const idleMs = idleMsOf(ex, this.#settings)
+    const headersMs = req.timeouts.headersMs ?? idleMs
     const upgrade = req.upgrade
+    // A request without a body keeps its own clocks (see H1Attempt); undici's are
+    // off for it. With a body, undici's headers clock is kept: it also restarts on
+    // upload progress, which the handler does not see.
+    const own = req.body === null && upgrade === null
+    if (own) attempt.clocks(headersMs, idleMs)
     this.#pool.dispatch({
       path: req.path,
       method: req.method,
       headers: h1RequestHeaders(req.headers, req.authority),
       body: upgrade === null ? req.body : null,
       upgrade,
-      headersTimeout: req.timeouts.headersMs ?? idleMs,
-      bodyTimeout: idleMs,
+      headersTimeout: own ? 0 : headersMs,
+      bodyTimeout: own ? 0 : idleMs,
     }, attempt)
   }
 
@@ -107,7 +114,22 @@ function noop(): void {}
 
 type Controller = Dispatcher.DispatchController
 
-/** One request on the undici pool: handler for undici, Attempt for the exchange. */
+function onClock(attempt: H1Attempt): void {
+  attempt.timedOut()
+}
+
+/**
+ * One request on the undici pool: handler for undici, Attempt for the exchange.
+ *
+ * Clocks: undici's parser timer for the response headers and body is a new
+ * timer object per request on a kept-alive connection, held in undici's timer
+ * list for up to half a second after it is cleared, so under load every one of
+ * them outlived two minor GCs and was promoted: about half of what a small
+ * request left in the old generation. A bodiless request runs on node timers
+ * here instead (cleared at the end, they die young): the headers clock from the
+ * moment the request is on a connection, then the idle clock, restarted by
+ * every body chunk. Either one firing aborts the exchange, as undici's did.
+ */
 class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   readonly #ex: Exchange
   /** Counted in the pool's `waiting` until it starts, fails or is cancelled. */
@@ -115,6 +137,11 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   #controller: Controller | null = null
   #body: ResponseBody | null = null
   #cancelled: Error | null = null
+  /** Own clocks (ms); 0 when undici keeps them (requests with a body, upgrades). */
+  #headersMs = 0
+  #idleMs = 0
+  #timer: NodeJS.Timeout | null = null
+  #responded = false
 
   constructor(ex: Exchange, pool: H1Pool) {
     this.#ex = ex
@@ -128,26 +155,60 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
     pool.waiting--
   }
 
+  /** Own clocks for this request (called before dispatch). */
+  clocks(headersMs: number, idleMs: number): void {
+    this.#headersMs = headersMs
+    this.#idleMs = idleMs
+  }
+
+  #stopClock(): void {
+    const timer = this.#timer
+    if (timer !== null) {
+      this.#timer = null
+      clearTimeout(timer)
+    }
+  }
+
+  timedOut(): void {
+    this.#timer = null
+    const controller = this.#controller
+    if (controller === null || controller.aborted) return
+    controller.abort(this.#responded
+      ? localError('SP_IDLE_TIMEOUT', 'upstream exchange idle for too long')
+      : localError('SP_HEADERS_TIMEOUT', 'upstream response headers did not arrive in time'))
+  }
+
   onRequestStart(controller: Controller): void {
     this.#stopWaiting()
     this.#controller = controller
     // From here on the body may be read: never retried on another endpoint.
     this.#ex.sent = true
-    if (this.#cancelled !== null) controller.abort(this.#cancelled)
+    if (this.#cancelled !== null) { controller.abort(this.#cancelled); return }
+    if (this.#headersMs > 0) this.#timer = setTimeout(onClock, this.#headersMs, this)
   }
 
   onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200) return
+    this.#responded = true
+    if (this.#timer !== null) {
+      if (this.#headersMs === this.#idleMs) this.#timer.refresh()
+      else {
+        clearTimeout(this.#timer)
+        this.#timer = setTimeout(onClock, this.#idleMs, this)
+      }
+    }
     this.#body = this.#ex.respond(statusCode, responseHeaders(headers, null), this, 'h1')
-    if (this.#body === null) controller.abort(new Error('answered'))
+    if (this.#body === null) { this.#stopClock(); controller.abort(new Error('answered')) }
   }
 
   onResponseData(controller: Controller, chunk: Buffer): void {
+    if (this.#timer !== null) this.#timer.refresh()
     const body = this.#body
     if (body !== null && !body.push(chunk)) controller.pause()
   }
 
   onResponseEnd(_controller: Controller, trailers: IncomingHttpHeaders): void {
+    this.#stopClock()
     const body = this.#body
     if (body === null) return
     if (trailers !== undefined && trailers !== null) {
@@ -157,6 +218,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   }
 
   onResponseError(_controller: Controller, err: Error): void {
+    this.#stopClock()
     this.#stopWaiting()
     if (this.#body === null) this.#ex.fail(err)
     else this.#ex.failBody(err)
@@ -168,6 +230,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
 
   cancel(reason: Error): void {
     if (this.#cancelled !== null) return
+    this.#stopClock()
     this.#stopWaiting() // still queued in undici, but nobody waits for it any more
     this.#cancelled = reason
     const controller = this.#controller
@@ -175,6 +238,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   }
 
   resume(): void {
+    if (this.#timer !== null) this.#timer.refresh() // as undici's parser does on resume
     const controller = this.#controller
     if (controller !== null) controller.resume()
   }

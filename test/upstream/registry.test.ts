@@ -227,6 +227,60 @@ t.test('response headers timeout → SP_ERR_UPSTREAM_TIMEOUT', async (t) => {
   t.equal(err.status, 504)
 })
 
+t.test('response headers timeout with a request body (a stalled upload counts too) → SP_ERR_UPSTREAM_TIMEOUT', async (t) => {
+  const server = http.createServer((req) => { req.resume() /* reads everything, never answers */ })
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await close(server) })
+  const err = expectError(await forward(up, request(cluster({ endpoints: [endpoint(port)] }), {
+    method: 'POST', body: Readable.from([Buffer.from('payload')]),
+    timeouts: { connectMs: null, headersMs: 200, idleMs: null },
+  })))
+  t.equal(err.code, 'SP_ERR_UPSTREAM_TIMEOUT')
+})
+
+t.test('a response body silent for longer than idleMs fails with SP_ERR_UPSTREAM_TIMEOUT; the connection is not reused', async (t) => {
+  const sockets = new Set<Socket>()
+  const server = http.createServer((req, res) => {
+    sockets.add(req.socket)
+    res.writeHead(200, { 'content-length': '100' })
+    res.write('first part') // ...and the other 90 bytes never come
+  })
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await close(server) })
+  const c = cluster({ endpoints: [endpoint(port)] })
+  const res = expectResponse(await forward(up, request(c, { timeouts: { connectMs: null, headersMs: null, idleMs: 200 } })))
+  const bodyError = new Promise<Error>((resolve) => res.body.on('error', resolve))
+  res.body.resume()
+  const err = await bodyError
+  t.match(err, { code: 'SP_ERR_UPSTREAM_TIMEOUT' })
+  t.notMatch(err.message, /HEADERS/, 'reported as an idle body, not as missing headers')
+  const again = expectResponse(await forward(up, request(c, { timeouts: { connectMs: null, headersMs: null, idleMs: 200 } })))
+  again.body.on('error', () => {})
+  again.body.resume()
+  t.equal(sockets.size, 2, 'the timed-out connection was not reused')
+})
+
+t.test('a slow but steady response body is not an idle timeout: each chunk restarts the clock', async (t) => {
+  const server = http.createServer((_req, res) => {
+    res.writeHead(200)
+    let n = 0
+    const timer = setInterval(() => {
+      res.write(`chunk ${n}\n`)
+      if (++n === 6) { clearInterval(timer); res.end() }
+    }, 80)
+  })
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await close(server) })
+  // Headers come at once, the body takes ~480 ms in all: longer than idleMs, never silent for it.
+  const res = expectResponse(await forward(up, request(cluster({ endpoints: [endpoint(port)] }), {
+    timeouts: { connectMs: null, headersMs: null, idleMs: 250 },
+  })))
+  t.equal((await readBody(res.body)).split('\n').length, 7)
+})
+
 t.test('retain() keeps referenced pools warm and closes the rest', async (t) => {
   const a = echoPortServer()
   const b = echoPortServer()
