@@ -1,0 +1,48 @@
+// The batching stdout destination: every line arrives whole and in order, whatever
+// its size or characters, and what is pending leaves at exit.
+import t from 'tap'
+import type { Test } from 'tap'
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const logModule = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'lib', 'observe', 'log.ts')
+
+function runChild(t: Test, body: string): Promise<string> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-log-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'child.ts')
+  fs.writeFileSync(file, `import { accessSink } from ${JSON.stringify(logModule)}\nconst sink = accessSink()!\n${body}\n`)
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const chunks: Buffer[] = []
+    child.stdout.on('data', (c: Buffer) => chunks.push(c))
+    child.on('error', reject)
+    child.on('exit', (code) => (code === 0 ? resolve(Buffer.concat(chunks).toString('utf8')) : reject(new Error(`child exited ${code}`))))
+  })
+}
+
+t.test('lines of every size and script arrive whole and in order', async (t) => {
+  const out = await runChild(t, `
+const lines = []
+for (let i = 0; i < 400; i++) lines.push(JSON.stringify({ i, s: 'x'.repeat(i * 7 % 900), u: 'é漢🙂'.repeat(i % 50) }) + '\\n')
+lines.push(JSON.stringify({ big: 'b'.repeat(40000), u: '🙂'.repeat(3000) }) + '\\n') // longer than a batch
+for (let i = 0; i < 3; i++) lines.push('{"after":' + i + '}\\n')
+let k = 0
+// Some in one turn, some across turns, the last ones left for exit.
+for (; k < 200; k++) sink.write(lines[k])
+await new Promise((r) => setImmediate(r))
+for (; k < 401; k++) sink.write(lines[k])
+await new Promise((r) => setTimeout(r, 5))
+for (; k < lines.length; k++) sink.write(lines[k])
+`)
+  const got = out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>)
+  t.equal(got.length, 404, 'every line arrived, the pending ones at exit')
+  t.same(got.slice(0, 400).map((o) => o.i), Array.from({ length: 400 }, (_, i) => i), 'in order')
+  t.equal(got[57]?.u, 'é漢🙂'.repeat(7), 'multi-byte characters intact')
+  t.equal((got[400]?.big as string).length, 40000, 'a line longer than a batch arrives whole')
+  t.equal(got[400]?.u, '🙂'.repeat(3000))
+  t.same(got.slice(401).map((o) => o.after), [0, 1, 2])
+})
