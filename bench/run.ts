@@ -5,7 +5,13 @@
 //
 //   node bench/run.ts [--only h1,h2,bodies,latency,big,workers,compile]
 //                     [--duration 4] [--rounds 3] [--warmup 8] [--big-bytes 1g] [--features all|min]
-//                     [--access-log on|off] [--profile] [--no-pin]
+//                     [--access-log on|off] [--memory-limit 512m|off] [--profile] [--no-pin]
+//
+// Memory: sallyport runs in a memory cgroup limited like deploy/file-mode's
+// container (512 MiB; --memory-limit off for none), where this machine lets us
+// make one. Node sizes V8's heap from that limit (259 MB in 512 MiB against 4 GB
+// on a 24 GiB host without one), and V8 lets a small heap grow less between
+// collections, so an unconstrained sallyport shows a peak RSS no pod sees.
 //
 // Pinning (2+ cores, taskset present): the proxy under test (sallyport, or the
 // nginx proxy) runs alone on core 0; h2load, the origin nginx, the Node 1 GiB
@@ -20,8 +26,8 @@ import { parseArgs } from 'node:util'
 import { findNginx, startNginx, writeOriginConfig, writeProxyConfig } from './e2e/nginx.ts'
 import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
 import type { FeatureSet } from './e2e/gateway.ts'
-import { coreCount, freePort, hasTaskset, pinned, RssSampler, startProc, stopProc, waitForHttp, tailOf } from './e2e/procs.ts'
-import type { Proc, RssReport } from './e2e/procs.ts'
+import { coreCount, freePort, hasTaskset, memoryCgroup, pinned, RssSampler, startProc, stopProc, waitForHttp, tailOf } from './e2e/procs.ts'
+import type { MemoryCgroup, Proc, RssReport } from './e2e/procs.ts'
 import { scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency, warmUp } from './e2e/scenarios.ts'
 import type { BenchContext, BigBodyResult } from './e2e/scenarios.ts'
 import { scenarioWorkers } from './e2e/workers.ts'
@@ -44,6 +50,7 @@ const { values } = parseArgs({
     'big-bytes': { type: 'string', default: '1g' },
     features: { type: 'string', default: 'all' },
     'access-log': { type: 'string', default: 'on' },
+    'memory-limit': { type: 'string', default: '512m' },
     profile: { type: 'boolean', default: false },
     'no-pin': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -52,7 +59,8 @@ const { values } = parseArgs({
 
 if (values.help === true) {
   process.stdout.write(`usage: node bench/run.ts [--only ${ALL.join(',')}] [--duration S] [--rounds N] [--warmup S]
-       [--big-bytes 1g|256m|...] [--features all|min] [--access-log on|off] [--profile] [--no-pin]\n`)
+       [--big-bytes 1g|256m|...] [--features all|min] [--access-log on|off] [--memory-limit 512m|off]
+       [--profile] [--no-pin]\n`)
   process.exit(0)
 }
 
@@ -71,6 +79,8 @@ const bigBytes = parseBytes(values['big-bytes'] ?? '1g')
 const features: FeatureSet = values.features === 'min' ? 'min' : 'all'
 const accessLog = values['access-log'] !== 'off'
 const pin = values['no-pin'] !== true && hasTaskset && coreCount() >= 2
+const memoryLimit = values['memory-limit'] === 'off' ? null : parseBytes(values['memory-limit'] ?? '512m')
+const cgroup: MemoryCgroup | null = memoryLimit === null ? null : memoryCgroup(`sallyport-bench-${process.pid}`, memoryLimit)
 const SUT_CORES = pin ? '0' : null
 const LOAD_CORES = pin ? '1' : null
 
@@ -80,6 +90,7 @@ const log = (line: string): void => { process.stderr.write(`${line}\n`) }
 
 function killAllSync(): void {
   for (const p of procs) if (!p.exited) p.child.kill('SIGKILL')
+  cgroup?.remove()
 }
 process.on('exit', killAllSync)
 process.on('SIGINT', () => { killAllSync(); process.exit(130) })
@@ -166,7 +177,10 @@ async function main(): Promise<number> {
   }
   writeFileSync(ctx.oneMiBFile, Buffer.alloc(1024 * 1024, 0x75))
 
-  log(`bench: tmp ${tmp}; pinning ${pin ? 'sallyport/nginx-proxy on core 0, h2load+origin+client on core 1' : 'off'}; features ${features}; access log ${accessLog ? 'on' : 'off'}`)
+  const memoryNote = cgroup !== null
+    ? `sallyport in a ${Math.round(cgroup.limitBytes / 1048576)} MiB memory cgroup (deploy/file-mode's limit; node sizes its heap from it)`
+    : memoryLimit === null ? 'sallyport without a memory limit' : 'sallyport without a memory limit (no memory cgroup could be made here: needs root and a writable memory controller)'
+  log(`bench: tmp ${tmp}; ${memoryNote}; pinning ${pin ? 'sallyport/nginx-proxy on core 0, h2load+origin+client on core 1' : 'off'}; features ${features}; access log ${accessLog ? 'on' : 'off'}`)
   // Other work on the machine skews every number: measure it before loading anything.
   const backgroundBusy = await machineBusyPct(2000)
   log(`bench: load average before: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}; machine busy before start: ${backgroundBusy.toFixed(0)}%`)
@@ -187,7 +201,7 @@ async function main(): Promise<number> {
     const launch = async (): Promise<Proc> => {
       const p = await startGateway({
         configDir, listenPort, adminPort: await freePort(), workers: null, cores: SUT_CORES, accessLog,
-        logPath: path.join(tmp, restarts === 0 ? 'sallyport.log' : `sallyport-${restarts}.log`), cpuProfDir: profDir,
+        logPath: path.join(tmp, restarts === 0 ? 'sallyport.log' : `sallyport-${restarts}.log`), cpuProfDir: profDir, memoryCgroup: cgroup,
       })
       procs.push(p)
       samplers.push(new RssSampler(p.child.pid ?? 0, 200))
@@ -242,6 +256,7 @@ async function main(): Promise<number> {
   }
 
   for (const p of procs) await stopProc(p)
+  cgroup?.remove()
 
   let compile: CompileBenchRun[] = []
   if (selected.has('compile')) {
@@ -254,6 +269,7 @@ async function main(): Promise<number> {
   const out: string[] = []
   out.push(`sallyport end-to-end bench, ${started.toISOString()}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'})`)
   out.push(`pinning: ${pin ? 'proxy under test on core 0; h2load, origin nginx, Node upstream, bench client on core 1' : 'none'}; features ${features}; access log ${accessLog ? 'on' : 'off'}; ${warmupS} s untimed warm-up per proxy, then ${rounds} round(s) x ${durationS} s, median round kept`)
+  out.push(`memory: ${memoryNote}`)
   out.push(`upstream: ${haveNginx ? `nginx ${nginxVersion(nginx)} (1 worker)` : 'Node (nginx missing)'}; load: ${h2loadVersion()}; machine busy before start ${backgroundBusy.toFixed(0)}%; load average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`)
   out.push('')
   if (ctx.rows.length > 0) out.push(formatTable(ctx.rows), '')
@@ -278,7 +294,7 @@ async function main(): Promise<number> {
   const file = path.join(resultsDir, `${started.toISOString().replace(/[:.]/g, '-')}.json`)
   writeFileSync(file, JSON.stringify({
     startedAt: started.toISOString(), node: process.version, cpus: os.cpus().length, pinned: pin, features, accessLog,
-    rounds, durationS, upstream: haveNginx ? 'nginx' : 'node', rows: ctx.rows, comparisons: ctx.comparisons,
+    rounds, durationS, memoryLimitBytes: cgroup?.limitBytes ?? null, upstream: haveNginx ? 'nginx' : 'node', rows: ctx.rows, comparisons: ctx.comparisons,
     rss, idleRssMiB: idleRss, big, workers, compile, profile, notes, backgroundBusyPct: backgroundBusy, loadAverageAfter: os.loadavg(),
   }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2))
   process.stdout.write(`results: ${path.relative(REPO_ROOT, file)}\n`)

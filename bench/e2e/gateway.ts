@@ -11,8 +11,8 @@ import { execFileSync } from 'node:child_process'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { pinned, startProc, stopProc, waitForHttp, tailOf } from './procs.ts'
-import type { Proc } from './procs.ts'
+import { inCgroup, pinned, startProc, stopProc, waitForHttp, tailOf } from './procs.ts'
+import type { MemoryCgroup, Proc } from './procs.ts'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 let built: string | null = null
@@ -214,6 +214,8 @@ export interface GatewayStart {
   readonly logPath: string
   /** Directory for --cpu-prof output; null = no profiling. */
   readonly cpuProfDir: string | null
+  /** Memory cgroup to start sallyport in (node sizes its heap from the limit); null = none. */
+  readonly memoryCgroup: MemoryCgroup | null
 }
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
@@ -227,7 +229,7 @@ export async function startGateway(opts: GatewayStart): Promise<Proc> {
     '--access-log', opts.accessLog ? 'on' : 'off',
   ]
   if (opts.workers !== null) args.push('--workers', String(opts.workers))
-  const proc = startProc('sallyport', pinned(opts.cores, args), opts.logPath, { ...process.env, NODE_ENV: 'production' })
+  const proc = startProc('sallyport', inCgroup(opts.memoryCgroup, pinned(opts.cores, args)), opts.logPath, { ...process.env, NODE_ENV: 'production' })
   const ok = await waitForHttp(opts.listenPort, '/small', 30_000, proc)
   if (!ok) {
     await stopProc(proc)

@@ -4,7 +4,8 @@
 
 import { spawn, spawnSync } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
-import { openSync, closeSync, readFileSync, existsSync } from 'node:fs'
+import { openSync, closeSync, readFileSync, existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs'
+import path from 'node:path'
 import net from 'node:net'
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -40,6 +41,45 @@ export function listen(server: net.Server): Promise<number> {
 export function pinned(cores: string | null, argv: readonly string[]): string[] {
   if (cores === null || !hasTaskset) return [...argv]
   return ['taskset', '-c', cores, ...argv]
+}
+
+// ───────────────────────────── memory cgroup ─────────────────────────────
+
+/** A memory cgroup with a limit, as a container runtime makes one for a container. */
+export interface MemoryCgroup {
+  readonly procsFile: string
+  readonly limitBytes: number
+  remove(): void
+}
+
+/**
+ * A memory cgroup limited to limitBytes (cgroup v1's memory controller, or v2 where
+ * the memory controller is enabled at the root), or null where this machine does
+ * not let us make one (not root, read-only cgroup filesystem).
+ */
+export function memoryCgroup(name: string, limitBytes: number): MemoryCgroup | null {
+  const layouts = [
+    { root: '/sys/fs/cgroup/memory', limitFile: 'memory.limit_in_bytes' }, // v1
+    { root: '/sys/fs/cgroup', limitFile: 'memory.max' }, // v2
+  ]
+  for (const { root, limitFile } of layouts) {
+    if (!existsSync(path.join(root, 'cgroup.procs'))) continue
+    const dir = path.join(root, name)
+    try {
+      mkdirSync(dir, { recursive: true })
+      writeFileSync(path.join(dir, limitFile), String(limitBytes))
+      return { procsFile: path.join(dir, 'cgroup.procs'), limitBytes, remove: () => { try { rmdirSync(dir) } catch { /* still in use */ } } }
+    } catch {
+      try { rmdirSync(dir) } catch { /* never made */ }
+    }
+  }
+  return null
+}
+
+/** argv started inside the cgroup: a shell joins it and execs argv, so the pid is argv's own. */
+export function inCgroup(cgroup: MemoryCgroup | null, argv: readonly string[]): string[] {
+  if (cgroup === null) return [...argv]
+  return ['sh', '-c', 'echo $$ > "$0" && exec "$@"', cgroup.procsFile, ...argv]
 }
 
 export interface Proc {

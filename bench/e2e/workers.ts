@@ -26,7 +26,7 @@ export async function scenarioWorkers(ctx: BenchContext, configDir: string, acce
     try {
       proc = await startGateway({
         configDir, listenPort: ctx.sallyport.port, adminPort: await freePort(), workers, cores: null, accessLog,
-        logPath: path.join(ctx.tmp, `sallyport-workers-${workers}.log`), cpuProfDir: null,
+        logPath: path.join(ctx.tmp, `sallyport-workers-${workers}.log`), cpuProfDir: null, memoryCgroup: null,
       })
       const sampler = new RssSampler(proc.child.pid ?? 0)
       const name = `sallyport --workers ${workers}`
