@@ -1,0 +1,85 @@
+// HTTPRoute timeouts through the real CLI and YAML: timeouts.backendRequest bounds
+// the wait for the backend's response headers, timeouts.request the whole exchange;
+// either one answers 504, cancels the upstream request and says why in the access log.
+// A backend that answers in time is untouched, on the same kept-alive pool.
+
+import t from 'tap'
+import fs from 'node:fs'
+import http from 'node:http'
+import type net from 'node:net'
+import path from 'node:path'
+import { backendYaml, eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
+
+function routeWithTimeouts(name: string, hostname: string, backend: string, port: number, timeouts: string): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs:
+    - name: egress
+  hostnames:
+    - ${hostname}
+  rules:
+    - timeouts:
+        ${timeouts}
+      backendRefs:
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: ${backend}
+          port: ${port}
+`
+}
+
+t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI', async (t) => {
+  const events: string[] = []
+  const upstream = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x')
+    if (url.pathname === '/hang') {
+      events.push(`arrived ${req.headers.host}`)
+      res.on('close', () => { if (!res.writableFinished) events.push(`cancelled ${req.headers.host}`) })
+      return
+    }
+    // Answers after `ms`: within the backendRequest timeout below.
+    setTimeout(() => res.end('in time\n'), Number(url.searchParams.get('ms') ?? '0'))
+  })
+  const upPort = await new Promise<number>((resolve) => upstream.listen(0, '127.0.0.1', () => resolve((upstream.address() as net.AddressInfo).port)))
+  t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
+
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(port), backendYaml('up', upPort),
+    routeWithTimeouts('backend-request', 'backend.example.test', 'up', upPort, 'backendRequest: 300ms'),
+    routeWithTimeouts('whole-request', 'whole.example.test', 'up', upPort, 'request: 400ms'),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 30000, 'ready')
+  const base = `http://127.0.0.1:${port}`
+
+  const ok = await request(`${base}/answer?ms=50`, { host: 'backend.example.test' })
+  t.equal(ok.status, 200, 'a backend that answers within backendRequest is untouched')
+  t.equal(ok.body, 'in time\n')
+
+  const slow = await request(`${base}/hang`, { host: 'backend.example.test' })
+  t.equal(slow.status, 504, 'no response headers within backendRequest: 504')
+  t.match(slow.body, /time/i, 'the body says it timed out')
+  await eventually(async () => events.join(','), (s) => s.includes('cancelled backend.example.test'), 10000, 'upstream request cancelled')
+
+  const whole = await request(`${base}/hang`, { host: 'whole.example.test' })
+  t.equal(whole.status, 504, 'timeouts.request: 504')
+  await eventually(async () => events.join(','), (s) => s.includes('cancelled whole.example.test'), 10000, 'upstream request cancelled')
+
+  // The pool is still good: the next request on the backend-request route is served.
+  const after = await request(`${base}/answer?ms=10`, { host: 'backend.example.test' })
+  t.equal(after.status, 200)
+
+  // The access log says why.
+  const lines = await eventually(async () => cli.stdout().split('\n').filter((l) => l.includes('"component":"access"') && l.includes('"status":504')),
+    (ls) => ls.length >= 2, 10000, 'two 504 access lines')
+  for (const line of lines) {
+    const rec = JSON.parse(line) as { code: string | null; route: string }
+    t.match(rec.code ?? '', /TIMEOUT/, `access line for ${rec.route} names a timeout code`)
+  }
+})
