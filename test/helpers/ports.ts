@@ -49,3 +49,24 @@ export async function releasePort(port: number): Promise<void> {
   else holder.destroy() // not accepted yet (never seen): close from this side
   await closed
 }
+
+/**
+ * Listens on a port just let go by releasePort(). Under load the holder's socket
+ * can likely linger a moment in LAST_ACK (its bind conflicts until the final ACK is
+ * in), so EADDRINUSE is retried for up to two seconds before it counts.
+ */
+export async function listenOnReleased(server: net.Server, port: number): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject)
+        server.listen(port, '127.0.0.1', () => { server.off('error', reject); resolve() })
+      })
+      return
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 100) throw err
+      server.close() // as node's docs do before listening again
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  }
+}

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net'
 import type { ActiveHealthCheck, Cluster } from '../../lib/compile/table.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
-import { PASSIVE, ask, bodies, closedPort, countOf, releasePort, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
+import { PASSIVE, ask, bodies, closedPort, countOf, listenOnReleased, releasePort, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -73,7 +73,7 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
   // Something starts listening on the port: the check passes again.
   await releasePort(deadPort)
   const revived = http.createServer((_req, res) => { res.end('revived') })
-  await new Promise<void>((resolve, reject) => { revived.once('error', reject); revived.listen(deadPort, '127.0.0.1', resolve) })
+  await listenOnReleased(revived, deadPort)
   t.teardown(() => new Promise<void>((r) => { revived.closeAllConnections(); revived.close(() => r()) }))
   t.equal((revived.address() as AddressInfo).port, deadPort)
   t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === true), 'listening: healthy')
