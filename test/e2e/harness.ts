@@ -183,8 +183,11 @@ spec:
 `
 }
 
-/** An HTTPRoute on Gateway egress for `hostname` to a Backend; `filters`: YAML list items (indented 8) for the rule. */
-export function routeYaml(name: string, hostname: string, backend: string, port: number, filters = ''): string {
+/**
+ * An HTTPRoute on Gateway egress for `hostname` to a Backend; `filters`: YAML list items (indented 8)
+ * for the rule; `timeouts`: the rule's timeouts fields (e.g. `backendRequest: 300ms`).
+ */
+export function routeYaml(name: string, hostname: string, backend: string, port: number, filters = '', timeouts = ''): string {
   return `apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata:
@@ -196,7 +199,7 @@ spec:
   hostnames:
     - ${hostname}
   rules:
-    - ${filters === '' ? '' : `filters:\n${filters}\n      `}backendRefs:
+    - ${filters === '' ? '' : `filters:\n${filters}\n      `}${timeouts === '' ? '' : `timeouts:\n        ${timeouts}\n      `}backendRefs:
         - group: gateway.envoyproxy.io
           kind: Backend
           name: ${backend}

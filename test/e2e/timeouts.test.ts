@@ -8,29 +8,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import type net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
-
-function routeWithTimeouts(name: string, hostname: string, backend: string, port: number, timeouts: string): string {
-  return `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  parentRefs:
-    - name: egress
-  hostnames:
-    - ${hostname}
-  rules:
-    - timeouts:
-        ${timeouts}
-      backendRefs:
-        - group: gateway.envoyproxy.io
-          kind: Backend
-          name: ${backend}
-          port: ${port}
-`
-}
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
 
 t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI', async (t) => {
   const events: string[] = []
@@ -51,8 +29,8 @@ t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI',
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'config.yaml'), [
     gatewayYaml(port), backendYaml('up', upPort),
-    routeWithTimeouts('backend-request', 'backend.example.test', 'up', upPort, 'backendRequest: 300ms'),
-    routeWithTimeouts('whole-request', 'whole.example.test', 'up', upPort, 'request: 400ms'),
+    routeYaml('backend-request', 'backend.example.test', 'up', upPort, '', 'backendRequest: 300ms'),
+    routeYaml('whole-request', 'whole.example.test', 'up', upPort, '', 'request: 400ms'),
   ].join('---\n'))
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1'])
   await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 30000, 'ready')
