@@ -69,9 +69,6 @@ export class H1Pool implements UpstreamPool {
   // hot path
   dispatch(ex: Exchange): void {
     const req = ex.req
-    const attempt = new H1Attempt(ex, this)
-    this.waiting++
-    ex.setAttempt(attempt)
     const idleMs = idleMsOf(ex, this.#settings)
     const headersMs = req.timeouts.headersMs ?? idleMs
     const upgrade = req.upgrade
@@ -79,7 +76,9 @@ export class H1Pool implements UpstreamPool {
     // off for it. With a body, undici's headers clock is kept: it also restarts on
     // upload progress, which the handler does not see.
     const own = req.body === null && upgrade === null
-    if (own) attempt.clocks(headersMs, idleMs)
+    const attempt = new H1Attempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
+    this.waiting++
+    ex.setAttempt(attempt)
     this.#pool.dispatch({
       path: req.path,
       method: req.method,
@@ -138,14 +137,16 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   #body: ResponseBody | null = null
   #cancelled: Error | null = null
   /** Own clocks (ms); 0 when undici keeps them (requests with a body, upgrades). */
-  #headersMs = 0
-  #idleMs = 0
+  readonly #headersMs: number
+  readonly #idleMs: number
   #timer: NodeJS.Timeout | null = null
   #responded = false
 
-  constructor(ex: Exchange, pool: H1Pool) {
+  constructor(ex: Exchange, pool: H1Pool, headersMs: number, idleMs: number) {
     this.#ex = ex
     this.#pool = pool
+    this.#headersMs = headersMs
+    this.#idleMs = idleMs
   }
 
   #stopWaiting(): void {
@@ -153,12 +154,6 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
     if (pool === null) return
     this.#pool = null
     pool.waiting--
-  }
-
-  /** Own clocks for this request (called before dispatch). */
-  clocks(headersMs: number, idleMs: number): void {
-    this.#headersMs = headersMs
-    this.#idleMs = idleMs
   }
 
   #stopClock(): void {
