@@ -4,6 +4,67 @@ import { spawn, spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import path from 'node:path'
 
+// Follows the TAP stream's subtest nesting (four spaces per level) and keeps
+// every failed assertion with its subtest path and YAML diagnostic, and every
+// failed test file by name.
+class FailureCollector {
+  private partial = ''
+  private readonly path: string[] = []
+  private readonly found: string[] = []
+  private entry: { lines: string[], indent: string, inDiag: boolean } | null = null
+
+  push(text: string): void {
+    const lines = (this.partial + text).split('\n')
+    this.partial = lines.pop() ?? ''
+    for (const line of lines) this.line(line)
+  }
+
+  report(): string {
+    this.close()
+    const shown = this.found.slice(0, 20)
+    const more = this.found.length - shown.length
+    return shown.map((f) => `${f}\n`).join('') + (more > 0 ? `# ... and ${more} more\n` : '')
+  }
+
+  private close(): void {
+    if (this.entry !== null) this.found.push(this.entry.lines.join('\n'))
+    this.entry = null
+  }
+
+  private line(line: string): void {
+    const entry = this.entry
+    if (entry !== null) {
+      if (!entry.inDiag && line === `${entry.indent}  ---`) entry.inDiag = true
+      if (entry.inDiag) {
+        if (entry.lines.length < 40) entry.lines.push(line.slice(entry.indent.length))
+        if (line === `${entry.indent}  ...`) this.close()
+        return
+      }
+      this.close()
+    }
+    const indent = /^ */.exec(line)?.[0].length ?? 0
+    const depth = Math.floor(indent / 4)
+    const body = line.slice(indent)
+    if (body.startsWith('# Subtest: ')) {
+      this.path.length = depth
+      this.path[depth] = body.slice('# Subtest: '.length)
+      return
+    }
+    const m = /^(not ok|ok) \d+ - (.*?)(?: # .*)?$/.exec(body)
+    if (m === null) return
+    const name = m[2] ?? ''
+    const isSummary = this.path.length > depth && this.path[depth] === name
+    if (isSummary) this.path.length = depth
+    if (m[1] !== 'not ok') return
+    if (isSummary) {
+      if (depth === 0) this.found.push(`not ok - ${name} (test file failed)`)
+      return
+    }
+    const where = [...this.path.slice(0, depth), name].join(' > ')
+    this.entry = { lines: [`not ok - ${where}`], indent: ' '.repeat(indent), inDiag: false }
+  }
+}
+
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const bin = (name: string): string => path.join(root, 'node_modules', '.bin', name)
 
@@ -23,9 +84,12 @@ if (tsc.status !== 0) {
 const args = ['--reporter=tap', ...process.argv.slice(2)]
 const child = spawn(bin('tap'), args, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, FORCE_COLOR: '0' } })
 let tail = ''
+const failures = new FailureCollector()
 child.stdout.on('data', (chunk: Buffer) => {
   process.stdout.write(chunk)
-  tail = (tail + chunk.toString('utf8')).slice(-4096)
+  const text = chunk.toString('utf8')
+  failures.push(text)
+  tail = (tail + text).slice(-4096)
 })
 child.on('close', (code) => {
   // tap's closing line: `# { total: 12, pass: 11, fail: 1, skip: 0 }`
@@ -35,6 +99,9 @@ child.on('close', (code) => {
   if (code !== 0 && fail === 0) fail = 1
   const skip = m === null ? 0 : Number(m[4] ?? 0)
   const passed = pass + (typeFailures === 0 ? 1 : 0)
+  // CI logs keep only their tail: name what failed right above the summary.
+  const report = failures.report()
+  if (report !== '') process.stdout.write(`\n# failed assertions\n${report}`)
   const failed = fail + typeFailures
   process.stdout.write(`\n${passed} passed, ${failed} failed${skip > 0 ? `, ${skip} skipped` : ''}\n`)
   process.exit(failed === 0 ? 0 : 1)
