@@ -297,7 +297,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     const out = []
     for (const entry of this.#pools.values()) {
       const s = entry.pool.stats()
-      out.push({ key: entry.key, cluster: entry.cluster, protocol: entry.pool.protocol, connected: s.connected, pending: s.pending, running: s.running })
+      // pending: what the circuit breaker counts (waiting, and someone still waits for it).
+      out.push({ key: entry.key, cluster: entry.cluster, protocol: entry.pool.protocol, connected: s.connected, pending: entry.pool.pending(), running: s.running })
     }
     return out
   }

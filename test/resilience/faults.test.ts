@@ -112,6 +112,11 @@ t.test('maxParallelRetries: retries in flight are capped', async (t) => {
   t.ok(await metric('sallyport_upstream_overload_total', { backend: 'mpr', limit: 'max_parallel_retries' }) > before, 'refusals counted')
 })
 
+/** Requests waiting for a connection of the cluster's pools, as the circuit breaker counts them. */
+function waiting(gw: Gateway, backend: string): number {
+  return gw.upstreams.stats().filter((s) => s.cluster === backend).reduce((n, s) => n + s.pending, 0)
+}
+
 t.test('maxConnections and maxPendingRequests over HTTP/1.1: one connection, one waiting, the rest 503', async (t) => {
   const held: http.ServerResponse[] = []
   let connections = 0
@@ -122,7 +127,7 @@ t.test('maxConnections and maxPendingRequests over HTTP/1.1: one connection, one
   const first = ask(gw.port)
   t.ok(await until(() => held.length === 1))
   const second = ask(gw.port)
-  await sleep(100)
+  t.ok(await until(() => waiting(gw, 'mc') === 1), 'the second request waits for the connection')
   const before = await metric('sallyport_upstream_overload_total', { backend: 'mc', limit: 'max_pending_requests' })
   const third = await ask(gw.port)
   t.equal(third.status, 503)
@@ -146,10 +151,10 @@ t.test('maxPendingRequests over HTTP/1.1: a waiting request the client gave up o
   // The second waits for the one connection; its client gives up.
   const gaveUp = await ask(gw.port, { timeoutMs: 200 }).then(() => 'answered', (e: Error) => e.message)
   t.equal(gaveUp, 'client timeout')
-  await sleep(100)
+  t.ok(await until(() => waiting(gw, 'mp') === 0), 'the request its client gave up on no longer waits')
   // The slot it held is free again: a third request waits (is not refused) and is served.
   const third = ask(gw.port)
-  await sleep(100)
+  t.ok(await until(() => waiting(gw, 'mp') === 1), 'the third request waits')
   held.shift()?.end('one')
   t.ok(await until(() => held.length === 1), 'the third request goes out on the freed connection')
   held.shift()?.end('three')
