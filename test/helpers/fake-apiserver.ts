@@ -12,7 +12,7 @@
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
 //   (409 Conflict on a stale metadata.resourceVersion);
 // - generic create/get/update/delete/patch (Leases, Events);
-// - failure injection: `dropWatches()`, `forbid(plural)`, `hide(plural)` (404 as
+// - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `forbid(plural)`, `hide(plural)` (404 as
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server.
 // Driven by the real @kubernetes/client-node client (KubeConfig at http://127.0.0.1:PORT).
 
@@ -155,6 +155,15 @@ export class FakeApiServer {
   /** Drop every open watch connection without a word (a load balancer timing out, a restart). */
   dropWatches(): void {
     for (const w of this.#watchers) w.res.socket?.destroy()
+    this.#watchers.clear()
+  }
+
+  /**
+   * End every open watch cleanly, as the API server does when a watch's
+   * timeoutSeconds is up: the client reads every event written before the end.
+   */
+  endWatches(): void {
+    for (const w of this.#watchers) w.res.end()
     this.#watchers.clear()
   }
 

@@ -81,26 +81,27 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
 })
 
 t.test('passive: ejected for baseEjectionTime, back after it, ejected longer the second time', async (t) => {
+  // A base of 1 s: each step below must fit inside an ejection even on a loaded machine.
   const bad = await upstream(t, 'bad', (_req, res) => { res.writeHead(500).end('bad') })
   const good = await upstream(t, 'good')
-  const passive = { ...PASSIVE, consecutive5xxErrors: 2, baseEjectionTimeMs: 300, maxEjectionPercent: 50 }
+  const passive = { ...PASSIVE, consecutive5xxErrors: 2, baseEjectionTimeMs: 1000, maxEjectionPercent: 50 }
   const gw = await serve(t, cluster('pe', bad.port, { endpoints: [ep(bad.port), ep(good.port)], healthCheck: { active: null, passive } }))
   const before = await metric('sallyport_upstream_ejections_total', { backend: 'pe' })
   await bodies(gw.port, 4)
   let d = dumpOf(gw, 'pe', bad.port)
   t.equal(d.ejected, true, 'two 500s in a row: ejected')
   t.equal(d.ejections, 1)
-  t.ok(d.ejectedForMs > 0 && d.ejectedForMs <= 300, `first ejection ≤ baseEjectionTime (${d.ejectedForMs} ms)`)
+  t.ok(d.ejectedForMs > 0 && d.ejectedForMs <= 1000, `first ejection ≤ baseEjectionTime (${d.ejectedForMs} ms)`)
   t.equal(await metric('sallyport_upstream_ejections_total', { backend: 'pe' }), before + 1)
   const hits = bad.hits
   await bodies(gw.port, 6)
   t.equal(bad.hits, hits, 'no traffic while ejected')
-  await sleep(350)
+  await sleep(1050)
   t.ok((await bodies(gw.port, 6)).includes('bad'), 'back in rotation after baseEjectionTime')
   d = dumpOf(gw, 'pe', bad.port)
   t.equal(d.ejected, true, 'ejected again after two more 500s')
   t.equal(d.ejections, 2)
-  t.ok(d.ejectedForMs > 300 && d.ejectedForMs <= 600, `second ejection is 2 × baseEjectionTime (${d.ejectedForMs} ms left)`)
+  t.ok(d.ejectedForMs > 1000 && d.ejectedForMs <= 2000, `second ejection is 2 × baseEjectionTime (${d.ejectedForMs} ms left)`)
   t.equal(await metric('sallyport_upstream_endpoint_healthy', { backend: 'pe', endpoint: `127.0.0.1:${bad.port}` }), 0)
 })
 

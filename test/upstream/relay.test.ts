@@ -111,16 +111,20 @@ t.test('reads into the reused buffer still count as activity for the socket idle
   for (let sent = 0; sent <= BULK_BYTES; sent += filler.length) {
     if (!a.outside.write(filler)) await new Promise((r) => a.outside.once('drain', r))
   }
-  await new Promise((r) => setTimeout(r, 50))
+  // The switch happens on a read once BULK_BYTES have moved; wait for it rather than for a time.
+  for (let i = 0; i < 200 && !direction.reusedBuffer; i++) await new Promise((r) => setTimeout(r, 10))
   t.ok(direction.reusedBuffer, 'switched')
+  // Ticks come ten times as often as the idle timeout, so a test process
+  // stalled on a loaded machine does not fire the timer between two ticks.
   let timedOut = false
-  a.inside.setTimeout(300, () => { timedOut = true })
-  for (let i = 0; i < 6; i++) {
+  const fired = new Promise<void>((r) => a.inside.once('timeout', r))
+  a.inside.setTimeout(1000, () => { timedOut = true })
+  for (let i = 0; i < 15; i++) {
     a.outside.write('tick')
     await new Promise((r) => setTimeout(r, 100))
   }
-  t.notOk(timedOut, 'traffic every 100 ms keeps a 300 ms idle timer from firing')
-  await new Promise((r) => setTimeout(r, 600))
+  t.notOk(timedOut, 'traffic every 100 ms keeps a 1 s idle timer from firing over 1.5 s')
+  await Promise.race([fired, new Promise((r) => setTimeout(r, 5000))])
   t.ok(timedOut, 'silence fires it')
 })
 
