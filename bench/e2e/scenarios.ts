@@ -132,6 +132,15 @@ function compareLatency(ctx: BenchContext, scenario: string, results: Map<string
   ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'sallyport', s.p99Ms, 'direct', direct.p99Ms, maxAddedMs))
   const proxy = results.get('nginx-proxy')
   if (proxy !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'nginx-proxy', proxy.p99Ms, 'direct', direct.p99Ms, null))
+  const floor = results.get('node-minimal')
+  if (floor !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'node-minimal', floor.p99Ms, 'direct', direct.p99Ms, null))
+  // A fixed rate's p99 is mostly queueing, which grows steeply with how busy the
+  // proxy's one core is at that rate: say how busy each was.
+  const busy = ['nginx-proxy', 'node-minimal', 'sallyport'].flatMap((name) => {
+    const r = results.get(name)
+    return r === undefined || r.cpuUsPerRequest === null ? [] : [`${name} ${Math.round((r.rps * r.cpuUsPerRequest) / 1e4)} %`]
+  })
+  if (busy.length > 0) ctx.notes.push({ scenario, text: `core busy at this rate (req/s x CPU per request): ${busy.join(', ')}` })
 }
 
 /**
