@@ -9,7 +9,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { eventually, freePort, request, runCli, startCli, tempDir } from '../e2e/harness.ts'
+import { eventually, freePort, gatewayYaml, request, runCli, startCli, tempDir } from '../e2e/harness.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 
 const skip = dnsmasqSkip()
@@ -53,28 +53,7 @@ spec:
 }
 
 function gateway(port: number): string {
-  return `apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: sallyport
-spec:
-  controllerName: sallyport.io/gateway-controller
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: egress
-  namespace: default
-  annotations:
-    sallyport.io/allow-destination-cidrs: 127.0.0.1/32
-    sallyport.io/allowed-regions: eu-west-1
-spec:
-  gatewayClassName: sallyport
-  listeners:
-    - name: http
-      protocol: HTTP
-      port: ${port}
-`
+  return gatewayYaml(port, '', { 'sallyport.io/allow-destination-cidrs': '127.0.0.1/32', 'sallyport.io/allowed-regions': 'eu-west-1' })
 }
 
 t.test('serve --dns-server: ExternalHostname backends resolved by a real DNS server, guarded', { skip: skip ?? false }, async (t) => {

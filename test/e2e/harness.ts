@@ -143,8 +143,12 @@ export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean,
   throw new Error(`${what} not reached in ${timeoutMs} ms; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`)
 }
 
+/** The test upstreams are on loopback, which the destination guard refuses unless allowed. */
+export const LOOPBACK_ALLOWED: Readonly<Record<string, string>> = { 'sallyport.io/allow-destination-cidrs': '127.0.0.0/8' }
+
 /** Manifests: a GatewayClass, a Gateway with an HTTP listener, and Backends pointing at local upstreams. */
-export function gatewayYaml(port: number, extraListeners = ''): string {
+export function gatewayYaml(port: number, extraListeners = '', annotations: Readonly<Record<string, string>> = LOOPBACK_ALLOWED): string {
+  const notes = Object.entries(annotations).map(([k, v]) => `\n    ${k}: ${v}`).join('')
   return `apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata:
@@ -157,9 +161,7 @@ kind: Gateway
 metadata:
   name: egress
   namespace: default
-  annotations:
-    # The test upstreams are on loopback, which the destination guard refuses unless allowed.
-    sallyport.io/allow-destination-cidrs: 127.0.0.0/8
+  annotations:${notes}
 spec:
   gatewayClassName: sallyport
   listeners:
