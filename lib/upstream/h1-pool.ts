@@ -23,8 +23,8 @@ export class H1Pool implements UpstreamPool {
   readonly #settings: PoolSettings
   #parked: Socket | null
   #closed = false
-  /** Dispatched, not yet started on a connection, not given up on (H1Attempt keeps it). */
-  waiting = 0
+  /** Dispatched, not yet started on a connection, not given up on (H1Attempt calls left()). */
+  #waiting = 0
 
   constructor(connector: Connector, settings: PoolSettings, parked: Socket | null = null) {
     this.#settings = settings
@@ -77,7 +77,7 @@ export class H1Pool implements UpstreamPool {
     // upload progress, which the handler does not see.
     const own = req.body === null && upgrade === null
     const attempt = new H1Attempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
-    this.waiting++
+    this.#waiting++
     ex.setAttempt(attempt)
     this.#pool.dispatch({
       path: req.path,
@@ -91,7 +91,12 @@ export class H1Pool implements UpstreamPool {
   }
 
   pending(): number {
-    return this.waiting
+    return this.#waiting
+  }
+
+  /** An attempt of this pool started on a connection, or was given up on. */
+  left(): void {
+    this.#waiting--
   }
 
   stats(): PoolStats {
@@ -131,7 +136,7 @@ function onClock(attempt: H1Attempt): void {
  */
 class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   readonly #ex: Exchange
-  /** Counted in the pool's `waiting` until it starts, fails or is cancelled. */
+  /** Counted in the pool's pending() until it starts, fails or is cancelled. */
   #pool: H1Pool | null
   #controller: Controller | null = null
   #body: ResponseBody | null = null
@@ -153,7 +158,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
     const pool = this.#pool
     if (pool === null) return
     this.#pool = null
-    pool.waiting--
+    pool.left()
   }
 
   #stopClock(): void {
