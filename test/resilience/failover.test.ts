@@ -29,7 +29,7 @@ t.test('Backend fallback: true is used only while the regular backend is unavail
   const main = await upstream(t, 'main', (_req, res) => { res.writeHead(failing ? 500 : 200).end('main') })
   const spare = await upstream(t, 'spare')
   const port = await freePort()
-  const passive = { ...PASSIVE, consecutive5xxErrors: 1, baseEjectionTimeMs: 300, maxEjectionPercent: 100 }
+  const passive = { ...PASSIVE, consecutive5xxErrors: 1, baseEjectionTimeMs: 1000, maxEjectionPercent: 100 }
   // Both refs at priority 0: the fallback flag alone puts `spare` below `main`.
   const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'main' }, { cluster: 'spare' }] }] }] } },
     [cluster('main', main.port, { healthCheck: { active: null, passive } }), cluster('spare', spare.port, { fallback: true })])
@@ -39,6 +39,6 @@ t.test('Backend fallback: true is used only while the regular backend is unavail
   t.same(countOf(await bodies(gw.port, 1)), { main: 1 }, 'main answers 500 once and is ejected')
   t.same(countOf(await bodies(gw.port, 5)), { spare: 5 }, 'then the fallback takes the traffic')
   failing = false
-  await sleep(350)
+  await sleep(1050) // a 1 s ejection: the five requests above fit inside it on a loaded machine
   t.same(countOf(await bodies(gw.port, 5)), { main: 5 }, 'back to main after its ejection')
 })
