@@ -13,6 +13,9 @@ import { echoH1, echoH2c, h1, h2, listen, startPlane } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
+/** What an upstream may write while the client does not read (see the 64 MiB test). */
+const STALL_BOUND = 48 * 1024 * 1024
+
 const oneRoute = (c: string) => ({ routes: [{ name: 'r', rules: [{ backends: [{ cluster: c }] }] }] })
 
 t.test('protocol pairings: h1→h1, h1→h2c, h2→h1, h2→h2c', async (t) => {
@@ -111,7 +114,11 @@ t.test('64 MiB streamed up and down with bounded memory', async (t) => {
       }, 500)
     }).on('error', reject)
   })
-  t.ok(stalled < 16 * 1024 * 1024, `upstream wrote only ${Math.round(stalled / 1048576)} MiB while the client did not read`)
+  // What the kernel holds meanwhile is not ours to bound: a loopback socket's receive
+  // buffer grows up to tcp_rmem's maximum (32 MiB on these machines), its send buffer
+  // to tcp_wmem's (4 MiB), and two connections are in the way. 16-25 MiB were seen on
+  // a loaded 2-core machine; a gateway that buffered the body would show all 64.
+  t.ok(stalled < STALL_BOUND, `upstream wrote only ${Math.round(stalled / 1048576)} MiB while the client did not read`)
 
   // The same over HTTP/2: a stream whose reader stops (flow-control window full) stalls the upstream.
   sent = 0
@@ -131,7 +138,7 @@ t.test('64 MiB streamed up and down with bounded memory', async (t) => {
       }, 500)
     })
   })
-  t.ok(stalledH2 < 16 * 1024 * 1024, `upstream wrote only ${Math.round(stalledH2 / 1048576)} MiB while the HTTP/2 client did not read`)
+  t.ok(stalledH2 < STALL_BOUND, `upstream wrote only ${Math.round(stalledH2 / 1048576)} MiB while the HTTP/2 client did not read`)
 })
 
 t.test('client abort reaches the upstream', async (t) => {
