@@ -183,6 +183,16 @@ export class Exchange {
 }
 
 /**
+ * True when `body` is a response body straight from an upstream pool: its
+ * chunks are the pool's socket reads, referenced by nothing once emitted. A
+ * listener that is its only consumer may release a chunk's memory after
+ * writing it (lib/listeners/release.ts); a body an extension replaced is not one.
+ */
+export function isUpstreamBody(body: Readable): boolean {
+  return body instanceof ResponseBody
+}
+
+/**
  * The response body handed to the request path. Backpressure: push() returning
  * false pauses the upstream (undici controller / h2 stream); _read resumes it.
  * Destroying it before the end cancels the upstream exchange.
