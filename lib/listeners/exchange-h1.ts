@@ -8,7 +8,7 @@ import { pipeline, type Duplex, type Readable } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isUpstreamBody } from '../upstream/exchange.ts'
-import { isReleasable, release } from './release.ts'
+import { isReleasable, ownedStreams, release } from '../upstream/release.ts'
 import { STATUS_CODES } from 'node:http'
 
 /** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
@@ -61,6 +61,8 @@ export class H1Exchange implements Exchange {
     this.headers = req.headers
     this.authority = req.headers.host ?? ''
     this.body = hasBody(req) ? req : null
+    // Node's parser gives each body chunk its own copy, which nothing else keeps (upstream/release.ts).
+    if (this.body !== null) ownedStreams.add(req)
     this.clientAddress = clientIp(req.socket.remoteAddress)
     this.port = port
     this.#socket = req.socket

@@ -7,6 +7,7 @@
 // request is not retried (DESIGN.md: a body is buffered only with a bound).
 
 import { PassThrough, type Readable } from 'node:stream'
+import { ownedStreams, retained } from '../upstream/release.ts'
 
 export const DEFAULT_REPLAY_BYTES = 64 * 1024
 
@@ -18,10 +19,13 @@ export class ReplayBody {
   #ended = false
   #failed: Error | null = null
   #current: PassThrough | null = null
+  /** The source's chunks are nobody else's (upstream/release.ts): so are the attempts' streams, but for what is kept here. */
+  readonly #owned: boolean
 
   constructor(source: Readable, limit = DEFAULT_REPLAY_BYTES) {
     this.#source = source
     this.#limit = limit
+    this.#owned = ownedStreams.has(source)
     source.on('data', (chunk: Buffer) => this.#onData(chunk))
     source.on('end', () => { this.#ended = true; this.#current?.end() })
     source.on('error', (err: Error) => { this.#failed = err; this.#current?.destroy(err) })
@@ -38,6 +42,7 @@ export class ReplayBody {
     const previous = this.#current
     const out = new PassThrough()
     this.#current = out
+    if (this.#owned) ownedStreams.add(out)
     if (previous !== null) {
       previous.removeAllListeners('drain')
       if (!previous.destroyed) previous.destroy()
@@ -63,7 +68,10 @@ export class ReplayBody {
     if (chunks !== null) {
       this.#size += chunk.length
       if (this.#size > this.#limit) this.#chunks = null
-      else chunks.push(chunk)
+      else {
+        chunks.push(chunk)
+        retained.add(chunk) // a retry sends it again: never released once written
+      }
     }
     const out = this.#current
     if (out === null || out.destroyed) return

@@ -186,7 +186,7 @@ export class Exchange {
  * True when `body` is a response body straight from an upstream pool: its
  * chunks are the pool's socket reads, referenced by nothing once emitted. A
  * listener that is its only consumer may release a chunk's memory after
- * writing it (lib/listeners/release.ts); a body an extension replaced is not one.
+ * writing it (lib/upstream/release.ts); a body an extension replaced is not one.
  */
 export function isUpstreamBody(body: Readable): boolean {
   return body instanceof ResponseBody

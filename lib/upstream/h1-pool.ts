@@ -14,6 +14,7 @@ import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
+import { markReleasableChunks, ownedStreams, releaseWrittenChunks } from './release.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
 
@@ -47,6 +48,7 @@ export class H1Pool implements UpstreamPool {
         if (socket !== null) {
           this.#parked = null
           if (!socket.destroyed) {
+            releaseWrittenChunks(socket)
             // Never synchronously: undici's client is still inside its resume loop.
             process.nextTick(callback, null, socket)
             return
@@ -54,7 +56,11 @@ export class H1Pool implements UpstreamPool {
         }
         connector.connect(HTTP11, (err, sock) => {
           if (err !== null || sock === null) callback(err ?? new Error('no socket'), null)
-          else callback(null, sock)
+          else {
+            // Request body chunks marked releasable are freed once written (release.ts).
+            releaseWrittenChunks(sock)
+            callback(null, sock)
+          }
         })
       },
     })
@@ -79,6 +85,7 @@ export class H1Pool implements UpstreamPool {
     const attempt = new H1Attempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
     this.#waiting++
     ex.setAttempt(attempt)
+    if (req.body !== null && upgrade === null && ownedStreams.has(req.body)) markReleasableChunks(req.body)
     this.#pool.dispatch({
       path: req.path,
       method: req.method,

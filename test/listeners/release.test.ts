@@ -1,13 +1,16 @@
-// Response body chunks from an upstream are freed as soon as they are written
-// to an HTTP/1.1 client (lib/listeners/release.ts). What a user sees: every
-// byte arrives intact whatever the client's pace and transport, and a long
-// download does not pile dead chunks up outside V8's heap until a collection.
+// Body chunks are freed as soon as they are written (lib/upstream/release.ts):
+// response chunks from an upstream to an HTTP/1.1 client, request chunks from
+// an HTTP/1.1 client to an HTTP/1.1 upstream. What a user sees: every byte
+// arrives intact whatever the client's pace, the transport, retries and
+// mirrors, and a long transfer does not pile dead chunks up outside V8's heap
+// until a collection.
 
 import t, { type Test } from 'tap'
 import { createHash } from 'node:crypto'
 import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
+import type { RetrySpec } from '../../lib/compile/table.ts'
 import { buildTable, cluster, freePort, serverTls } from '../helpers/table-builder.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
@@ -129,4 +132,118 @@ t.test('a long download does not pile dead body chunks up outside the heap', asy
   t.ok(received > SIZE && received < SIZE + 4096, `the whole body arrived (${received} bytes with the response head)`)
   // Without releasing, V8 let up to 64 MiB of dead chunks wait for a full collection.
   t.ok(peak < 8 * 1024 * 1024, `memory outside the heap rose by at most ${(peak / 1048576).toFixed(1)} MiB while 256 MiB passed`)
+})
+
+/** An upstream that hashes each request body; `fail` answers 503 (after reading the body) to the first n. */
+async function hashingUpstream(t: Test, fail = 0): Promise<{ port: number, seen: Received[] }> {
+  const seen: Received[] = []
+  let n = 0
+  const up = await echoH1(t, 'hash', (req, res) => {
+    const hash = createHash('sha256')
+    let bytes = 0
+    req.on('data', (c: Buffer) => {
+      hash.update(c)
+      bytes += c.length
+      // This process's own copies go too, so that what the test measures is the gateway's.
+      if (c.byteLength >= 16384 && c.byteOffset === 0 && c.byteLength === c.buffer.byteLength) (c.buffer as ArrayBuffer).transfer(0)
+    })
+    req.on('end', () => {
+      const status = ++n <= fail ? 503 : 200
+      seen.push({ status, bytes, sha256: hash.digest('hex') })
+      res.writeHead(status, { 'content-type': 'text/plain' }).end(String(bytes))
+    })
+  })
+  return { port: up.port, seen }
+}
+
+/** POSTs `size` pattern bytes (`chunks` of CHUNK at a time, content-length set); resolves with the status and what was sent. */
+function upload(port: number, size: number): Promise<{ status: number, sha256: string }> {
+  return new Promise((resolve, reject) => {
+    const hash = createHash('sha256')
+    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/up', agent: false, headers: { host: 'example.com', 'content-length': String(size) } }, (res) => {
+      res.resume()
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, sha256: hash.digest('hex') }))
+    })
+    req.on('error', reject)
+    let i = 0
+    const pump = (): void => {
+      while (i * CHUNK < size) {
+        const b = pattern(i++).subarray(0, Math.min(CHUNK, size - (i - 1) * CHUNK))
+        hash.update(b)
+        if (!req.write(b)) { req.once('drain', pump); return }
+      }
+      req.end()
+    }
+    pump()
+  })
+}
+
+const retryOn503: RetrySpec = {
+  attempts: 2, codes: [], backoffMs: null,
+  policy: { numRetries: 2, perTryTimeout: null, backoffBase: 1, backoffMax: 5, triggers: ['retriable-status-codes'], httpStatusCodes: [503] },
+}
+
+t.test('uploads arrive intact: as they are, through the retry replay buffer, retried, and mirrored', async (t) => {
+  const SIZE = 16 * 1024 * 1024
+  const plain = await hashingUpstream(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', plain.port)]))
+  const sent = await upload(port, SIZE)
+  t.same(plain.seen.at(-1), { status: 200, bytes: SIZE, sha256: sent.sha256 }, 'forwarded as it is')
+
+  // With a retry policy the body goes through the replay buffer; past its bound it streams on.
+  const replayed = await hashingUpstream(t)
+  const retryPort = await freePort()
+  await startPlane(t, buildTable({ [retryPort]: { routes: [{ name: 'r', rules: [{ retry: retryOn503, backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', replayed.port)]))
+  const big = await upload(retryPort, SIZE)
+  t.same(replayed.seen.at(-1), { status: 200, bytes: SIZE, sha256: big.sha256 }, 'through the replay buffer')
+
+  // A body within the replay bound is sent again whole: its kept chunks were never freed.
+  const flaky = await hashingUpstream(t, 1)
+  const flakyPort = await freePort()
+  await startPlane(t, buildTable({ [flakyPort]: { routes: [{ name: 'r', rules: [{ retry: retryOn503, backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', flaky.port)]))
+  const small = await upload(flakyPort, 48 * 1024)
+  t.equal(small.status, 200, 'the retry answered')
+  t.same(flaky.seen, [{ status: 503, bytes: 48 * 1024, sha256: small.sha256 }, { status: 200, bytes: 48 * 1024, sha256: small.sha256 }], 'the retry carried the same bytes')
+
+  // A mirrored body (within the mirror bound, 64 KiB) reaches both, intact.
+  const main = await hashingUpstream(t)
+  const mirror = await hashingUpstream(t)
+  const mirrorPort = await freePort()
+  await startPlane(t, buildTable({ [mirrorPort]: { routes: [{ name: 'r', rules: [{ mirrors: [{ cluster: 'm', percent: 100 }], backends: [{ cluster: 'c' }] }] }] } },
+    [cluster('c', main.port), cluster('m', mirror.port)]))
+  const teed = await upload(mirrorPort, 48 * 1024)
+  t.same(main.seen.at(-1), { status: 200, bytes: 48 * 1024, sha256: teed.sha256 }, 'the main upstream got it whole')
+  for (let i = 0; i < 100 && mirror.seen.length === 0; i++) await new Promise((r) => setTimeout(r, 20))
+  t.same(mirror.seen.at(-1), { status: 200, bytes: 48 * 1024, sha256: teed.sha256 }, 'so did the mirror')
+})
+
+t.test('a long upload does not pile dead body chunks up outside the heap', async (t) => {
+  const SIZE = 256 * 1024 * 1024
+  const up = await hashingUpstream(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry: retryOn503, backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const chunk = Buffer.alloc(CHUNK, 0x62) // the client writes one buffer over and over
+  const start = process.memoryUsage().arrayBuffers
+  let peak = 0
+  const status = await new Promise<number>((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/up', agent: false, headers: { host: 'example.com', 'content-length': String(SIZE) } }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+    })
+    req.on('error', reject)
+    let sent = 0
+    const pump = (): void => {
+      while (sent < SIZE) {
+        sent += CHUNK
+        peak = Math.max(peak, process.memoryUsage().arrayBuffers - start)
+        if (!req.write(chunk)) { req.once('drain', pump); return }
+      }
+      req.end()
+    }
+    pump()
+  })
+  t.equal(status, 200)
+  t.equal(up.seen.at(-1)?.bytes, SIZE, 'the whole body arrived')
+  t.ok(peak < 8 * 1024 * 1024, `memory outside the heap rose by at most ${(peak / 1048576).toFixed(1)} MiB while 256 MiB went up`)
 })
