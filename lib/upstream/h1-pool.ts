@@ -14,7 +14,7 @@ import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
-import { markReleasableChunks, ownedStreams, releaseWrittenChunks } from './release.ts'
+import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
 
@@ -85,7 +85,7 @@ export class H1Pool implements UpstreamPool {
     const attempt = new H1Attempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
     this.#waiting++
     ex.setAttempt(attempt)
-    if (req.body !== null && upgrade === null && ownedStreams.has(req.body)) markReleasableChunks(req.body)
+    if (req.body !== null && upgrade === null) markReleasableChunks(req.body)
     this.#pool.dispatch({
       path: req.path,
       method: req.method,

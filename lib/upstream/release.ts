@@ -50,13 +50,18 @@ export const retained = new WeakSet<Uint8Array>()
 /** Chunks on their way to an upstream socket that may be released once written. */
 const releasable = new WeakSet<Uint8Array>()
 
+/** Owned streams whose chunks are being marked (a redispatch to another endpoint marks once). */
+const marking = new WeakSet<Readable>()
+
 /**
- * Marks the releasable chunks of `body`, an owned stream, as they are emitted
- * to its consumer. The listener goes first and does not start the flow
+ * When `body` is an owned stream, marks its releasable chunks as they are
+ * emitted to its consumer. The listener goes first and does not start the flow
  * (prependListener is not Readable's `on`): the consumer's own 'data'
  * listener does, and sees each chunk after it was marked.
  */
 export function markReleasableChunks(body: Readable): void {
+  if (!ownedStreams.has(body) || marking.has(body)) return
+  marking.add(body)
   body.prependListener('data', markChunk)
 }
 
