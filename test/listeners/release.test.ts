@@ -12,6 +12,7 @@ import https from 'node:https'
 import net from 'node:net'
 import type { RetrySpec } from '../../lib/compile/table.ts'
 import { buildTable, cluster, freePort, serverTls } from '../helpers/table-builder.ts'
+import { pattern } from '../helpers/pattern.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { echoH1, startPlane } from './fixtures.ts'
@@ -19,13 +20,6 @@ import { echoH1, startPlane } from './fixtures.ts'
 configureLogger({ level: 'silent' })
 
 const CHUNK = 64 * 1024
-
-/** Deterministic, position-dependent bytes: a chunk freed too early arrives as a gap and breaks the hash. */
-function pattern(i: number): Buffer {
-  const b = Buffer.allocUnsafe(CHUNK)
-  for (let j = 0; j < CHUNK; j += 4) b.writeUInt32LE((i * 2654435761 + j) >>> 0, j)
-  return b
-}
 
 /** An upstream streaming `size` pattern bytes with backpressure; `hash` is what it sent. */
 async function patternUpstream(t: Test, size: number): Promise<{ port: number, sent: () => string }> {
@@ -36,7 +30,7 @@ async function patternUpstream(t: Test, size: number): Promise<{ port: number, s
     let i = 0
     const pump = (): void => {
       while (i * CHUNK < size) {
-        const b = pattern(i++)
+        const b = pattern(i++, CHUNK)
         hash.update(b)
         if (!res.write(b)) { res.once('drain', pump); return }
       }
@@ -168,7 +162,7 @@ function upload(port: number, size: number): Promise<{ status: number, sha256: s
     let i = 0
     const pump = (): void => {
       while (i * CHUNK < size) {
-        const b = pattern(i++).subarray(0, Math.min(CHUNK, size - (i - 1) * CHUNK))
+        const b = pattern(i++, CHUNK).subarray(0, Math.min(CHUNK, size - (i - 1) * CHUNK))
         hash.update(b)
         if (!req.write(b)) { req.once('drain', pump); return }
       }

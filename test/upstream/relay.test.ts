@@ -7,6 +7,7 @@ import t, { type Test } from 'tap'
 import { createHash } from 'node:crypto'
 import net from 'node:net'
 import { BULK_BYTES, relay } from '../../lib/upstream/relay.ts'
+import { pattern } from '../helpers/pattern.ts'
 
 interface Pair {
   /** The end a test writes to or reads from. */
@@ -26,13 +27,6 @@ async function pair(t: Test): Promise<Pair> {
   server.close()
   t.teardown(() => { outside.destroy(); inside.destroy() })
   return { outside, inside }
-}
-
-/** Deterministic, position-dependent bytes: a shifted or stale chunk shows up in the hash. */
-function pattern(i: number, size: number): Buffer {
-  const b = Buffer.allocUnsafe(size)
-  for (let j = 0; j < size; j += 4) b.writeUInt32LE((i * 2654435761 + j) >>> 0, j)
-  return b
 }
 
 async function send(s: net.Socket, total: number, chunk: number, hash: ReturnType<typeof createHash>): Promise<void> {
