@@ -173,7 +173,7 @@ async function main(): Promise<number> {
     bigDirect: { name: 'direct', port: bigPort },
     oneMiBFile: path.join(tmp, 'upload-1m.bin'),
     originStatusPort: haveNginx ? originPorts.h1 : null,
-    rows: [], comparisons: [], notes, peakH1Rps: null,
+    rows: [], comparisons: [], notes, peakH1Rps: null, peakH1ByTarget: new Map(),
   }
   writeFileSync(ctx.oneMiBFile, Buffer.alloc(1024 * 1024, 0x75))
 

@@ -43,6 +43,8 @@ export interface BenchContext {
   readonly originStatusPort: number | null
   /** Filled by the h1 scenario; the latency scenario runs at half of it. */
   peakH1Rps: number | null
+  /** Each proxy's own h1 small peak (req/s), filled by the h1 scenario: the latency scenario also runs each at half of its own. */
+  readonly peakH1ByTarget: Map<string, number>
 }
 
 type Shape = Omit<LoadSpec, 'url' | 'label' | 'tmpDir' | 'cores'> & {
@@ -168,6 +170,7 @@ export async function scenarioH1(ctx: BenchContext): Promise<void> {
   })
   addRows(ctx, 'h1 small', results, 0, 'c=32 keep-alive')
   compareAll(ctx, 'h1 small', 'throughput', 'rps', results, (r) => r.rps, { min: 0.25 })
+  for (const [name, r] of results) ctx.peakH1ByTarget.set(name, r.rps)
   const s = results.get('sallyport')
   if (s !== undefined) ctx.peakH1Rps = s.rps
 }
@@ -204,23 +207,75 @@ export async function scenarioBodies(ctx: BenchContext): Promise<void> {
  */
 export async function scenarioLatency(ctx: BenchContext): Promise<void> {
   if (ctx.peakH1Rps === null) {
-    const probe = await measure(ctx, 'h1 peak probe', [ctx.sallyport], '/small', {
+    const probe = await measure(ctx, 'h1 peak probe', throughputTargets(ctx, false).filter((t) => t !== ctx.direct), '/small', {
       h1: true, clients: 32, streams: 1, durationS: Math.max(2, ctx.durationS - 1), warmupS: 1, rpsPerClient: null, dataFile: null,
     }, 1)
+    for (const [name, r] of probe) ctx.peakH1ByTarget.set(name, r.rps)
     ctx.peakH1Rps = probe.get('sallyport')?.rps ?? null
   }
   if (ctx.peakH1Rps === null || ctx.peakH1Rps < 20) {
     ctx.notes.push({ scenario: 'latency', text: 'skipped: no usable sallyport peak rate' })
     return
   }
-  const clients = 16
-  const perClient = Math.max(1, Math.round(ctx.peakH1Rps / 2 / clients))
-  const rate = perClient * clients
-  const results = await measure(ctx, 'h1 fixed-rate', throughputTargets(ctx, false), '/small', {
-    h1: true, clients, streams: 1, durationS: ctx.durationS * 2, warmupS: 1, rpsPerClient: perClient, dataFile: null, spread: true,
-  })
-  addRows(ctx, 'h1 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport peak) by ${clients} independent clients`)
+  const { rate, results } = await atRate(ctx, 'h1 fixed-rate', throughputTargets(ctx, false), ctx.peakH1Rps / 2, ctx.durationS * 2)
+  addRows(ctx, 'h1 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport peak) by ${LATENCY_CLIENTS} independent clients`)
   compareLatency(ctx, `h1 @${rate} rps`, results, 1)
+  await latencyCurve(ctx, ctx.peakH1Rps)
+  await ownHalfPeak(ctx)
+}
+
+const LATENCY_CLIENTS = 16
+
+/** One fixed rate (independent clients, see scenarioLatency) against `targets`; the rate actually offered and the results. */
+async function atRate(ctx: BenchContext, scenario: string, targets: readonly Target[], rps: number, durationS: number): Promise<{ rate: number, results: Map<string, LoadResult> }> {
+  const perClient = Math.max(1, Math.round(rps / LATENCY_CLIENTS))
+  const results = await measure(ctx, scenario, targets, '/small', {
+    h1: true, clients: LATENCY_CLIENTS, streams: 1, durationS, warmupS: 1, rpsPerClient: perClient, dataFile: null, spread: true,
+  })
+  return { rate: perClient * LATENCY_CLIENTS, results }
+}
+
+/**
+ * sallyport's p99 added at lower fixed rates (1/8, 1/4, 3/8 of its peak):
+ * the load up to which it stays under 1 ms, which is what an operator sizing
+ * replicas needs, and how much of the miss at half of peak is queueing.
+ */
+async function latencyCurve(ctx: BenchContext, peak: number): Promise<void> {
+  const added: string[] = []
+  let under: number | null = null
+  for (const fraction of [0.125, 0.25, 0.375]) {
+    const { rate, results } = await atRate(ctx, `h1 @${fraction} peak`, [ctx.direct, ctx.sallyport], peak * fraction, ctx.durationS)
+    const s = results.get('sallyport')
+    const d = results.get('direct')
+    if (s === undefined || d === undefined) continue
+    const extra = s.p99Ms - d.p99Ms
+    ctx.comparisons.push(delta(`h1 @${rate} rps (${fraction * 100}% of peak)`, 'p99 added', 'ms', 'sallyport', s.p99Ms, 'direct', d.p99Ms, null))
+    added.push(`${rate} req/s +${extra.toFixed(2)} ms (core ${s.cpuUsPerRequest === null ? '?' : Math.round((s.rps * s.cpuUsPerRequest) / 1e4)} % busy)`)
+    if (extra < 1) under = rate
+  }
+  if (added.length > 0) {
+    ctx.notes.push({ scenario: 'latency curve', text: `sallyport p99 added by fixed rate: ${added.join('; ')}; under 1 ms up to ${under === null ? 'none of these rates' : `${under} req/s`}` })
+  }
+}
+
+/**
+ * nginx-proxy and the minimal Node proxy at half of their own peak (not
+ * sallyport's): the issue's latency target applied to the references, so the
+ * report says whether "p99 added < 1 ms at half of peak" is reachable on this
+ * machine at all by a proxy that holds its core to the same share.
+ */
+async function ownHalfPeak(ctx: BenchContext): Promise<void> {
+  for (const proxy of [ctx.nginxProxy, ctx.nodeProxy]) {
+    if (proxy === null) continue
+    const peak = ctx.peakH1ByTarget.get(proxy.name)
+    if (peak === undefined || peak < 20) continue
+    const { rate, results } = await atRate(ctx, `h1 ${proxy.name} half own peak`, [ctx.direct, proxy], peak / 2, ctx.durationS * 2)
+    const p = results.get(proxy.name)
+    const d = results.get('direct')
+    if (p === undefined || d === undefined) continue
+    ctx.comparisons.push(delta(`h1 @${rate} rps (half of ${proxy.name}'s own peak)`, 'p99 added', 'ms', proxy.name, p.p99Ms, 'direct', d.p99Ms, null))
+    if (p.cpuUsPerRequest !== null) ctx.notes.push({ scenario: `${proxy.name} @ half own peak`, text: `core busy at ${rate} req/s: ${Math.round((p.rps * p.cpuUsPerRequest) / 1e4)} %` })
+  }
 }
 
 export interface BigBodyResult {
