@@ -1,13 +1,16 @@
 // Structured logging (pino). One root logger; modules take a child with a
 // `component` field. Short static messages, facts in fields, secrets never.
 //
-// Everything goes to stdout through one batching destination: lines collect for
-// the rest of the event-loop turn (or up to 16 KiB) and leave in one write(2).
-// Under load that is one system call for many access lines instead of one per
-// line; an idle process still writes each line at once (next turn), and what is
-// pending is written at process exit. (pino's async sonic-boom costs more: one
-// thread-pool write per line when the disk keeps up.) Access lines are written to
-// the same destination without pino's redaction (see accessSink).
+// Everything goes to stdout through one batching destination: lines collect
+// for up to FLUSH_MS (or BATCH_BYTES) and leave in one write(2). A line per
+// request written at once cost a system call per request (and a wake-up of the
+// reader, the container runtime's log pipe) whenever requests came one per
+// event-loop turn, which is every moderate load; a line now waits at most
+// FLUSH_MS (Envoy's access logs flush once a second). What is pending is written
+// at process exit (SIGTERM drain, process.exit, an uncaught exception); a
+// SIGKILL loses at most FLUSH_MS of lines. (pino's async sonic-boom costs more:
+// one thread-pool write per line when the disk keeps up.) Access lines are
+// written to the same destination without pino's redaction (see accessSink).
 
 import fs from 'node:fs'
 import { pino, type Logger, type LevelWithSilent } from 'pino'
@@ -18,11 +21,13 @@ export type { Logger }
 const REDACT = { paths: ['*.authorization', '*.Authorization', '*.keyPem', '*.password', '*.token', '*.secret'], censor: '[redacted]' }
 
 const BATCH_BYTES = 16 * 1024
+/** The longest a line waits for its batch. */
+export const FLUSH_MS = 100
 /** How long a stalled reader (full pipe) may block a write before lines are dropped. */
 const STALL_LIMIT_MS = 2000
 const waitCell = new Int32Array(new SharedArrayBuffer(4))
 
-/** A file descriptor written in batches: one write(2) per event-loop turn or BATCH_BYTES. */
+/** A file descriptor written in batches: one write(2) per FLUSH_MS or BATCH_BYTES. */
 class BatchedFd implements pino.DestinationStream {
   readonly #fd: number
   #pending = ''
@@ -40,11 +45,12 @@ class BatchedFd implements pino.DestinationStream {
     if (this.#pending.length >= BATCH_BYTES) this.flush()
     else if (!this.#scheduled) {
       this.#scheduled = true
-      setImmediate(this.#onTurn)
+      // unref: a pending batch never keeps the process alive; exit flushes it.
+      setTimeout(this.#onTimer, FLUSH_MS).unref()
     }
   }
 
-  #onTurn = (): void => {
+  #onTimer = (): void => {
     this.#scheduled = false
     this.flush()
   }

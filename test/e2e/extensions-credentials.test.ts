@@ -6,7 +6,7 @@ import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { eventually, freePort, gatewayYaml, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, settleLogs, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, route } from './extensions-helpers.ts'
 
 interface Echo { headers: Record<string, string>; path: string }
@@ -90,6 +90,7 @@ t.test('CLI: credential injection from a Secret, replaced client value, redacted
 
   await cli.waitFor(/"reason":"ExtensionFailed"/, 10000)
   t.pass('the failure emitted an Event (a log line in file mode)')
+  await settleLogs()
   const logs = cli.stdout() + cli.stderr()
   t.notMatch(logs, /sk-first-1234|sk-second-5678|sk-third/, 'the credential never appears in logs')
 })

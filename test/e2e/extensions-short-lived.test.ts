@@ -7,7 +7,7 @@ import t from 'tap'
 import fs from 'node:fs'
 import { createHash, createHmac } from 'node:crypto'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, settleLogs, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, recorder, route, send, type Sent } from './extensions-helpers.ts'
 
 const secrets = `apiVersion: v1
@@ -137,6 +137,7 @@ t.test('CLI: OAuth2 client credentials and AWS SigV4', async (t) => {
   })
 
   t.test('no secret in the logs', async (t) => {
+    await settleLogs()
     t.notMatch(cli.stdout() + cli.stderr(), /s3cr3t-oauth-value|wJalrXUtnFEMI|tok-\d/, 'client secret, AWS secret key and tokens never logged')
   })
 })

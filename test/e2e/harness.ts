@@ -9,6 +9,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
+import { FLUSH_MS } from '../../lib/observe/log.ts'
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 export const BIN = path.join(ROOT, 'bin', 'sallyport.ts')
@@ -79,6 +80,15 @@ export function startCli(t: Test, args: readonly string[], options: { env?: Reco
     }),
   }
   return cli
+}
+
+/**
+ * Waits until log lines written so far have left the child (it batches its
+ * stdout for up to FLUSH_MS, lib/observe/log.ts): for checks that something was
+ * never logged.
+ */
+export function settleLogs(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, FLUSH_MS * 3))
 }
 
 /** Run the CLI to completion (bounded). */

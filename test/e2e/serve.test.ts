@@ -6,7 +6,7 @@ import path from 'node:path'
 import { generateKeyPairSync } from 'node:crypto'
 import forge from 'node-forge'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
 
 interface Echo { upstream: string; method: string; path: string; headers: Record<string, string> }
 
@@ -96,6 +96,7 @@ data:
     t.notOk(r.body.includes(keyB64), 'no base64 key')
     t.notOk(r.body.includes(keyBody), 'no PEM key body')
     t.notOk(r.body.includes('PRIVATE KEY'), 'no PEM key')
+    await settleLogs()
     t.notOk(cli.stdout().includes(keyBody), 'not in the logs either')
   })
 

@@ -3,7 +3,7 @@ import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
 
 t.test('serve --workers 2', async (t) => {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
@@ -42,6 +42,7 @@ t.test('serve --workers 2', async (t) => {
   }, (codes) => codes.every((c) => c === 200), 15000, 'new route on every worker')
 
   // Two worker pids plus the primary appear in the logs.
+  await settleLogs()
   const pids = new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => m[1]))
   t.ok(pids.size >= 3, `pids seen: ${[...pids].join(',')}`)
 

@@ -46,3 +46,23 @@ for (; k < lines.length; k++) sink.write(lines[k])
   t.equal(got[400]?.u, '🙂'.repeat(3000))
   t.same(got.slice(401).map((o) => o.after), [0, 1, 2])
 })
+
+t.test('a live process writes its lines in one batch within FLUSH_MS, not one write per line or at exit', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-log-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'child.ts')
+  // 20 lines 2 ms apart (each in its own event-loop turn), then 600 ms alive before exiting.
+  fs.writeFileSync(file, `import { accessSink } from ${JSON.stringify(logModule)}
+const sink = accessSink()!
+for (let i = 0; i < 20; i++) { sink.write('{"i":' + i + '}\\n'); await new Promise((r) => setTimeout(r, 2)) }
+await new Promise((r) => setTimeout(r, 600))
+`)
+  const { FLUSH_MS } = await import(logModule)
+  const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const chunks: Array<{ text: string, at: number }> = []
+  child.stdout.on('data', (c: Buffer) => chunks.push({ text: c.toString('utf8'), at: Date.now() }))
+  const exitedAt = await new Promise<number>((resolve) => child.on('exit', () => resolve(Date.now())))
+  t.ok(chunks.length > 0, 'lines written')
+  t.equal(chunks[0]?.text.split('\n').filter((l) => l !== '').length, 20, 'the first read holds all 20 lines: one write for the batch')
+  t.ok(exitedAt - (chunks[0]?.at ?? exitedAt) > 300, `written by the ${FLUSH_MS} ms timer while the process was alive, not at exit`)
+})
