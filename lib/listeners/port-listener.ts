@@ -20,6 +20,7 @@ import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
 import { H1Exchange, UpgradeExchange, clientIp } from './exchange-h1.ts'
+import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
@@ -76,6 +77,9 @@ export class PortListener {
   readonly #h1: http.Server
   readonly #h2: http2.Http2Server
   readonly #sockets = new Set<Socket>()
+  /** HTTP/1.1 connections served without node:http (h1-fast.ts) until they are handed over. */
+  readonly #fast = new Set<FastH1Connection>()
+  readonly #fastHost: FastH1Host
   readonly #sessions = new Map<ServerHttp2Session, SessionInfo>()
   readonly #connections: ReturnType<typeof downstreamActiveConnections.labels>
   /** Client address of the connection being handed to the HTTP/2 server (its socket may be a wrapper). */
@@ -128,6 +132,32 @@ export class PortListener {
       this.#server = net.createServer({ noDelay: true }, this.#onPlain)
     }
     this.#server.on('connection', this.#track)
+
+    this.#fastHost = {
+      port,
+      scheme: this.#scheme,
+      maxHeaderSize: limits.maxHeaderSize,
+      maxHeaders: limits.maxHeaders,
+      keepAliveTimeoutMs: limits.keepAliveTimeoutMs,
+      closing: () => this.#closing,
+      handle: (ex) => {
+        const table = this.#plane.current() // the one read of the table for this request
+        if (table === null) { ex.respond(503, { 'content-type': 'text/plain' }, 'no configuration\n'); return }
+        handleExchange(ex, table, this.#plane.env)
+      },
+      fallback: (socket, rest) => {
+        socket.pause()
+        if (rest !== null) socket.unshift(rest)
+        this.#h1.emit('connection', socket)
+        socket.resume()
+      },
+      release: (conn) => { this.#fast.delete(conn) },
+    }
+  }
+
+  /** HTTP/1.1 on `socket`: served by h1-fast.ts while its requests are the plain kind, then by node's server. */
+  #toH1(socket: Socket, first: Buffer | null): void {
+    this.#fast.add(new FastH1Connection(socket, this.#fastHost, first))
   }
 
   /** Binds `bind:port`; rejects with the listen error. */
@@ -157,6 +187,7 @@ export class PortListener {
     this.#closing = true
     this.#server.close()
     this.#h1.closeIdleConnections()
+    for (const conn of this.#fast) conn.closeIfIdle()
     for (const session of this.#sessions.keys()) if (!session.closed) session.close()
     if (this.#sockets.size === 0) return Promise.resolve()
     return new Promise((resolve) => {
@@ -166,6 +197,7 @@ export class PortListener {
       }, graceMs)
       const check = setInterval(() => {
         this.#h1.closeIdleConnections()
+        for (const conn of this.#fast) conn.closeIfIdle()
         if (this.#sockets.size === 0) {
           clearInterval(check)
           clearTimeout(timer)
@@ -197,13 +229,10 @@ export class PortListener {
       if (isPreface && n < PREFACE.length) { buffered = buf; return }
       socket.removeListener('data', onData)
       socket.setTimeout(0)
+      if (!isPreface) { this.#toH1(socket, buf); return }
       socket.pause()
       socket.unshift(buf)
-      if (isPreface) this.#toH2(socket, clientIp(socket.remoteAddress))
-      else {
-        this.#h1.emit('connection', socket)
-        socket.resume()
-      }
+      this.#toH2(socket, clientIp(socket.remoteAddress))
     }
     socket.on('data', onData)
     socket.on('error', noop)
@@ -212,7 +241,10 @@ export class PortListener {
   #onSecure = (socket: TLSSocket): void => {
     socket.on('error', noop)
     if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress))
-    else this.#h1.emit('connection', socket)
+    else {
+      socket.setNoDelay(true) // node's server did this for its connections; this one may never reach it
+      this.#toH1(socket, null)
+    }
   }
 
   #toH2(socket: Duplex, address: string): void {

@@ -93,6 +93,26 @@ t.test('data path through the CLI: pairings, WebSocket, 256 MiB both ways, clien
   t.equal(a.status, 200)
   t.match(JSON.parse(a.body), { httpVersion: '1.1', host: 'h1.example.test', path: '/a' })
 
+  // One keep-alive connection, three pipelined requests in one write: two served
+  // without node:http (lib/listeners/h1-fast.ts), the upload in between by node's server.
+  const pipe = net.connect(port, '127.0.0.1')
+  t.teardown(() => pipe.destroy())
+  pipe.on('error', () => {})
+  const hostLine = 'host: h1.example.test\r\n'
+  pipe.write(`GET /p1 HTTP/1.1\r\n${hostLine}\r\nPOST /upload HTTP/1.1\r\n${hostLine}content-length: 5\r\n\r\nhelloGET /p3 HTTP/1.1\r\n${hostLine}\r\n`)
+  let piped = ''
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`pipelined responses incomplete: ${piped}`)), 10000)
+    pipe.on('data', (c: Buffer) => {
+      piped += c.toString('latin1')
+      if (piped.includes('"path":"/p3"')) { clearTimeout(timer); resolve() }
+    })
+  })
+  t.equal(piped.match(/HTTP\/1\.1 200 OK\r\n/g)?.length, 3, 'three 200s on one connection')
+  const order = ['"path":"/p1"', '"bytes":5', '"path":"/p3"'].map((s) => piped.indexOf(s))
+  t.ok(order[0] !== -1 && order[0] < order[1] && order[1] < order[2], `answered in request order: ${order.join(' < ')}`)
+  t.equal(piped.match(/Connection: keep-alive\r\n/g)?.length, 3, 'kept alive throughout')
+
   // h1 → h2c (Backend appProtocols h2c)
   const b = await request(`${base}/b`, { host: 'h2c.example.test' })
   t.equal(b.status, 200)

@@ -1,0 +1,515 @@
+// HTTP/1.1 without node:http for the common request: a complete head with no
+// body, no upgrade and nothing unusual, on a connection we own. It reads the
+// head itself, hands the router an Exchange and writes the response head and
+// body on the socket. node:http's per-request machinery (IncomingMessage and
+// ServerResponse streams, the empty request body's end/dump/destroy ticks,
+// header objects built twice) was about a third of a small request's CPU.
+//
+// Anything else goes to node's HTTP/1.1 server, which has the full parser and
+// its error answers: the connection is handed over, with the bytes not yet
+// consumed, between two requests (never with a response in flight), and stays
+// there. So a request this parser is not sure about is never answered by it:
+// a body (Content-Length other than 0, Transfer-Encoding), Upgrade, Expect,
+// CONNECT, absolute-form or asterisk targets, HTTP/1.0, a head split over
+// reads (node then applies headersTimeout), duplicate or invalid fields,
+// obs-fold, a Connection option other than keep-alive/close, too many fields.
+// Request smuggling needs two parsers to disagree on where a request ends;
+// here a request accepted fast has no body and ends at its blank line, which
+// both parsers agree on, and every doubt goes to node.
+
+import type { Socket } from 'node:net'
+import { METHODS, STATUS_CODES, type IncomingHttpHeaders } from 'node:http'
+import type { Duplex, Readable } from 'node:stream'
+import { peerSpiffeId } from '../extensions/client.ts'
+import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import type { OutgoingHeaders } from '../upstream/types.ts'
+import { isUpstreamBody } from '../upstream/exchange.ts'
+import { isReleasable, release } from '../upstream/release.ts'
+import { clientIp } from './exchange-h1.ts'
+
+/** What a fast connection needs from its port listener. */
+export interface FastH1Host {
+  readonly port: number
+  readonly scheme: 'http' | 'https'
+  readonly maxHeaderSize: number
+  readonly maxHeaders: number
+  readonly keepAliveTimeoutMs: number
+  /** The listener is draining: answer with Connection: close, close idle connections. */
+  closing(): boolean
+  /** Route the exchange (the listener reads its table). */
+  handle(ex: FastH1Exchange): void
+  /** node's HTTP/1.1 server takes the connection; `rest` is what was read and not consumed. */
+  fallback(socket: Socket, rest: Buffer | null): void
+  /** The connection is over (closed or handed over). */
+  release(conn: FastH1Connection): void
+}
+
+/** A parsed request head; null from parseHead means: node's server decides. */
+export interface FastHead {
+  readonly method: string
+  readonly target: string
+  readonly headers: IncomingHttpHeaders
+  readonly close: boolean
+}
+
+const CRLFCRLF = Buffer.from('\r\n\r\n', 'latin1')
+/** The methods node's parser knows (others get its 400); CONNECT and PRI are never plain. */
+const PLAIN_METHODS = new Set(METHODS.filter((m) => m !== 'CONNECT' && m !== 'PRI'))
+const ORIGIN_FORM = /^\/[\x21-\x7e]*$/
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+/** RFC 9110 §5.5 field-value characters (as node checks them): HTAB, SP..~, obs-text. */
+const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+
+// hot path
+/**
+ * Parses `head` (the request line and fields, without the blank line) when it
+ * is the plain kind this path serves; null for anything node should decide.
+ */
+export function parseHead(head: string, maxHeaders: number): FastHead | null {
+  let eol = head.indexOf('\r\n')
+  const line = eol === -1 ? head : head.slice(0, eol)
+  const sp1 = line.indexOf(' ')
+  const sp2 = sp1 === -1 ? -1 : line.indexOf(' ', sp1 + 1)
+  if (sp2 === -1 || line.slice(sp2 + 1) !== 'HTTP/1.1') return null
+  const method = line.slice(0, sp1)
+  const target = line.slice(sp1 + 1, sp2)
+  if (!PLAIN_METHODS.has(method) || !ORIGIN_FORM.test(target)) return null
+  const headers: IncomingHttpHeaders = {}
+  let count = 0
+  let close = false
+  let host = false
+  let pos = eol === -1 ? head.length : eol + 2
+  while (pos < head.length) {
+    eol = head.indexOf('\r\n', pos)
+    const end = eol === -1 ? head.length : eol
+    const colon = head.indexOf(':', pos)
+    if (colon <= pos || colon >= end) return null
+    const name = head.slice(pos, colon)
+    if (!TOKEN.test(name)) return null
+    let vs = colon + 1
+    let ve = end
+    while (vs < ve && (head.charCodeAt(vs) === 32 || head.charCodeAt(vs) === 9)) vs++
+    while (ve > vs && (head.charCodeAt(ve - 1) === 32 || head.charCodeAt(ve - 1) === 9)) ve--
+    const value = head.slice(vs, ve)
+    if (INVALID_VALUE.test(value)) return null
+    const key = name.toLowerCase()
+    if (++count > maxHeaders || key === '__proto__' || headers[key] !== undefined) return null
+    switch (key) {
+      case 'transfer-encoding': case 'upgrade': case 'expect': case 'http2-settings':
+        return null
+      case 'content-length':
+        if (value !== '0') return null
+        break
+      case 'host':
+        host = true
+        break
+      case 'connection':
+        for (const option of value.toLowerCase().split(',')) {
+          const o = option.trim()
+          if (o === 'close') close = true
+          else if (o !== 'keep-alive') return null
+        }
+        break
+    }
+    headers[key] = value
+    pos = end + 2
+  }
+  // RFC 9112 §3.2: a request without Host is answered 400 (node does).
+  if (!host) return null
+  return { method, target, headers, close }
+}
+
+/** One client connection while its requests are the plain kind; see the file comment. */
+export class FastH1Connection {
+  readonly #socket: Socket
+  readonly #host: FastH1Host
+  /** Bytes read and not yet consumed. */
+  #buf: Buffer | null = null
+  #current: FastH1Exchange | null = null
+  #ended = false
+
+  constructor(socket: Socket, host: FastH1Host, first: Buffer | null) {
+    this.#socket = socket
+    this.#host = host
+    socket.on('data', this.#onData)
+    socket.on('timeout', this.#onTimeout)
+    socket.once('close', this.#onClose)
+    if (first !== null && first.length > 0) this.#onData(first)
+    else this.#idle()
+  }
+
+  get socket(): Socket { return this.#socket }
+  /** The listener is draining. */
+  get closing(): boolean { return this.#host.closing() }
+  get keepAliveTimeoutMs(): number { return this.#host.keepAliveTimeoutMs }
+
+  /** Drain: an idle connection closes now, a busy one after its response (Connection: close). */
+  closeIfIdle(): void {
+    if (this.#current === null && !this.#ended) this.#socket.destroy()
+  }
+
+  #onData = (chunk: Buffer): void => {
+    if (this.#ended) return // closing after Connection: close; nothing more is served
+    const buf = this.#buf
+    this.#buf = buf === null ? chunk : Buffer.concat([buf, chunk])
+    if (this.#current !== null) {
+      // Pipelined behind a response in flight: keep it, but not without bound.
+      if (this.#buf.length > this.#host.maxHeaderSize) this.#socket.pause()
+      return
+    }
+    this.#next()
+  }
+
+  // hot path
+  /** No exchange in flight: serve the next complete head, or wait, or hand over. */
+  #next(): void {
+    const buf = this.#buf
+    if (buf === null) { this.#idle(); return }
+    const end = buf.indexOf(CRLFCRLF)
+    if (end === -1 || end + 4 > this.#host.maxHeaderSize) { this.#fallback(); return }
+    const head = parseHead(buf.toString('latin1', 0, end), this.#host.maxHeaders)
+    if (head === null) { this.#fallback(); return }
+    this.#buf = end + 4 === buf.length ? null : buf.subarray(end + 4)
+    const socket = this.#socket
+    socket.setTimeout(0)
+    const ex = new FastH1Exchange(this, socket, head, this.#host.port, this.#host.scheme)
+    this.#current = ex
+    this.#host.handle(ex)
+  }
+
+  /** Waiting for the next request: keepAliveTimeout, as node's server. */
+  #idle(): void {
+    if (this.#host.closing()) { this.#end(); return }
+    this.#socket.setTimeout(this.#host.keepAliveTimeoutMs)
+    if (this.#socket.isPaused()) this.#socket.resume()
+  }
+
+  #onTimeout = (): void => {
+    if (this.#current === null) this.#socket.destroy()
+  }
+
+  #onClose = (): void => {
+    const ex = this.#current
+    this.#current = null
+    this.#ended = true
+    if (ex !== null) ex.gone()
+    this.#host.release(this)
+  }
+
+  /** The response of `ex` is written: next request, or close. */
+  done(ex: FastH1Exchange, keepAlive: boolean): void {
+    if (this.#current !== ex) return
+    this.#current = null
+    if (!keepAlive) { this.#end(); return }
+    this.#next()
+  }
+
+  #end(): void {
+    this.#ended = true
+    this.#socket.end()
+  }
+
+  #fallback(): void {
+    const socket = this.#socket
+    socket.removeListener('data', this.#onData)
+    socket.removeListener('timeout', this.#onTimeout)
+    socket.removeListener('close', this.#onClose)
+    socket.setTimeout(0)
+    this.#ended = true
+    const rest = this.#buf
+    this.#buf = null
+    this.#host.release(this)
+    this.#host.fallback(socket, rest)
+  }
+}
+
+const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
+
+// Node's own Date header value, recomputed once a second.
+let dateSecond = -1
+let dateValue = ''
+function httpDate(): string {
+  const now = Date.now()
+  const s = Math.floor(now / 1000)
+  if (s !== dateSecond) {
+    dateSecond = s
+    dateValue = new Date(now).toUTCString()
+  }
+  return dateValue
+}
+
+/** One plain request on a FastH1Connection: the Exchange the router answers through. */
+export class FastH1Exchange implements Exchange {
+  readonly protocol = 'h1' as const
+  readonly scheme: 'http' | 'https'
+  readonly method: string
+  readonly target: string
+  readonly authority: string
+  readonly headers: IncomingHttpHeaders
+  readonly body = null
+  readonly upgrade = null
+  readonly clientAddress: string
+  readonly port: number
+  readonly #conn: FastH1Connection
+  readonly #socket: Socket
+  readonly #clientClose: boolean
+  #observer: ExchangeObserver = NOOP_OBSERVER
+  #sent = false
+  /** onEnd was called. */
+  #over = false
+  #keepAlive = true
+  #bytesOut = 0
+  /** Body bytes the head declared (Content-Length); -1: chunked or none. */
+  #declared = -1
+  #chunked = false
+  /** HEAD, 204, 304: the head says what a body would be, none is sent. */
+  #bodiless = false
+  /** Not yet written: the head, sent with the first chunk (one write, as node does). */
+  #head: string | null = null
+  #out: Readable | null = null
+  #trailers: (() => OutgoingHeaders | null) | null = null
+  #draining = false
+  #releasing = false
+  #unconfirmed: Buffer[] | null = null
+
+  constructor(conn: FastH1Connection, socket: Socket, head: FastHead, port: number, scheme: 'http' | 'https') {
+    this.#conn = conn
+    this.#socket = socket
+    this.scheme = scheme
+    this.method = head.method
+    this.target = head.target
+    this.headers = head.headers
+    this.authority = head.headers.host ?? ''
+    this.#clientClose = head.close
+    this.clientAddress = clientIp(socket.remoteAddress)
+    this.port = port
+  }
+
+  observe(observer: ExchangeObserver): void {
+    this.#observer = observer
+  }
+
+  headersSent(): boolean { return this.#sent }
+
+  /** The connection closed: the client went away, or we reset it. */
+  gone(): void {
+    if (this.#over) return
+    this.#over = true
+    this.#observer.onEnd(false)
+    const out = this.#out
+    if (out !== null && !out.destroyed) out.destroy()
+  }
+
+  // hot path
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
+    if (this.#sent || this.#over) {
+      if (body !== null && typeof body !== 'string') body.destroy()
+      return
+    }
+    this.#sent = true
+    if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
+    const withTrailers = trailers !== null && body !== null && typeof body !== 'string' && acceptsTrailers(this.headers.te)
+    if (withTrailers) delete headers['content-length']
+    const head = this.#buildHead(status, headers, body === null ? 'none' : typeof body === 'string' ? 'known' : 'stream')
+    if (head === null) {
+      // A field node would refuse to write (invalid name or characters): 502 instead, as H1Exchange does.
+      if (body !== null && typeof body !== 'string') body.destroy()
+      this.#chunked = false
+      this.#declared = -1
+      const text = 'upstream protocol error\n'
+      this.#finish(this.#buildHead(502, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(text.length) }, 'known') ?? '', this.#bodiless ? null : text)
+      return
+    }
+    if (body === null) { this.#finish(head, null); return }
+    if (typeof body === 'string') {
+      if (this.#bodiless) { this.#finish(head, null); return }
+      this.#bytesOut += Buffer.byteLength(body)
+      this.#finish(head, body)
+      return
+    }
+    this.#head = head
+    this.#out = body
+    this.#trailers = withTrailers ? trailers : null
+    this.#releasing = isUpstreamBody(body)
+    body.on('data', this.#onOutData)
+    body.once('end', this.#onOutEnd)
+    body.once('error', this.#onOutError)
+    body.once('close', this.#onOutClose)
+  }
+
+  /**
+   * Status line and fields as node's ServerResponse writes them; null if a
+   * field is not writable. `body`: none (Content-Length: 0 unless the fields
+   * say otherwise), known (the fields carry its length) or a stream (its
+   * length if the fields carry one, else chunked).
+   */
+  #buildHead(status: number, headers: OutgoingHeaders, body: 'none' | 'known' | 'stream'): string | null {
+    if (!Number.isInteger(status) || status < 100 || status > 999) return null
+    let text = 'HTTP/1.1 ' + status + ' ' + (STATUS_CODES[status] ?? 'unknown') + '\r\n'
+    let date = false
+    let connection = false
+    let keepAliveField = false
+    let length = -1
+    for (const name in headers) {
+      const v = headers[name]
+      if (v === undefined) continue
+      if (!TOKEN.test(name)) return null
+      const lower = name.toLowerCase()
+      if (lower === 'transfer-encoding') continue // hop-by-hop: the framing is ours
+      if (Array.isArray(v)) {
+        for (const one of v) {
+          if (INVALID_VALUE.test(one)) return null
+          text += name + ': ' + one + '\r\n'
+        }
+        continue
+      }
+      const value = String(v)
+      if (INVALID_VALUE.test(value)) return null
+      text += name + ': ' + value + '\r\n'
+      if (lower === 'date') date = true
+      else if (lower === 'content-length') length = /^\d{1,15}$/.test(value) ? Number(value) : Number.NaN
+      else if (lower === 'keep-alive') keepAliveField = true
+      else if (lower === 'connection') {
+        connection = true
+        if (/(^|,)\s*close\s*(,|$)/i.test(value)) this.#keepAlive = false
+      }
+    }
+    if (!date) text += 'Date: ' + httpDate() + '\r\n'
+    if (this.#clientClose || this.#conn.closing) this.#keepAlive = false
+    if (!connection) {
+      if (this.#keepAlive) {
+        text += 'Connection: keep-alive\r\n'
+        if (!keepAliveField) text += 'Keep-Alive: timeout=' + Math.floor(this.#conn.keepAliveTimeoutMs / 1000) + '\r\n'
+      } else text += 'Connection: close\r\n'
+    }
+    this.#bodiless = this.method === 'HEAD' || status === 204 || status === 304 || (status >= 100 && status < 200)
+    if (!this.#bodiless) {
+      if (length >= 0 && Number.isSafeInteger(length)) this.#declared = length
+      else if (body === 'stream') {
+        this.#chunked = true
+        text += 'Transfer-Encoding: chunked\r\n'
+      } else if (length === -1) text += 'Content-Length: 0\r\n'
+      else return null // a Content-Length that is not a length
+    }
+    return text + '\r\n'
+  }
+
+  #onOutData = (chunk: Buffer): void => {
+    if (this.#over) return
+    if (this.#bodiless || chunk.length === 0) return
+    this.#bytesOut += chunk.length
+    if (this.#declared >= 0 && this.#bytesOut > this.#declared) { this.reset(); return }
+    const socket = this.#socket
+    const head = this.#head
+    this.#head = null
+    const release = this.#releasing && isReleasable(chunk) && this.#out?.listenerCount('data') === 1
+    if (head !== null || this.#chunked) socket.cork()
+    if (head !== null) socket.write(head, 'latin1')
+    if (this.#chunked) socket.write(chunk.length.toString(16) + '\r\n', 'latin1')
+    let ok: boolean
+    if (release) {
+      (this.#unconfirmed ??= []).push(chunk)
+      ok = socket.write(chunk, this.#onWritten)
+    } else ok = socket.write(chunk)
+    if (this.#chunked) ok = socket.write('\r\n', 'latin1')
+    if (head !== null || this.#chunked) socket.uncork()
+    if (ok || this.#draining) return
+    this.#draining = true
+    this.#out?.pause()
+    socket.once('drain', this.#onDrain)
+  }
+
+  #onWritten = (err?: Error | null): void => {
+    const chunk = this.#unconfirmed?.shift()
+    if (chunk !== undefined && (err === null || err === undefined)) release(chunk)
+  }
+
+  #onDrain = (): void => {
+    this.#draining = false
+    const out = this.#out
+    if (out !== null && !out.destroyed && !this.#over) out.resume()
+  }
+
+  #onOutEnd = (): void => {
+    if (this.#over) return
+    if (this.#declared >= 0 && this.#bytesOut !== this.#declared) { this.reset(); return }
+    const head = this.#head ?? ''
+    this.#head = null
+    let tail = ''
+    if (this.#chunked) {
+      tail += '0\r\n'
+      const trailers = this.#trailers === null ? null : this.#trailers()
+      if (trailers !== null) {
+        for (const name in trailers) {
+          const v = trailers[name]
+          for (const one of Array.isArray(v) ? v : [v]) {
+            if (!TOKEN.test(name) || INVALID_VALUE.test(one)) continue
+            tail += name + ': ' + one + '\r\n'
+          }
+        }
+      }
+      tail += '\r\n'
+    }
+    this.#finish(head, null, tail)
+  }
+
+  #onOutError = (err: Error): void => {
+    if (this.#over) return
+    this.#socket.destroy()
+    this.#observer.onBodyError(err)
+  }
+
+  #onOutClose = (): void => {
+    const out = this.#out
+    if (this.#over || out === null || out.readableEnded || out.errored !== null) return
+    this.#socket.destroy()
+    this.#observer.onBodyError(new Error('response body closed before its end'))
+  }
+
+  /**
+   * The last bytes of the response (head if not yet sent, text body as UTF-8,
+   * chunked tail), in one write; once written, the exchange is over and the
+   * connection moves on.
+   */
+  #finish(head: string, text: string | null, tail = ''): void {
+    const socket = this.#socket
+    const done = (err?: Error | null): void => {
+      if (this.#over) return
+      if (err !== null && err !== undefined) { socket.destroy(); return }
+      this.#over = true
+      this.#observer.onEnd(true)
+      this.#conn.done(this, this.#keepAlive)
+    }
+    if (text === null) {
+      socket.write(head + tail, 'latin1', done)
+      return
+    }
+    socket.cork()
+    socket.write(head, 'latin1')
+    socket.write(text, 'utf8', done)
+    socket.uncork()
+  }
+
+  respondGrpc(grpcStatus: number, message: string): void {
+    this.respond(200, { 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) }, null)
+  }
+
+  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): void {
+    stream.destroy()
+    this.reset()
+  }
+
+  reset(): void {
+    this.#socket.destroy()
+  }
+
+  /** No request body on this path. */
+  bytesIn(): number { return 0 }
+  bytesOut(): number { return this.#bytesOut }
+  spiffeId(): string | null { return this.scheme === 'https' ? peerSpiffeId(this.#socket) : null }
+}
+
+/** TE is a list of transfer codings; `trailers` among them means the client takes trailer fields. */
+function acceptsTrailers(te: string | string[] | undefined): boolean {
+  return te !== undefined && String(te).toLowerCase().includes('trailers')
+}

@@ -1,0 +1,322 @@
+// HTTP/1.1 served without node:http (lib/listeners/h1-fast.ts): what a client
+// sees on the wire (keep-alive, pipelining, HEAD, chunked framing, Connection:
+// close, drain) and that every request the fast parser is not sure about is
+// answered by node's server instead, on the same connection.
+
+import t, { type Test } from 'tap'
+import http from 'node:http'
+import net from 'node:net'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { FastH1Connection, parseHead, type FastH1Exchange, type FastH1Host } from '../../lib/listeners/h1-fast.ts'
+import { echoH1, h1, listen, startPlane } from './fixtures.ts'
+
+configureLogger({ level: 'silent' })
+
+const HOST = 'Host: example.com\r\n'
+
+t.test('parseHead takes the plain request and leaves every doubt to node', async (t) => {
+  const ok = parseHead(`GET /a?b=c HTTP/1.1\r\n${HOST}Accept:  */*\t\r\nX-Empty:\r\nX-Latin: caf\xe9\r\nContent-Length: 0\r\nConnection: keep-alive`, 100)
+  t.ok(ok !== null, 'plain GET parsed')
+  t.same(ok?.headers, { host: 'example.com', accept: '*/*', 'x-empty': '', 'x-latin': 'caf\xe9', 'content-length': '0', connection: 'keep-alive' }, 'names lowercased, OWS trimmed, obs-text kept')
+  t.equal(ok?.method, 'GET')
+  t.equal(ok?.target, '/a?b=c')
+  t.equal(ok?.close, false)
+  t.equal(parseHead(`DELETE /x HTTP/1.1\r\n${HOST}Connection: close`, 100)?.close, true, 'Connection: close noted')
+
+  const node: Array<[string, string]> = [
+    ['a body by length', `POST / HTTP/1.1\r\n${HOST}Content-Length: 5`],
+    ['a body by chunks', `POST / HTTP/1.1\r\n${HOST}Transfer-Encoding: chunked`],
+    ['length and chunks together', `GET / HTTP/1.1\r\n${HOST}Content-Length: 0\r\nTransfer-Encoding: chunked`],
+    ['Upgrade', `GET / HTTP/1.1\r\n${HOST}Connection: Upgrade\r\nUpgrade: websocket`],
+    ['h2c upgrade settings', `GET / HTTP/1.1\r\n${HOST}HTTP2-Settings: AAMAAABkAAQAAP__`],
+    ['Expect', `GET / HTTP/1.1\r\n${HOST}Expect: 100-continue`],
+    ['CONNECT', `CONNECT example.com:443 HTTP/1.1\r\n${HOST}`],
+    ['absolute-form', `GET http://example.com/ HTTP/1.1\r\n${HOST}`],
+    ['asterisk-form', `OPTIONS * HTTP/1.1\r\n${HOST}`],
+    ['HTTP/1.0', `GET / HTTP/1.0\r\n${HOST}`],
+    ['HTTP/2 preface method', 'PRI * HTTP/2.0'],
+    ['lowercase method', `get / HTTP/1.1\r\n${HOST}`],
+    ['a method node does not know', `FROB / HTTP/1.1\r\n${HOST}`],
+    ['two spaces in the request line', `GET  / HTTP/1.1\r\n${HOST}`],
+    ['a space in the target', `GET /a b HTTP/1.1\r\n${HOST}`],
+    ['non-ASCII in the target', `GET /caf\xe9 HTTP/1.1\r\n${HOST}`],
+    ['no Host', 'GET / HTTP/1.1\r\nAccept: */*'],
+    ['two Hosts', `GET / HTTP/1.1\r\n${HOST}${HOST}`],
+    ['a duplicate field', `GET / HTTP/1.1\r\n${HOST}X-A: 1\r\nx-a: 2`],
+    ['obs-fold', `GET / HTTP/1.1\r\n${HOST}X-A: 1\r\n 2`],
+    ['space before the colon', `GET / HTTP/1.1\r\n${HOST}X-A : 1`],
+    ['no colon', `GET / HTTP/1.1\r\n${HOST}X-A`],
+    ['empty name', `GET / HTTP/1.1\r\n${HOST}: 1`],
+    ['NUL in a value', `GET / HTTP/1.1\r\n${HOST}X-A: a\x00b`],
+    ['bare LF inside the head', `GET / HTTP/1.1\r\n${HOST}X-A: 1\nX-B: 2`],
+    ['bare CR inside a value', `GET / HTTP/1.1\r\n${HOST}X-A: 1\rX-B: 2`],
+    ['a Connection option other than keep-alive/close', `GET / HTTP/1.1\r\n${HOST}Connection: keep-alive, x-hop`],
+    ['__proto__ as a field name', `GET / HTTP/1.1\r\n${HOST}__proto__: x`],
+    ['a Content-Length of 00', `GET / HTTP/1.1\r\n${HOST}Content-Length: 00`],
+  ]
+  for (const [what, head] of node) t.equal(parseHead(head, 100), null, `${what}: node decides`)
+  const many = `GET / HTTP/1.1\r\n${HOST}` + Array.from({ length: 3 }, (_, i) => `X-${i}: ${i}`).join('\r\n')
+  t.ok(parseHead(many, 4) !== null, 'up to maxHeaders fields')
+  t.equal(parseHead(many, 3), null, 'more than maxHeaders fields: node decides')
+})
+
+interface RawResponse { status: number; head: string; headers: Record<string, string>; body: Buffer }
+
+/** Reads `count` responses (Content-Length or chunked framed, or bodiless for HEAD) from raw bytes. */
+function parseResponses(data: Buffer, count: number, headOnly: readonly boolean[] = []): RawResponse[] | null {
+  const out: RawResponse[] = []
+  let pos = 0
+  while (out.length < count) {
+    const end = data.indexOf('\r\n\r\n', pos)
+    if (end === -1) return null
+    const head = data.toString('latin1', pos, end)
+    const lines = head.split('\r\n')
+    const status = Number(lines[0].split(' ')[1])
+    const headers: Record<string, string> = {}
+    for (const l of lines.slice(1)) { const c = l.indexOf(':'); headers[l.slice(0, c).toLowerCase()] = l.slice(c + 1).trim() }
+    pos = end + 4
+    let body: Buffer
+    if (headOnly[out.length] === true || status === 204 || status === 304) body = Buffer.alloc(0)
+    else if (headers['transfer-encoding'] === 'chunked') {
+      const parts: Buffer[] = []
+      for (;;) {
+        const eol = data.indexOf('\r\n', pos)
+        if (eol === -1) return null
+        const size = parseInt(data.toString('latin1', pos, eol), 16)
+        pos = eol + 2
+        if (size === 0) {
+          const fin = data.indexOf('\r\n\r\n', pos - 2)
+          if (fin === -1) return null
+          pos = fin + 4
+          break
+        }
+        if (data.length < pos + size + 2) return null
+        parts.push(data.subarray(pos, pos + size))
+        pos += size + 2
+      }
+      body = Buffer.concat(parts)
+    } else {
+      const n = Number(headers['content-length'] ?? '0')
+      if (data.length < pos + n) return null
+      body = data.subarray(pos, pos + n)
+      pos += n
+    }
+    out.push({ status, head, headers, body })
+  }
+  return out
+}
+
+/** Writes `writes` (each after the previous was sent, `gapMs` apart) and reads until `count` responses or close. */
+async function raw(port: number, writes: readonly string[], count: number, opts: { headOnly?: boolean[]; gapMs?: number } = {}): Promise<{ responses: RawResponse[] | null; closed: boolean; data: Buffer }> {
+  const socket = net.connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  let data = Buffer.alloc(0)
+  let closed = false
+  const done = new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, 5000)
+    socket.on('data', (c: Buffer) => {
+      data = Buffer.concat([data, c])
+      if (parseResponses(data, count, opts.headOnly) !== null) { clearTimeout(timer); setTimeout(resolve, 50) }
+    })
+    socket.on('close', () => { closed = true; clearTimeout(timer); resolve() })
+  })
+  await new Promise<void>((resolve) => socket.once('connect', resolve))
+  for (const w of writes) {
+    socket.write(w, 'latin1')
+    if (opts.gapMs !== undefined) await new Promise((r) => setTimeout(r, opts.gapMs))
+  }
+  await done
+  const responses = parseResponses(data, count, opts.headOnly)
+  socket.destroy()
+  return { responses, closed, data }
+}
+
+async function plainGateway(t: Test, handler?: http.RequestListener, limits = {}): Promise<{ port: number; up: Awaited<ReturnType<typeof echoH1>> }> {
+  const up = await echoH1(t, 'h1', handler)
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  await startPlane(t, table, { limits })
+  return { port, up }
+}
+
+t.test('keep-alive and pipelined requests on one connection are answered in order', async (t) => {
+  const { port } = await plainGateway(t)
+  const r = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}\r\nGET /b HTTP/1.1\r\n${HOST}\r\n`, `GET /c HTTP/1.1\r\n${HOST}\r\n`], 3, { gapMs: 30 })
+  t.ok(r.responses !== null, 'three responses')
+  const urls = (r.responses ?? []).map((x) => JSON.parse(x.body.toString()).url as string)
+  t.same(urls, ['/a', '/b', '/c'], 'in request order')
+  const first = r.responses?.[0]
+  t.equal(first?.status, 200)
+  t.equal(first?.headers.connection, 'keep-alive')
+  t.equal(first?.headers['keep-alive'], 'timeout=60', 'keepAliveTimeout advertised as node does')
+  t.match(first?.headers.date ?? '', /GMT$/, 'Date added')
+  t.equal(first?.headers['x-hop'], undefined, 'hop-by-hop fields of the upstream dropped')
+  t.equal(r.closed, false, 'connection kept open')
+})
+
+t.test('a request the fast parser does not take is answered by node on the same connection', async (t) => {
+  const { port, up } = await plainGateway(t)
+  // plain, then a body (node from here on), then plain again
+  const r = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}\r\nPOST /b HTTP/1.1\r\n${HOST}Content-Length: 5\r\n\r\nhelloGET /c HTTP/1.1\r\n${HOST}\r\n`], 3)
+  t.ok(r.responses !== null, 'three responses')
+  const bodies = (r.responses ?? []).map((x) => JSON.parse(x.body.toString()) as { url: string; bytes: number; method: string })
+  t.same(bodies.map((b) => `${b.method} ${b.url} ${b.bytes}`), ['GET /a 0', 'POST /b 5', 'GET /c 0'])
+  t.equal(up.seen.length, 3, 'the upstream saw three requests, not one more or less')
+
+  // a head split over two reads goes to node, which waits for the rest
+  const split = await raw(port, ['GET /split HTTP/1.1\r\nHo', 'st: example.com\r\n\r\n'], 1, { gapMs: 50 })
+  t.equal(split.responses?.[0].status, 200)
+  t.equal(JSON.parse(split.responses?.[0].body.toString() ?? '{}').url, '/split')
+})
+
+t.test('smuggling shapes never reach the upstream through the fast path', async (t) => {
+  const { port, up } = await plainGateway(t)
+  const shapes = [
+    `POST / HTTP/1.1\r\n${HOST}Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX`,
+    `GET / HTTP/1.1\r\n${HOST}X-A: 1\r\n X-B: 2\r\n\r\n`,
+    `GET / HTTP/1.1\r\n${HOST}X-A: a\x00b\r\n\r\n`,
+    `GET / HTTP/1.1\r\nHost: example.com\nX-B: 2\r\n\r\n`,
+    `GET / HTTP/1.1\r\n${HOST}Content-Length: 1\r\nContent-Length: 2\r\n\r\nab`,
+  ]
+  for (const shape of shapes) {
+    const r = await raw(port, [shape], 1)
+    t.equal(r.responses?.[0].status, 400, `node answers 400: ${JSON.stringify(shape.slice(0, 60))}`)
+  }
+  t.equal(up.seen.length, 0, 'nothing was forwarded')
+})
+
+t.test('HEAD, bodiless and chunked responses keep the connection framed', async (t) => {
+  const { port } = await plainGateway(t, (req, res) => {
+    if (req.url === '/chunked') { res.writeHead(200, { 'content-type': 'text/plain' }); res.write('one,'); setTimeout(() => res.end('two'), 10); return }
+    if (req.url === '/empty') { res.writeHead(204); res.end(); return }
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '5' })
+    res.end(req.method === 'HEAD' ? undefined : 'hello')
+  })
+  const r = await raw(port, [
+    `HEAD /h HTTP/1.1\r\n${HOST}\r\nGET /chunked HTTP/1.1\r\n${HOST}\r\nGET /empty HTTP/1.1\r\n${HOST}\r\nGET /plain HTTP/1.1\r\n${HOST}\r\n`,
+  ], 4, { headOnly: [true] })
+  const rs = r.responses ?? []
+  t.equal(rs.length, 4, 'four responses, each where the previous ended')
+  t.equal(rs[0]?.headers['content-length'], '5', 'HEAD keeps the length')
+  t.equal(rs[0]?.body.length, 0, 'HEAD sends no body')
+  t.equal(rs[1]?.headers['transfer-encoding'], 'chunked', 'unknown length: chunked')
+  t.equal(rs[1]?.body.toString(), 'one,two')
+  t.equal(rs[2]?.status, 204)
+  t.equal(rs[2]?.headers['transfer-encoding'], undefined, '204 has no framing')
+  t.equal(rs[3]?.body.toString(), 'hello')
+  // Node's own client agrees on every one of them.
+  t.equal((await h1(port, { path: '/chunked' })).body, 'one,two')
+  t.equal((await h1(port, { method: 'HEAD', path: '/h' })).body, '')
+})
+
+t.test('Connection: close is answered in kind and the connection closes', async (t) => {
+  const { port } = await plainGateway(t)
+  const r = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}Connection: close\r\n\r\nGET /never HTTP/1.1\r\n${HOST}\r\n`], 1)
+  t.equal(r.responses?.[0].headers.connection, 'close')
+  t.equal(r.closed, true, 'closed after the response')
+  t.notMatch(r.data.toString('latin1'), /\/never/, 'the request after close is not served')
+  // The same with the next request arriving after the response.
+  const late = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}Connection: close\r\n\r\n`, `GET /late HTTP/1.1\r\n${HOST}\r\n`], 2, { gapMs: 20 })
+  t.equal(late.responses, null, 'one response only')
+  t.notMatch(late.data.toString('latin1'), /\/late/, 'a request sent after the close is not served')
+})
+
+t.test('idle connections close after keepAliveTimeout; drain closes idle ones at once', async (t) => {
+  const { port } = await plainGateway(t, undefined, { keepAliveTimeoutMs: 300 })
+  const started = Date.now()
+  const r = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}\r\n`], 2)
+  t.equal(r.responses, null, 'no second response')
+  t.equal(r.closed, true, 'the idle connection was closed')
+  t.ok(Date.now() - started < 4500, 'closed by the keep-alive timer, not the test timeout')
+})
+
+t.test('a draining listener answers in-flight requests with Connection: close and closes idle connections', async (t) => {
+  const up = await echoH1(t, 'slow', (req, res) => { setTimeout(() => { res.writeHead(200, { 'content-length': '2' }); res.end('ok') }, 200) })
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  const { plane } = await startPlane(t, table)
+  const idle = net.connect(port, '127.0.0.1')
+  idle.on('error', () => {})
+  const idleClosed = new Promise<void>((resolve) => idle.once('close', () => resolve()))
+  await new Promise<void>((resolve) => idle.once('connect', resolve))
+  idle.write(`GET /warm HTTP/1.1\r\n${HOST}\r\n`)
+  await new Promise<void>((resolve) => idle.once('data', () => resolve()))
+  const busy = raw(port, [`GET /slow HTTP/1.1\r\n${HOST}\r\n`], 1)
+  await new Promise((r) => setTimeout(r, 50))
+  const drained = plane.drain(3000)
+  await idleClosed
+  t.pass('the idle connection was closed by the drain')
+  const r = await busy
+  t.equal(r.responses?.[0].body.toString(), 'ok', 'the in-flight request finished')
+  t.equal(r.responses?.[0].headers.connection, 'close', 'with Connection: close')
+  await drained
+})
+
+t.test('obs-text in an upstream field is written back as node writes it', async (t) => {
+  const upstream = net.createServer((s) => {
+    s.on('data', () => s.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Ok: caf\xe9\r\n\r\nok', 'latin1'))
+    s.on('error', () => {})
+  })
+  const upPort = await listen(upstream)
+  t.teardown(() => upstream.close())
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', upPort)])
+  await startPlane(t, table)
+  const r = await raw(port, [`GET / HTTP/1.1\r\n${HOST}\r\n`], 1)
+  t.equal(r.responses?.[0].status, 200, 'obs-text in a value is written as node writes it')
+  t.equal(r.responses?.[0].headers['x-ok'], 'caf\xe9')
+  t.equal(r.responses?.[0].body.toString(), 'ok')
+})
+
+t.test('a client leaving mid-response cancels the upstream response', async (t) => {
+  let upstreamClosed!: () => void
+  const closed = new Promise<void>((resolve) => { upstreamClosed = resolve })
+  const { port } = await plainGateway(t, (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' })
+    const timer = setInterval(() => res.write('x'.repeat(1024)), 5)
+    res.on('close', () => { clearInterval(timer); upstreamClosed() })
+  })
+  const socket = net.connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  await new Promise<void>((resolve) => socket.once('connect', resolve))
+  socket.write(`GET /stream HTTP/1.1\r\n${HOST}\r\n`)
+  await new Promise<void>((resolve) => socket.once('data', () => resolve()))
+  socket.destroy()
+  await closed
+  t.pass('the upstream response was closed')
+})
+
+t.test('answers the router makes itself: unwritable fields become a 502, no body has a length, text is UTF-8', async (t) => {
+  // Upstream parsers refuse such fields already; the guard is for what the request path adds.
+  const answers: Array<(ex: FastH1Exchange) => void> = [
+    (ex) => ex.respond(200, { 'bad name': 'x' }, 'body\n'),
+    (ex) => ex.respond(200, { 'x-crlf': 'a\r\nx-injected: 1' }, 'body\n'),
+    (ex) => ex.respond(200, { 'content-length': 'many' }, null),
+    (ex) => ex.respond(204, {}, null),
+    (ex) => ex.respond(200, { 'x-fine': 'yes' }, null),
+    (ex) => ex.respond(403, { 'content-type': 'text/plain; charset=utf-8' }, 'refusé ✓\n'),
+    (ex) => ex.respondGrpc(14, 'unavailable'),
+  ]
+  let next = 0
+  const host: FastH1Host = {
+    port: 0, scheme: 'http', maxHeaderSize: 16384, maxHeaders: 100, keepAliveTimeoutMs: 5000,
+    closing: () => false,
+    handle: (ex) => answers[next++](ex),
+    fallback: (socket) => socket.destroy(),
+    release: () => {},
+  }
+  const server = net.createServer((socket) => { socket.on('error', () => {}); new FastH1Connection(socket, host, null) })
+  const port = await listen(server)
+  t.teardown(() => server.close())
+  const r = await raw(port, [answers.map((_, i) => `GET /${i} HTTP/1.1\r\n${HOST}\r\n`).join('')], answers.length)
+  const rs = r.responses ?? []
+  t.same(rs.map((x) => x.status), [502, 502, 502, 204, 200, 403, 200], 'every answer framed; the next one found where the last ended')
+  t.equal(rs[0]?.body.toString(), 'upstream protocol error\n')
+  t.notMatch(r.data.toString('latin1'), /x-injected/i, 'no field injected')
+  t.equal(rs[4]?.headers['content-length'], '0', 'no body: Content-Length: 0')
+  t.equal(rs[4]?.headers['x-fine'], 'yes')
+  t.equal(rs[5]?.body.toString('utf8'), 'refusé ✓\n', 'text bodies are UTF-8')
+  t.equal(rs[5]?.headers['content-length'], String(Buffer.byteLength('refusé ✓\n')), 'length in bytes')
+  t.equal(rs[6]?.headers['grpc-status'], '14')
+})
