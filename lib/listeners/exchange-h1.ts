@@ -282,7 +282,7 @@ export class UpgradeExchange implements Exchange {
 function noop(): void {}
 
 /** TE is a list of transfer codings; `trailers` among them means the client takes trailer fields. */
-function acceptsTrailers(te: string | string[] | undefined): boolean {
+export function acceptsTrailers(te: string | string[] | undefined): boolean {
   return te !== undefined && String(te).toLowerCase().includes('trailers')
 }
 

@@ -25,7 +25,7 @@ import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isUpstreamBody } from '../upstream/exchange.ts'
 import { isReleasable, release } from '../upstream/release.ts'
-import { clientIp } from './exchange-h1.ts'
+import { acceptsTrailers, clientIp } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
 export interface FastH1Host {
@@ -507,9 +507,4 @@ export class FastH1Exchange implements Exchange {
   bytesIn(): number { return 0 }
   bytesOut(): number { return this.#bytesOut }
   spiffeId(): string | null { return this.scheme === 'https' ? peerSpiffeId(this.#socket) : null }
-}
-
-/** TE is a list of transfer codings; `trailers` among them means the client takes trailer fields. */
-function acceptsTrailers(te: string | string[] | undefined): boolean {
-  return te !== undefined && String(te).toLowerCase().includes('trailers')
 }
