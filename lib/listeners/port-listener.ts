@@ -6,8 +6,10 @@
 //   `Upgrade: h2c`). Peeked bytes are unshifted, so nothing is copied twice.
 // - HTTPS: a tls.Server picks certificates by SNI and offers ALPN h2 and
 //   http/1.1; the negotiated protocol picks the server.
-// The port number is fixed per listener, so requests find their PortEntry in
-// whatever table they arrive with.
+// HTTP/1.1 connections start on h1-fast.ts (plain requests parsed and answered
+// without node:http) and move to the http.Server at the first request it does
+// not take. The port number is fixed per listener, so requests find their
+// PortEntry in whatever table they arrive with.
 
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import http2, { type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
