@@ -7,8 +7,7 @@ import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
-import { isUpstreamBody } from '../upstream/exchange.ts'
-import { isReleasable, ownedStreams, release } from '../upstream/release.ts'
+import { ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { STATUS_CODES } from 'node:http'
 
 /** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
@@ -47,10 +46,8 @@ export class H1Exchange implements Exchange {
   #closed = false
   /** The response body is paused until the client socket drains. */
   #draining = false
-  /** The body's chunks may be released once written (release.ts). */
-  #releasing = false
-  /** Releasable chunks written and not yet confirmed, in write order. */
-  #unconfirmed: Buffer[] | null = null
+  /** Body chunks released once written (release.ts); made at the first one. */
+  #written: WrittenChunks | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(req: IncomingMessage, res: ServerResponse, port: number, scheme: 'http' | 'https') {
@@ -106,7 +103,6 @@ export class H1Exchange implements Exchange {
     if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return }
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
-    this.#releasing = isUpstreamBody(body)
     // Copied by hand rather than with stream.pipeline (an AbortController and an
     // AbortError with a stack trace per call, ~7% of a small request's CPU) or
     // pipe() (six listeners and their closures on both streams): one 'data'
@@ -121,20 +117,13 @@ export class H1Exchange implements Exchange {
 
   #onOutData = (chunk: Buffer): void => {
     this.#bytesOut += chunk.length
-    if (this.#releasing && isReleasable(chunk) && this.#out?.listenerCount('data') === 1) {
-      (this.#unconfirmed ??= []).push(chunk)
-      if (this.#res.write(chunk, this.#onWritten) || this.#draining) return
+    if (releasableResponseChunk(this.#out, chunk)) {
+      if (this.#res.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk)) || this.#draining) return
     } else if (this.#res.write(chunk) || this.#draining) return
     // Backpressure: the body stops flowing (its buffer fills, the upstream pauses) until the socket drains.
     this.#draining = true
     this.#out?.pause()
     this.#res.once('drain', this.#onDrain)
-  }
-
-  /** A releasable chunk's write finished (callbacks come in write order): its memory goes now. */
-  #onWritten = (err?: Error | null): void => {
-    const chunk = this.#unconfirmed?.shift()
-    if (chunk !== undefined && (err === null || err === undefined)) release(chunk)
   }
 
   #onDrain = (): void => {

@@ -23,8 +23,7 @@ import type { Duplex, Readable } from 'node:stream'
 import { peerSpiffeId } from '../extensions/client.ts'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
-import { isUpstreamBody } from '../upstream/exchange.ts'
-import { isReleasable, release } from '../upstream/release.ts'
+import { releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { acceptsTrailers, clientIp } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
@@ -138,7 +137,6 @@ export class FastH1Connection {
     else this.#idle()
   }
 
-  get socket(): Socket { return this.#socket }
   /** The listener is draining. */
   get closing(): boolean { return this.#host.closing() }
   get keepAliveTimeoutMs(): number { return this.#host.keepAliveTimeoutMs }
@@ -269,8 +267,8 @@ export class FastH1Exchange implements Exchange {
   #out: Readable | null = null
   #trailers: (() => OutgoingHeaders | null) | null = null
   #draining = false
-  #releasing = false
-  #unconfirmed: Buffer[] | null = null
+  /** Body chunks released once written (release.ts); made at the first one. */
+  #written: WrittenChunks | null = null
 
   constructor(conn: FastH1Connection, socket: Socket, head: FastHead, port: number, scheme: 'http' | 'https') {
     this.#conn = conn
@@ -330,7 +328,6 @@ export class FastH1Exchange implements Exchange {
     this.#head = head
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
-    this.#releasing = isUpstreamBody(body)
     body.on('data', this.#onOutData)
     body.once('end', this.#onOutEnd)
     body.once('error', this.#onOutError)
@@ -402,26 +399,18 @@ export class FastH1Exchange implements Exchange {
     const socket = this.#socket
     const head = this.#head
     this.#head = null
-    const release = this.#releasing && isReleasable(chunk) && this.#out?.listenerCount('data') === 1
     if (head !== null || this.#chunked) socket.cork()
     if (head !== null) socket.write(head, 'latin1')
     if (this.#chunked) socket.write(chunk.length.toString(16) + '\r\n', 'latin1')
-    let ok: boolean
-    if (release) {
-      (this.#unconfirmed ??= []).push(chunk)
-      ok = socket.write(chunk, this.#onWritten)
-    } else ok = socket.write(chunk)
+    let ok = releasableResponseChunk(this.#out, chunk)
+      ? socket.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk))
+      : socket.write(chunk)
     if (this.#chunked) ok = socket.write('\r\n', 'latin1')
     if (head !== null || this.#chunked) socket.uncork()
     if (ok || this.#draining) return
     this.#draining = true
     this.#out?.pause()
     socket.once('drain', this.#onDrain)
-  }
-
-  #onWritten = (err?: Error | null): void => {
-    const chunk = this.#unconfirmed?.shift()
-    if (chunk !== undefined && (err === null || err === undefined)) release(chunk)
   }
 
   #onDrain = (): void => {

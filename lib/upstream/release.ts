@@ -14,7 +14,8 @@
 //   bytes or unparsed remainder share it, and no pooled Buffer;
 // - it comes from a stream whose chunks nothing else keeps:
 //   - responses: an upstream body whose only consumer is the client writer
-//     (exchange.ts isUpstreamBody, one 'data' listener; lib/listeners/exchange-h1.ts);
+//     (exchange.ts isUpstreamBody, one 'data' listener: releasableResponseChunk,
+//     WrittenChunks; the HTTP/1.1 exchanges in lib/listeners);
 //   - requests: a client's HTTP/1.1 body given to the HTTP/1.1 pool as it is,
 //     or through the retry replay buffer, which marks the chunks it keeps
 //     (ownedStreams, retained); a body a mirror tees or an extension reads is
@@ -23,6 +24,7 @@
 //   the TLS layer's own buffer), never while a write still reads them.
 
 import type { Duplex, Readable } from 'node:stream'
+import { isUpstreamBody } from './exchange.ts'
 
 /** Smaller chunks are not worth a callback (and bulk reads are 64 KiB). */
 export const RELEASE_MIN_BYTES = 16 * 1024
@@ -40,6 +42,32 @@ export function release(chunk: Uint8Array): void {
     (chunk.buffer as ArrayBuffer).transfer(0)
   } catch {
     // Not detachable (marked untransferable, say): the GC frees it as before.
+  }
+}
+
+/**
+ * A client writer may free `chunk` of the response body `body` once written: it
+ * is releasable and comes straight from an upstream pool, and the writer is
+ * the body's only consumer (a second 'data' listener may still hold it).
+ */
+// hot path
+export function releasableResponseChunk(body: Readable | null, chunk: Uint8Array): boolean {
+  return body !== null && isReleasable(chunk) && isUpstreamBody(body) && body.listenerCount('data') === 1
+}
+
+/** Chunks being written, each released when its write completes (write callbacks come in write order). */
+export class WrittenChunks {
+  readonly #pending: Uint8Array[] = []
+
+  /** Queues `chunk`; the returned write callback releases it. */
+  add(chunk: Uint8Array): (err?: Error | null) => void {
+    this.#pending.push(chunk)
+    return this.#written
+  }
+
+  readonly #written = (err?: Error | null): void => {
+    const chunk = this.#pending.shift()
+    if (chunk !== undefined && (err === null || err === undefined)) release(chunk)
   }
 }
 
