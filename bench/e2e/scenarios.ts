@@ -126,6 +126,11 @@ function compareAll(ctx: BenchContext, scenario: string, metric: string, unit: s
   }
 }
 
+/** How busy the proxy's core was, in percent: req/s x CPU per request; null when its CPU was not measured. */
+function busyPct(r: LoadResult): number | null {
+  return r.cpuUsPerRequest === null ? null : Math.round((r.rps * r.cpuUsPerRequest) / 1e4)
+}
+
 function compareLatency(ctx: BenchContext, scenario: string, results: Map<string, LoadResult>, maxAddedMs: number | null): void {
   const s = results.get('sallyport')
   const direct = results.get('direct')
@@ -140,7 +145,8 @@ function compareLatency(ctx: BenchContext, scenario: string, results: Map<string
   // proxy's one core is at that rate: say how busy each was.
   const busy = ['nginx-proxy', 'node-minimal', 'sallyport'].flatMap((name) => {
     const r = results.get(name)
-    return r === undefined || r.cpuUsPerRequest === null ? [] : [`${name} ${Math.round((r.rps * r.cpuUsPerRequest) / 1e4)} %`]
+    const pct = r === undefined ? null : busyPct(r)
+    return pct === null ? [] : [`${name} ${pct} %`]
   })
   if (busy.length > 0) ctx.notes.push({ scenario, text: `core busy at this rate (req/s x CPU per request): ${busy.join(', ')}` })
 }
@@ -250,7 +256,7 @@ async function latencyCurve(ctx: BenchContext, peak: number): Promise<void> {
     if (s === undefined || d === undefined) continue
     const extra = s.p99Ms - d.p99Ms
     ctx.comparisons.push(delta(`h1 @${rate} rps (${fraction * 100}% of peak)`, 'p99 added', 'ms', 'sallyport', s.p99Ms, 'direct', d.p99Ms, null))
-    added.push(`${rate} req/s +${extra.toFixed(2)} ms (core ${s.cpuUsPerRequest === null ? '?' : Math.round((s.rps * s.cpuUsPerRequest) / 1e4)} % busy)`)
+    added.push(`${rate} req/s +${extra.toFixed(2)} ms (core ${busyPct(s) ?? '?'} % busy)`)
     if (extra < 1) under = rate
   }
   if (added.length > 0) {
@@ -274,7 +280,8 @@ async function ownHalfPeak(ctx: BenchContext): Promise<void> {
     const d = results.get('direct')
     if (p === undefined || d === undefined) continue
     ctx.comparisons.push(delta(`h1 @${rate} rps (half of ${proxy.name}'s own peak)`, 'p99 added', 'ms', proxy.name, p.p99Ms, 'direct', d.p99Ms, null))
-    if (p.cpuUsPerRequest !== null) ctx.notes.push({ scenario: `${proxy.name} @ half own peak`, text: `core busy at ${rate} req/s: ${Math.round((p.rps * p.cpuUsPerRequest) / 1e4)} %` })
+    const pct = busyPct(p)
+    if (pct !== null) ctx.notes.push({ scenario: `${proxy.name} @ half own peak`, text: `core busy at ${rate} req/s: ${pct} %` })
   }
 }
 
