@@ -278,6 +278,8 @@ async function main(): Promise<number> {
     const peak = Math.max(rss.peakProcessMiB, rss.rootHwmMiB)
     out.push(`sallyport RSS: ${idleRss ?? '?'} MiB idle after start; peak ${peak} MiB over the run (VmRSS samples and VmHWM) (target < 150 MiB)${peak < 150 ? ' ok' : ' MISSED'}`)
     out.push(`  of which at most ${rss.rootPeakAnonMiB} MiB anonymous (heap, malloc) and ${rss.rootPeakFileMiB} MiB file-backed (the node binary's pages: clean, shared, reclaimable)`)
+    const b = rss.atPeak
+    if (b !== null) out.push(`  at its peak (${b.totalMiB} MiB): node binary ${b.binaryMiB}, shared libraries ${b.librariesMiB}, malloc arenas ${b.mallocMiB}, V8 heap and other anonymous ${b.otherAnonMiB} MiB`)
   }
   if (big !== null) {
     const b: BigBodyResult = big

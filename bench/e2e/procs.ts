@@ -183,6 +183,56 @@ export interface RssReport {
   readonly samples: number
   /** Tree RSS over time: [ms since start, MiB]. Thinned to at most 200 points. */
   readonly series: ReadonlyArray<readonly [number, number]>
+  /** What the root process's RSS was made of when it peaked (null if /proc/PID/smaps was unreadable). */
+  readonly atPeak: RssBreakdown | null
+}
+
+/** The root process's resident memory by kind, MiB, from /proc/PID/smaps. */
+export interface RssBreakdown {
+  readonly totalMiB: number
+  /** The node executable's pages (code, V8 snapshot, ICU data): file-backed, clean, shared. */
+  readonly binaryMiB: number
+  /** Shared libraries (libc, libstdc++...). */
+  readonly librariesMiB: number
+  /** malloc: the main arena ([heap]) and the per-thread arenas (64 MiB-aligned anonymous mappings). */
+  readonly mallocMiB: number
+  /** Every other anonymous mapping: V8's heap pages, WebAssembly memory, stacks, large buffers. */
+  readonly otherAnonMiB: number
+}
+
+const ARENA_ALIGN = 64n << 20n
+
+/** Classifies the mappings of /proc/PID/smaps (see RssBreakdown). */
+export function rssBreakdown(pid: number): RssBreakdown | null {
+  let text: string
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, 'utf8')
+  } catch {
+    return null
+  }
+  const kb = { total: 0, binary: 0, libraries: 0, malloc: 0, otherAnon: 0 }
+  let kind: 'binary' | 'libraries' | 'malloc' | 'otherAnon' = 'otherAnon'
+  for (const line of text.split('\n')) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line)
+    if (head !== null) {
+      const name = head[3]
+      const start = BigInt(`0x${head[1]}`)
+      const end = BigInt(`0x${head[2]}`)
+      if (name === '[heap]') kind = 'malloc'
+      else if (name === '') kind = start % ARENA_ALIGN === 0n && end - start <= ARENA_ALIGN ? 'malloc' : 'otherAnon'
+      else if (name === process.execPath || name.endsWith('/bin/node')) kind = 'binary'
+      else if (name.startsWith('/')) kind = 'libraries'
+      else kind = 'otherAnon' // [stack], [vvar]...
+      continue
+    }
+    if (line.startsWith('Rss:')) {
+      const v = Number(line.split(/\s+/)[1])
+      kb[kind] += v
+      kb.total += v
+    }
+  }
+  const mib = (v: number): number => Math.round(v / 102.4) / 10
+  return { totalMiB: mib(kb.total), binaryMiB: mib(kb.binary), librariesMiB: mib(kb.libraries), mallocMiB: mib(kb.malloc), otherAnonMiB: mib(kb.otherAnon) }
 }
 
 /** Samples VmRSS of pid and its children every intervalMs until stop() is called. */
@@ -196,6 +246,8 @@ export class RssSampler {
   #anon = 0
   #file = 0
   #series: Array<[number, number]> = []
+  #atPeak: RssBreakdown | null = null
+  #atPeakKb = 0
 
   constructor(pid: number, intervalMs = 100) {
     this.#pid = pid
@@ -210,6 +262,15 @@ export class RssSampler {
       const kb = readStatusKb(p, 'VmRSS')
       if (kb > this.#peakProcess) this.#peakProcess = kb
       tree += kb
+    }
+    const rootKb = readStatusKb(this.#pid, 'VmRSS')
+    // A breakdown at the root's peak; re-read when the peak has grown by 1 MiB (smaps is not free to read).
+    if (rootKb >= this.#atPeakKb + 1024 || (this.#atPeak === null && rootKb > 0)) {
+      const b = rssBreakdown(this.#pid)
+      if (b !== null) {
+        this.#atPeak = b
+        this.#atPeakKb = rootKb
+      }
     }
     const hwm = readStatusKb(this.#pid, 'VmHWM')
     if (hwm > this.#hwm) this.#hwm = hwm
@@ -247,6 +308,7 @@ export class RssSampler {
       lastMiB: s.length > 0 ? mib(s[s.length - 1][1]) : 0,
       samples: s.length,
       series,
+      atPeak: this.#atPeak,
     }
   }
 }
