@@ -36,6 +36,19 @@ export function sallyportNodeFlags(): string[] {
   return (process.env.SALLYPORT_BENCH_NODE_FLAGS ?? '--max-semi-space-size=8').split(' ').filter((f) => f !== '')
 }
 
+/**
+ * The environment the image gives sallyport (Dockerfile ENV): production mode
+ * and two glibc malloc arenas. SALLYPORT_BENCH_MALLOC_ARENA_MAX replaces the
+ * arena count ('' leaves glibc's default, up to 8 per core).
+ */
+export function sallyportEnv(): NodeJS.ProcessEnv {
+  const arenas = process.env.SALLYPORT_BENCH_MALLOC_ARENA_MAX ?? '2'
+  const env: NodeJS.ProcessEnv = { ...process.env, NODE_ENV: 'production' }
+  if (arenas === '') delete env.MALLOC_ARENA_MAX
+  else env.MALLOC_ARENA_MAX = arenas
+  return env
+}
+
 /** `node [flags] sallyport` as the image runs it; append the CLI arguments. */
 export function sallyportCommand(): string[] {
   return [process.execPath, ...sallyportNodeFlags(), sallyportBin()]
@@ -229,7 +242,7 @@ export async function startGateway(opts: GatewayStart): Promise<Proc> {
     '--access-log', opts.accessLog ? 'on' : 'off',
   ]
   if (opts.workers !== null) args.push('--workers', String(opts.workers))
-  const proc = startProc('sallyport', inCgroup(opts.memoryCgroup, pinned(opts.cores, args)), opts.logPath, { ...process.env, NODE_ENV: 'production' })
+  const proc = startProc('sallyport', inCgroup(opts.memoryCgroup, pinned(opts.cores, args)), opts.logPath, sallyportEnv())
   const ok = await waitForHttp(opts.listenPort, '/small', 30_000, proc)
   if (!ok) {
     await stopProc(proc)
