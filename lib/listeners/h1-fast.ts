@@ -470,7 +470,11 @@ export class FastH1Exchange implements Exchange {
       this.#conn.done(this, this.#keepAlive)
     }
     if (text === null) {
-      socket.write(head + tail, 'latin1', done)
+      const last = head + tail
+      // Nothing left to write and nothing queued: done once this turn ends,
+      // as node's ServerResponse does, rather than an empty write(2) per response.
+      if (last === '' && socket.writableLength === 0 && !socket.destroyed) process.nextTick(done, null)
+      else socket.write(last, 'latin1', done)
       return
     }
     socket.cork()
