@@ -30,6 +30,7 @@
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, ExtensionChain, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
+import { Cancel } from '../upstream/cancel.ts'
 import { upstreamFailovers, upstreamRetries, upstreamRetryBudgetExhausted } from '../observe/resilience-metrics.ts'
 import { applyHeaderEdits } from './headers.ts'
 import { ReplayBody } from './replay-body.ts'
@@ -272,7 +273,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   #tried: Cluster[] | null = null
   /** The cluster whose retry budget the current attempt holds. */
   #budgetOf: Cluster | null = null
-  #attemptController: AbortController | null = null
+  #attemptController: Cancel | null = null
   #timer: NodeJS.Timeout | null = null
   #timedOut = false
   #done = false
@@ -310,9 +311,9 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     const retry = this.#plan.retry
     let signal = base.signal
     if (retry.perTryMs !== null) {
-      const ac = new AbortController()
+      const ac = new Cancel()
       this.#attemptController = ac
-      signal = ac.signal
+      signal = ac
       this.#timedOut = false
       this.#timer = setTimeout(onPerTryTimeout, retry.perTryMs, this)
     } else {

@@ -10,6 +10,7 @@ import { Readable } from 'node:stream'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
+import { Cancel } from '../upstream/cancel.ts'
 import type { AccessLog } from '../observe/access-log.ts'
 import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
@@ -89,7 +90,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   rule: RouteRule | null = null
   backend: WeightedCluster | null = null
   cluster: Cluster | null = null
-  controller: AbortController | null = null
+  controller: Cancel | null = null
   timer: NodeJS.Timeout | null = null
   /** An answer (response, tunnel or error) has begun downstream; later upstream events are dropped. */
   answered = false
@@ -181,7 +182,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (plan === null && backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
 
     const path = rule.rewritePath === null ? this.path : rewritePath(this.path, rule.rewritePath, match.path)
-    const controller = new AbortController()
+    const controller = new Cancel()
     this.controller = controller
     const timeouts = rule.timeouts
     let req: UpstreamRequest = {
@@ -193,7 +194,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       headers,
       body: ex.body,
       timeouts: { connectMs: timeouts.connectMs, headersMs: timeouts.backendRequestMs, idleMs: timeouts.idleMs },
-      signal: controller.signal,
+      signal: controller,
       upgrade: ex.upgrade,
       clientAddress: ex.clientAddress,
     }
@@ -359,7 +360,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
         if (!this.answered) this.status = statusOf(ErrorCode.CLIENT_ABORTED)
       }
       const controller = this.controller
-      if (controller !== null && !controller.signal.aborted) controller.abort(new SallyportError(ErrorCode.CLIENT_ABORTED, 'client went away'))
+      if (controller !== null && !controller.aborted) controller.abort(new SallyportError(ErrorCode.CLIENT_ABORTED, 'client went away'))
     }
     record(this)
     if (this.trace !== null) this.trace.end(this)

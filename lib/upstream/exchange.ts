@@ -100,7 +100,7 @@ export class Exchange {
     this.#attempt = attempt
   }
 
-  /** AbortSignal listener (an object, so no closure per request). */
+  /** Cancellation listener (an object, so no closure per request). */
   handleEvent(): void {
     const reason = new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted by the client or the route timeout', { cause: this.req.signal.reason })
     const attempt = this.#attempt

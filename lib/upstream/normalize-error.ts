@@ -4,6 +4,7 @@
 
 import { ErrorCode, SallyportError } from '../errors.ts'
 import { tlsFailureReason } from './tls.ts'
+import type { CancelSignal } from './cancel.ts'
 
 const CONNECT_CODES: Readonly<Record<string, string>> = {
   ECONNREFUSED: 'refused',
@@ -60,7 +61,7 @@ export function tlsReason(err: SallyportError): string {
  * `signal`: the request's signal — if it fired, the client went away (or the
  * route timeout did) and the failure is ours, not the backend's.
  */
-export function normalizeUpstreamError(err: unknown, signal: AbortSignal | null, endpoint: string): SallyportError {
+export function normalizeUpstreamError(err: unknown, signal: CancelSignal | null, endpoint: string): SallyportError {
   if (err instanceof SallyportError) return err
   if (signal !== null && signal.aborted) {
     return new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted before the upstream answered', { cause: err })

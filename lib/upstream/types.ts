@@ -8,6 +8,7 @@ import type { Socket } from 'node:net'
 import type { Duplex, Readable } from 'node:stream'
 import type { SallyportError } from '../errors.ts'
 import type { Cluster, RouteTable } from '../compile/table.ts'
+import type { CancelSignal } from './cancel.ts'
 
 /** Header values as both node:http and undici accept them; names lowercased, no hop-by-hop headers. */
 export type OutgoingHeaders = Record<string, string | string[]>
@@ -33,7 +34,7 @@ export interface UpstreamRequest {
   readonly body: Readable | null
   readonly timeouts: UpstreamTimeouts
   /** Aborted when the client goes away or the route timeout fires: the upstream exchange is cancelled. */
-  readonly signal: AbortSignal
+  readonly signal: CancelSignal
   /**
    * Tunnel request: 'websocket' etc. for HTTP/1.1 Upgrade, or the RFC 8441 :protocol of
    * an HTTP/2 extended CONNECT. null for ordinary requests.

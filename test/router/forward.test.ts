@@ -43,7 +43,7 @@ t.test('UpstreamRequest: path, authority, timeouts, client address; abort on cli
   await plane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ timeouts, backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', 9, { hostname: 'api.example' })]), up)
   let aborted: (reason: unknown) => void = () => {}
   const abortSeen = new Promise((resolve) => { aborted = resolve })
-  up.script = (req) => { req.signal.addEventListener('abort', () => aborted(req.signal.reason)) }
+  up.script = (req) => { req.signal.addEventListener('abort', { handleEvent: () => aborted(req.signal.reason) }) }
   const client = http2.connect(`http://127.0.0.1:${port}`)
   client.on('error', () => {})
   t.teardown(() => client.close())
