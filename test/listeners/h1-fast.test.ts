@@ -155,6 +155,23 @@ t.test('keep-alive and pipelined requests on one connection are answered in orde
   t.equal(r.closed, false, 'connection kept open')
 })
 
+t.test('a response whose bytes are all written ends without an empty write', async (t) => {
+  // A body of known length: nothing is left to write after its last byte (no chunked tail).
+  const { port } = await plainGateway(t, (_req, res) => { res.end('ok') })
+  // Every write the gateway's side of the client connection makes; an empty one is a wasted write(2).
+  const writes: number[] = []
+  const write = net.Socket.prototype.write
+  net.Socket.prototype.write = function (this: net.Socket, chunk: unknown, ...rest: unknown[]) {
+    if (this.localPort === port) writes.push(typeof chunk === 'string' ? chunk.length : (chunk as Uint8Array).byteLength)
+    return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest)
+  } as typeof write
+  t.teardown(() => { net.Socket.prototype.write = write })
+  const r = await raw(port, [`GET /a HTTP/1.1\r\n${HOST}\r\n`, `GET /b HTTP/1.1\r\n${HOST}\r\n`], 2, { gapMs: 30 })
+  t.equal(r.responses?.length, 2, 'both answered')
+  t.ok(writes.length >= 2, `the gateway wrote the responses (${writes.join(',')})`)
+  t.equal(writes.filter((n) => n === 0).length, 0, 'no empty write')
+})
+
 t.test('a request the fast parser does not take is answered by node on the same connection', async (t) => {
   const { port, up } = await plainGateway(t)
   // plain, then a body (node from here on), then plain again
