@@ -147,10 +147,10 @@ export class H1Exchange implements Exchange {
 
   /** Destroyed without an error and before its end (pipeline's premature close): no fake success either. */
   #onOutClose = (): void => {
-    const out = this.#out
-    if (this.#closed || out === null || out.readableEnded || out.errored !== null) return
+    const err = this.#closed ? null : closedBeforeEnd(this.#out)
+    if (err === null) return
     this.#res.destroy()
-    this.#observer.onBodyError(new Error('response body closed before its end'))
+    this.#observer.onBodyError(err)
   }
 
   respondGrpc(grpcStatus: number, message: string): void {
@@ -269,6 +269,17 @@ export class UpgradeExchange implements Exchange {
 }
 
 function noop(): void {}
+
+/**
+ * A response body that closed without an error before its end (pipeline's
+ * premature close): the error the client writer reports, so a cut body never
+ * passes for a whole one. null when it ended, failed with its own error, or
+ * there is none.
+ */
+export function closedBeforeEnd(out: Readable | null): Error | null {
+  if (out === null || out.readableEnded || out.errored !== null) return null
+  return new Error('response body closed before its end')
+}
 
 /** TE is a list of transfer codings; `trailers` among them means the client takes trailer fields. */
 export function acceptsTrailers(te: string | string[] | undefined): boolean {

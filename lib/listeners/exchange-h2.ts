@@ -6,7 +6,7 @@ import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'nod
 import { Readable, pipeline, type Duplex } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
-import { clientIp } from './exchange-h1.ts'
+import { clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
 const END_STREAM = constants.NGHTTP2_FLAG_END_STREAM
@@ -136,9 +136,8 @@ export class H2Exchange implements Exchange {
 
   /** Destroyed without an error and before its end: reset, never a clean end. */
   #onOutClose = (): void => {
-    const out = this.#out
-    if (this.#closed || out === null || out.readableEnded || out.errored !== null) return
-    const err = new Error('response body closed before its end')
+    const err = this.#closed ? null : closedBeforeEnd(this.#out)
+    if (err === null) return
     if (!this.#stream.destroyed) this.#stream.destroy(err)
     this.#observer.onBodyError(err)
   }

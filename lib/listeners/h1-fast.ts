@@ -24,7 +24,7 @@ import { peerSpiffeId } from '../extensions/client.ts'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
-import { acceptsTrailers, clientIp } from './exchange-h1.ts'
+import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
 export interface FastH1Host {
@@ -449,10 +449,10 @@ export class FastH1Exchange implements Exchange {
   }
 
   #onOutClose = (): void => {
-    const out = this.#out
-    if (this.#over || out === null || out.readableEnded || out.errored !== null) return
+    const err = this.#over ? null : closedBeforeEnd(this.#out)
+    if (err === null) return
     this.#socket.destroy()
-    this.#observer.onBodyError(new Error('response body closed before its end'))
+    this.#observer.onBodyError(err)
   }
 
   /**
