@@ -18,6 +18,7 @@ import tls, { type TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, type RouterEnv } from '../router/forward.ts'
+import type { Exchange } from '../router/exchange.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
@@ -142,11 +143,7 @@ export class PortListener {
       maxHeaders: limits.maxHeaders,
       keepAliveTimeoutMs: limits.keepAliveTimeoutMs,
       closing: () => this.#closing,
-      handle: (ex) => {
-        const table = this.#plane.current() // the one read of the table for this request
-        if (table === null) { ex.respond(503, { 'content-type': 'text/plain' }, 'no configuration\n'); return }
-        handleExchange(ex, table, this.#plane.env)
-      },
+      handle: this.#serve,
       fallback: (socket, rest) => {
         socket.pause()
         if (rest !== null) socket.unshift(rest)
@@ -272,10 +269,16 @@ export class PortListener {
 
   // hot path
   #onRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    const table = this.#plane.current() // the one read of the table for this request
     if (this.#closing) res.shouldKeepAlive = false
-    if (table === null) { res.writeHead(503, { 'content-type': 'text/plain' }).end('no configuration\n'); return }
-    handleExchange(new H1Exchange(req, res, this.port, this.#scheme), table, this.#plane.env)
+    this.#serve(new H1Exchange(req, res, this.port, this.#scheme))
+  }
+
+  /** An HTTP/1.1 request, from either parser, on the table current when it arrived. */
+  // hot path
+  #serve = (ex: Exchange): void => {
+    const table = this.#plane.current() // the one read of the table for this request
+    if (table === null) { ex.respond(503, { 'content-type': 'text/plain' }, 'no configuration\n'); return }
+    handleExchange(ex, table, this.#plane.env)
   }
 
   #shouldUpgrade = (req: IncomingMessage): boolean => {
