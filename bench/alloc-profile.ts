@@ -15,10 +15,11 @@ import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { findNginx, startNginx, writeOriginConfig } from './e2e/nginx.ts'
-import { sallyportBin, sallyportEnv, sallyportNodeFlags, writeGatewayConfig } from './e2e/gateway.ts'
-import { freePort, inCgroup, memoryCgroup, pinned, startProc, stopProc, tailOf, waitForHttp } from './e2e/procs.ts'
+import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
+import { freePort, memoryCgroup, stopProc } from './e2e/procs.ts'
 import type { Proc } from './e2e/procs.ts'
 import { runH2load } from './e2e/h2load.ts'
+import { shortUrl } from './e2e/profile.ts'
 
 const { values } = parseArgs({
   options: {
@@ -74,11 +75,6 @@ class Inspector {
   }
 }
 
-function shortUrl(url: string): string {
-  if (url === '') return '(native)'
-  return url.replace(/^file:\/\//, '').replace(/^.*\/(node_modules\/)/, '$1').replace(/^.*\/dist\//, '')
-}
-
 async function main(): Promise<number> {
   const nginx = findNginx()
   if (nginx === null) {
@@ -95,11 +91,10 @@ async function main(): Promise<number> {
     const inspectPort = await freePort()
     const configDir = path.join(tmp, 'config')
     writeGatewayConfig({ dir: configDir, listenPort, originPort: originPorts.h1, bigPort: originPorts.h1, features: 'all' })
-    const argv = [process.execPath, ...sallyportNodeFlags(), `--inspect=127.0.0.1:${inspectPort}`, sallyportBin(), 'serve',
-      '--config', configDir, '--admin', `127.0.0.1:${await freePort()}`, '--bind', '127.0.0.1']
-    const gw = startProc('sallyport', inCgroup(cgroup, pinned('0', argv)), path.join(tmp, 'sallyport.log'), sallyportEnv())
-    procs.push(gw)
-    if (!(await waitForHttp(listenPort, '/small', 30_000, gw))) throw new Error(`sallyport did not start: ${tailOf(gw.logPath)}`)
+    procs.push(await startGateway({
+      configDir, listenPort, adminPort: await freePort(), workers: null, cores: '0', accessLog: true,
+      logPath: path.join(tmp, 'sallyport.log'), cpuProfDir: null, memoryCgroup: cgroup, extraNodeFlags: [`--inspect=127.0.0.1:${inspectPort}`],
+    }))
 
     const load = (durationS: number): ReturnType<typeof runH2load> => runH2load({
       url: `http://127.0.0.1:${listenPort}/small`, h1: values.h2 !== true, clients: values.h2 === true ? 8 : clients,
@@ -119,7 +114,7 @@ async function main(): Promise<number> {
     let total = 0
     const walk = (n: SamplingNode): void => {
       const f = n.callFrame
-      const file = shortUrl(f.url)
+      const file = shortUrl(f.url, REPO_ROOT)
       const name = `${f.functionName === '' ? '(anonymous)' : f.functionName} ${file}${f.url === '' ? '' : `:${f.lineNumber + 1}`}`
       total += n.selfSize
       byFunction.set(name, (byFunction.get(name) ?? 0) + n.selfSize)

@@ -229,11 +229,13 @@ export interface GatewayStart {
   readonly cpuProfDir: string | null
   /** Memory cgroup to start sallyport in (node sizes its heap from the limit); null = none. */
   readonly memoryCgroup: MemoryCgroup | null
+  /** Node flags after the image's (e.g. --inspect for bench/alloc-profile.ts). */
+  readonly extraNodeFlags?: readonly string[]
 }
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
 export async function startGateway(opts: GatewayStart): Promise<Proc> {
-  const nodeFlags = [...sallyportNodeFlags(), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir])]
+  const nodeFlags = [...sallyportNodeFlags(), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir]), ...(opts.extraNodeFlags ?? [])]
   const args = [
     process.execPath, ...nodeFlags, sallyportBin(), 'serve',
     '--config', opts.configDir,

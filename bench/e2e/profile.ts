@@ -18,7 +18,7 @@ export interface ProfileSummary {
   readonly files: readonly Hotspot[]
 }
 
-function shortUrl(url: string, root: string): string {
+export function shortUrl(url: string, root: string): string {
   if (url === '') return '(native)'
   const p = url.startsWith('file://') ? url.slice('file://'.length) : url
   return p.startsWith(root) ? path.relative(root, p) : p.replace(/^.*node_modules\//, 'node_modules/')
