@@ -147,10 +147,8 @@ export class H1Exchange implements Exchange {
 
   /** Destroyed without an error and before its end (pipeline's premature close): no fake success either. */
   #onOutClose = (): void => {
-    const err = this.#closed ? null : closedBeforeEnd(this.#out)
-    if (err === null) return
-    this.#res.destroy()
-    this.#observer.onBodyError(err)
+    const err = closedBeforeEnd(this.#out)
+    if (err !== null) this.#onOutError(err) // the same failure as a body error
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

@@ -136,10 +136,8 @@ export class H2Exchange implements Exchange {
 
   /** Destroyed without an error and before its end: reset, never a clean end. */
   #onOutClose = (): void => {
-    const err = this.#closed ? null : closedBeforeEnd(this.#out)
-    if (err === null) return
-    if (!this.#stream.destroyed) this.#stream.destroy(err)
-    this.#observer.onBodyError(err)
+    const err = closedBeforeEnd(this.#out)
+    if (err !== null) this.#onOutError(err) // the same failure as a body error
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

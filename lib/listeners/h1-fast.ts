@@ -449,10 +449,8 @@ export class FastH1Exchange implements Exchange {
   }
 
   #onOutClose = (): void => {
-    const err = this.#over ? null : closedBeforeEnd(this.#out)
-    if (err === null) return
-    this.#socket.destroy()
-    this.#observer.onBodyError(err)
+    const err = closedBeforeEnd(this.#out)
+    if (err !== null) this.#onOutError(err) // the same failure as a body error
   }
 
   /**
