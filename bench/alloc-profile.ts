@@ -1,4 +1,4 @@
-// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2]` — where
+// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2] [--callers FUNCTION]` — where
 // sallyport's garbage comes from, per request.
 //
 // Starts the nginx origin (core 1) and sallyport (core 0, the bench's config
@@ -26,12 +26,13 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '5' },
     clients: { type: 'string', default: '16' },
     h2: { type: 'boolean', default: false },
+    callers: { type: 'string' },
   },
 })
 const seconds = Number(values.seconds)
 const clients = Number(values.clients)
 if (!(seconds > 0 && seconds <= 60) || !(clients > 0 && clients <= 256)) {
-  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2]\n')
+  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2] [--callers FUNCTION]\n')
   process.exit(2)
 }
 
@@ -112,16 +113,23 @@ async function main(): Promise<number> {
     const byFunction = new Map<string, number>()
     const byFile = new Map<string, number>()
     let total = 0
-    const walk = (n: SamplingNode): void => {
+    // --callers NAME: whose calls the allocations of functions named NAME serve (two frames up).
+    const byCaller = new Map<string, number>()
+    const walk = (n: SamplingNode, stack: readonly string[]): void => {
       const f = n.callFrame
       const file = shortUrl(f.url, REPO_ROOT)
       const name = `${f.functionName === '' ? '(anonymous)' : f.functionName} ${file}${f.url === '' ? '' : `:${f.lineNumber + 1}`}`
       total += n.selfSize
       byFunction.set(name, (byFunction.get(name) ?? 0) + n.selfSize)
       byFile.set(file, (byFile.get(file) ?? 0) + n.selfSize)
-      for (const c of n.children) walk(c)
+      if (values.callers !== undefined && f.functionName === values.callers && n.selfSize > 0) {
+        const key = stack.slice(-2).reverse().join(' <- ')
+        byCaller.set(key, (byCaller.get(key) ?? 0) + n.selfSize)
+      }
+      const next = [...stack, name]
+      for (const c of n.children) walk(c, next)
     }
-    walk(profile.head)
+    walk(profile.head, [])
     const out: string[] = []
     out.push(`sallyport allocations under ${values.h2 === true ? 'h2c (8 connections x 16 streams)' : `HTTP/1.1 (${clients} keep-alive clients)`}, ${seconds} s sampled`)
     out.push(`${result.requests} requests at ${Math.round(result.rps)} req/s; ${(total / 1048576).toFixed(1)} MiB allocated (sampled estimate): ${(total / Math.max(1, result.requests) / 1024).toFixed(1)} KiB per request`)
@@ -132,6 +140,10 @@ async function main(): Promise<number> {
     top(byFunction, 25)
     out.push('by file:')
     top(byFile, 12)
+    if (values.callers !== undefined) {
+      out.push(`callers of ${values.callers} (caller <- its caller):`)
+      top(byCaller, 15)
+    }
     process.stdout.write(out.join('\n') + '\n')
     return 0
   } finally {
