@@ -231,13 +231,15 @@ export interface GatewayStart {
   readonly memoryCgroup: MemoryCgroup | null
   /** Node flags after the image's (e.g. --inspect for bench/alloc-profile.ts). */
   readonly extraNodeFlags?: readonly string[]
+  /** Another build's dist/bin/sallyport.js (bench/flags-ab.ts BIN=); default: this tree's build. */
+  readonly bin?: string
 }
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
 export async function startGateway(opts: GatewayStart): Promise<Proc> {
   const nodeFlags = [...sallyportNodeFlags(), ...(opts.cpuProfDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir]), ...(opts.extraNodeFlags ?? [])]
   const args = [
-    process.execPath, ...nodeFlags, sallyportBin(), 'serve',
+    process.execPath, ...nodeFlags, opts.bin ?? sallyportBin(), 'serve',
     '--config', opts.configDir,
     '--admin', `127.0.0.1:${opts.adminPort}`,
     '--bind', '127.0.0.1',

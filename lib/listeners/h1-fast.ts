@@ -23,7 +23,8 @@ import type { Duplex, Readable } from 'node:stream'
 import { peerSpiffeId } from '../extensions/client.ts'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
-import { releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
+import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
+import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
@@ -237,7 +238,7 @@ function httpDate(): string {
 }
 
 /** One plain request on a FastH1Connection: the Exchange the router answers through. */
-export class FastH1Exchange implements Exchange {
+export class FastH1Exchange implements Exchange, BodySink {
   readonly protocol = 'h1' as const
   readonly scheme: 'http' | 'https'
   readonly method: string
@@ -265,6 +266,8 @@ export class FastH1Exchange implements Exchange {
   /** Not yet written: the head, sent with the first chunk (one write, as node does). */
   #head: string | null = null
   #out: Readable | null = null
+  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk = false
   #trailers: (() => OutgoingHeaders | null) | null = null
   #draining = false
   /** Body chunks released once written (release.ts); made at the first one. */
@@ -328,6 +331,9 @@ export class FastH1Exchange implements Exchange {
     this.#head = head
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
+    // Straight from an upstream pool: its chunks come here without the stream
+    // machinery in between (exchange.ts BodySink).
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
     body.on('data', this.#onOutData)
     body.once('end', this.#onOutEnd)
     body.once('error', this.#onOutError)
@@ -391,32 +397,56 @@ export class FastH1Exchange implements Exchange {
     return text + '\r\n'
   }
 
+  // hot path
+  onBodyData(chunk: Buffer): boolean {
+    if (this.#writeOut(chunk, isReleasable(chunk)) || this.#over) return true
+    if (!this.#draining) {
+      this.#draining = true
+      this.#socket.once('drain', this.#onDrain)
+    }
+    return false
+  }
+
+  onBodyEnd(): void {
+    this.#onOutEnd()
+  }
+
+  onBodyError(err: Error): void {
+    this.#onOutError(err)
+  }
+
   #onOutData = (chunk: Buffer): void => {
-    if (this.#over) return
-    if (this.#bodiless || chunk.length === 0) return
+    if (this.#writeOut(chunk, releasableResponseChunk(this.#out, chunk)) || this.#draining || this.#over) return
+    this.#draining = true
+    this.#out?.pause()
+    this.#socket.once('drain', this.#onDrain)
+  }
+
+  /** Writes a body chunk (the head first, if not yet sent); false when the socket wants a drain first. */
+  // hot path
+  #writeOut(chunk: Buffer, releasable: boolean): boolean {
+    if (this.#over) return true
+    if (this.#bodiless || chunk.length === 0) return true
     this.#bytesOut += chunk.length
-    if (this.#declared >= 0 && this.#bytesOut > this.#declared) { this.reset(); return }
+    if (this.#declared >= 0 && this.#bytesOut > this.#declared) { this.reset(); return true }
     const socket = this.#socket
     const head = this.#head
     this.#head = null
     if (head !== null || this.#chunked) socket.cork()
     if (head !== null) socket.write(head, 'latin1')
     if (this.#chunked) socket.write(chunk.length.toString(16) + '\r\n', 'latin1')
-    let ok = releasableResponseChunk(this.#out, chunk)
-      ? socket.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk))
-      : socket.write(chunk)
+    let ok = releasable ? socket.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk)) : socket.write(chunk)
     if (this.#chunked) ok = socket.write('\r\n', 'latin1')
     if (head !== null || this.#chunked) socket.uncork()
-    if (ok || this.#draining) return
-    this.#draining = true
-    this.#out?.pause()
-    socket.once('drain', this.#onDrain)
+    return ok
   }
 
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
-    if (out !== null && !out.destroyed && !this.#over) out.resume()
+    if (out === null || out.destroyed || this.#over) return
+    if (this.#sunk) (out as ResponseBody).resumeSink()
+    else out.resume()
   }
 
   #onOutEnd = (): void => {

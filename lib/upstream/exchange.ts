@@ -193,6 +193,21 @@ export function isUpstreamBody(body: Readable): boolean {
 }
 
 /**
+ * A direct consumer of an upstream response body (ResponseBody.attachSink):
+ * the pool's chunks reach it as they arrive, without the stream's buffering,
+ * its events and the process.nextTick calls they cost per response (four or
+ * five for a small body). Exactly one of onBodyEnd / onBodyError is called, once.
+ */
+export interface BodySink {
+  /** A chunk of the body; false: write no more until ResponseBody.resumeSink(). */
+  onBodyData(chunk: Buffer): boolean
+  /** The body ended; its trailers (if any) are set on the body. */
+  onBodyEnd(): void
+  /** The body failed, or was destroyed before its end. */
+  onBodyError(err: Error): void
+}
+
+/**
  * The response body handed to the request path. Backpressure: push() returning
  * false pauses the upstream (undici controller / h2 stream); _read resumes it.
  * Destroying it before the end cancels the upstream exchange.
@@ -203,6 +218,9 @@ export class ResponseBody extends Readable {
   readonly #status: number
   /** Set by the pool just before the end of the body when the upstream sent trailers (gRPC's grpc-status). */
   trailers: OutgoingHeaders | null = null
+  #sink: BodySink | null = null
+  /** With a sink: the body ended or failed (the sink was told). */
+  #sinkDone = false
 
   constructor(exchange: Exchange, attempt: Attempt, status: number) {
     super({ highWaterMark: 64 * 1024 })
@@ -211,14 +229,54 @@ export class ResponseBody extends Readable {
     this.#status = status
   }
 
+  /**
+   * Hands the body to `sink` instead of the stream interface (the client
+   * writer that is its only consumer). Refused (false) once anything read it
+   * as a stream; from then on the stream side stays empty.
+   */
+  attachSink(sink: BodySink): boolean {
+    if (this.#sink !== null || this.destroyed || this.readableLength > 0 || this.readableEnded ||
+      this.readableFlowing !== null || this.listenerCount('data') > 0 || this.listenerCount('readable') > 0) return false
+    this.#sink = sink
+    return true
+  }
+
+  /** The sink takes chunks again after onBodyData returned false. */
+  resumeSink(): void {
+    if (!this.#sinkDone) this.#attempt.resume()
+  }
+
+  // hot path
+  override push(chunk: Buffer | null, encoding?: BufferEncoding): boolean {
+    const sink = this.#sink
+    if (sink === null) return super.push(chunk, encoding)
+    if (this.#sinkDone) return false
+    if (chunk !== null) return sink.onBodyData(chunk)
+    this.#sinkDone = true
+    this.#exchange.setAttempt(null)
+    this.#exchange.finish(String(this.#status))
+    sink.onBodyEnd()
+    return false
+  }
+
   override _read(): void {
     this.#attempt.resume()
   }
 
   override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
-    if (!this.readableEnded) this.#attempt.cancel(err ?? new SallyportError(ErrorCode.CLIENT_ABORTED, 'response body destroyed'))
+    const sink = this.#sink
+    const unfinished = sink === null ? !this.readableEnded : !this.#sinkDone
+    const reason = err ?? new SallyportError(ErrorCode.CLIENT_ABORTED, 'response body destroyed')
+    if (unfinished) this.#attempt.cancel(reason)
     this.#exchange.setAttempt(null)
     this.#exchange.finish(err === null ? String(this.#status) : err instanceof SallyportError ? err.code : ErrorCode.UPSTREAM_RESET)
-    callback(err)
+    if (sink === null) { callback(err); return }
+    // The sink hears of the failure here; the stream side, which nobody
+    // listens to, must not emit an unhandled 'error'.
+    if (unfinished) {
+      this.#sinkDone = true
+      sink.onBodyError(reason)
+    }
+    callback(null)
   }
 }
