@@ -39,6 +39,7 @@ serve [options]
   --otlp-endpoint URL      Export a span per request and per upstream attempt over OTLP/HTTP to URL (e.g. http://127.0.0.1:4318/v1/traces); default: tracing off
   --otlp-protocol P        http/protobuf or http/json (default: http/protobuf)
   --trace-sampling RATIO   Share of new traces recorded, 0 to 1; requests with a parent follow its sampled flag (default: 1)
+  --http1-client C         HTTP/1.1 client for upstream requests: sallyport (its own) or undici (default: sallyport)
 
 validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
 routes PATH... [--gateway-class NAME]
@@ -193,6 +194,7 @@ async function main(argv: string[]): Promise<number | null> {
         'otlp-endpoint': { type: 'string' },
         'otlp-protocol': { type: 'string' },
         'trace-sampling': { type: 'string' },
+        'http1-client': { type: 'string' },
       }, true)
       if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (use --config PATH)`)
       const configPaths = (values.config ?? []) as string[]
@@ -204,6 +206,8 @@ async function main(argv: string[]): Promise<number | null> {
       for (const p of configPaths) if (!fs.existsSync(p)) throw new UsageError(`--config ${p}: no such file or directory`)
       const accessLog = str(values, 'access-log', 'on')
       if (accessLog !== 'on' && accessLog !== 'off') throw new UsageError('--access-log must be on or off')
+      const http1Client = str(values, 'http1-client', 'sallyport')
+      if (http1Client !== 'sallyport' && http1Client !== 'undici') throw new UsageError('--http1-client must be sallyport or undici')
       const workers = integer(values, 'workers', 0, 0, 256)
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
       const destination = await destinationFlags(values)
@@ -214,7 +218,7 @@ async function main(argv: string[]): Promise<number | null> {
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, ...destination, tracing,
+        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, ...destination, tracing, http1Client,
       })
       return null // keeps running until a signal
     }

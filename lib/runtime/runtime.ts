@@ -18,6 +18,7 @@ import {
 import { createUpstreams } from '../upstream/registry.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
+import type { Http1Client } from '../upstream/pool.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { StatusLog } from './status-log.ts'
 import type { RouteTable } from '../compile/table.ts'
@@ -54,6 +55,8 @@ export interface RuntimeOptions {
   readonly dns?: DnsSettings
   /** Destination guard (issue 5): --allow-destination-cidr, --cluster-cidr. */
   readonly guard?: GuardOptions
+  /** `--http1-client`: HTTP/1.1 client for ordinary upstream requests; default sallyport's own. */
+  readonly http1Client?: Http1Client
   /** Another source instead of the files of `configPaths` (Kubernetes mode: kube-source, or files + kube). */
   readonly source?: ConfigSource
   /** `source` label of the config metrics (default `file`). */
@@ -91,7 +94,7 @@ export class Runtime {
     this.#options = options
     this.#source = options.source ?? new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
     this.#sourceLabel = options.sourceLabel ?? 'file'
-    this.#upstreams = createUpstreams({ dns: options.dns, guard: options.guard })
+    this.#upstreams = createUpstreams({ dns: options.dns, guard: options.guard, http1Client: options.http1Client })
     this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
     this.#statusLog = new StatusLog(options.reportStatus ?? true)
   }

@@ -18,6 +18,7 @@ import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.t
 import { Runtime } from './runtime.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
+import type { Http1Client } from '../upstream/pool.ts'
 import { installTracer, shutdownTracer, type TracingOptions } from '../observe/tracing.ts'
 
 const log = logger('serve')
@@ -37,6 +38,8 @@ export interface ServeOptions {
   /** Backend DNS and the destination guard (issue 5); defaults when absent. */
   readonly dns?: DnsSettings
   readonly guard?: GuardOptions
+  /** `--http1-client`: HTTP/1.1 client for ordinary upstream requests; default sallyport's own. */
+  readonly http1Client?: Http1Client
   /** Issue 10: OTLP span export (`--otlp-endpoint`); null/absent: tracing off. */
   readonly tracing?: TracingOptions | null
 }
@@ -54,7 +57,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard,
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client,
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
@@ -177,7 +180,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard,
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client,
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
   })

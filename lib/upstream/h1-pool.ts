@@ -1,6 +1,9 @@
-// HTTP/1.1 upstream: one undici Pool per key, driven with dispatch() and a
-// handler object (undici 8 handler API: onRequestStart / onResponseStart /
-// onResponseData / onResponseEnd / onResponseError, controller pause/resume/abort).
+// HTTP/1.1 upstream pool: sallyport's own connections (h1-client.ts) for
+// every request but upgrades; a WebSocket (or other) upgrade goes through an
+// undici Pool made on first use, driven with dispatch() and a handler object
+// (undici 8 handler API), since the connection leaves the pool with it.
+// `--http1-client undici` sends every request that way (the client before
+// sallyport had its own, kept as a fallback).
 // Connections come from our Connector (resolution, address fallback, TLS built
 // once per pool); the first one may be a socket already negotiated by the ALPN
 // probe (alpn-pool.ts).
@@ -12,6 +15,7 @@ import type { Duplex } from 'node:stream'
 import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
+import { H1Connection, H1Request, openConnection, SWEEP_MS, type H1Host } from './h1-client.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
@@ -23,27 +27,241 @@ const HTTP11: readonly string[] = ['http/1.1']
 // loads fetch, WebSocket, the cache and mock agents, about 12 MiB of resident
 // memory a gateway never uses. undici is pinned to an exact version in
 // package.json, and test/upstream covers this path on every run.
-const Pool = createRequire(import.meta.url)('undici/lib/dispatcher/pool.js') as typeof UndiciPool
-type Pool = UndiciPool
+let PoolClass: typeof UndiciPool | null = null
+function undiciPool(): typeof UndiciPool {
+  PoolClass ??= createRequire(import.meta.url)('undici/lib/dispatcher/pool.js') as typeof UndiciPool
+  return PoolClass
+}
 
-export class H1Pool implements UpstreamPool {
+export class H1Pool implements UpstreamPool, H1Host {
   readonly protocol = 'h1'
-  readonly #pool: Pool
-  readonly #settings: PoolSettings
+  readonly settings: PoolSettings
+  readonly #connector: Connector
   #parked: Socket | null
   #closed = false
-  /** Dispatched, not yet started on a connection, not given up on (H1Attempt calls left()). */
+  /** Every connection, connecting or connected. */
+  readonly #conns = new Set<H1Connection>()
+  /** Free connections, the most recently used last (reused first: warm, and the others age out). */
+  readonly #idle: H1Connection[] = []
+  /** Requests waiting for a connection, in order. */
+  #queue: H1Request[] = []
+  #connecting = 0
+  /** Dispatched, not yet started on a connection, not given up on. */
   #waiting = 0
+  #sweep: NodeJS.Timeout | null = null
+  #drained: (() => void) | null = null
+  #undici: UndiciPool | null = null
 
   constructor(connector: Connector, settings: PoolSettings, parked: Socket | null = null) {
-    this.#settings = settings
+    this.settings = settings
+    this.#connector = connector
     this.#parked = parked
+  }
+
+  get closed(): boolean {
+    return this.#closed
+  }
+
+  // hot path
+  dispatch(ex: Exchange): void {
+    if (ex.req.upgrade !== null || this.settings.http1Client === 'undici') { this.#dispatchUndici(ex); return }
+    if (this.#closed) { ex.fail(localError('SP_POOL_CLOSED', 'upstream pool closed')); return }
+    const req = new H1Request(ex, this)
+    this.#waiting++
+    ex.setAttempt(req)
+    const idle = this.#takeIdle()
+    if (idle !== undefined && this.#queue.length === 0) { this.#begin(idle, req); return }
+    if (idle !== undefined) this.#idle.push(idle)
+    this.#queue.push(req)
+    this.#pump()
+  }
+
+  /** The most recently used free connection still inside its keep-alive deadline (older ones close). */
+  #takeIdle(): H1Connection | undefined {
+    const idle = this.#idle
+    if (idle.length === 0) return undefined
+    const now = Date.now()
+    for (;;) {
+      const conn = idle.pop()
+      if (conn === undefined || now - conn.idleSince < conn.keepAliveMs) return conn
+      conn.close()
+    }
+  }
+
+  #begin(conn: H1Connection, req: H1Request): void {
+    conn.start(req)
+  }
+
+  /** Hands free connections to waiting requests; opens connections for the rest, up to the limit. */
+  #pump(): void {
+    const queue = this.#queue
+    while (queue.length > 0) {
+      const next = queue[0]
+      if (next.cancelled) { queue.shift(); continue }
+      const conn = this.#takeIdle()
+      if (conn === undefined) break
+      queue.shift()
+      this.#begin(conn, next)
+    }
+    let wanted = 0
+    for (const r of queue) if (!r.cancelled) wanted++
+    // #open never completes synchronously, so #connecting counts each one opened here.
+    while (wanted > this.#connecting && this.#conns.size < this.settings.connectionsPerPool) this.#open()
+  }
+
+  #open(): void {
+    const conn = new H1Connection(this)
+    this.#conns.add(conn)
+    this.#connecting++
+    const parked = this.#parked
+    this.#parked = null
+    openConnection(conn, this.#connector, parked, (err) => {
+      this.#connecting--
+      if (err === null) {
+        if (conn.gone) return
+        conn.idleSince = Date.now()
+        this.connectionFree(conn)
+        return
+      }
+      this.#conns.delete(conn)
+      conn.close()
+      // The connect failed: the oldest request still waiting fails with it
+      // (the exchange may move to the next endpoint). The others keep waiting
+      // while another connection may still serve them; with none open or
+      // opening, they would only queue up behind the same failure: they fail too.
+      const queue = this.#queue
+      const all = this.#conns.size === 0
+      while (queue.length > 0) {
+        const r = queue.shift() as H1Request
+        if (r.cancelled) continue
+        r.fail(err)
+        if (!all) break
+      }
+      this.#pump()
+      this.#checkDrained()
+    })
+  }
+
+  // ── H1Host ──
+
+  connectionFree(conn: H1Connection): void {
+    if (conn.gone) return
+    // Queued requests are served even after close(): it waits for them.
+    const queue = this.#queue
+    while (queue.length > 0) {
+      const r = queue.shift() as H1Request
+      if (r.cancelled) continue
+      this.#begin(conn, r)
+      return
+    }
+    if (this.#closed) { conn.close(); return }
+    this.#idle.push(conn)
+    this.#sweep ??= setInterval(this.#sweepIdle, SWEEP_MS).unref()
+  }
+
+  connectionGone(conn: H1Connection): void {
+    if (!this.#conns.delete(conn)) return
+    const i = this.#idle.indexOf(conn)
+    if (i !== -1) this.#idle.splice(i, 1)
+    if (this.#queue.length > 0) this.#pump()
+    this.#checkDrained()
+  }
+
+  left(): void {
+    this.#waiting--
+  }
+
+  requeue(req: H1Request): void {
+    this.#waiting++
+    this.#queue.unshift(req)
+    this.#pump()
+  }
+
+  /** Closes connections idle past their keep-alive deadline. */
+  #sweepIdle = (): void => {
+    const now = Date.now()
+    for (const conn of [...this.#idle]) if (now - conn.idleSince >= conn.keepAliveMs) conn.close()
+    if (this.#idle.length === 0 && this.#sweep !== null) {
+      clearInterval(this.#sweep)
+      this.#sweep = null
+    }
+  }
+
+  pending(): number {
+    return this.#waiting
+  }
+
+  stats(): PoolStats {
+    let connected = 0
+    for (const c of this.#conns) if (c.socket !== null) connected++
+    const u = this.#undici?.stats
+    return {
+      connected: connected + (u?.connected ?? 0),
+      pending: this.#waiting + (u?.pending ?? 0),
+      running: this.#conns.size - this.#idle.length - this.#connecting + (u?.running ?? 0),
+    }
+  }
+
+  #checkDrained(): void {
+    if (this.#closed && this.#conns.size === 0 && this.#drained !== null && this.#queue.every((r) => r.cancelled)) {
+      const done = this.#drained
+      this.#drained = null
+      done()
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#sweep !== null) { clearInterval(this.#sweep); this.#sweep = null }
+    const parked = this.#parked
+    this.#parked = null
+    if (parked !== null) parked.destroy()
+    // Requests still queued finish where they are (on connections yet to be made or freed): wait for them.
+    for (const conn of [...this.#idle]) conn.close()
+    this.#pump()
+    const drained = this.#conns.size === 0 && this.#queue.every((r) => r.cancelled) ? Promise.resolve() : new Promise<void>((resolve) => { this.#drained = resolve })
+    await Promise.all([drained, this.#undici?.close()])
+  }
+
+  // ── undici: upgrades, and everything with `--http1-client undici` ──
+
+  #dispatchUndici(ex: Exchange): void {
+    if (this.#closed) { ex.fail(localError('SP_POOL_CLOSED', 'upstream pool closed')); return }
+    const req = ex.req
+    const idleMs = idleMsOf(ex, this.settings)
+    const headersMs = req.timeouts.headersMs ?? idleMs
+    const upgrade = req.upgrade
+    // A request without a body keeps its own clocks (see UndiciAttempt); undici's are
+    // off for it. With a body, undici's headers clock is kept: it also restarts on
+    // upload progress, which the handler does not see.
+    const own = req.body === null && upgrade === null
+    const attempt = new UndiciAttempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
+    this.#waiting++
+    ex.setAttempt(attempt)
+    if (req.body !== null && upgrade === null) markReleasableChunks(req.body)
+    this.#undiciPool().dispatch({
+      path: req.path,
+      method: req.method,
+      headers: h1RequestHeaders(req.headers, req.authority),
+      body: upgrade === null ? req.body : null,
+      upgrade,
+      headersTimeout: own ? 0 : headersMs,
+      bodyTimeout: own ? 0 : idleMs,
+    }, attempt)
+  }
+
+  #undiciPool(): UndiciPool {
+    if (this.#undici !== null) return this.#undici
+    const connector = this.#connector
+    const settings = this.settings
     const endpoint = connector.endpoint
     // The origin only labels the pool: Host is always set from the request and
     // the connect function below ignores undici's connect parameters.
     const host = endpoint.kind === 'unix' ? 'localhost' : endpoint.host.includes(':') ? `[${endpoint.host}]` : endpoint.host
     const origin = `http://${host}${endpoint.kind === 'unix' ? '' : `:${endpoint.port}`}`
-    this.#pool = new Pool(origin, {
+    const Pool = undiciPool()
+    const pool = new Pool(origin, {
       connections: settings.connectionsPerPool,
       pipelining: 1,
       allowH2: false,
@@ -73,59 +291,9 @@ export class H1Pool implements UpstreamPool {
       },
     })
     // Connection-level errors reach the requests through their handlers.
-    this.#pool.on('connectionError', noop)
-  }
-
-  get closed(): boolean {
-    return this.#closed
-  }
-
-  // hot path
-  dispatch(ex: Exchange): void {
-    const req = ex.req
-    const idleMs = idleMsOf(ex, this.#settings)
-    const headersMs = req.timeouts.headersMs ?? idleMs
-    const upgrade = req.upgrade
-    // A request without a body keeps its own clocks (see H1Attempt); undici's are
-    // off for it. With a body, undici's headers clock is kept: it also restarts on
-    // upload progress, which the handler does not see.
-    const own = req.body === null && upgrade === null
-    const attempt = new H1Attempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
-    this.#waiting++
-    ex.setAttempt(attempt)
-    if (req.body !== null && upgrade === null) markReleasableChunks(req.body)
-    this.#pool.dispatch({
-      path: req.path,
-      method: req.method,
-      headers: h1RequestHeaders(req.headers, req.authority),
-      body: upgrade === null ? req.body : null,
-      upgrade,
-      headersTimeout: own ? 0 : headersMs,
-      bodyTimeout: own ? 0 : idleMs,
-    }, attempt)
-  }
-
-  pending(): number {
-    return this.#waiting
-  }
-
-  /** An attempt of this pool started on a connection, or was given up on. */
-  left(): void {
-    this.#waiting--
-  }
-
-  stats(): PoolStats {
-    const s = this.#pool.stats
-    return { connected: s.connected, pending: s.pending, running: s.running }
-  }
-
-  async close(): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    const parked = this.#parked
-    this.#parked = null
-    if (parked !== null) parked.destroy()
-    await this.#pool.close()
+    pool.on('connectionError', noop)
+    this.#undici = pool
+    return pool
   }
 }
 
@@ -133,12 +301,13 @@ function noop(): void {}
 
 type Controller = Dispatcher.DispatchController
 
-function onClock(attempt: H1Attempt): void {
+function onClock(attempt: UndiciAttempt): void {
   attempt.timedOut()
 }
 
 /**
- * One request on the undici pool: handler for undici, Attempt for the exchange.
+ * One request on the undici pool (`--http1-client undici`, and upgrades): handler
+ * for undici, Attempt for the exchange.
  *
  * Clocks: undici's parser timer for the response headers and body is a new
  * timer object per request on a kept-alive connection, held in undici's timer
@@ -149,10 +318,10 @@ function onClock(attempt: H1Attempt): void {
  * moment the request is on a connection, then the idle clock, restarted by
  * every body chunk. Either one firing aborts the exchange, as undici's did.
  */
-class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
+class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
   readonly #ex: Exchange
   /** Counted in the pool's pending() until it starts, fails or is cancelled. */
-  #pool: H1Pool | null
+  #pool: { left(): void } | null
   #controller: Controller | null = null
   #body: ResponseBody | null = null
   #cancelled: Error | null = null
@@ -162,7 +331,7 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   #timer: NodeJS.Timeout | null = null
   #responded = false
 
-  constructor(ex: Exchange, pool: H1Pool, headersMs: number, idleMs: number) {
+  constructor(ex: Exchange, pool: { left(): void }, headersMs: number, idleMs: number) {
     this.#ex = ex
     this.#pool = pool
     this.#headersMs = headersMs
@@ -205,12 +374,13 @@ class H1Attempt implements Dispatcher.DispatchHandler, Attempt {
   onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200) return
     this.#responded = true
-    if (this.#timer !== null) {
-      if (this.#headersMs === this.#idleMs) this.#timer.refresh()
-      else {
-        clearTimeout(this.#timer)
-        this.#timer = setTimeout(onClock, this.#idleMs, this)
-      }
+    // From the head on, the idle clock (whether or not a headers clock ran).
+    if (this.#timer === null) {
+      if (this.#idleMs > 0) this.#timer = setTimeout(onClock, this.#idleMs, this)
+    } else if (this.#headersMs === this.#idleMs) this.#timer.refresh()
+    else {
+      clearTimeout(this.#timer)
+      this.#timer = setTimeout(onClock, this.#idleMs, this)
     }
     this.#body = this.#ex.respond(statusCode, responseHeaders(headers, null), this, 'h1')
     if (this.#body === null) { this.#stopClock(); controller.abort(new Error('answered')) }

@@ -15,7 +15,15 @@ export interface PoolSettings {
    * retired (circuitBreaker.maxRequestsPerConnection); null: no limit.
    */
   readonly maxRequestsPerConnection: number | null
+  /**
+   * Which HTTP/1.1 client carries ordinary requests: sallyport's own
+   * (h1-client.ts, the default) or undici's Pool (`--http1-client undici`).
+   * Upgrades go through undici either way.
+   */
+  readonly http1Client: Http1Client
 }
+
+export type Http1Client = 'sallyport' | 'undici'
 
 export interface PoolStats {
   readonly connected: number

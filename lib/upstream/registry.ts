@@ -21,7 +21,7 @@ import { Exchange, type Redispatcher } from './exchange.ts'
 import { AlpnPool } from './alpn-pool.ts'
 import { H1Pool } from './h1-pool.ts'
 import { H2Pool } from './h2-pool.ts'
-import type { PoolSettings, UpstreamPool } from './pool.ts'
+import type { Http1Client, PoolSettings, UpstreamPool } from './pool.ts'
 import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn, type Resolver } from './resolve.ts'
 import type { GuardOptions } from './destination-guard.ts'
 import { buildClientTls } from './tls.ts'
@@ -43,6 +43,8 @@ export interface UpstreamOptions {
   readonly dns?: DnsSettings
   /** Confused-deputy guard allowances and cluster ranges (issue 5); the guard is always on. */
   readonly guard?: GuardOptions
+  /** HTTP/1.1 client for ordinary requests (`--http1-client`); default sallyport's own. */
+  readonly http1Client?: Http1Client
 }
 
 export function createUpstreams(options: UpstreamOptions = {}): Upstreams {
@@ -133,6 +135,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 60_000,
       connectionsPerPool: options.connectionsPerPool ?? 128,
       maxRequestsPerConnection: null,
+      http1Client: options.http1Client ?? 'sallyport',
     }
     this.#destinations = new DestinationResolver({ dns: options.dns, guard: options.guard, resolve: options.resolve as ResolveFn | undefined })
     this.#resolver = this.#destinations.connectorResolver()

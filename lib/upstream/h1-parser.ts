@@ -1,0 +1,316 @@
+// HTTP/1.1 response parser for sallyport's own upstream client (h1-client.ts):
+// incremental (bytes arrive in any split), strict where leniency lets a
+// response be read two ways (RFC 9112 §6.3, §11.2: Content-Length with
+// Transfer-Encoding, differing Content-Lengths, obs-fold, bare CR or LF in
+// the head, a chunk size that is not hex), bounded (the head and each chunk
+// line), and allocation-light: the head is decoded once, body bytes are
+// handed on as views of the socket's buffers, never copied.
+
+import { maxHeaderSize } from 'node:http'
+
+export type RawHeaders = Record<string, string | string[]>
+
+/** What a response says to its connection's reader. */
+export interface H1ResponseHandler {
+  /** The final head (1xx interim heads are skipped). `keepAlive`: the connection may carry another request after this response. */
+  onHead(status: number, headers: RawHeaders, keepAlive: boolean): void
+  /** A piece of the body: a view of the input buffer, valid to keep (nothing reuses it). */
+  onBody(chunk: Buffer): void
+  /** The response is complete; trailers of a chunked body, or null. */
+  onEnd(trailers: RawHeaders | null): void
+}
+
+/** Why a response could not be read; `code` is stable (normalize-error.ts: an upstream protocol error). */
+export class H1ParseError extends Error {
+  readonly code: string
+  constructor(code: string, message: string) {
+    super(message)
+    this.code = code
+  }
+}
+
+// States (numbers, not an enum: erasable syntax only).
+const HEAD = 0
+const BODY = 1
+const UNTIL = 2
+const CHUNK_SIZE_LINE = 3
+const CHUNK_DATA = 4
+const CHUNK_CRLF = 5
+const TRAILERS = 6
+const DONE = 7
+
+const CR = 13
+const LF = 10
+/** The end of a head (a Buffer: indexOf with a string needle would encode it on every call). */
+const BLANK_LINE = Buffer.from('\r\n\r\n', 'latin1')
+/** Chunk-size line (size, extensions): generous, bounded. */
+const MAX_CHUNK_LINE = 4096
+// RFC 9110 §5.1 token; §5.5 field value: visible, obs-text, SP and HTAB.
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^\r\n]*)?$/
+const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[ \t]*(?:;[^\r\n]*)?$/
+
+/**
+ * One connection's response reader. Call expect(method) before each request's
+ * response, then execute() with every read and finish() at the end of the
+ * stream. After an error the parser stays failed.
+ */
+export class H1ResponseParser {
+  readonly #handler: H1ResponseHandler
+  #state = DONE
+  #head = false
+  /** Bytes of an incomplete head or line carried over from earlier reads. */
+  #pending: Buffer | null = null
+  #remaining = 0
+  /** CHUNK_CRLF: the CR was seen. */
+  #sawCr = false
+  #trailers: RawHeaders | null = null
+  #trailerBytes = 0
+  #failed: H1ParseError | null = null
+
+  constructor(handler: H1ResponseHandler) {
+    this.#handler = handler
+  }
+
+  /** Between responses (or before the first): no bytes may arrive now. */
+  get idle(): boolean {
+    return this.#state === DONE
+  }
+
+  /** The next response answers a request with this method (HEAD: no body). */
+  expect(method: string): void {
+    this.#state = HEAD
+    this.#head = method === 'HEAD'
+    this.#pending = null
+    this.#trailers = null
+    this.#trailerBytes = 0
+    this.#sawCr = false
+  }
+
+  // hot path
+  /** Reads `data`; null, or the error that makes the connection unusable. */
+  execute(data: Buffer): H1ParseError | null {
+    if (this.#failed !== null) return this.#failed
+    let at = 0
+    const end = data.length
+    while (at < end) {
+      switch (this.#state) {
+        case HEAD: {
+          const next = this.#readHead(data, at)
+          if (next < 0) return this.#failed
+          at = next
+          break
+        }
+        case BODY: {
+          const n = Math.min(this.#remaining, end - at)
+          this.#remaining -= n
+          this.#handler.onBody(at === 0 && n === end ? data : data.subarray(at, at + n))
+          at += n
+          if (this.#remaining === 0) this.#complete(null)
+          break
+        }
+        case UNTIL:
+          this.#handler.onBody(at === 0 ? data : data.subarray(at))
+          at = end
+          break
+        case CHUNK_SIZE_LINE: {
+          const line = this.#line(data, at, MAX_CHUNK_LINE, 'chunk size line')
+          if (line === null) return this.#failed
+          at = line.next
+          if (line.text === null) break
+          const m = CHUNK_SIZE.exec(line.text)
+          if (m === null) return this.#fail('SP_H1_BAD_CHUNK', 'invalid chunk size line')
+          const size = parseInt(m[1], 16)
+          if (size === 0) { this.#state = TRAILERS; break }
+          this.#remaining = size
+          this.#state = CHUNK_DATA
+          break
+        }
+        case CHUNK_DATA: {
+          const n = Math.min(this.#remaining, end - at)
+          this.#remaining -= n
+          this.#handler.onBody(data.subarray(at, at + n))
+          at += n
+          if (this.#remaining === 0) this.#state = CHUNK_CRLF
+          break
+        }
+        case CHUNK_CRLF: {
+          // Exactly CRLF after the chunk data, byte by byte (it may be split across reads).
+          const c = data[at++]
+          if (!this.#sawCr) {
+            if (c === CR) { this.#sawCr = true; break }
+            return c === LF ? this.#fail('SP_H1_BARE_LF', 'chunk data ends without CRLF') : this.#fail('SP_H1_BAD_CHUNK', 'chunk data longer than its size')
+          }
+          if (c !== LF) return this.#fail('SP_H1_BARE_CR', 'bare CR after chunk data')
+          this.#sawCr = false
+          this.#state = CHUNK_SIZE_LINE
+          break
+        }
+        case TRAILERS: {
+          const line = this.#line(data, at, maxHeaderSize, 'trailer section')
+          if (line === null) return this.#failed
+          at = line.next
+          if (line.text === null) break
+          if (line.text === '') { this.#complete(this.#trailers); break }
+          this.#trailerBytes += line.text.length + 2
+          if (this.#trailerBytes > maxHeaderSize) return this.#fail('SP_H1_TOO_LONG', 'trailer section too long')
+          if (!this.#field(line.text, (this.#trailers ??= Object.create(null) as RawHeaders))) return this.#failed
+          break
+        }
+        case DONE:
+          return this.#fail('SP_H1_UNEXPECTED_DATA', 'upstream sent bytes that answer no request')
+      }
+    }
+    return null
+  }
+
+  /** The upstream closed the connection: ends a body read until close; anything else unfinished is an error. */
+  finish(): H1ParseError | null {
+    if (this.#failed !== null) return this.#failed
+    if (this.#state === UNTIL) { this.#complete(null); return null }
+    if (this.#state === DONE) return null
+    return this.#fail('SP_H1_INCOMPLETE', this.#state === HEAD ? 'upstream closed the connection before the response head' : 'upstream closed the connection before the end of the response body')
+  }
+
+  #fail(code: string, message: string): H1ParseError {
+    this.#failed = new H1ParseError(code, message)
+    return this.#failed
+  }
+
+  #complete(trailers: RawHeaders | null): void {
+    this.#state = DONE
+    this.#handler.onEnd(trailers)
+  }
+
+  /**
+   * The next CRLF-terminated line from `at` (pending bytes first). text null:
+   * the line is incomplete (kept for the next read); null: an error.
+   */
+  #line(data: Buffer, at: number, max: number, what: string): { text: string | null, next: number } | null {
+    const lf = data.indexOf(LF, at)
+    if (lf === -1) {
+      const pending = this.#pending
+      const rest = data.subarray(at)
+      if ((pending === null ? 0 : pending.length) + rest.length > max + 1) { this.#fail('SP_H1_TOO_LONG', `${what} too long`); return null }
+      this.#pending = pending === null ? Buffer.from(rest) : Buffer.concat([pending, rest])
+      return { text: null, next: data.length }
+    }
+    let bytes = data.subarray(at, lf + 1)
+    const pending = this.#pending
+    if (pending !== null) {
+      bytes = Buffer.concat([pending, bytes])
+      this.#pending = null
+    }
+    if (bytes.length > max + 2) { this.#fail('SP_H1_TOO_LONG', `${what} too long`); return null }
+    if (bytes.length < 2 || bytes[bytes.length - 2] !== CR) { this.#fail('SP_H1_BARE_LF', `${what} ends without CRLF`); return null }
+    const text = bytes.toString('latin1', 0, bytes.length - 2)
+    if (text.includes('\r')) { this.#fail('SP_H1_BARE_CR', `bare CR in ${what}`); return null }
+    return { text, next: lf + 1 }
+  }
+
+  // hot path
+  /** Reads a head from `at`; the index after it, or -1 on error (an incomplete head is kept and consumes the input). */
+  #readHead(data: Buffer, at: number): number {
+    let buf = data
+    let start = at
+    const pending = this.#pending
+    if (pending !== null) {
+      buf = Buffer.concat([pending, data.subarray(at)])
+      start = 0
+      this.#pending = null
+    }
+    const stop = buf.indexOf(BLANK_LINE, start)
+    if (stop === -1) {
+      // Up to three bytes of the blank line may be here already: the bound is the head's.
+      if (buf.length - start > maxHeaderSize + 3) return this.#failHead('SP_H1_TOO_LONG', 'response head too long')
+      this.#pending = Buffer.from(buf.subarray(start))
+      return data.length
+    }
+    if (stop - start > maxHeaderSize) return this.#failHead('SP_H1_TOO_LONG', 'response head too long')
+    const text = buf.toString('latin1', start, stop)
+    // Where the rest of `data` starts: the head ended `consumed` bytes into buf.
+    const next = pending === null ? stop + 4 : at + (stop + 4 - pending.length)
+    const lines = text.split('\r\n')
+    const m = STATUS_LINE.exec(lines[0])
+    if (m === null) return this.#failHead('SP_H1_BAD_STATUS', 'invalid status line')
+    const status = Number(m[2])
+    if (status < 100) return this.#failHead('SP_H1_BAD_STATUS', 'invalid status code')
+    const http10 = m[1] === '0'
+    const headers = Object.create(null) as RawHeaders
+    for (let i = 1; i < lines.length; i++) {
+      if (!this.#field(lines[i], headers)) return -1
+    }
+    if (status < 200) {
+      // 100 Continue, 103 Early Hints: interim, the final head follows. 101 needs an upgrade this reader does not do.
+      if (status === 101) return this.#failHead('SP_H1_UNEXPECTED_UPGRADE', 'upstream switched protocols without an upgrade request')
+      return next
+    }
+    const connection = headers.connection
+    const tokens = connection === undefined ? '' : (Array.isArray(connection) ? connection.join(',') : connection).toLowerCase()
+    let keepAlive = http10 ? /(?:^|,)\s*keep-alive\s*(?:,|$)/.test(tokens) : !/(?:^|,)\s*close\s*(?:,|$)/.test(tokens)
+    const te = headers['transfer-encoding']
+    const cl = headers['content-length']
+    let length = -1
+    let chunked = false
+    if (te !== undefined) {
+      if (cl !== undefined) return this.#failHead('SP_H1_BAD_FRAMING', 'response has both Transfer-Encoding and Content-Length')
+      const codings = (Array.isArray(te) ? te.join(',') : te).split(',')
+      chunked = codings[codings.length - 1].trim().toLowerCase() === 'chunked'
+      if (http10) return this.#failHead('SP_H1_BAD_FRAMING', 'Transfer-Encoding in an HTTP/1.0 response')
+    } else if (cl !== undefined) {
+      const values = (Array.isArray(cl) ? cl.join(',') : cl).split(',')
+      for (const v of values) {
+        const t = v.trim()
+        if (!/^\d{1,15}$/.test(t)) return this.#failHead('SP_H1_BAD_FRAMING', 'invalid Content-Length')
+        const n = Number(t)
+        if (length !== -1 && n !== length) return this.#failHead('SP_H1_BAD_FRAMING', 'differing Content-Length values')
+        length = n
+      }
+    }
+    const bodiless = this.#head || status === 204 || status === 304
+    if (bodiless) this.#state = DONE
+    else if (chunked) this.#state = CHUNK_SIZE_LINE
+    else if (te !== undefined || length === -1) {
+      this.#state = UNTIL
+      keepAlive = false // the end of the connection ends the body
+    } else if (length === 0) this.#state = DONE
+    else {
+      this.#remaining = length
+      this.#state = BODY
+    }
+    this.#handler.onHead(status, headers, keepAlive)
+    if (this.#state === DONE) this.#handler.onEnd(null)
+    return next
+  }
+
+  #failHead(code: string, message: string): number {
+    this.#fail(code, message)
+    return -1
+  }
+
+  /** Adds one `name: value` line to `into`; false (and failed) if it is not a valid field. */
+  #field(line: string, into: RawHeaders): boolean {
+    const colon = line.indexOf(':')
+    if (colon <= 0) { this.#fail('SP_H1_BAD_FIELD', line.length > 0 && (line.charCodeAt(0) === 32 || line.charCodeAt(0) === 9) ? 'obsolete line folding in a field' : 'invalid field line'); return false }
+    const name = line.slice(0, colon)
+    if (!TOKEN.test(name)) { this.#fail('SP_H1_BAD_FIELD', 'invalid field name'); return false }
+    const value = trimOws(line, colon + 1)
+    if (BAD_VALUE.test(value)) { this.#fail('SP_H1_BAD_FIELD', 'invalid character in a field value'); return false }
+    const key = name.toLowerCase()
+    const had = into[key]
+    if (had === undefined) into[key] = value
+    else if (Array.isArray(had)) had.push(value)
+    else into[key] = [had, value]
+    return true
+  }
+}
+
+/** `line` from `from`, without leading and trailing SP / HTAB (RFC 9110 §5.6.3 OWS; String.trim takes more). */
+function trimOws(line: string, from: number): string {
+  let a = from
+  let b = line.length
+  while (a < b && (line.charCodeAt(a) === 32 || line.charCodeAt(a) === 9)) a++
+  while (b > a && (line.charCodeAt(b - 1) === 32 || line.charCodeAt(b - 1) === 9)) b--
+  return line.slice(a, b)
+}

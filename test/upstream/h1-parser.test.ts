@@ -1,0 +1,325 @@
+// The HTTP/1.1 response parser of sallyport's upstream client: framing,
+// keep-alive, interim responses, strictness (RFC 9112 §6.3, §11.2), bounds,
+// and the same events whatever way the bytes are split into reads.
+
+import t from 'tap'
+import { maxHeaderSize } from 'node:http'
+import { H1ResponseParser, H1ParseError, type H1ResponseHandler, type RawHeaders } from '../../lib/upstream/h1-parser.ts'
+
+type Event =
+  | { type: 'head', status: number, headers: Record<string, string | string[]>, keepAlive: boolean }
+  | { type: 'body', data: string }
+  | { type: 'end', trailers: Record<string, string | string[]> | null }
+  | { type: 'error', code: string }
+
+/** Collects the handler's events; consecutive body pieces are merged, the raw chunks kept too. */
+class Recorder implements H1ResponseHandler {
+  readonly events: Event[] = []
+  readonly chunks: Buffer[] = []
+  readonly rawHeads: RawHeaders[] = []
+  onHead(status: number, headers: RawHeaders, keepAlive: boolean): void {
+    this.rawHeads.push(headers)
+    this.events.push({ type: 'head', status, headers: { ...headers }, keepAlive })
+  }
+
+  onBody(chunk: Buffer): void {
+    this.chunks.push(chunk)
+    const last = this.events[this.events.length - 1]
+    if (last !== undefined && last.type === 'body') last.data += chunk.toString('latin1')
+    else this.events.push({ type: 'body', data: chunk.toString('latin1') })
+  }
+
+  onEnd(trailers: RawHeaders | null): void {
+    this.events.push({ type: 'end', trailers: trailers === null ? null : { ...trailers } })
+  }
+}
+
+const b = (s: string): Buffer => Buffer.from(s, 'latin1')
+
+/** One response read from `pieces`, then the end of the stream; errors are recorded as events. */
+function run(pieces: Buffer[], method = 'GET'): Recorder {
+  const rec = new Recorder()
+  const parser = new H1ResponseParser(rec)
+  parser.expect(method)
+  for (const p of pieces) {
+    const err = parser.execute(p)
+    if (err !== null) { rec.events.push({ type: 'error', code: err.code }); return rec }
+  }
+  const err = parser.finish()
+  if (err !== null) rec.events.push({ type: 'error', code: err.code })
+  return rec
+}
+
+/** The error code of one response read from `text` in one piece, or null. */
+function errorOf(text: string, method = 'GET'): string | null {
+  const last = run([b(text)], method).events.at(-1)
+  return last !== undefined && last.type === 'error' ? last.code : null
+}
+
+const head = (status: number, headers: Record<string, string | string[]>, keepAlive: boolean): Event => ({ type: 'head', status, headers, keepAlive })
+const body = (data: string): Event => ({ type: 'body', data })
+const end = (trailers: Record<string, string | string[]> | null = null): Event => ({ type: 'end', trailers })
+
+const fixtures: Array<{ name: string, method: string, text: string, events: Event[] }> = [
+  {
+    name: 'content-length', method: 'GET',
+    text: 'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello world',
+    events: [head(200, { 'content-length': '11', 'x-a': ['1', '2'] }, true), body('hello world'), end()],
+  },
+  {
+    name: 'chunked with extensions and trailers', method: 'GET',
+    text: 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=val\r\nhello\r\n6 ; q="x"\r\n world\r\nA\r\n0123456789\r\n' +
+      '0;last\r\nX-Trailer: yes\r\nX-Trailer: again\r\nChecksum: abc\r\n\r\n',
+    events: [head(200, { 'transfer-encoding': 'chunked' }, true), body('hello world0123456789'),
+      end({ 'x-trailer': ['yes', 'again'], checksum: 'abc' })],
+  },
+  {
+    name: 'HEAD with Content-Length', method: 'HEAD',
+    text: 'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n',
+    events: [head(200, { 'content-length': '100' }, true), end()],
+  },
+  {
+    name: '204', method: 'DELETE',
+    text: 'HTTP/1.1 204 No Content\r\nX-Id: 7\r\n\r\n',
+    events: [head(204, { 'x-id': '7' }, true), end()],
+  },
+  {
+    name: '304 with Content-Length', method: 'GET',
+    text: 'HTTP/1.1 304 Not Modified\r\nContent-Length: 42\r\nETag: "a"\r\n\r\n',
+    events: [head(304, { 'content-length': '42', etag: '"a"' }, true), end()],
+  },
+  {
+    name: '100 and 103 before 200', method: 'POST',
+    text: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok',
+    events: [head(200, { 'content-length': '2' }, true), body('ok'), end()],
+  },
+  {
+    name: 'close-delimited', method: 'GET',
+    text: 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the\r\n\r\nend',
+    events: [head(200, { 'content-type': 'text/plain' }, false), body('until the\r\n\r\nend'), end()],
+  },
+]
+
+t.test('every split point gives the events of the unsplit response', async (t) => {
+  for (const f of fixtures) {
+    const buf = b(f.text)
+    const whole = run([buf], f.method).events
+    t.same(whole, f.events, `${f.name}: unsplit`)
+    const expected = JSON.stringify(whole)
+    const bad: number[] = []
+    for (let i = 0; i <= buf.length; i++) {
+      if (JSON.stringify(run([buf.subarray(0, i), buf.subarray(i)], f.method).events) !== expected) bad.push(i)
+    }
+    t.same(bad, [], `${f.name}: split in two at every index`)
+    const bytes = Array.from(buf, (_, i) => buf.subarray(i, i + 1))
+    t.same(run(bytes, f.method).events, whole, `${f.name}: one byte at a time`)
+  }
+})
+
+t.test('Content-Length body: across reads, and zero-copy', async (t) => {
+  const rec = new Recorder()
+  const parser = new H1ResponseParser(rec)
+  parser.expect('GET')
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n')), null)
+  t.same(rec.events, [head(200, { 'content-length': '10' }, true)])
+  for (const piece of ['abc', 'defg', 'hij']) t.equal(parser.execute(b(piece)), null)
+  t.same(rec.chunks.map((c) => c.toString()), ['abc', 'defg', 'hij'])
+  t.same(rec.events.slice(1), [body('abcdefghij'), end()])
+  t.ok(parser.idle)
+
+  const rec2 = new Recorder()
+  const p2 = new H1ResponseParser(rec2)
+  p2.expect('GET')
+  p2.execute(b('HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n'))
+  const input = b('hello')
+  t.equal(p2.execute(input), null)
+  t.equal(rec2.chunks.length, 1)
+  t.ok(rec2.chunks[0] === input, 'a read that is all body is handed on as is')
+
+  const rec3 = new Recorder()
+  const p3 = new H1ResponseParser(rec3)
+  p3.expect('GET')
+  const all = b('HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello')
+  p3.execute(all)
+  const chunk = rec3.chunks[0]
+  t.ok(chunk.buffer === all.buffer && chunk.byteOffset === all.byteOffset + all.length - 5, 'body after the head is a view, not a copy')
+})
+
+t.test('keep-alive', async (t) => {
+  const keepAlive = (text: string): boolean | null => {
+    const h = run([b(text)]).events[0]
+    return h !== undefined && h.type === 'head' ? h.keepAlive : null
+  }
+  t.equal(keepAlive('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n'), true, 'HTTP/1.1 default')
+  t.equal(keepAlive('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n'), false)
+  t.equal(keepAlive('HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\nContent-Length: 0\r\n\r\n'), false)
+  t.equal(keepAlive('HTTP/1.1 200 OK\r\nConnection: closed\r\nContent-Length: 0\r\n\r\n'), true, 'a token, not a substring')
+  t.equal(keepAlive('HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n'), false, 'HTTP/1.0 default')
+  t.equal(keepAlive('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n'), true)
+  t.equal(keepAlive('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n'), false, 'close-delimited wins over keep-alive')
+
+  const rec = new Recorder()
+  const parser = new H1ResponseParser(rec)
+  parser.expect('GET')
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\n\r\nsome')), null)
+  t.equal(parser.execute(b(' bytes')), null)
+  t.notOk(parser.idle)
+  t.same(rec.events, [head(200, {}, false), body('some bytes')], 'no end before the connection closes')
+  t.equal(parser.finish(), null)
+  t.same(rec.events.at(-1), end())
+  t.ok(parser.idle)
+})
+
+t.test('two responses on one connection; bytes when idle are an error', async (t) => {
+  const rec = new Recorder()
+  const parser = new H1ResponseParser(rec)
+  t.ok(parser.idle, 'idle before the first request')
+  parser.expect('GET')
+  t.notOk(parser.idle)
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none')), null)
+  t.ok(parser.idle)
+  parser.expect('GET')
+  t.equal(parser.execute(b('HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n')), null)
+  t.ok(parser.idle)
+  t.same(rec.events, [head(200, { 'content-length': '3' }, true), body('one'), end(),
+    head(404, { 'transfer-encoding': 'chunked' }, true), body('two'), end()])
+  const err = parser.execute(b('X'))
+  t.ok(err instanceof H1ParseError)
+  t.equal(err?.code, 'SP_H1_UNEXPECTED_DATA')
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\n\r\n')), err, 'stays failed')
+  parser.expect('GET')
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n')), err, 'expect() does not clear an error')
+  t.equal(parser.finish(), err)
+
+  t.equal(errorOf('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n'), 'SP_H1_UNEXPECTED_DATA', 'bytes past the response')
+  t.equal(new H1ResponseParser(new Recorder()).execute(b('HTTP/1.1 200 OK\r\n\r\n'))?.code, 'SP_H1_UNEXPECTED_DATA', 'no expect()')
+})
+
+t.test('interim responses', async (t) => {
+  const rec = run([b('HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n')])
+  t.same(rec.events, [head(200, { 'content-length': '0' }, true), end()], 'only the final head reaches onHead')
+  const up = run([b('HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n')])
+  t.same(up.events, [{ type: 'error', code: 'SP_H1_UNEXPECTED_UPGRADE' }])
+})
+
+const chunkedHead = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n'
+const errors: Array<[string, string, string]> = [
+  ['Transfer-Encoding and Content-Length', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['Transfer-Encoding in HTTP/1.0', 'HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['differing Content-Lengths', 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['differing Content-Lengths in one field', 'HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['non-numeric Content-Length', 'HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['signed Content-Length', 'HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['empty Content-Length', 'HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n', 'SP_H1_BAD_FRAMING'],
+  ['obs-fold', 'HTTP/1.1 200 OK\r\nX-A: b\r\n c\r\nContent-Length: 0\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['space before the colon', 'HTTP/1.1 200 OK\r\nFoo : bar\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['line without a colon', 'HTTP/1.1 200 OK\r\nFoo\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['empty field name', 'HTTP/1.1 200 OK\r\n: bar\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['control char in a value', 'HTTP/1.1 200 OK\r\nX-A: a\x01b\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['NUL in a value', 'HTTP/1.1 200 OK\r\nX-A: a\x00b\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['bare LF inside the head', 'HTTP/1.1 200 OK\r\nX-A: a\nX-B: b\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['bare CR inside the head', 'HTTP/1.1 200 OK\r\nX-A: a\rb\r\n\r\n', 'SP_H1_BAD_FIELD'],
+  ['bare LF in a chunk size line', `${chunkedHead}5\nhello\r\n0\r\n\r\n`, 'SP_H1_BARE_LF'],
+  ['bare LF after chunk data', `${chunkedHead}5\r\nhello\n0\r\n\r\n`, 'SP_H1_BARE_LF'],
+  ['bare CR in a chunk size line', `${chunkedHead}5\r;x\r\nhello\r\n0\r\n\r\n`, 'SP_H1_BARE_CR'],
+  ['HTTP/2.0 status line', 'HTTP/2.0 200 OK\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['two-digit status', 'HTTP/1.1 20 OK\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['ICY status line', 'ICY 200 OK\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['no space after the status', 'HTTP/1.1 200OK\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['non-hex chunk size', `${chunkedHead}zz\r\n`, 'SP_H1_BAD_CHUNK'],
+  ['negative chunk size', `${chunkedHead}-1\r\n`, 'SP_H1_BAD_CHUNK'],
+  ['empty chunk size', `${chunkedHead}\r\n`, 'SP_H1_BAD_CHUNK'],
+  ['chunk data longer than its size', `${chunkedHead}5\r\nhelloX\r\n0\r\n\r\n`, 'SP_H1_BAD_CHUNK'],
+  ['chunk data much longer than its size', `${chunkedHead}5\r\nhello world\r\n0\r\n\r\n`, 'SP_H1_BAD_CHUNK'],
+  ['status code under 100', 'HTTP/1.1 099 x\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['obs-fold in trailers', `${chunkedHead}0\r\nX-T: a\r\n b\r\n\r\n`, 'SP_H1_BAD_FIELD'],
+  ['head longer than maxHeaderSize', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(maxHeaderSize)}\r\n\r\n`, 'SP_H1_TOO_LONG'],
+]
+
+t.test('errors', async (t) => {
+  for (const [name, text, code] of errors) {
+    const rec = new Recorder()
+    const parser = new H1ResponseParser(rec)
+    parser.expect('GET')
+    const err = parser.execute(b(text))
+    t.ok(err instanceof H1ParseError, `${name}: an H1ParseError`)
+    t.equal(err?.code, code, name)
+    t.equal(parser.execute(b('HTTP/1.1 200 OK\r\n\r\n')), err, `${name}: further reads give the same error`)
+    if (!text.startsWith(chunkedHead)) t.same(rec.events, [], `${name}: no head reported`)
+  }
+  t.same(run([b('HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nok')]).events,
+    [head(200, { 'content-length': ['2', '2'] }, true), body('ok'), end()], 'identical repeated Content-Length')
+  t.same(run([b('HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok')]).events.slice(1), [body('ok'), end()], 'identical list')
+})
+
+t.test('head size bound', async (t) => {
+  const pad = (n: number): string => {
+    const start = 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: '
+    return start + 'p'.repeat(n - start.length)
+  }
+  t.equal(errorOf(`${pad(maxHeaderSize)}\r\n\r\n`), null, 'exactly maxHeaderSize is accepted')
+  t.equal(errorOf(`${pad(maxHeaderSize + 1)}\r\n\r\n`), 'SP_H1_TOO_LONG', 'one byte more is not')
+
+  // Accumulated over many small reads: fails on the read that takes it past the bound, not before.
+  const parser = new H1ResponseParser(new Recorder())
+  parser.expect('GET')
+  const piece = b('X-Many: 0123456789012345678901234567890123456789\r\n')
+  let total = 0
+  let err: H1ParseError | null = null
+  while (err === null && total < 4 * maxHeaderSize) {
+    err = parser.execute(piece)
+    total += piece.length
+  }
+  t.equal(err?.code, 'SP_H1_TOO_LONG')
+  t.ok(total > maxHeaderSize && total - piece.length <= maxHeaderSize, 'fails as soon as the bound is passed')
+})
+
+t.test('a head within the bound is accepted whatever the split', async (t) => {
+  const start = 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: '
+  const text = b(`${start}${'p'.repeat(maxHeaderSize - start.length)}\r\n\r\n`)
+  const at = maxHeaderSize + 1 // after the head's text and the first CR
+  t.same(run([text]).events, [head(200, { 'content-length': '0', 'x-pad': 'p'.repeat(maxHeaderSize - start.length) }, true), end()])
+  for (const cut of [at - 1, at, at + 1, at + 2]) {
+    t.same(run([text.subarray(0, cut), text.subarray(cut)]).events, run([text]).events, `split ${cut - maxHeaderSize} bytes into CRLFCRLF`)
+  }
+})
+
+t.test('finish()', async (t) => {
+  t.same(run([b('HTTP/1.1 200 OK\r\nContent-Len')]).events, [{ type: 'error', code: 'SP_H1_INCOMPLETE' }], 'mid-head')
+  t.same(run([]).events, [{ type: 'error', code: 'SP_H1_INCOMPLETE' }], 'no bytes at all')
+  t.same(run([b('HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel')]).events.at(-1), { type: 'error', code: 'SP_H1_INCOMPLETE' }, 'mid body')
+  t.same(run([b(`${chunkedHead}5\r\nhello\r\n`)]).events.at(-1), { type: 'error', code: 'SP_H1_INCOMPLETE' }, 'mid chunked body')
+  t.same(run([b(`${chunkedHead}0\r\nX-T: 1\r\n`)]).events.at(-1), { type: 'error', code: 'SP_H1_INCOMPLETE' }, 'mid trailers')
+  const parser = new H1ResponseParser(new Recorder())
+  parser.expect('GET')
+  t.equal(parser.execute(b('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok')), null)
+  t.equal(parser.finish(), null, 'after a complete response')
+  t.equal(new H1ResponseParser(new Recorder()).finish(), null, 'before any request')
+})
+
+t.test('header handling', async (t) => {
+  const rec = run([b('HTTP/1.1 200 OK\r\nX-Multi: a\r\nContent-Length: 0\r\nx-MULTI: b\r\nX-Multi: c\r\n' +
+    'X-Ows: \t inner  space \t\r\nX-Empty:\r\n__proto__: polluted\r\nConstructor: c\r\n\r\n')])
+  t.same(rec.events, [head(200, {
+    'x-multi': ['a', 'b', 'c'], 'content-length': '0', 'x-ows': 'inner  space', 'x-empty': '', ['__proto__']: 'polluted', constructor: 'c',
+  }, true), end()])
+  const headers = rec.rawHeads[0]
+  t.equal(Object.getPrototypeOf(headers), null, 'null prototype')
+  t.ok(Object.hasOwn(headers, '__proto__'), '__proto__ is an own key')
+  t.equal(headers['__proto__'], 'polluted')
+  t.same(Object.keys(headers), ['x-multi', 'content-length', 'x-ows', 'x-empty', '__proto__', 'constructor'])
+
+  const trailers = run([b(`${chunkedHead}0\r\n__proto__: t\r\n\r\n`)]).events.at(-1)
+  t.ok(trailers !== undefined && trailers.type === 'end' && trailers.trailers !== null && Object.hasOwn(trailers.trailers, '__proto__'), 'trailers too')
+})
+
+t.test('Transfer-Encoding', async (t) => {
+  t.same(run([b('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n')]).events,
+    [head(200, { 'transfer-encoding': 'gzip, chunked' }, true), body('abc'), end()], '"gzip, chunked" is chunked')
+  t.same(run([b('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n')]).events.slice(1),
+    [body('abc'), end()], 'chunked last across two fields, any case')
+  t.same(run([b('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n')]).events,
+    [head(200, { 'transfer-encoding': 'gzip' }, false), body('3\r\nabc\r\n0\r\n\r\n'), end()], '"gzip" alone reads until close')
+  t.same(run([b('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nxyz')]).events,
+    [head(200, { 'transfer-encoding': 'chunked, gzip' }, false), body('xyz'), end()], 'chunked not last: until close')
+})
