@@ -517,6 +517,8 @@ export function requestHead(method: string, path: string, authority: string, hea
     const value = headers[name]
     if (name === 'content-length') {
       if (!hasBody) continue
+      // One decimal length: the client enforces it on the body it sends.
+      if (typeof value !== 'string' || !/^\d{1,15}$/.test(value)) return localError('SP_H1_BAD_REQUEST', 'invalid Content-Length')
       length = true
     }
     if (!TOKEN.test(name)) return localError('SP_H1_BAD_REQUEST', `invalid header name ${JSON.stringify(name)}`)
