@@ -6,6 +6,7 @@ import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'nod
 import { Readable, pipeline, type Duplex } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
+import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
@@ -16,7 +17,7 @@ const H2_FORBIDDEN = ['connection', 'keep-alive', 'proxy-connection', 'transfer-
 
 function noop(): void {}
 
-export class H2Exchange implements Exchange {
+export class H2Exchange implements Exchange, BodySink {
   readonly protocol = 'h2' as const
   readonly scheme: 'http' | 'https'
   readonly method: string
@@ -34,6 +35,8 @@ export class H2Exchange implements Exchange {
   #closed = false
   /** The response body is paused until the client stream drains. */
   #draining = false
+  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk = false
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
@@ -95,6 +98,9 @@ export class H2Exchange implements Exchange {
       return
     }
     this.#out = body
+    // Straight from an upstream pool: its chunks come here without the stream
+    // machinery in between (upstream/exchange.ts BodySink).
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
     // Copied by hand, as in exchange-h1.ts: no stream.pipeline (an AbortController and
     // an AbortError with a stack trace per call), no pipe() (six listeners and their
     // closures); 'drain' is listened for only when the stream's window is full.
@@ -113,12 +119,35 @@ export class H2Exchange implements Exchange {
     this.#stream.once('drain', this.#onDrain)
   }
 
+  // hot path
+  onBodyData(chunk: Buffer): boolean {
+    const stream = this.#stream
+    if (stream.destroyed) return true // reset by the client: the exchange is being cancelled
+    this.#bytesOut += chunk.length
+    if (stream.write(chunk)) return true
+    if (!this.#draining) {
+      this.#draining = true
+      stream.once('drain', this.#onDrain)
+    }
+    return false
+  }
+
+  onBodyEnd(): void {
+    this.#onOutEnd()
+  }
+
+  onBodyError(err: Error): void {
+    this.#onOutError(err)
+  }
+
   #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
 
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
-    if (out !== null && !out.destroyed) out.resume()
+    if (out === null || out.destroyed) return
+    if (this.#sunk) (out as ResponseBody).resumeSink()
+    else out.resume()
   }
 
   #onOutEnd = (): void => {

@@ -181,7 +181,6 @@ export class H1Connection implements H1ResponseHandler {
   connected(socket: Socket): void {
     this.socket = socket
     releaseWrittenChunks(socket) // request body chunks marked releasable are freed once written (release.ts)
-    socket.setNoDelay(true)
     socket.on('data', this.#onData)
     socket.on('end', this.#onEnd)
     socket.on('error', this.#onError)
