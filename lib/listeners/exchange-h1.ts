@@ -7,7 +7,8 @@ import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
-import { ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
+import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
+import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { STATUS_CODES } from 'node:http'
 
 /** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
@@ -26,7 +27,7 @@ export function hasBody(req: IncomingMessage): boolean {
 
 const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
 
-export class H1Exchange implements Exchange {
+export class H1Exchange implements Exchange, BodySink {
   readonly protocol = 'h1' as const
   readonly scheme: 'http' | 'https'
   readonly method: string
@@ -46,6 +47,8 @@ export class H1Exchange implements Exchange {
   #closed = false
   /** The response body is paused until the client socket drains. */
   #draining = false
+  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk = false
   /** Body chunks released once written (release.ts); made at the first one. */
   #written: WrittenChunks | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
@@ -103,6 +106,9 @@ export class H1Exchange implements Exchange {
     if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return }
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
+    // Straight from an upstream pool: its chunks come here without the stream
+    // machinery in between (upstream/exchange.ts BodySink).
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
     // Copied by hand rather than with stream.pipeline (an AbortController and an
     // AbortError with a stack trace per call, ~7% of a small request's CPU) or
     // pipe() (six listeners and their closures on both streams): one 'data'
@@ -126,10 +132,35 @@ export class H1Exchange implements Exchange {
     this.#res.once('drain', this.#onDrain)
   }
 
+  // hot path
+  onBodyData(chunk: Buffer): boolean {
+    const res = this.#res
+    if (res.destroyed) return true // the client left: the exchange is being cancelled
+    this.#bytesOut += chunk.length
+    // The writer is the body's only consumer: a large chunk is freed once written (release.ts).
+    const ok = isReleasable(chunk) ? res.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk)) : res.write(chunk)
+    if (ok) return true
+    if (!this.#draining) {
+      this.#draining = true
+      res.once('drain', this.#onDrain)
+    }
+    return false
+  }
+
+  onBodyEnd(): void {
+    this.#onOutEnd()
+  }
+
+  onBodyError(err: Error): void {
+    this.#onOutError(err)
+  }
+
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
-    if (out !== null && !out.destroyed) out.resume()
+    if (out === null || out.destroyed) return
+    if (this.#sunk) (out as ResponseBody).resumeSink()
+    else out.resume()
   }
 
   #onOutEnd = (): void => {
