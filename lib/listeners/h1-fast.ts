@@ -334,10 +334,11 @@ export class FastH1Exchange implements Exchange, BodySink {
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (exchange.ts BodySink).
     if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
-    body.on('data', this.#onOutData)
-    body.once('end', this.#onOutEnd)
-    body.once('error', this.#onOutError)
-    body.once('close', this.#onOutClose)
+    // Listeners made here, not per exchange: most bodies take the sink above.
+    body.on('data', (chunk: Buffer) => this.#onOutData(chunk))
+    body.once('end', () => this.#onOutEnd())
+    body.once('error', (err: Error) => this.#onOutError(err))
+    body.once('close', () => this.#onOutClose())
   }
 
   /**
@@ -402,7 +403,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     if (this.#writeOut(chunk, isReleasable(chunk)) || this.#over) return true
     if (!this.#draining) {
       this.#draining = true
-      this.#socket.once('drain', this.#onDrain)
+      this.#socket.once('drain', () => this.#onDrain())
     }
     return false
   }
@@ -415,11 +416,11 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#onOutError(err)
   }
 
-  #onOutData = (chunk: Buffer): void => {
+  #onOutData(chunk: Buffer): void {
     if (this.#writeOut(chunk, releasableResponseChunk(this.#out, chunk)) || this.#draining || this.#over) return
     this.#draining = true
     this.#out?.pause()
-    this.#socket.once('drain', this.#onDrain)
+    this.#socket.once('drain', () => this.#onDrain())
   }
 
   /** Writes a body chunk (the head first, if not yet sent); false when the socket wants a drain first. */
@@ -441,7 +442,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     return ok
   }
 
-  #onDrain = (): void => {
+  #onDrain(): void {
     this.#draining = false
     const out = this.#out
     if (out === null || out.destroyed || this.#over) return
@@ -449,7 +450,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     else out.resume()
   }
 
-  #onOutEnd = (): void => {
+  #onOutEnd(): void {
     if (this.#over) return
     if (this.#declared >= 0 && this.#bytesOut !== this.#declared) { this.reset(); return }
     const head = this.#head ?? ''
@@ -472,13 +473,13 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#finish(head, null, tail)
   }
 
-  #onOutError = (err: Error): void => {
+  #onOutError(err: Error): void {
     if (this.#over) return
     this.#socket.destroy()
     this.#observer.onBodyError(err)
   }
 
-  #onOutClose = (): void => {
+  #onOutClose(): void {
     const err = closedBeforeEnd(this.#out)
     if (err !== null) this.#onOutError(err) // the same failure as a body error
   }
@@ -490,13 +491,7 @@ export class FastH1Exchange implements Exchange, BodySink {
    */
   #finish(head: string, text: string | null, tail = ''): void {
     const socket = this.#socket
-    const done = (err?: Error | null): void => {
-      if (this.#over) return
-      if (err !== null && err !== undefined) { socket.destroy(); return }
-      this.#over = true
-      this.#observer.onEnd(true)
-      this.#conn.done(this, this.#keepAlive)
-    }
+    const done = (err?: Error | null): void => this.#onFinished(err)
     if (text === null) {
       const last = head + tail
       // Nothing left to write and nothing queued: done once this turn ends,
@@ -509,6 +504,15 @@ export class FastH1Exchange implements Exchange, BodySink {
     socket.write(head, 'latin1')
     socket.write(text, 'utf8', done)
     socket.uncork()
+  }
+
+  /** The last write of the response completed. */
+  #onFinished(err?: Error | null): void {
+    if (this.#over) return
+    if (err !== null && err !== undefined) { this.#socket.destroy(); return }
+    this.#over = true
+    this.#observer.onEnd(true)
+    this.#conn.done(this, this.#keepAlive)
   }
 
   respondGrpc(grpcStatus: number, message: string): void {
