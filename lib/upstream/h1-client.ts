@@ -23,6 +23,7 @@ import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
+import { ExchangeClock, type ClockOwner } from './clock.ts'
 import { H1ResponseParser, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
 import { isHopByHop, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
@@ -124,15 +125,11 @@ export class H1Request implements Attempt {
   }
 }
 
-function onClock(conn: H1Connection): void {
-  conn.timedOut()
-}
-
 /**
  * One upstream connection. Its socket comes from the Connector (or is a
  * socket the ALPN probe parked); it reads with a response parser of its own.
  */
-export class H1Connection implements H1ResponseHandler {
+export class H1Connection implements H1ResponseHandler, ClockOwner {
   readonly #host: H1Host
   readonly #parser: H1ResponseParser
   socket: Socket | null = null
@@ -155,9 +152,7 @@ export class H1Connection implements H1ResponseHandler {
   #sentBytes = 0
   #draining = false
   #paused = false
-  #timer: NodeJS.Timeout | null = null
-  #headersMs = 0
-  #idleMs = 0
+  readonly #clock: ExchangeClock = new ExchangeClock(this)
   #gone = false
   /** Inside the parser: a free connection is handed on only after it returns (bytes after a response are an error, never the next response). */
   #reading = false
@@ -180,7 +175,6 @@ export class H1Connection implements H1ResponseHandler {
   /** The socket is connected: reading starts; the connection is free. */
   connected(socket: Socket): void {
     this.socket = socket
-    releaseWrittenChunks(socket) // request body chunks marked releasable are freed once written (release.ts)
     socket.on('data', this.#onData)
     socket.on('end', this.#onEnd)
     socket.on('error', this.#onError)
@@ -218,9 +212,8 @@ export class H1Connection implements H1ResponseHandler {
     this.#declared = typeof declared === 'string' ? Number(declared) : -1
     this.#sentBytes = 0
     this.#parser.expect(r.method)
-    this.#idleMs = idleMsOf(ex, settings)
-    this.#headersMs = r.timeouts.headersMs ?? this.#idleMs
-    if (this.#headersMs > 0) this.#timer = setTimeout(onClock, this.#headersMs, this)
+    const idleMs = idleMsOf(ex, settings)
+    this.#clock.start(r.timeouts.headersMs ?? idleMs, idleMs)
     const body = r.body
     if (body === null) {
       this.#bodySent = true
@@ -250,7 +243,7 @@ export class H1Connection implements H1ResponseHandler {
       this.#onBodyError(localError('SP_H1_BODY_LENGTH', 'request body longer than its Content-Length'))
       return
     }
-    if (this.#timer !== null && !this.#responding) this.#timer.refresh() // upload progress restarts the headers clock
+    if (!this.#responding) this.#clock.touch() // upload progress restarts the headers clock
     let ok: boolean
     if (this.#chunked) {
       socket.cork()
@@ -326,17 +319,7 @@ export class H1Connection implements H1ResponseHandler {
       if (typeof hint === 'string') this.#applyKeepAliveHint(hint)
     }
     this.#keepAlive = keepAlive
-    // From the head on, the idle clock (whether or not a headers clock ran).
-    if (this.#timer === null) {
-      if (this.#idleMs > 0) this.#timer = setTimeout(onClock, this.#idleMs, this)
-    } else if (this.#idleMs <= 0) {
-      clearTimeout(this.#timer)
-      this.#timer = null
-    } else if (this.#headersMs === this.#idleMs) this.#timer.refresh()
-    else {
-      clearTimeout(this.#timer)
-      this.#timer = setTimeout(onClock, this.#idleMs, this)
-    }
+    this.#clock.responded()
     const body = req.ex.respond(status, responseHeaders(raw, null), req, 'h1')
     if (body === null) { this.abort(req, localError('SP_ANSWERED', 'answered')); return }
     req.body = body
@@ -345,7 +328,7 @@ export class H1Connection implements H1ResponseHandler {
   onBody(chunk: Buffer): void {
     const req = this.#req
     if (req === null || req.body === null) return
-    if (this.#timer !== null) this.#timer.refresh()
+    this.#clock.touch()
     if (!req.body.push(chunk) && !this.#paused && this.socket !== null) {
       this.#paused = true
       this.socket.pause()
@@ -355,7 +338,7 @@ export class H1Connection implements H1ResponseHandler {
   onEnd(trailers: RawHeaders | null): void {
     const req = this.#req
     if (req === null) return
-    this.#stopClock()
+    this.#clock.stop()
     const body = req.body
     req.finish()
     if (body !== null) {
@@ -398,7 +381,7 @@ export class H1Connection implements H1ResponseHandler {
 
   resumeBody(req: H1Request): void {
     if (req !== this.#req) return
-    if (this.#timer !== null) this.#timer.refresh() // as undici's parser did on resume
+    this.#clock.touch() // as undici's parser does on resume
     if (this.#paused && this.socket !== null) {
       this.#paused = false
       this.socket.resume()
@@ -415,11 +398,10 @@ export class H1Connection implements H1ResponseHandler {
 
   // ── failure and end ──
 
-  timedOut(): void {
-    this.#timer = null
+  timedOut(afterHead: boolean): void {
     const req = this.#req
     if (req === null) return
-    const err = req.body !== null
+    const err = afterHead
       ? localError('SP_IDLE_TIMEOUT', 'upstream exchange idle for too long')
       : localError('SP_HEADERS_TIMEOUT', 'upstream response headers did not arrive in time')
     this.#failAndClose(err, false)
@@ -468,21 +450,13 @@ export class H1Connection implements H1ResponseHandler {
     req.fail(err)
   }
 
-  #stopClock(): void {
-    const timer = this.#timer
-    if (timer !== null) {
-      this.#timer = null
-      clearTimeout(timer)
-    }
-  }
-
   /** Closes the connection for good (idempotent). */
   close(): void {
     this.#destroy()
   }
 
   #destroy(): void {
-    this.#stopClock()
+    this.#clock.stop()
     const body = this.#reqBody
     if (body !== null) this.#detachBody(body)
     if (this.#gone) return
@@ -537,18 +511,29 @@ export function requestHead(method: string, path: string, authority: string, hea
   return head + (last ? 'connection: close\r\n\r\n' : 'connection: keep-alive\r\n\r\n')
 }
 
-/** Opens connections for a pool (the parked ALPN socket first). */
-export function openConnection(conn: H1Connection, connector: Connector, parked: Socket | null, done: (err: Error | null) => void): void {
+/**
+ * A socket for an HTTP/1.1 connection, ours or undici's: the one the ALPN probe
+ * parked when it is still open, else a new one from the Connector; never
+ * synchronously (the pool, or undici's resume loop, is still counting what it
+ * opens). Request body chunks marked releasable are freed once written on it
+ * (release.ts).
+ */
+export function connectH1(connector: Connector, parked: Socket | null, callback: (err: Error | null, socket: Socket | null) => void): void {
   if (parked !== null && !parked.destroyed) {
-    // Never synchronously: the pool is still counting what it opens.
-    process.nextTick(() => {
-      if (conn.gone) { parked.destroy(); done(null); return }
-      conn.connected(parked)
-      done(null)
-    })
+    releaseWrittenChunks(parked)
+    process.nextTick(callback, null, parked)
     return
   }
   connector.connect(HTTP11, (err, sock) => {
+    if (err !== null || sock === null) { callback(err ?? localError('ECONNREFUSED', 'no socket'), null); return }
+    releaseWrittenChunks(sock)
+    callback(null, sock)
+  })
+}
+
+/** Opens `conn` (see connectH1); `done` gets the connect error, if any. */
+export function openConnection(conn: H1Connection, connector: Connector, parked: Socket | null, done: (err: Error | null) => void): void {
+  connectH1(connector, parked, (err, sock) => {
     if (err !== null || sock === null) { done(err ?? localError('ECONNREFUSED', 'no socket')); return }
     if (conn.gone) { sock.destroy(); done(null); return }
     conn.connected(sock)

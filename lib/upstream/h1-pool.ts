@@ -15,13 +15,13 @@ import type { Duplex } from 'node:stream'
 import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
-import { H1Connection, H1Request, openConnection, SWEEP_MS, type H1Host } from './h1-client.ts'
+import { ExchangeClock, type ClockOwner } from './clock.ts'
+import { connectH1, H1Connection, H1Request, openConnection, SWEEP_MS, type H1Host } from './h1-client.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
-import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
+import { markReleasableChunks } from './release.ts'
 
-const HTTP11: readonly string[] = ['http/1.1']
 
 // Only undici's Pool (and the client it drives), not its index: the index also
 // loads fetch, WebSocket, the cache and mock agents, about 12 MiB of resident
@@ -70,7 +70,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     this.#waiting++
     ex.setAttempt(req)
     const idle = this.#takeIdle()
-    if (idle !== undefined && this.#queue.length === 0) { this.#begin(idle, req); return }
+    if (idle !== undefined && this.#queue.length === 0) { idle.start(req); return }
     if (idle !== undefined) this.#idle.push(idle)
     this.#queue.push(req)
     this.#pump()
@@ -88,10 +88,6 @@ export class H1Pool implements UpstreamPool, H1Host {
     }
   }
 
-  #begin(conn: H1Connection, req: H1Request): void {
-    conn.start(req)
-  }
-
   /** Hands free connections to waiting requests; opens connections for the rest, up to the limit. */
   #pump(): void {
     const queue = this.#queue
@@ -101,7 +97,7 @@ export class H1Pool implements UpstreamPool, H1Host {
       const conn = this.#takeIdle()
       if (conn === undefined) break
       queue.shift()
-      this.#begin(conn, next)
+      conn.start(next)
     }
     let wanted = 0
     for (const r of queue) if (!r.cancelled) wanted++
@@ -151,7 +147,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     while (queue.length > 0) {
       const r = queue.shift() as H1Request
       if (r.cancelled) continue
-      this.#begin(conn, r)
+      conn.start(r)
       return
     }
     if (this.#closed) { conn.close(); return }
@@ -270,23 +266,11 @@ export class H1Pool implements UpstreamPool, H1Host {
       // The last request a connection carries goes with Connection: close.
       ...(settings.maxRequestsPerConnection === null ? {} : { maxRequestsPerClient: settings.maxRequestsPerConnection }),
       connect: (_options, callback) => {
-        const socket = this.#parked
-        if (socket !== null) {
-          this.#parked = null
-          if (!socket.destroyed) {
-            releaseWrittenChunks(socket)
-            // Never synchronously: undici's client is still inside its resume loop.
-            process.nextTick(callback, null, socket)
-            return
-          }
-        }
-        connector.connect(HTTP11, (err, sock) => {
-          if (err !== null || sock === null) callback(err ?? new Error('no socket'), null)
-          else {
-            // Request body chunks marked releasable are freed once written (release.ts).
-            releaseWrittenChunks(sock)
-            callback(null, sock)
-          }
+        const parked = this.#parked
+        this.#parked = null
+        connectH1(connector, parked, (err, sock) => {
+          if (err === null && sock !== null) callback(null, sock)
+          else callback(err ?? localError('ECONNREFUSED', 'no socket'), null)
         })
       },
     })
@@ -301,24 +285,15 @@ function noop(): void {}
 
 type Controller = Dispatcher.DispatchController
 
-function onClock(attempt: UndiciAttempt): void {
-  attempt.timedOut()
-}
-
 /**
  * One request on the undici pool (`--http1-client undici`, and upgrades): handler
  * for undici, Attempt for the exchange.
  *
- * Clocks: undici's parser timer for the response headers and body is a new
- * timer object per request on a kept-alive connection, held in undici's timer
- * list for up to half a second after it is cleared, so under load every one of
- * them outlived two minor GCs and was promoted: about half of what a small
- * request left in the old generation. A bodiless request runs on node timers
- * here instead (cleared at the end, they die young): the headers clock from the
- * moment the request is on a connection, then the idle clock, restarted by
- * every body chunk. Either one firing aborts the exchange, as undici's did.
+ * Clocks: a bodiless request runs on an ExchangeClock (clock.ts) rather than
+ * undici's parser timer, whose timer objects outlived two minor GCs under load;
+ * either clock firing aborts the exchange, as undici's did.
  */
-class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
+class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt, ClockOwner {
   readonly #ex: Exchange
   /** Counted in the pool's pending() until it starts, fails or is cancelled. */
   #pool: { left(): void } | null
@@ -328,8 +303,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
   /** Own clocks (ms); 0 when undici keeps them (requests with a body, upgrades). */
   readonly #headersMs: number
   readonly #idleMs: number
-  #timer: NodeJS.Timeout | null = null
-  #responded = false
+  readonly #clock: ExchangeClock = new ExchangeClock(this)
 
   constructor(ex: Exchange, pool: { left(): void }, headersMs: number, idleMs: number) {
     this.#ex = ex
@@ -345,19 +319,10 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
     pool.left()
   }
 
-  #stopClock(): void {
-    const timer = this.#timer
-    if (timer !== null) {
-      this.#timer = null
-      clearTimeout(timer)
-    }
-  }
-
-  timedOut(): void {
-    this.#timer = null
+  timedOut(afterHead: boolean): void {
     const controller = this.#controller
     if (controller === null || controller.aborted) return
-    controller.abort(this.#responded
+    controller.abort(afterHead
       ? localError('SP_IDLE_TIMEOUT', 'upstream exchange idle for too long')
       : localError('SP_HEADERS_TIMEOUT', 'upstream response headers did not arrive in time'))
   }
@@ -368,32 +333,24 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
     // From here on the body may be read: never retried on another endpoint.
     this.#ex.sent = true
     if (this.#cancelled !== null) { controller.abort(this.#cancelled); return }
-    if (this.#headersMs > 0) this.#timer = setTimeout(onClock, this.#headersMs, this)
+    this.#clock.start(this.#headersMs, this.#idleMs)
   }
 
   onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200) return
-    this.#responded = true
-    // From the head on, the idle clock (whether or not a headers clock ran).
-    if (this.#timer === null) {
-      if (this.#idleMs > 0) this.#timer = setTimeout(onClock, this.#idleMs, this)
-    } else if (this.#headersMs === this.#idleMs) this.#timer.refresh()
-    else {
-      clearTimeout(this.#timer)
-      this.#timer = setTimeout(onClock, this.#idleMs, this)
-    }
+    this.#clock.responded()
     this.#body = this.#ex.respond(statusCode, responseHeaders(headers, null), this, 'h1')
-    if (this.#body === null) { this.#stopClock(); controller.abort(new Error('answered')) }
+    if (this.#body === null) { this.#clock.stop(); controller.abort(new Error('answered')) }
   }
 
   onResponseData(controller: Controller, chunk: Buffer): void {
-    if (this.#timer !== null) this.#timer.refresh()
+    this.#clock.touch()
     const body = this.#body
     if (body !== null && !body.push(chunk)) controller.pause()
   }
 
   onResponseEnd(_controller: Controller, trailers: IncomingHttpHeaders): void {
-    this.#stopClock()
+    this.#clock.stop()
     const body = this.#body
     if (body === null) return
     if (trailers !== undefined && trailers !== null) {
@@ -403,7 +360,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
   }
 
   onResponseError(_controller: Controller, err: Error): void {
-    this.#stopClock()
+    this.#clock.stop()
     this.#stopWaiting()
     if (this.#body === null) this.#ex.fail(err)
     else this.#ex.failBody(err)
@@ -415,7 +372,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
 
   cancel(reason: Error): void {
     if (this.#cancelled !== null) return
-    this.#stopClock()
+    this.#clock.stop()
     this.#stopWaiting() // still queued in undici, but nobody waits for it any more
     this.#cancelled = reason
     const controller = this.#controller
@@ -423,7 +380,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt {
   }
 
   resume(): void {
-    if (this.#timer !== null) this.#timer.refresh() // as undici's parser does on resume
+    this.#clock.touch() // as undici's parser does on resume
     const controller = this.#controller
     if (controller !== null) controller.resume()
   }
