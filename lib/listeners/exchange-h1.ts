@@ -47,8 +47,8 @@ export class H1Exchange implements Exchange, BodySink {
   #closed = false
   /** The response body is paused until the client socket drains. */
   #draining = false
-  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
-  #sunk = false
+  /** #out when it is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk: ResponseBody | null = null
   /** Body chunks released once written (release.ts); made at the first one. */
   #written: WrittenChunks | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
@@ -108,7 +108,7 @@ export class H1Exchange implements Exchange, BodySink {
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (upstream/exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
     // Copied by hand rather than with stream.pipeline (an AbortController and an
     // AbortError with a stack trace per call, ~7% of a small request's CPU) or
     // pipe() (six listeners and their closures on both streams): one 'data'
@@ -116,8 +116,8 @@ export class H1Exchange implements Exchange, BodySink {
     // full. The body failing resets the connection (no fake success); the client
     // going away destroys the body (#onClose), which cancels upstream.
     body.on('data', this.#onOutData)
-    body.once('end', this.#onOutEnd)
-    body.once('error', this.#onOutError)
+    body.once('end', this.onBodyEnd)
+    body.once('error', this.onBodyError)
     body.once('close', this.#onOutClose)
   }
 
@@ -147,30 +147,22 @@ export class H1Exchange implements Exchange, BodySink {
     return false
   }
 
-  onBodyEnd(): void {
-    this.#onOutEnd()
-  }
-
-  onBodyError(err: Error): void {
-    this.#onOutError(err)
-  }
-
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
     if (out === null || out.destroyed) return
-    if (this.#sunk) (out as ResponseBody).resumeSink()
+    if (this.#sunk !== null) this.#sunk.resumeSink()
     else out.resume()
   }
 
-  #onOutEnd = (): void => {
+  onBodyEnd = (): void => {
     const res = this.#res
     const trailers = this.#trailers === null ? null : this.#trailers()
     if (trailers !== null) res.addTrailers(trailers as Record<string, string>)
     res.end()
   }
 
-  #onOutError = (err: Error): void => {
+  onBodyError = (err: Error): void => {
     if (this.#closed) return // we destroyed it because the client left: not an upstream failure
     this.#res.destroy()
     this.#observer.onBodyError(err)
@@ -179,7 +171,7 @@ export class H1Exchange implements Exchange, BodySink {
   /** Destroyed without an error and before its end (pipeline's premature close): no fake success either. */
   #onOutClose = (): void => {
     const err = closedBeforeEnd(this.#out)
-    if (err !== null) this.#onOutError(err) // the same failure as a body error
+    if (err !== null) this.onBodyError(err) // the same failure as a body error
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

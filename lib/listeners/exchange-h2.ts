@@ -35,8 +35,8 @@ export class H2Exchange implements Exchange, BodySink {
   #closed = false
   /** The response body is paused until the client stream drains. */
   #draining = false
-  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
-  #sunk = false
+  /** #out when it is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk: ResponseBody | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
@@ -100,13 +100,13 @@ export class H2Exchange implements Exchange, BodySink {
     this.#out = body
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (upstream/exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
     // Copied by hand, as in exchange-h1.ts: no stream.pipeline (an AbortController and
     // an AbortError with a stack trace per call), no pipe() (six listeners and their
     // closures); 'drain' is listened for only when the stream's window is full.
     body.on('data', this.#onOutData)
-    body.once('end', this.#onOutEnd)
-    body.once('error', this.#onOutError)
+    body.once('end', this.onBodyEnd)
+    body.once('error', this.onBodyError)
     body.once('close', this.#onOutClose)
   }
 
@@ -132,30 +132,22 @@ export class H2Exchange implements Exchange, BodySink {
     return false
   }
 
-  onBodyEnd(): void {
-    this.#onOutEnd()
-  }
-
-  onBodyError(err: Error): void {
-    this.#onOutError(err)
-  }
-
   #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
 
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
     if (out === null || out.destroyed) return
-    if (this.#sunk) (out as ResponseBody).resumeSink()
+    if (this.#sunk !== null) this.#sunk.resumeSink()
     else out.resume()
   }
 
-  #onOutEnd = (): void => {
+  onBodyEnd = (): void => {
     this.#finished = true
     if (!this.#stream.destroyed) this.#stream.end() // END_STREAM, or trailers first (wantTrailers)
   }
 
-  #onOutError = (err: Error): void => {
+  onBodyError = (err: Error): void => {
     if (this.#closed) return // destroyed because the client reset the stream: not an upstream failure
     // RST_STREAM rather than a clean END_STREAM: the client must not take a cut body for the whole.
     // destroy(err) resets at once (INTERNAL_ERROR); close(code) would end the stream cleanly first.
@@ -166,7 +158,7 @@ export class H2Exchange implements Exchange, BodySink {
   /** Destroyed without an error and before its end: reset, never a clean end. */
   #onOutClose = (): void => {
     const err = closedBeforeEnd(this.#out)
-    if (err !== null) this.#onOutError(err) // the same failure as a body error
+    if (err !== null) this.onBodyError(err) // the same failure as a body error
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

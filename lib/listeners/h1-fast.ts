@@ -266,8 +266,8 @@ export class FastH1Exchange implements Exchange, BodySink {
   /** Not yet written: the head, sent with the first chunk (one write, as node does). */
   #head: string | null = null
   #out: Readable | null = null
-  /** #out is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
-  #sunk = false
+  /** #out when it is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
+  #sunk: ResponseBody | null = null
   #trailers: (() => OutgoingHeaders | null) | null = null
   #draining = false
   /** Body chunks released once written (release.ts); made at the first one. */
@@ -333,11 +333,11 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = true; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
     // Listeners made here, not per exchange: most bodies take the sink above.
     body.on('data', (chunk: Buffer) => this.#onOutData(chunk))
-    body.once('end', () => this.#onOutEnd())
-    body.once('error', (err: Error) => this.#onOutError(err))
+    body.once('end', () => this.onBodyEnd())
+    body.once('error', (err: Error) => this.onBodyError(err))
     body.once('close', () => this.#onOutClose())
   }
 
@@ -408,14 +408,6 @@ export class FastH1Exchange implements Exchange, BodySink {
     return false
   }
 
-  onBodyEnd(): void {
-    this.#onOutEnd()
-  }
-
-  onBodyError(err: Error): void {
-    this.#onOutError(err)
-  }
-
   #onOutData(chunk: Buffer): void {
     if (this.#writeOut(chunk, releasableResponseChunk(this.#out, chunk)) || this.#draining || this.#over) return
     this.#draining = true
@@ -446,11 +438,11 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#draining = false
     const out = this.#out
     if (out === null || out.destroyed || this.#over) return
-    if (this.#sunk) (out as ResponseBody).resumeSink()
+    if (this.#sunk !== null) this.#sunk.resumeSink()
     else out.resume()
   }
 
-  #onOutEnd(): void {
+  onBodyEnd(): void {
     if (this.#over) return
     if (this.#declared >= 0 && this.#bytesOut !== this.#declared) { this.reset(); return }
     const head = this.#head ?? ''
@@ -473,7 +465,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#finish(head, null, tail)
   }
 
-  #onOutError(err: Error): void {
+  onBodyError(err: Error): void {
     if (this.#over) return
     this.#socket.destroy()
     this.#observer.onBodyError(err)
@@ -481,7 +473,7 @@ export class FastH1Exchange implements Exchange, BodySink {
 
   #onOutClose(): void {
     const err = closedBeforeEnd(this.#out)
-    if (err !== null) this.#onOutError(err) // the same failure as a body error
+    if (err !== null) this.onBodyError(err) // the same failure as a body error
   }
 
   /**
