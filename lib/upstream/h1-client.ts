@@ -144,7 +144,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
   /** Bytes of the current response seen (a replay is safe only before the first). */
   #responding = false
   #keepAlive = true
-  #bodySent = true
+  /** The request body still being sent (null: none, or all of it sent). */
   #reqBody: Readable | null = null
   #chunked = false
   /** Declared request body length (Content-Length), -1 when chunked; and bytes sent so far. */
@@ -215,14 +215,9 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     const idleMs = idleMsOf(ex, settings)
     this.#clock.start(r.timeouts.headersMs ?? idleMs, idleMs)
     const body = r.body
-    if (body === null) {
-      this.#bodySent = true
-      socket.write(head, 'latin1')
-      return
-    }
-    this.#bodySent = false
-    this.#reqBody = body
     socket.write(head, 'latin1')
+    if (body === null) return
+    this.#reqBody = body
     markReleasableChunks(body)
     body.on('data', this.#onBodyData)
     body.once('end', this.#onBodyEnd)
@@ -272,10 +267,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
       return
     }
     this.#detachBody(body)
-    this.#bodySent = true
     if (this.#chunked && this.socket !== null) this.socket.write('0\r\n\r\n', 'latin1')
-    // The response may already be complete (an upstream that answered early).
-    if (this.#req === null || this.#req.done) this.#afterResponse()
   }
 
   #onBodyError = (err: Error): void => {
@@ -345,18 +337,16 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
       if (trailers !== null) body.trailers = responseHeaders(trailers, null)
       body.push(null)
     }
-    if (this.#bodySent) this.#afterResponse()
-    else if (this.#reqBody !== null) {
+    const rest = this.#reqBody
+    if (rest !== null) {
       // The upstream answered before the request body was all sent: the
       // connection cannot carry another request; the rest is read and dropped.
-      const rest = this.#reqBody
       this.#detachBody(rest)
       rest.on('error', noop)
       rest.resume()
       this.#last = true
-      this.#bodySent = true
-      this.#afterResponse()
     }
+    this.#afterResponse()
   }
 
   /** Response complete and request body sent: the connection is free again, or closes. */
