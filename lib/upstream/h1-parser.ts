@@ -102,14 +102,10 @@ export class H1ResponseParser {
           at = next
           break
         }
-        case BODY: {
-          const n = Math.min(this.#remaining, end - at)
-          this.#remaining -= n
-          this.#handler.onBody(at === 0 && n === end ? data : data.subarray(at, at + n))
-          at += n
+        case BODY:
+          at = this.#counted(data, at, end)
           if (this.#remaining === 0) this.#complete(null)
           break
-        }
         case UNTIL:
           this.#handler.onBody(at === 0 ? data : data.subarray(at))
           at = end
@@ -127,14 +123,10 @@ export class H1ResponseParser {
           this.#state = CHUNK_DATA
           break
         }
-        case CHUNK_DATA: {
-          const n = Math.min(this.#remaining, end - at)
-          this.#remaining -= n
-          this.#handler.onBody(data.subarray(at, at + n))
-          at += n
+        case CHUNK_DATA:
+          at = this.#counted(data, at, end)
           if (this.#remaining === 0) this.#state = CHUNK_CRLF
           break
-        }
         case CHUNK_CRLF: {
           // Exactly CRLF after the chunk data, byte by byte (it may be split across reads).
           const c = data[at++]
@@ -171,6 +163,15 @@ export class H1ResponseParser {
     if (this.#state === UNTIL) { this.#complete(null); return null }
     if (this.#state === DONE) return null
     return this.#fail('SP_H1_INCOMPLETE', this.#state === HEAD ? 'upstream closed the connection before the response head' : 'upstream closed the connection before the end of the response body')
+  }
+
+  // hot path
+  /** Hands on the next body bytes a length or chunk size still counts (the input itself when all of it is); the index after them. */
+  #counted(data: Buffer, at: number, end: number): number {
+    const n = Math.min(this.#remaining, end - at)
+    this.#remaining -= n
+    this.#handler.onBody(at === 0 && n === end ? data : data.subarray(at, at + n))
+    return at + n
   }
 
   #fail(code: string, message: string): H1ParseError {
