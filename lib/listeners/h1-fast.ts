@@ -25,6 +25,7 @@ import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
+import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
@@ -56,9 +57,6 @@ const CRLFCRLF = Buffer.from('\r\n\r\n', 'latin1')
 /** The methods node's parser knows (others get its 400); CONNECT and PRI are never plain. */
 const PLAIN_METHODS = new Set(METHODS.filter((m) => m !== 'CONNECT' && m !== 'PRI'))
 const ORIGIN_FORM = /^\/[\x21-\x7e]*$/
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-/** RFC 9110 §5.5 field-value characters (as node checks them): HTAB, SP..~, obs-text. */
-const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
 
 // hot path
 /**

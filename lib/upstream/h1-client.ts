@@ -24,16 +24,13 @@ import type { Readable } from 'node:stream'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
-import { H1ResponseParser, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
+import { H1ResponseParser, INVALID_VALUE, TOKEN, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
 import { isHopByHop, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings } from './pool.ts'
 import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
-// RFC 9110 §5.1 token; §5.5 field value (no CR, LF, NUL or other controls).
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/
 /** request-target: visible ASCII and obs-text only (no spaces, no controls). */
 const BAD_TARGET = /[^\x21-\x7e\x80-\xff]/
 /** Methods whose requests carry a meaning for content: sent with `content-length: 0` when they have none (RFC 9110 §8.6). */
@@ -472,7 +469,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
 export function requestHead(method: string, path: string, authority: string, headers: Record<string, string | string[]>, hasBody: boolean, last: boolean): string | Error {
   if (!TOKEN.test(method)) return localError('SP_H1_BAD_REQUEST', 'invalid request method')
   if (path === '' || BAD_TARGET.test(path)) return localError('SP_H1_BAD_REQUEST', 'invalid request path')
-  if (BAD_VALUE.test(authority)) return localError('SP_H1_BAD_REQUEST', 'invalid host')
+  if (INVALID_VALUE.test(authority)) return localError('SP_H1_BAD_REQUEST', 'invalid host')
   let head = method + ' ' + path + ' HTTP/1.1\r\nhost: ' + authority + '\r\n'
   let length = false
   for (const name in headers) {
@@ -486,11 +483,11 @@ export function requestHead(method: string, path: string, authority: string, hea
     }
     if (!TOKEN.test(name)) return localError('SP_H1_BAD_REQUEST', `invalid header name ${JSON.stringify(name)}`)
     if (typeof value === 'string') {
-      if (BAD_VALUE.test(value)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
+      if (INVALID_VALUE.test(value)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
       head += name + ': ' + value + '\r\n'
     } else {
       for (const one of value) {
-        if (BAD_VALUE.test(one)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
+        if (INVALID_VALUE.test(one)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
         head += name + ': ' + one + '\r\n'
       }
     }

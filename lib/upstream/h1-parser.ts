@@ -45,9 +45,10 @@ const LF = 10
 const BLANK_LINE = Buffer.from('\r\n\r\n', 'latin1')
 /** Chunk-size line (size, extensions): generous, bounded. */
 const MAX_CHUNK_LINE = 4096
-// RFC 9110 §5.1 token; §5.5 field value: visible, obs-text, SP and HTAB.
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+/** RFC 9110 §5.1 token: field names, methods (HTTP/1.1 both ways: this parser, h1-client.ts, listeners/h1-fast.ts). */
+export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+/** A character RFC 9110 §5.5 does not allow in a field value (as node checks them: HTAB, SP..~ and obs-text are fine). */
+export const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^\r\n]*)?$/
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[ \t]*(?:;[^\r\n]*)?$/
 
@@ -311,7 +312,7 @@ export class H1ResponseParser {
     const name = text.slice(start, colon)
     if (!TOKEN.test(name)) { this.#fail('SP_H1_BAD_FIELD', 'invalid field name'); return false }
     const value = trimOws(text, colon + 1, end)
-    if (BAD_VALUE.test(value)) { this.#fail('SP_H1_BAD_FIELD', 'invalid character in a field value'); return false }
+    if (INVALID_VALUE.test(value)) { this.#fail('SP_H1_BAD_FIELD', 'invalid character in a field value'); return false }
     const key = name.toLowerCase()
     if (key === '__proto__') return true // no field has that name; as a key it would be the prototype
     const had = Object.hasOwn(into, key) ? into[key] : undefined // `constructor` is a name, not Object's
