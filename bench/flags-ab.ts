@@ -27,6 +27,7 @@ import { coreCount, freePort, hasTaskset, memoryCgroup, stopProc } from './e2e/p
 import type { MemoryCgroup, Proc } from './e2e/procs.ts'
 import { runH2load, runH2loadSpread } from './e2e/h2load.ts'
 import type { LoadResult } from './e2e/h2load.ts'
+import { median } from './e2e/stream-rates.ts'
 
 const { values } = parseArgs({
   options: {
@@ -84,7 +85,6 @@ function cpuSplit(pid: number): [number, number] {
   }
 }
 
-const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]
 
 async function main(): Promise<void> {
   const nginx = findNginx()
