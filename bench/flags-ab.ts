@@ -17,13 +17,13 @@
 // instead, and 'BIN=path/to/dist/bin/sallyport.js' runs another build (an older
 // commit's, say: `git worktree add`, `node scripts/build.ts` there) to A/B code.
 
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { findNginx, startNginx, writeOriginConfig } from './e2e/nginx.ts'
 import { startGateway, writeGatewayConfig } from './e2e/gateway.ts'
-import { coreCount, freePort, hasTaskset, memoryCgroup, stopProc } from './e2e/procs.ts'
+import { coreCount, cpuMsOf, freePort, hasTaskset, memoryCgroup, stopProc } from './e2e/procs.ts'
 import type { MemoryCgroup, Proc } from './e2e/procs.ts'
 import { runH2load, runH2loadSpread } from './e2e/h2load.ts'
 import type { LoadResult } from './e2e/h2load.ts'
@@ -74,18 +74,6 @@ process.on('exit', () => {
   for (const c of cgroups) c.remove()
 })
 
-/** [user, system] CPU ms of one process so far (all its threads). */
-function cpuSplit(pid: number): [number, number] {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return [Number(f[11]) * 10, Number(f[12]) * 10]
-  } catch {
-    return [0, 0]
-  }
-}
-
-
 async function main(): Promise<void> {
   const nginx = findNginx()
   if (nginx === null) throw new Error('nginx is not installed (bash scripts/system-deps.sh --bench)')
@@ -135,9 +123,9 @@ async function main(): Promise<void> {
     push(p99, 'direct', d.p99Ms)
     for (const g of gws) {
       const pid = g.proc.child.pid ?? 0
-      const before = cpuSplit(pid)
+      const before = cpuMsOf(pid)
       const res = await atRate(g.port, g.v.name)
-      const after = cpuSplit(pid)
+      const after = cpuMsOf(pid)
       const per = (ms: number): number => (ms * 1000) / (res.rps * (durationS + 1))
       const [user, sys] = [per(after[0] - before[0]), per(after[1] - before[1])]
       push(p99, g.v.name, res.p99Ms)

@@ -313,18 +313,24 @@ export class RssSampler {
   }
 }
 
+/** CPU time (ms) used so far by one process, all its threads: [user, system]; [0, 0] once it is gone. */
+export function cpuMsOf(pid: number): [number, number] {
+  const tick = 1000 / 100 // USER_HZ is 100 on Linux
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return [Number(fields[11]) * tick, Number(fields[12]) * tick]
+  } catch {
+    return [0, 0]
+  }
+}
+
 /** CPU time (user+system, ms) used so far by pid and its direct children (nginx workers, cluster workers). */
 export function cpuMsOfTree(pid: number): number {
-  const tick = 1000 / 100 // USER_HZ is 100 on Linux
   let ms = 0
   for (const p of [pid, ...childrenOf(pid)]) {
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      ms += (Number(fields[11]) + Number(fields[12])) * tick
-    } catch {
-      // gone
-    }
+    const [user, system] = cpuMsOf(p)
+    ms += user + system
   }
   return ms
 }
