@@ -19,54 +19,23 @@
 //   switched direction holds 64 KiB until the connection closes, then the
 //   buffer goes back to a small free list.
 //
-// Node offers `onread` only to sockets it creates through `new net.Socket` /
-// `net.connect`; accepted sockets get the same through the socket's own
-// (symbol-keyed) onread slots and `useUserBuffer` on its handle. When this
-// Node does not have them, every direction stays in stream mode.
-// test/upstream/relay.test.ts checks the switch happens on the pinned Node.
+// The switch is socket-read.ts's useReadBuffer; when this Node cannot do it,
+// every direction stays in stream mode. test/upstream/relay.test.ts checks
+// the switch happens on the pinned Node.
 
-import net from 'node:net'
-import tls from 'node:tls'
 import type { Duplex } from 'node:stream'
+import type net from 'node:net'
+import { isPlainSocket, reusedReadsAvailable, useReadBuffer } from './socket-read.ts'
 
 /** Bytes a direction moves in stream mode before it switches. */
 export const BULK_BYTES = 1024 * 1024
 const BUFFER_BYTES = 64 * 1024
 const FREE_LIST_MAX = 32
 
-interface OnreadSlots {
-  readonly buffer: symbol
-  readonly callback: symbol
-}
-
-/** The socket's onread slots, found by description on a probe socket; null when absent. */
-const slots: OnreadSlots | null = (() => {
-  const probe = new net.Socket()
-  const syms = Object.getOwnPropertySymbols(probe)
-  const buffer = syms.find((s) => s.description === 'kBuffer')
-  const callback = syms.find((s) => s.description === 'kBufferCb')
-  probe.destroy()
-  return buffer !== undefined && callback !== undefined ? { buffer, callback } : null
-})()
-
-interface UserBufferHandle {
-  useUserBuffer(buf: Uint8Array): void
-}
-
 const freeBuffers: Buffer[] = []
 
 function takeBuffer(): Buffer {
   return freeBuffers.pop() ?? Buffer.allocUnsafe(BUFFER_BYTES)
-}
-
-function handleOf(s: net.Socket): UserBufferHandle | null {
-  const h = (s as unknown as { _handle?: Partial<UserBufferHandle> | null })._handle
-  return h !== null && h !== undefined && typeof h.useUserBuffer === 'function' ? h as UserBufferHandle : null
-}
-
-/** A plain (not TLS) TCP socket: reused-buffer mode needs its raw handle. */
-function isPlainSocket(s: Duplex): s is net.Socket {
-  return s instanceof net.Socket && !(s instanceof tls.TLSSocket)
 }
 
 export interface RelayDirection {
@@ -80,7 +49,7 @@ export interface RelayDirection {
  */
 export function relay(src: Duplex, dst: Duplex): RelayDirection {
   const state = { reusedBuffer: false }
-  const eligible = slots !== null && isPlainSocket(src) && isPlainSocket(dst)
+  const eligible = reusedReadsAvailable && isPlainSocket(src) && isPlainSocket(dst)
   let moved = 0
   const resume = (): void => { src.resume() }
   const onData = (chunk: Buffer): void => {
@@ -106,8 +75,6 @@ export function relay(src: Duplex, dst: Duplex): RelayDirection {
 
 /** Switches `src` to reading into a reused buffer written to `dst`; false (nothing changed) when it cannot. */
 function useReusedBuffer(src: net.Socket, dst: net.Socket): boolean {
-  const handle = handleOf(src)
-  if (handle === null || slots === null) return false
   const buf = takeBuffer()
   let waiting = false
   const onWritten = (err?: Error | null): void => {
@@ -122,10 +89,10 @@ function useReusedBuffer(src: net.Socket, dst: net.Socket): boolean {
     waiting = true
     return false
   }
-  const own = src as unknown as Record<symbol, unknown>
-  own[slots.buffer] = buf
-  own[slots.callback] = onRead
-  handle.useUserBuffer(buf)
+  if (!useReadBuffer(src, buf, onRead)) {
+    if (freeBuffers.length < FREE_LIST_MAX) freeBuffers.push(buf)
+    return false
+  }
   // Free once neither side can touch it: no more reads after src closes, and a
   // write still pending on dst is cancelled by the time dst has closed.
   let open = 2
