@@ -26,6 +26,7 @@ import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { backToStream, isShared, own, readShared } from '../upstream/socket-read.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
@@ -129,7 +130,9 @@ export class FastH1Connection {
   constructor(socket: Socket, host: FastH1Host, first: Buffer | null) {
     this.#socket = socket
     this.#host = host
-    socket.on('data', this.#onData)
+    // A plain socket reads into the shared read buffer (socket-read.ts): what
+    // a read leaves unconsumed is copied out of it (#onRead, #fallback).
+    if (!readShared(socket, this.#onRead)) socket.on('data', this.#onData)
     socket.on('timeout', this.#onTimeout)
     socket.once('close', this.#onClose)
     if (first !== null && first.length > 0) this.#onData(first)
@@ -143,6 +146,12 @@ export class FastH1Connection {
   /** Drain: an idle connection closes now, a busy one after its response (Connection: close). */
   closeIfIdle(): void {
     if (this.#current === null && !this.#ended) this.#socket.destroy()
+  }
+
+  #onRead = (chunk: Buffer): void => {
+    this.#onData(chunk)
+    const rest = this.#buf
+    if (rest !== null && isShared(rest)) this.#buf = Buffer.from(rest)
   }
 
   #onData = (chunk: Buffer): void => {
@@ -213,8 +222,10 @@ export class FastH1Connection {
     socket.removeListener('close', this.#onClose)
     socket.setTimeout(0)
     this.#ended = true
-    const rest = this.#buf
+    const rest = this.#buf === null ? null : own(this.#buf)
     this.#buf = null
+    // After an upgrade, node's server hands the socket on as a stream.
+    backToStream(socket)
     this.#host.release(this)
     this.#host.fallback(socket, rest)
   }

@@ -29,6 +29,7 @@ import { isHopByHop, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings } from './pool.ts'
 import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
+import { own, readShared } from './socket-read.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
 /** request-target: visible ASCII and obs-text only (no spaces, no controls). */
@@ -172,7 +173,9 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
   /** The socket is connected: reading starts; the connection is free. */
   connected(socket: Socket): void {
     this.socket = socket
-    socket.on('data', this.#onData)
+    // Plain TCP reads into the shared read buffer (socket-read.ts): response
+    // bodies are copied out of it (onBody); the parser copies what it keeps.
+    if (!readShared(socket, this.#onData)) socket.on('data', this.#onData)
     socket.on('end', this.#onEnd)
     socket.on('error', this.#onError)
     socket.on('close', this.#onClose)
@@ -318,7 +321,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     const req = this.#req
     if (req === null || req.body === null) return
     this.#clock.touch()
-    if (!req.body.push(chunk) && !this.#paused && this.socket !== null) {
+    if (!req.body.push(own(chunk)) && !this.#paused && this.socket !== null) {
       this.#paused = true
       this.socket.pause()
     }

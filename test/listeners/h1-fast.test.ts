@@ -4,12 +4,14 @@
 // answered by node's server instead, on the same connection.
 
 import t, { type Test } from 'tap'
+import { createHash } from 'node:crypto'
 import http from 'node:http'
 import net from 'node:net'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { FastH1Connection, parseHead, type FastH1Exchange, type FastH1Host } from '../../lib/listeners/h1-fast.ts'
 import { echoH1, h1, listen, startPlane } from './fixtures.ts'
+import { pattern } from '../helpers/pattern.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -336,4 +338,135 @@ t.test('answers the router makes itself: unwritable fields become a 502, no body
   t.equal(rs[5]?.body.toString('utf8'), 'refusé ✓\n', 'text bodies are UTF-8')
   t.equal(rs[5]?.headers['content-length'], String(Buffer.byteLength('refusé ✓\n')), 'length in bytes')
   t.equal(rs[6]?.headers['grpc-status'], '14')
+})
+
+// ── reads into the shared buffer (socket-read.ts) ──
+// A connection's first read is a stream read (the listener sniffs for the
+// HTTP/2 preface); from its second on, a plain connection reads into the
+// buffer all connections share, so each test warms the connection first.
+
+/** A client connection that keeps everything it reads. */
+async function rawClient(t: Test, port: number): Promise<{ socket: net.Socket; data: () => Buffer; until: (what: string, ok: (d: Buffer) => boolean) => Promise<void> }> {
+  const socket = net.connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  t.teardown(() => socket.destroy())
+  const chunks: Buffer[] = []
+  socket.on('data', (c: Buffer) => { chunks.push(c) })
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+  const data = (): Buffer => Buffer.concat(chunks)
+  const until = (what: string, ok: (d: Buffer) => boolean): Promise<void> => new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { clearInterval(poll); reject(new Error(`timed out waiting for ${what}`)) }, 10_000)
+    const poll = setInterval(() => { if (ok(data())) { clearTimeout(timer); clearInterval(poll); resolve() } }, 5)
+  })
+  return { socket, data, until }
+}
+
+t.test('after plain requests, a split request body and a WebSocket upgrade on the same connection', async (t) => {
+  const { port, up } = await plainGateway(t)
+  up.server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n')
+    if (head.length > 0) socket.write(head)
+    socket.pipe(socket)
+    socket.on('error', () => {})
+  })
+  const c = await rawClient(t, port)
+  c.socket.write(`GET /warm HTTP/1.1\r\n${HOST}\r\n`)
+  await c.until('the first response', (d) => parseResponses(d, 1) !== null)
+  c.socket.write(`GET /fast HTTP/1.1\r\n${HOST}\r\n`)
+  await c.until('the second response', (d) => parseResponses(d, 2) !== null)
+  // node's server takes over here, with the bytes the fast path read into the shared buffer
+  c.socket.write(`POST /body HTTP/1.1\r\n${HOST}Content-Length: 11\r\n\r\nhello`)
+  await new Promise((r) => setTimeout(r, 30))
+  c.socket.write(' world')
+  await c.until('the third response', (d) => parseResponses(d, 3) !== null)
+  const rs = parseResponses(c.data(), 3) ?? []
+  t.same(rs.map((r) => { const b = JSON.parse(r.body.toString()) as { method: string; url: string; bytes: number }; return `${b.method} ${b.url} ${b.bytes}` }),
+    ['GET /warm 0', 'GET /fast 0', 'POST /body 11'])
+  const before = c.data().length
+  c.socket.write(`GET /chat HTTP/1.1\r\n${HOST}Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`)
+  await c.until('101', (d) => d.indexOf('\r\n\r\n', before) !== -1)
+  const headEnd = c.data().indexOf('\r\n\r\n', before) + 4
+  t.match(c.data().toString('latin1', before, headEnd), /^HTTP\/1.1 101/)
+  // Raw bytes both ways, more than one read's worth, while the tunnel reads the client socket as a stream.
+  const sent = createHash('sha256')
+  const total = 2 * 1024 * 1024
+  for (let i = 0; i * 65536 < total; i++) {
+    const chunk = pattern(i, 65536)
+    sent.update(chunk)
+    if (!c.socket.write(chunk)) await new Promise((r) => c.socket.once('drain', r))
+  }
+  await c.until('the echo', (d) => d.length - headEnd >= total)
+  t.equal(c.data().length - headEnd, total, 'every byte echoed')
+  t.equal(createHash('sha256').update(c.data().subarray(headEnd)).digest('hex'), sent.digest('hex'), 'byte-exact')
+})
+
+t.test('a pipelined head left over in a read survives other connections reading meanwhile', async (t) => {
+  let release = (): void => {}
+  const gate = new Promise<void>((r) => { release = r })
+  const { port } = await plainGateway(t, (req, res) => {
+    const send = (): void => { res.end(JSON.stringify({ url: req.url })) }
+    if (req.url === '/slow') void gate.then(send)
+    else send()
+  })
+  const a = await rawClient(t, port)
+  a.socket.write(`GET /warm HTTP/1.1\r\n${HOST}\r\n`)
+  await a.until('the first response', (d) => parseResponses(d, 1) !== null)
+  // /slow is in flight; the start of the next head waits in the connection.
+  a.socket.write(`GET /slow HTTP/1.1\r\n${HOST}\r\nGET /next-one HTTP/1.1\r\nHo`)
+  await new Promise((r) => setTimeout(r, 50))
+  // Another connection's reads land in the same shared buffer.
+  const other = await raw(port, Array.from({ length: 20 }, (_, i) => `GET /other-${'x'.repeat(i)} HTTP/1.1\r\n${HOST}\r\n`), 20, { gapMs: 2 })
+  t.equal(other.responses?.length, 20, 'the other connection was served')
+  a.socket.write('st: example.com\r\n\r\n')
+  await new Promise((r) => setTimeout(r, 30))
+  release()
+  await a.until('three responses', (d) => parseResponses(d, 3) !== null)
+  const urls = (parseResponses(a.data(), 3) ?? []).map((r) => (JSON.parse(r.body.toString()) as { url: string }).url)
+  t.same(urls, ['/warm', '/slow', '/next-one'], 'the kept bytes are the ones the client sent')
+})
+
+t.test('a large response read slowly arrives intact while other connections read', async (t) => {
+  const total = 8 * 1024 * 1024
+  const expected = createHash('sha256')
+  for (let i = 0; i * 65536 < total; i++) expected.update(pattern(i, 65536))
+  const { port } = await plainGateway(t, (req, res) => {
+    if (req.url !== '/big') { res.end('small'); return }
+    res.writeHead(200, { 'content-length': String(total) })
+    let i = 0
+    const more = (): void => {
+      while (i * 65536 < total) {
+        if (!res.write(pattern(i++, 65536))) { res.once('drain', more); return }
+      }
+      res.end()
+    }
+    more()
+  })
+  const agent = new http.Agent({ keepAlive: true })
+  t.teardown(() => agent.destroy())
+  const big = new Promise<{ bytes: number; hash: string }>((resolve, reject) => {
+    http.get({ port, host: '127.0.0.1', path: '/big', headers: { host: 'example.com' }, agent: false }, (res) => {
+      const hash = createHash('sha256')
+      let bytes = 0
+      let n = 0
+      res.on('data', (c: Buffer) => {
+        hash.update(c)
+        bytes += c.length
+        // Slow now and then: the gateway's writes to this client back up.
+        if (++n % 8 === 0) { res.pause(); setTimeout(() => res.resume(), 4) }
+      })
+      res.on('end', () => resolve({ bytes, hash: hash.digest('hex') }))
+      res.on('error', reject)
+    }).on('error', reject)
+  })
+  let small = 0
+  let bigDone = false
+  void big.then(() => { bigDone = true }, () => { bigDone = true })
+  while (!bigDone && small < 400) {
+    const r = await h1(port, { path: '/small', agent })
+    if (r.status === 200 && r.body === 'small') small++
+  }
+  const got = await big
+  t.ok(small > 0, `${small} small requests meanwhile`)
+  t.equal(got.bytes, total, 'every byte arrived')
+  t.equal(got.hash, expected.digest('hex'), 'none overwritten by a later read')
 })
