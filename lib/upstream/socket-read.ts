@@ -1,4 +1,4 @@
-// Reads of a plain TCP socket into memory the process reuses (Node's `onread`
+// Reads of a TCP or TLS socket into memory the process reuses (Node's `onread`
 // mechanism), instead of what a Readable socket costs per read: a fresh
 // ArrayBuffer (64 KiB allocated, then shrunk), a Buffer over it, a 'data'
 // event and a nextTick to read more. On a small proxied request that is two
@@ -19,9 +19,10 @@
 // after an upgrade).
 //
 // Node offers `onread` only to sockets it creates through `new net.Socket` /
-// `net.connect`; other sockets (accepted ones, and ones made before we know
-// what will read them) get the same through the socket's own symbol-keyed
-// onread slots and `useUserBuffer` on its handle. When this Node does not have
+// `net.connect` (and `tls.connect`); other sockets (accepted ones, and ones
+// made before we know what will read them) get the same through the socket's
+// own symbol-keyed onread slots and `useUserBuffer` on its handle (a TLS
+// socket's handle decrypts into it). When this Node does not have
 // them, every socket stays a plain stream. test/upstream/socket-read.test.ts
 // checks they are found on the pinned Node.
 
@@ -59,7 +60,7 @@ function handleOf(s: net.Socket): UserBufferHandle | null {
   return h !== null && h !== undefined && typeof h.useUserBuffer === 'function' ? h as UserBufferHandle : null
 }
 
-/** A plain (not TLS) TCP socket: only its raw handle reads into our memory. */
+/** A plain (not TLS) TCP socket. */
 export function isPlainSocket(s: Duplex): s is net.Socket {
   return s instanceof net.Socket && !(s instanceof tls.TLSSocket)
 }
@@ -70,18 +71,19 @@ function slotsOf(s: net.Socket): Record<symbol, unknown> {
 
 /** True when `s` already reads into a reused buffer. */
 export function readsReused(s: Duplex): boolean {
-  return slots !== null && isPlainSocket(s) && slotsOf(s)[slots.buffer] != null
+  return slots !== null && s instanceof net.Socket && slotsOf(s)[slots.buffer] != null
 }
 
 /**
  * From its next read on, `socket` reads into `buf` and hands each read to
- * `callback` instead of emitting 'data'. False (nothing changed) when it
- * cannot: not a plain TCP socket, no onread slots, bytes still buffered in the
- * stream, or already switched. 'end', 'close', pause() and resume() behave as
- * before; bytesRead counts as before.
+ * `callback` instead of emitting 'data'. A TLS socket hands over what it
+ * decrypted, a record at a time. False (nothing
+ * changed) when it cannot: not a TCP or TLS socket, no onread slots, bytes
+ * still buffered in the stream, or already switched. 'end', 'close', pause()
+ * and resume() behave as before; bytesRead counts as before.
  */
 export function useReadBuffer(socket: Duplex, buf: Buffer, callback: ReadCallback): boolean {
-  if (slots === null || !isPlainSocket(socket) || socket.destroyed || socket.readableLength !== 0) return false
+  if (slots === null || !(socket instanceof net.Socket) || socket.destroyed || socket.readableLength !== 0) return false
   const own = slotsOf(socket)
   if (own[slots.buffer] != null) return false
   const handle = handleOf(socket)

@@ -2,12 +2,16 @@
 // client-certificate validation. Test PKI minted at run time.
 
 import t from 'tap'
+import { createHash } from 'node:crypto'
+import http from 'node:http'
 import http2 from 'node:http2'
+import type net from 'node:net'
 import tls from 'node:tls'
 import { buildTable, cluster, freePort, serverTls } from '../helpers/table-builder.ts'
 import { clientCert, createCa, serverCert } from '../helpers/pki.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { echoH1, h1s, h2On, startPlane } from './fixtures.ts'
+import { pattern } from '../helpers/pattern.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -55,4 +59,59 @@ t.test('frontend client validation: required rejects clients without a certifica
   await t.rejects(h1s(port, ca.certPem, 'a.example.com'), 'no client certificate: handshake refused')
   const stranger = clientCert(createCa('other'), 'stranger')
   await t.rejects(h1s(port, ca.certPem, 'a.example.com', {}, { cert: stranger.certPem, key: stranger.keyPem }), 'untrusted client certificate refused')
+})
+
+t.test('one TLS connection: plain requests, a split request body, then a WebSocket upgrade with bytes both ways', async (t) => {
+  // From its first request on, a TLS connection on the fast path reads its
+  // decrypted records into the shared read buffer; node's server takes over
+  // at the body, and the tunnel reads it as a stream after the upgrade.
+  const up = await echoH1(t)
+  up.server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n')
+    if (head.length > 0) socket.write(head)
+    socket.pipe(socket)
+    socket.on('error', () => {})
+  })
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const socket = tls.connect({ port, host: '127.0.0.1', servername: 'a.example.com', ca: ca.certPem, ALPNProtocols: ['http/1.1'] })
+  socket.on('error', () => {})
+  t.teardown(() => socket.destroy())
+  await new Promise<void>((r) => socket.once('secureConnect', () => r()))
+  const chunks: Buffer[] = []
+  socket.on('data', (c: Buffer) => { chunks.push(c) })
+  const data = (): string => Buffer.concat(chunks).toString('latin1')
+  const until = (what: string, ok: () => boolean): Promise<void> => new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { clearInterval(poll); reject(new Error(`timed out waiting for ${what}`)) }, 10_000)
+    const poll = setInterval(() => { if (ok()) { clearTimeout(timer); clearInterval(poll); resolve() } }, 5)
+  })
+  const responses = (): number => (data().match(/^HTTP\/1\.1 200/gm) ?? []).length
+  const host = 'Host: a.example.com\r\n'
+  socket.write(`GET /one HTTP/1.1\r\n${host}\r\n`)
+  await until('response 1', () => responses() === 1)
+  socket.write(`GET /two HTTP/1.1\r\n${host}\r\n`)
+  await until('response 2', () => responses() === 2)
+  socket.write(`POST /three HTTP/1.1\r\n${host}Content-Length: 11\r\n\r\nhello`)
+  await new Promise((r) => setTimeout(r, 30))
+  socket.write(' world')
+  await until('response 3', () => responses() === 3)
+  t.match(data(), /"url":"\/one"[^]*"url":"\/two"[^]*"method":"POST","url":"\/three"[^]*"bytes":11/, 'answered in order; the body arrived whole')
+  const before = Buffer.concat(chunks).length
+  socket.write(`GET /chat HTTP/1.1\r\n${host}Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`)
+  await until('101', () => Buffer.concat(chunks).indexOf('\r\n\r\n', before) !== -1)
+  const all = Buffer.concat(chunks)
+  const headEnd = all.indexOf('\r\n\r\n', before) + 4
+  t.match(all.toString('latin1', before, headEnd), /^HTTP\/1.1 101/)
+  const sent = createHash('sha256')
+  const total = 1024 * 1024
+  for (let i = 0; i * 65536 < total; i++) {
+    const chunk = pattern(i, 65536)
+    sent.update(chunk)
+    if (!socket.write(chunk)) await new Promise((r) => socket.once('drain', r))
+  }
+  await until('the echo', () => Buffer.concat(chunks).length - headEnd >= total)
+  const echoed = Buffer.concat(chunks).subarray(headEnd)
+  t.equal(echoed.length, total, 'every byte echoed')
+  t.equal(createHash('sha256').update(echoed).digest('hex'), sent.digest('hex'), 'byte-exact')
 })

@@ -10,6 +10,7 @@ import net from 'node:net'
 import tls from 'node:tls'
 import { backToStream, isShared, own, readShared, readsReused, reusedReadsAvailable } from '../../lib/upstream/socket-read.ts'
 import { pattern } from '../helpers/pattern.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
 
 interface Pair {
   /** The end the test writes to. */
@@ -93,7 +94,7 @@ t.test('pause stops reads, resume brings them back; end and bytesRead as on a st
   t.equal(inside.bytesRead, 6, 'bytesRead counts reads into the shared buffer')
 })
 
-t.test('a socket with bytes already buffered, or a TLS socket, stays a stream', async (t) => {
+t.test('a socket with bytes already buffered stays a stream', async (t) => {
   const { outside, inside } = await pair(t)
   inside.pause()
   outside.write('waiting')
@@ -103,9 +104,6 @@ t.test('a socket with bytes already buffered, or a TLS socket, stays a stream', 
   })
   t.notOk(readShared(inside, () => {}), 'buffered bytes would be read out of order: refused')
   t.equal(String(inside.read()), 'waiting', 'nothing was lost')
-  const fake = new tls.TLSSocket(new net.Socket())
-  t.notOk(readShared(fake, () => {}), 'TLS sockets are refused')
-  fake.destroy()
 })
 
 t.test('backToStream: later reads are plain data events, byte-exact behind a slow reader', async (t) => {
@@ -144,5 +142,51 @@ t.test('backToStream: later reads are plain data events, byte-exact behind a slo
   await done
   t.equal(bytes, total, 'every byte arrived')
   t.equal(seen.digest('hex'), sent.digest('hex'), 'in order, none overwritten')
+  t.ok(noise.length > 0, 'the other socket read meanwhile')
+})
+
+t.test('a TLS socket reads decrypted records into the shared buffer, byte-exact with another socket reading', async (t) => {
+  const ca = createCa()
+  const leaf = serverCert(ca, ['localhost'])
+  const total = 8 * 1024 * 1024
+  const sent = createHash('sha256')
+  const server = tls.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (s) => {
+    s.on('error', () => {})
+    let i = 0
+    const more = (): void => {
+      while (i * 65536 < total) {
+        const chunk = pattern(i++, 65536)
+        sent.update(chunk)
+        if (!s.write(chunk)) { s.once('drain', more); return }
+      }
+      s.end()
+    }
+    more()
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => server.close())
+  const port = (server.address() as net.AddressInfo).port
+  const client = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', ca: ca.certPem })
+  client.on('error', () => {})
+  t.teardown(() => client.destroy())
+  await new Promise<void>((r) => client.once('secureConnect', () => r()))
+  const other = await pair(t)
+  const noise: Buffer[] = []
+  readShared(other.inside, (c) => { noise.push(own(c)) })
+  const seen = createHash('sha256')
+  let bytes = 0
+  let reads = 0
+  let shared = true
+  t.ok(readShared(client, (c) => {
+    shared &&= isShared(c)
+    seen.update(c)
+    bytes += c.length
+    // Other reads land in the shared buffer between these; the client pauses now and then.
+    if (++reads % 16 === 0) { other.outside.write(pattern(reads, 4096)); client.pause(); setTimeout(() => client.resume(), 2) }
+  }), 'a TLS socket switches')
+  await new Promise<void>((resolve) => client.once('end', () => resolve()))
+  t.ok(shared, 'every record came in the shared buffer')
+  t.equal(bytes, total, 'every byte arrived')
+  t.equal(seen.digest('hex'), sent.digest('hex'), 'in order, none lost')
   t.ok(noise.length > 0, 'the other socket read meanwhile')
 })
