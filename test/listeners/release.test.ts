@@ -250,5 +250,8 @@ t.test('a long upload does not pile dead body chunks up outside the heap', async
   })
   t.equal(status, 200)
   t.equal(up.seen.at(-1)?.bytes, SIZE, 'the whole body arrived')
-  t.ok(peak < 8 * 1024 * 1024, `memory outside the heap rose by at most ${(peak / 1048576).toFixed(1)} MiB while 256 MiB went up`)
+  // Released chunks keep it near zero on a quiet machine; on a busy one more
+  // chunks are in flight at once (a few MiB, once 11 MiB in a loaded suite).
+  // Without releasing, it rises to 35-53 MiB (V8's external allowance).
+  t.ok(peak < 20 * 1024 * 1024, `memory outside the heap rose by at most ${(peak / 1048576).toFixed(1)} MiB while 256 MiB went up`)
 })
