@@ -172,6 +172,8 @@ t.test('a response whose bytes are all written ends without an empty write', asy
   t.equal(r.responses?.length, 2, 'both answered')
   t.ok(writes.length >= 2, `the gateway wrote the responses (${writes.join(',')})`)
   t.equal(writes.filter((n) => n === 0).length, 0, 'no empty write')
+  // A small response is one buffer: head and body in a single write.
+  t.same(writes, [r.data.length / 2, r.data.length / 2], 'one write per response, carrying all of it')
 })
 
 t.test('a request the fast parser does not take is answered by node on the same connection', async (t) => {
