@@ -1,5 +1,5 @@
-// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2] [--callers FUNCTION]` — where
-// sallyport's garbage comes from, per request.
+// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2] [--callers FUNCTION] [--survivors]`
+// — where sallyport's garbage comes from, per request.
 //
 // Starts the nginx origin (core 1) and sallyport (core 0, the bench's config
 // with every feature on, in the bench's memory cgroup where the machine allows
@@ -9,6 +9,10 @@
 // it busy. Prints bytes allocated per request and the top allocation sites by
 // function and by file. Fewer bytes per request means fewer minor GCs: less
 // CPU and fewer requests caught behind a GC pause (README, "Data-path performance").
+//
+// --survivors samples only what outlives the minor GCs (objects a minor GC
+// freed are left out): what gets promoted to the old generation, whose growth
+// sets how often a full (mark-compact) GC runs, the longest pauses there are.
 
 import { mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
@@ -27,12 +31,13 @@ const { values } = parseArgs({
     clients: { type: 'string', default: '16' },
     h2: { type: 'boolean', default: false },
     callers: { type: 'string' },
+    survivors: { type: 'boolean', default: false },
   },
 })
 const seconds = Number(values.seconds)
 const clients = Number(values.clients)
 if (!(seconds > 0 && seconds <= 60) || !(clients > 0 && clients <= 256)) {
-  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2] [--callers FUNCTION]\n')
+  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2] [--callers FUNCTION] [--survivors]\n')
   process.exit(2)
 }
 
@@ -105,7 +110,7 @@ async function main(): Promise<number> {
 
     const inspector = await Inspector.connect(inspectPort)
     await inspector.call('HeapProfiler.enable')
-    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 512, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 512, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !values.survivors })
     const result = await load(seconds)
     const { profile } = await inspector.call('HeapProfiler.stopSampling') as { profile: { head: SamplingNode } }
     inspector.close()
@@ -131,7 +136,7 @@ async function main(): Promise<number> {
     }
     walk(profile.head, [])
     const out: string[] = []
-    out.push(`sallyport allocations under ${values.h2 === true ? 'h2c (8 connections x 16 streams)' : `HTTP/1.1 (${clients} keep-alive clients)`}, ${seconds} s sampled`)
+    out.push(`sallyport ${values.survivors ? 'allocations that outlived minor GCs' : 'allocations'} under ${values.h2 === true ? 'h2c (8 connections x 16 streams)' : `HTTP/1.1 (${clients} keep-alive clients)`}, ${seconds} s sampled`)
     out.push(`${result.requests} requests at ${Math.round(result.rps)} req/s; ${(total / 1048576).toFixed(1)} MiB allocated (sampled estimate): ${(total / Math.max(1, result.requests) / 1024).toFixed(1)} KiB per request`)
     const top = (m: Map<string, number>, n: number): void => {
       for (const [k, v] of [...m].sort((a, b) => b[1] - a[1]).slice(0, n)) out.push(`  ${(100 * v / total).toFixed(1).padStart(5)} %  ${k}`)
