@@ -12,6 +12,8 @@ export const ErrorCode = {
   UPSTREAM_TIMEOUT: 'SP_ERR_UPSTREAM_TIMEOUT',
   UPSTREAM_RESET: 'SP_ERR_UPSTREAM_RESET',
   UPSTREAM_PROTOCOL: 'SP_ERR_UPSTREAM_PROTOCOL',
+  /** The request, as filters and extensions left it, cannot be written to the upstream (an invalid header, say): it never reached it. */
+  REQUEST_UNSENDABLE: 'SP_ERR_REQUEST_UNSENDABLE',
   REQUEST_TIMEOUT: 'SP_ERR_REQUEST_TIMEOUT',
   CLIENT_ABORTED: 'SP_ERR_CLIENT_ABORTED',
   BAD_REQUEST: 'SP_ERR_BAD_REQUEST',
@@ -46,6 +48,7 @@ const STATUS: Record<ErrorCode, number> = {
   SP_ERR_UPSTREAM_TIMEOUT: 504,
   SP_ERR_UPSTREAM_RESET: 502,
   SP_ERR_UPSTREAM_PROTOCOL: 502,
+  SP_ERR_REQUEST_UNSENDABLE: 500,
   SP_ERR_REQUEST_TIMEOUT: 504,
   SP_ERR_CLIENT_ABORTED: 499, // logged only; the client is gone
   SP_ERR_BAD_REQUEST: 400,

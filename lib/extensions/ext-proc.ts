@@ -6,11 +6,14 @@
 //   ← { action?: "continue" | "deny", status?, reason?, setHeaders?: { name: value }, removeHeaders?: [name], body? }
 //
 // `timeoutMs` (default 1000) bounds each call; a timeout, a non-2xx answer or
-// an unreadable one is a failure (failOpen decides). Headers set here go to the
-// upstream (request phases) or to the client (response phases).
+// an unreadable one is a failure (failOpen decides), and so is a header it sets
+// that could not be written (a name that is not a token, CR, LF or NUL in a
+// value). Headers set here go to the upstream (request phases) or to the client
+// (response phases).
 
 import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
+import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
 
 interface Answer {
   action?: string
@@ -43,8 +46,16 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
     let a: Answer
     try { a = text === '' ? {} : JSON.parse(text) as Answer } catch { throw new Error('external processor answered non-JSON') }
     if (a.action === 'deny') return { deny: { status: typeof a.status === 'number' ? a.status : 403, reason: a.reason ?? 'denied by external processor' } }
-    for (const name of a.removeHeaders ?? []) delete target[name.toLowerCase()]
-    for (const [name, value] of Object.entries(a.setHeaders ?? {})) target[name.toLowerCase()] = String(value)
+    const set = Object.entries(a.setHeaders ?? {})
+    // Checked before any is applied: a field no upstream or client could be sent fails the callout
+    // (failOpen decides), rather than the exchange after it.
+    for (const [name, value] of set) {
+      if (!TOKEN.test(name) || (typeof value !== 'string' && typeof value !== 'number') || INVALID_VALUE.test(String(value))) {
+        throw new Error(`external processor set an invalid header ${JSON.stringify(name)}`)
+      }
+    }
+    for (const name of a.removeHeaders ?? []) delete target[String(name).toLowerCase()]
+    for (const [name, value] of set) target[name.toLowerCase()] = String(value)
     if (typeof a.body === 'string' && body !== null) return { body: Buffer.from(a.body, 'utf8') }
     return
   }

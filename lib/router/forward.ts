@@ -45,6 +45,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
   SP_ERR_UPSTREAM_RESET: 'upstream reset',
   SP_ERR_UPSTREAM_PROTOCOL: 'upstream protocol error',
+  SP_ERR_REQUEST_UNSENDABLE: 'request not sendable upstream',
   SP_ERR_DESTINATION_REFUSED: 'destination refused',
   SP_ERR_REQUEST_TIMEOUT: 'request timeout',
   SP_ERR_CLIENT_ABORTED: 'client aborted',

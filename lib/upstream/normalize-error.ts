@@ -38,6 +38,18 @@ const RESET_CODES: ReadonlySet<string> = new Set([
   'SP_H1_INCOMPLETE', 'SP_POOL_CLOSED', // h1-client.ts: the upstream closed mid-response; a pool closed under a request
 ])
 
+/**
+ * The request cannot be encoded for the upstream (checked before anything is
+ * sent): the request's fault, or a filter's or extension's, never the
+ * endpoint's. h1-client.ts requestHead, undici's request checks, node:http2's
+ * header checks.
+ */
+const UNSENDABLE_CODES: ReadonlySet<string> = new Set([
+  'SP_H1_BAD_REQUEST', 'UND_ERR_INVALID_ARG', 'ERR_INVALID_CHAR', 'ERR_INVALID_HTTP_TOKEN',
+  'ERR_HTTP2_INVALID_HEADER_VALUE', 'ERR_HTTP2_INVALID_CONNECTION_HEADERS', 'ERR_HTTP2_HEADER_SINGLE_VALUE',
+  'ERR_HTTP2_INVALID_PSEUDOHEADER',
+])
+
 /** Code of an error, looking through AggregateError (happy-eyeballs) to the first inner code. */
 export function codeOf(err: unknown): string {
   if (typeof err !== 'object' || err === null) return ''
@@ -82,6 +94,10 @@ export function normalizeUpstreamError(err: unknown, signal: CancelSignal | null
   }
   if (RESET_CODES.has(code)) {
     return new SallyportError(ErrorCode.UPSTREAM_RESET, `upstream ${endpoint} reset the exchange (${code})`, { cause: err })
+  }
+  if (UNSENDABLE_CODES.has(code)) {
+    const why = err instanceof Error ? err.message : String(err)
+    return new SallyportError(ErrorCode.REQUEST_UNSENDABLE, `request cannot be sent to ${endpoint}: ${why} (${code})`, { cause: err })
   }
   if (code === 'UND_ERR_ABORTED' || code === 'ABORT_ERR') {
     return new SallyportError(ErrorCode.UPSTREAM_RESET, `upstream ${endpoint} exchange aborted`, { cause: err })

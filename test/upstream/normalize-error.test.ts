@@ -12,6 +12,10 @@ t.test('foreign error codes map to stable SP_ERR codes, keeping the cause', asyn
     ['ERR_HTTP2_STREAM_ERROR', 'SP_ERR_UPSTREAM_RESET'], ['ERR_HTTP2_GOAWAY_SESSION', 'SP_ERR_UPSTREAM_RESET'],
     ['CERT_HAS_EXPIRED', 'SP_ERR_UPSTREAM_TLS'], ['ERR_TLS_CERT_ALTNAME_INVALID', 'SP_ERR_UPSTREAM_TLS'],
     ['ERR_SSL_WRONG_VERSION_NUMBER', 'SP_ERR_UPSTREAM_TLS'], ['HPE_INVALID_CONSTANT', 'SP_ERR_UPSTREAM_PROTOCOL'],
+    // a request that cannot be encoded never reached the upstream (our client, undici, node:http2)
+    ['SP_H1_BAD_REQUEST', 'SP_ERR_REQUEST_UNSENDABLE'], ['UND_ERR_INVALID_ARG', 'SP_ERR_REQUEST_UNSENDABLE'],
+    ['ERR_HTTP2_INVALID_HEADER_VALUE', 'SP_ERR_REQUEST_UNSENDABLE'], ['ERR_INVALID_CHAR', 'SP_ERR_REQUEST_UNSENDABLE'],
+    ['ERR_INVALID_HTTP_TOKEN', 'SP_ERR_REQUEST_UNSENDABLE'],
   ]
   for (const [code, expected] of cases) {
     const cause = coded(code)
