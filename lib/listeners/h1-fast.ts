@@ -135,6 +135,11 @@ export class FastH1Connection {
     // A plain socket reads into the shared read buffer (socket-read.ts): what
     // a read leaves unconsumed is copied out of it (#onRead, #fallback).
     if (!readShared(socket, this.#onRead)) socket.on('data', this.#onData)
+    // keepAliveTimeout, armed once: the socket's own activity (every read and
+    // write) restarts it, so it runs out keepAliveTimeout after the last
+    // response was written; while a request is in flight it is ignored
+    // (#onTimeout), rather than cleared and made again for every request.
+    socket.setTimeout(host.keepAliveTimeoutMs)
     socket.on('timeout', this.#onTimeout)
     socket.once('close', this.#onClose)
     if (first !== null && first.length > 0) this.#onData(first)
@@ -178,20 +183,18 @@ export class FastH1Connection {
     const head = parseHead(buf.toString('latin1', 0, end), this.#host.maxHeaders)
     if (head === null) { this.#fallback(); return }
     this.#buf = end + 4 === buf.length ? null : buf.subarray(end + 4)
-    const socket = this.#socket
-    socket.setTimeout(0)
-    const ex = new FastH1Exchange(this, socket, head, this.#host.port, this.#host.scheme)
+    const ex = new FastH1Exchange(this, this.#socket, head, this.#host.port, this.#host.scheme)
     this.#current = ex
     this.#host.handle(ex)
   }
 
-  /** Waiting for the next request: keepAliveTimeout, as node's server. */
+  /** Waiting for the next request (the keep-alive timer runs from the last write). */
   #idle(): void {
     if (this.#host.closing()) { this.#end(); return }
-    this.#socket.setTimeout(this.#host.keepAliveTimeoutMs)
     if (this.#socket.isPaused()) this.#socket.resume()
   }
 
+  /** No read or write for keepAliveTimeout: an idle connection closes, as with node's server. */
   #onTimeout = (): void => {
     if (this.#current === null) this.#socket.destroy()
   }

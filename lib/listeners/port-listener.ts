@@ -220,14 +220,16 @@ export class PortListener {
   /** Plain port: the HTTP/2 preface means prior-knowledge h2c; anything else is HTTP/1.1. */
   #onPlain = (socket: Socket): void => {
     let buffered: Buffer | null = null
-    socket.setTimeout(this.#plane.limits.headersTimeoutMs, () => socket.destroy())
+    const silent = (): void => { socket.destroy() }
+    socket.setTimeout(this.#plane.limits.headersTimeoutMs, silent)
     const onData = (chunk: Buffer): void => {
       const buf = buffered === null ? chunk : Buffer.concat([buffered, chunk])
       const n = Math.min(buf.length, PREFACE.length)
       const isPreface = buf.compare(PREFACE, 0, n, 0, n) === 0
       if (isPreface && n < PREFACE.length) { buffered = buf; return }
       socket.removeListener('data', onData)
-      socket.setTimeout(0)
+      // Off, and its listener gone: whoever serves the connection arms its own timeouts.
+      socket.setTimeout(0, silent)
       if (!isPreface) { this.#toH1(socket, buf); return }
       socket.pause()
       socket.unshift(buf)

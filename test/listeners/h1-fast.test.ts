@@ -252,6 +252,23 @@ t.test('idle connections close after keepAliveTimeout; drain closes idle ones at
   t.ok(Date.now() - started < 4500, 'closed by the keep-alive timer, not the test timeout')
 })
 
+t.test('a request slower than keepAliveTimeout is answered; the connection then closes keepAliveTimeout after it', async (t) => {
+  const { port } = await plainGateway(t, (req, res) => {
+    setTimeout(() => { res.writeHead(200, { 'content-length': '2' }); res.end('ok') }, req.url === '/slow' ? 700 : 0)
+  }, { keepAliveTimeoutMs: 250 })
+  const c = await rawClient(t, port)
+  let closedAt = 0
+  c.socket.on('close', () => { closedAt = Date.now() })
+  c.socket.write(`GET /fast HTTP/1.1\r\n${HOST}\r\n`)
+  await c.until('the first response', (d) => parseResponses(d, 1) !== null)
+  c.socket.write(`GET /slow HTTP/1.1\r\n${HOST}\r\n`)
+  await c.until('the slow response', (d) => parseResponses(d, 2) !== null)
+  const answeredAt = Date.now()
+  t.same((parseResponses(c.data(), 2) ?? []).map((r) => `${r.status} ${r.body.toString()}`), ['200 ok', '200 ok'], 'both answered, the slow one too')
+  await c.until('close', () => closedAt !== 0)
+  t.ok(closedAt - answeredAt < 2000, `closed ${closedAt - answeredAt} ms after the last response (keepAliveTimeout 250 ms)`)
+})
+
 t.test('a draining listener answers in-flight requests with Connection: close and closes idle connections', async (t) => {
   const up = await echoH1(t, 'slow', (req, res) => { setTimeout(() => { res.writeHead(200, { 'content-length': '2' }); res.end('ok') }, 200) })
   const port = await freePort()
