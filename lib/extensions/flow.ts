@@ -310,6 +310,9 @@ function relay(flow: Flow, res: UpstreamResponse): void {
   }
   if (observers.length === 0) return flow.host.relay(res)
   const tap = new Tap(observers)
+  // The upstream's failure fails the tap too; the client writer sees it while
+  // it reads, and after it let go (the client left) nobody needs to.
+  tap.on('error', noop)
   const body = res.body
   body.on('error', (err) => tap.destroy(err))
   flow.host.relay({ ...res, body: body.pipe(tap) })
@@ -372,3 +375,5 @@ function replay(head: readonly Buffer[], rest: Readable): Readable {
 }
 
 export type { ExtensionChain }
+
+function noop(): void {}

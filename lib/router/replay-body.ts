@@ -41,6 +41,11 @@ export class ReplayBody {
   next(): Readable {
     const previous = this.#current
     const out = new PassThrough()
+    // The client's failure is this stream's too (the source's 'error' handler
+    // destroys it with the error); the attempt's consumer sees it while it
+    // reads, and once it has let go (a cancelled upstream exchange) nobody
+    // needs to: never an unhandled 'error' event.
+    out.on('error', noop)
     this.#current = out
     if (this.#owned) ownedStreams.add(out)
     if (previous !== null) {
@@ -78,3 +83,5 @@ export class ReplayBody {
     if (!out.write(chunk)) this.#source.pause()
   }
 }
+
+function noop(): void {}
