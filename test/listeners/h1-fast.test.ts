@@ -12,6 +12,7 @@ import { configureLogger } from '../../lib/observe/log.ts'
 import { FastH1Connection, parseHead, type FastH1Exchange, type FastH1Host } from '../../lib/listeners/h1-fast.ts'
 import { echoH1, h1, listen, startPlane } from './fixtures.ts'
 import { pattern } from '../helpers/pattern.ts'
+import { readAll, type ReadResult } from '../helpers/slow-reader.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -462,19 +463,10 @@ t.test('a large response read slowly arrives intact while other connections read
   })
   const agent = new http.Agent({ keepAlive: true })
   t.teardown(() => agent.destroy())
-  const big = new Promise<{ bytes: number; hash: string }>((resolve, reject) => {
+  // Slow now and then: the gateway's writes to this client back up.
+  const big = new Promise<ReadResult>((resolve, reject) => {
     http.get({ port, host: '127.0.0.1', path: '/big', headers: { host: 'example.com' }, agent: false }, (res) => {
-      const hash = createHash('sha256')
-      let bytes = 0
-      let n = 0
-      res.on('data', (c: Buffer) => {
-        hash.update(c)
-        bytes += c.length
-        // Slow now and then: the gateway's writes to this client back up.
-        if (++n % 8 === 0) { res.pause(); setTimeout(() => res.resume(), 4) }
-      })
-      res.on('end', () => resolve({ bytes, hash: hash.digest('hex') }))
-      res.on('error', reject)
+      readAll(res, { every: 8, pauseMs: 4 }).then(resolve, reject)
     }).on('error', reject)
   })
   let small = 0

@@ -16,6 +16,7 @@ import { pattern } from '../helpers/pattern.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { echoH1, startPlane } from './fixtures.ts'
+import { readAll } from '../helpers/slow-reader.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -45,22 +46,9 @@ async function patternUpstream(t: Test, size: number): Promise<{ port: number, s
 interface Received { readonly status: number, readonly bytes: number, readonly sha256: string }
 
 /** Reads a response, hashing it; `stall` pauses reading now and then so the gateway's writes queue. */
-function receive(res: http.IncomingMessage, stall: boolean): Promise<Received> {
-  return new Promise((resolve, reject) => {
-    const hash = createHash('sha256')
-    let bytes = 0
-    let n = 0
-    res.on('data', (c: Buffer) => {
-      hash.update(c)
-      bytes += c.length
-      if (stall && ++n % 16 === 0) {
-        res.pause()
-        setTimeout(() => res.resume(), 5)
-      }
-    })
-    res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, sha256: hash.digest('hex') }))
-    res.on('error', reject)
-  })
+async function receive(res: http.IncomingMessage, stall: boolean): Promise<Received> {
+  const got = await readAll(res, stall ? { every: 16, pauseMs: 5 } : null)
+  return { status: res.statusCode ?? 0, bytes: got.bytes, sha256: got.hash }
 }
 
 t.test('downloads arrive intact with a fast client, a client that stalls, and over TLS', async (t) => {

@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto'
 import net from 'node:net'
 import { BULK_BYTES, relay } from '../../lib/upstream/relay.ts'
 import { pattern } from '../helpers/pattern.ts'
+import { readAll, type ReadResult } from '../helpers/slow-reader.ts'
 
 interface Pair {
   /** The end a test writes to or reads from. */
@@ -39,20 +40,7 @@ async function send(s: net.Socket, total: number, chunk: number, hash: ReturnTyp
 }
 
 /** Reads everything, pausing now and then so the relay's writes back up. */
-function slowRead(s: net.Socket): Promise<{ bytes: number; hash: string }> {
-  const hash = createHash('sha256')
-  let bytes = 0
-  let n = 0
-  return new Promise((resolve, reject) => {
-    s.on('data', (c: Buffer) => {
-      hash.update(c)
-      bytes += c.length
-      if (++n % 16 === 0) { s.pause(); setTimeout(() => s.resume(), 2) }
-    })
-    s.on('end', () => resolve({ bytes, hash: hash.digest('hex') }))
-    s.on('error', reject)
-  })
-}
+const slowRead = (s: net.Socket): Promise<ReadResult> => readAll(s, { every: 16, pauseMs: 2 })
 
 t.test('a bulk transfer switches to the reused buffer and stays byte-exact behind a slow reader', async (t) => {
   const a = await pair(t) // client side: the test writes to a.outside, the relay reads a.inside
