@@ -132,8 +132,8 @@ export class FastH1Connection {
   constructor(socket: Socket, host: FastH1Host, first: Buffer | null) {
     this.#socket = socket
     this.#host = host
-    // A plain socket reads into the shared read buffer (socket-read.ts): what
-    // a read leaves unconsumed is copied out of it (#onRead, #fallback).
+    // The socket (TCP or TLS) reads into the shared read buffer (socket-read.ts):
+    // what a read leaves unconsumed is copied out of it (#onRead, #fallback).
     if (!readShared(socket, this.#onRead)) socket.on('data', this.#onData)
     // keepAliveTimeout, armed once: the socket's own activity (every read and
     // write) restarts it, so it runs out keepAliveTimeout after the last

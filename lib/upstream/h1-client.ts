@@ -173,8 +173,8 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
   /** The socket is connected: reading starts; the connection is free. */
   connected(socket: Socket): void {
     this.socket = socket
-    // Plain TCP reads into the shared read buffer (socket-read.ts): response
-    // bodies are copied out of it (onBody); the parser copies what it keeps.
+    // The socket (TCP or TLS) reads into the shared read buffer (socket-read.ts):
+    // response bodies are copied out of it (onBody); the parser copies what it keeps.
     if (!readShared(socket, this.#onData)) socket.on('data', this.#onData)
     socket.on('end', this.#onEnd)
     socket.on('error', this.#onError)
