@@ -24,7 +24,7 @@ import type { Readable } from 'node:stream'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
-import { H1ResponseParser, INVALID_VALUE, TOKEN, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
+import { CONTENT_LENGTH, H1ResponseParser, INVALID_VALUE, TOKEN, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
 import { isHopByHop, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings } from './pool.ts'
@@ -481,7 +481,7 @@ export function requestHead(method: string, path: string, authority: string, hea
     if (name === 'content-length') {
       if (!hasBody) continue
       // One decimal length: the client enforces it on the body it sends.
-      if (typeof value !== 'string' || !/^\d{1,15}$/.test(value)) return localError('SP_H1_BAD_REQUEST', 'invalid Content-Length')
+      if (typeof value !== 'string' || !CONTENT_LENGTH.test(value)) return localError('SP_H1_BAD_REQUEST', 'invalid Content-Length')
       length = true
     }
     if (!TOKEN.test(name)) return localError('SP_H1_BAD_REQUEST', `invalid header name ${JSON.stringify(name)}`)

@@ -49,6 +49,8 @@ const MAX_CHUNK_LINE = 4096
 export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 /** A character RFC 9110 §5.5 does not allow in a field value (as node checks them: HTAB, SP..~ and obs-text are fine). */
 export const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+/** A Content-Length value we take: decimal digits only, and few enough to stay an exact (safe) integer. */
+export const CONTENT_LENGTH = /^\d{1,15}$/
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^\r\n]*)?$/
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[ \t]*(?:;[^\r\n]*)?$/
 
@@ -268,7 +270,7 @@ export class H1ResponseParser {
       const values = (Array.isArray(cl) ? cl.join(',') : cl).split(',')
       for (const v of values) {
         const t = v.trim()
-        if (!/^\d{1,15}$/.test(t)) return this.#failHead('SP_H1_BAD_FRAMING', 'invalid Content-Length')
+        if (!CONTENT_LENGTH.test(t)) return this.#failHead('SP_H1_BAD_FRAMING', 'invalid Content-Length')
         const n = Number(t)
         if (length !== -1 && n !== length) return this.#failHead('SP_H1_BAD_FRAMING', 'differing Content-Length values')
         length = n
