@@ -25,8 +25,8 @@ import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
-import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
-import { backToStream, isShared, own, readShared } from '../upstream/socket-read.ts'
+import { CONTENT_LENGTH, INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { backToStream, own, readShared } from '../upstream/socket-read.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 /** What a fast connection needs from its port listener. */
@@ -157,8 +157,7 @@ export class FastH1Connection {
 
   #onRead = (chunk: Buffer): void => {
     this.#onData(chunk)
-    const rest = this.#buf
-    if (rest !== null && isShared(rest)) this.#buf = Buffer.from(rest)
+    if (this.#buf !== null) this.#buf = own(this.#buf)
   }
 
   #onData = (chunk: Buffer): void => {
@@ -385,7 +384,7 @@ export class FastH1Exchange implements Exchange, BodySink {
       if (INVALID_VALUE.test(value)) return null
       text += name + ': ' + value + '\r\n'
       if (lower === 'date') date = true
-      else if (lower === 'content-length') length = /^\d{1,15}$/.test(value) ? Number(value) : Number.NaN
+      else if (lower === 'content-length') length = CONTENT_LENGTH.test(value) ? Number(value) : Number.NaN
       else if (lower === 'keep-alive') keepAliveField = true
       else if (lower === 'connection') {
         connection = true
