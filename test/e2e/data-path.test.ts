@@ -12,6 +12,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
+import { listenLoopback } from '../helpers/ports.ts'
 
 const BIG = 256 * 1024 * 1024
 const CHUNK = Buffer.alloc(64 * 1024)
@@ -69,8 +70,7 @@ async function startUpstreams(t: Test): Promise<Upstream> {
     stream.respond({ ':status': 200, 'content-type': 'application/json' })
     stream.end(JSON.stringify({ httpVersion: '2.0', host: headers[':authority'], path: headers[':path'] }))
   })
-  const listen = (s: net.Server): Promise<number> => new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as net.AddressInfo).port)))
-  const ports = { h1: await listen(h1), h2c: await listen(h2c) }
+  const ports = { h1: await listenLoopback(h1), h2c: await listenLoopback(h2c) }
   t.teardown(() => { h1.closeAllConnections(); h1.close(); h2c.close() })
   return { ...ports, hangs }
 }
@@ -207,7 +207,7 @@ t.test('h2 over TLS (HTTPS listener, ALPN) → h2 over TLS upstream (Backend TLS
     stream.respond({ ':status': 200 })
     stream.end(JSON.stringify({ httpVersion: '2.0', alpn: (stream.session?.socket as { alpnProtocol?: string } | undefined)?.alpnProtocol, path: headers[':path'] }))
   })
-  const upPort = await new Promise<number>((resolve) => up.listen(0, '127.0.0.1', () => resolve((up.address() as net.AddressInfo).port)))
+  const upPort = await listenLoopback(up)
   t.teardown(() => up.close())
 
   const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]

@@ -7,9 +7,9 @@
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
-import type net from 'node:net'
 import path from 'node:path'
 import { createHash } from 'node:crypto'
+import { listenLoopback } from '../helpers/ports.ts'
 import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 
 const BIG = 4 * 1024 * 1024
@@ -78,7 +78,7 @@ for (const client of ['sallyport', 'undici'] as const) {
       res.end(`hello ${req.headers.host}`)
     })
     upstream.on('connection', () => { connections++ })
-    const upPort = await new Promise<number>((resolve) => upstream.listen(0, '127.0.0.1', () => resolve((upstream.address() as net.AddressInfo).port)))
+    const upPort = await listenLoopback(upstream)
     t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
 
     const [port, adminPort] = [await freePort(), await freePort()]

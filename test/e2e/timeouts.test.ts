@@ -6,8 +6,8 @@
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
-import type net from 'node:net'
 import path from 'node:path'
+import { listenLoopback } from '../helpers/ports.ts'
 import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
 
 t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI', async (t) => {
@@ -22,7 +22,7 @@ t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI',
     // Answers after `ms`: within the backendRequest timeout below.
     setTimeout(() => res.end('in time\n'), Number(url.searchParams.get('ms') ?? '0'))
   })
-  const upPort = await new Promise<number>((resolve) => upstream.listen(0, '127.0.0.1', () => resolve((upstream.address() as net.AddressInfo).port)))
+  const upPort = await listenLoopback(upstream)
   t.teardown(() => { upstream.closeAllConnections(); upstream.close() })
 
   const [port, adminPort] = [await freePort(), await freePort()]

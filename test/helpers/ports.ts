@@ -70,3 +70,9 @@ export async function listenOnReleased(server: net.Server, port: number): Promis
     }
   }
 }
+
+/** A server (net, http, https, http2) listening on a free loopback port; resolves with the port. */
+export async function listenLoopback(server: { listen: (port: number, host: string, cb: () => void) => unknown; address: () => unknown }): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return (server.address() as AddressInfo).port
+}

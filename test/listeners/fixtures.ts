@@ -5,12 +5,12 @@
 import http from 'node:http'
 import http2 from 'node:http2'
 import https from 'node:https'
-import type { AddressInfo } from 'node:net'
 import type { Test } from 'tap'
 import type { RouteTable } from '../../lib/compile/table.ts'
 import { createDataPlane, type DataPlane, type DataPlaneOptions } from '../../lib/listeners/data-plane.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
+import { listenLoopback as listen } from '../helpers/ports.ts'
 
 export interface Reply {
   readonly status: number
@@ -54,10 +54,7 @@ export async function echoH2c(t: Test, name = 'h2'): Promise<{ port: number }> {
   return { port }
 }
 
-export async function listen(server: { listen: (port: number, host: string, cb: () => void) => unknown; address: () => unknown }): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return (server.address() as AddressInfo).port
-}
+export { listen }
 
 export async function startPlane(t: Test, table: RouteTable, over: Partial<DataPlaneOptions> = {}): Promise<{ plane: DataPlane; upstreams: Upstreams }> {
   const upstreams = over.upstreams ?? createUpstreams()

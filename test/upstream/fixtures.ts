@@ -2,11 +2,11 @@
 // around forward(), body reading. Not a test file itself.
 
 import { createHash } from 'node:crypto'
-import type { AddressInfo, Server } from 'node:net'
 import type { Readable } from 'node:stream'
 import type { Cluster, ClusterTls, Endpoint, RouteTable } from '../../lib/compile/table.ts'
 import type { SallyportError } from '../../lib/errors.ts'
 import type { UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../../lib/upstream/types.ts'
+import { listenLoopback as listen } from '../helpers/ports.ts'
 
 export function endpoint(port: number, host = '127.0.0.1', weight = 1): Endpoint {
   return { host, port, kind: host === 'localhost' || !/^[\d.:]+$/.test(host) ? 'hostname' : 'ip', weight, zone: null }
@@ -76,10 +76,7 @@ export async function readBody(body: Readable): Promise<string> {
   return Buffer.concat(chunks).toString('utf8')
 }
 
-export async function listen(server: Server): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return (server.address() as AddressInfo).port
-}
+export { listen }
 
 /** A port nothing listens on, held for the rest of the file (test/helpers/ports.ts). */
 export { closedPort as deadPort } from '../helpers/ports.ts'
