@@ -45,7 +45,8 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
     if (!r.ok) throw new Error(`external processor answered ${r.status}`)
     let a: Answer
     try { a = text === '' ? {} : JSON.parse(text) as Answer } catch { throw new Error('external processor answered non-JSON') }
-    if (a.action === 'deny') return { deny: { status: typeof a.status === 'number' ? a.status : 403, reason: a.reason ?? 'denied by external processor' } }
+    // Checked with every extension's deny (flow.ts denyProblem): a status that is not an integer 200-599 fails the callout.
+    if (a.action === 'deny') return { deny: { status: a.status ?? 403, reason: a.reason ?? 'denied by external processor' } }
     const set = Object.entries(a.setHeaders ?? {})
     // Checked before any is applied: a field no upstream or client could be sent fails the callout
     // (failOpen decides), rather than the exchange after it.

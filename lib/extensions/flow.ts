@@ -18,6 +18,7 @@ import type { ClientInfo, HookResult, MaybePromise, RequestView, ResponseView, S
 import type { Instance, RunnableChain } from './chain.ts'
 import { logger } from '../observe/log.ts'
 import { extensionDenials, extensionFailures } from '../observe/extension-metrics.ts'
+import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
 
 const log = logger('extensions')
 
@@ -43,6 +44,22 @@ export interface FlowInfo {
   readonly backend: string
   readonly gateway: string
   readonly scheme: 'http' | 'https'
+}
+
+/** Why a deny cannot be answered as given, or null: a status outside 200–599, a header that cannot be written. */
+export function denyProblem(d: { readonly status: unknown, readonly reason?: unknown, readonly headers?: unknown }): string | null {
+  if (typeof d.status !== 'number' || !Number.isInteger(d.status) || d.status < 200 || d.status > 599) {
+    return `deny status ${JSON.stringify(d.status) ?? String(d.status)} is not an HTTP status (an integer 200-599)`
+  }
+  if (typeof d.reason !== 'string') return 'deny reason is not a string'
+  if (d.headers === undefined || d.headers === null) return null
+  if (typeof d.headers !== 'object') return 'deny headers are not an object'
+  for (const [name, value] of Object.entries(d.headers)) {
+    if (!TOKEN.test(name) || (typeof value !== 'string' && typeof value !== 'number') || INVALID_VALUE.test(String(value))) {
+      return `deny header ${JSON.stringify(name)} cannot be sent`
+    }
+  }
+  return null
 }
 
 type Invoke = (flow: Flow, inst: Instance) => MaybePromise<HookResult>
@@ -170,6 +187,10 @@ export class Flow {
     if (r === undefined || r === null) return true
     if ('deny' in r) {
       const d = r.deny
+      // A deny comes from user code or a callout's JSON: one no client could be
+      // sent fails the extension (failOpen decides) instead of the connection.
+      const wrong = denyProblem(d)
+      if (wrong !== null) return this.failed(inst, new Error(wrong))
       extensionDenials.inc({ extension: inst.spec.name, type: inst.spec.type, status: d.status })
       inst.event(d.status === 429 ? 'RateLimited' : 'ExtensionDenied', `${inst.spec.name} denied a request to ${this.view.route}: ${d.status} ${d.reason}`)
       this.res?.body.destroy()

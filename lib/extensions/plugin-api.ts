@@ -57,6 +57,7 @@ export interface ResponseView {
   readonly headers: OutgoingHeaders
 }
 
+/** Answer the client instead of the upstream. status: an integer 200-599; headers must be writable (else the extension failed). */
 export interface Deny {
   readonly deny: { readonly status: number; readonly reason: string; readonly headers?: Readonly<Record<string, string>> }
 }
