@@ -26,6 +26,7 @@ import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CONTENT_LENGTH, INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { head as HEAD } from '../upstream/head-buffer.ts'
 import { backToStream, own, readShared } from '../upstream/socket-read.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
@@ -237,17 +238,47 @@ export class FastH1Connection {
 
 const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
 
-// Node's own Date header value, recomputed once a second.
+// The fixed parts of a response head, made once (a head is built in bytes, HEAD).
+
+/** `Date: <node's own Date value>\r\n`, recomputed once a second. */
 let dateSecond = -1
-let dateValue = ''
-function httpDate(): string {
+let dateLine = ''
+function dateField(): string {
   const now = Date.now()
   const s = Math.floor(now / 1000)
   if (s !== dateSecond) {
     dateSecond = s
-    dateValue = new Date(now).toUTCString()
+    dateLine = 'Date: ' + new Date(now).toUTCString() + '\r\n'
   }
-  return dateValue
+  return dateLine
+}
+
+const statusLines = new Map<number, string>()
+function statusLine(status: number): string {
+  let line = statusLines.get(status)
+  if (line === undefined) {
+    line = 'HTTP/1.1 ' + status + ' ' + (STATUS_CODES[status] ?? 'unknown') + '\r\n'
+    statusLines.set(status, line) // at most 900 (100-999)
+  }
+  return line
+}
+
+/** `Connection: keep-alive` and, unless the upstream sent one (timeoutS -1), `Keep-Alive: timeout=N`. */
+const keepAliveLines = new Map<number, string>()
+function keepAliveFields(timeoutS: number): string {
+  let lines = keepAliveLines.get(timeoutS)
+  if (lines === undefined) {
+    lines = 'Connection: keep-alive\r\n' + (timeoutS < 0 ? '' : 'Keep-Alive: timeout=' + timeoutS + '\r\n')
+    if (keepAliveLines.size < 64) keepAliveLines.set(timeoutS, lines)
+  }
+  return lines
+}
+
+/** The head in HEAD and a text body (UTF-8) after it, in one buffer. */
+function withText(text: string): Buffer {
+  const out = HEAD.take(Buffer.byteLength(text))
+  out.write(text, HEAD.length, 'utf8')
+  return out
 }
 
 /** One plain request on a FastH1Connection: the Exchange the router answers through. */
@@ -277,7 +308,7 @@ export class FastH1Exchange implements Exchange, BodySink {
   /** HEAD, 204, 304: the head says what a body would be, none is sent. */
   #bodiless = false
   /** Not yet written: the head, sent with the first chunk (one write, as node does). */
-  #head: string | null = null
+  #head: Buffer | null = null
   #out: Readable | null = null
   /** #out when it is an upstream body written through onBodyData/onBodyEnd/onBodyError (ResponseBody.attachSink). */
   #sunk: ResponseBody | null = null
@@ -324,24 +355,24 @@ export class FastH1Exchange implements Exchange, BodySink {
     if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
     const withTrailers = trailers !== null && body !== null && typeof body !== 'string' && acceptsTrailers(this.headers.te)
     if (withTrailers) delete headers['content-length']
-    const head = this.#buildHead(status, headers, body === null ? 'none' : typeof body === 'string' ? 'known' : 'stream')
-    if (head === null) {
+    if (!this.#buildHead(status, headers, body === null ? 'none' : typeof body === 'string' ? 'known' : 'stream')) {
       // A field node would refuse to write (invalid name or characters): 502 instead, as H1Exchange does.
       if (body !== null && typeof body !== 'string') body.destroy()
       this.#chunked = false
       this.#declared = -1
       const text = 'upstream protocol error\n'
-      this.#finish(this.#buildHead(502, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(text.length) }, 'known') ?? '', this.#bodiless ? null : text)
+      this.#buildHead(502, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(text.length) }, 'known')
+      this.#finish(this.#bodiless ? HEAD.take() : withText(text), '')
       return
     }
-    if (body === null) { this.#finish(head, null); return }
+    if (body === null) { this.#finish(HEAD.take(), ''); return }
     if (typeof body === 'string') {
-      if (this.#bodiless) { this.#finish(head, null); return }
+      if (this.#bodiless) { this.#finish(HEAD.take(), ''); return }
       this.#bytesOut += Buffer.byteLength(body)
-      this.#finish(head, body)
+      this.#finish(withText(body), '')
       return
     }
-    this.#head = head
+    this.#head = HEAD.take()
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
@@ -355,14 +386,14 @@ export class FastH1Exchange implements Exchange, BodySink {
   }
 
   /**
-   * Status line and fields as node's ServerResponse writes them; null if a
-   * field is not writable. `body`: none (Content-Length: 0 unless the fields
+   * Status line and fields as node's ServerResponse writes them, built in HEAD
+   * (take() it); false if a field is not writable. `body`: none (Content-Length: 0 unless the fields
    * say otherwise), known (the fields carry its length) or a stream (its
    * length if the fields carry one, else chunked).
    */
-  #buildHead(status: number, headers: OutgoingHeaders, body: 'none' | 'known' | 'stream'): string | null {
-    if (!Number.isInteger(status) || status < 100 || status > 999) return null
-    let text = 'HTTP/1.1 ' + status + ' ' + (STATUS_CODES[status] ?? 'unknown') + '\r\n'
+  #buildHead(status: number, headers: OutgoingHeaders, body: 'none' | 'known' | 'stream'): boolean {
+    if (!Number.isInteger(status) || status < 100 || status > 999) return false
+    HEAD.start(statusLine(status))
     let date = false
     let connection = false
     let keepAliveField = false
@@ -370,19 +401,19 @@ export class FastH1Exchange implements Exchange, BodySink {
     for (const name in headers) {
       const v = headers[name]
       if (v === undefined) continue
-      if (!TOKEN.test(name)) return null
+      if (!TOKEN.test(name)) return false
       const lower = name.toLowerCase()
       if (lower === 'transfer-encoding') continue // hop-by-hop: the framing is ours
       if (Array.isArray(v)) {
         for (const one of v) {
-          if (INVALID_VALUE.test(one)) return null
-          text += name + ': ' + one + '\r\n'
+          if (INVALID_VALUE.test(one)) return false
+          HEAD.field(name, one)
         }
         continue
       }
       const value = String(v)
-      if (INVALID_VALUE.test(value)) return null
-      text += name + ': ' + value + '\r\n'
+      if (INVALID_VALUE.test(value)) return false
+      HEAD.field(name, value)
       if (lower === 'date') date = true
       else if (lower === 'content-length') length = CONTENT_LENGTH.test(value) ? Number(value) : Number.NaN
       else if (lower === 'keep-alive') keepAliveField = true
@@ -391,24 +422,23 @@ export class FastH1Exchange implements Exchange, BodySink {
         if (/(^|,)\s*close\s*(,|$)/i.test(value)) this.#keepAlive = false
       }
     }
-    if (!date) text += 'Date: ' + httpDate() + '\r\n'
+    if (!date) HEAD.put(dateField())
     if (this.#clientClose || this.#conn.closing) this.#keepAlive = false
     if (!connection) {
-      if (this.#keepAlive) {
-        text += 'Connection: keep-alive\r\n'
-        if (!keepAliveField) text += 'Keep-Alive: timeout=' + Math.floor(this.#conn.keepAliveTimeoutMs / 1000) + '\r\n'
-      } else text += 'Connection: close\r\n'
+      if (this.#keepAlive) HEAD.put(keepAliveFields(keepAliveField ? -1 : Math.floor(this.#conn.keepAliveTimeoutMs / 1000)))
+      else HEAD.put('Connection: close\r\n')
     }
     this.#bodiless = this.method === 'HEAD' || status === 204 || status === 304 || (status >= 100 && status < 200)
     if (!this.#bodiless) {
       if (length >= 0 && Number.isSafeInteger(length)) this.#declared = length
       else if (body === 'stream') {
         this.#chunked = true
-        text += 'Transfer-Encoding: chunked\r\n'
-      } else if (length === -1) text += 'Content-Length: 0\r\n'
-      else return null // a Content-Length that is not a length
+        HEAD.put('Transfer-Encoding: chunked\r\n')
+      } else if (length === -1) HEAD.put('Content-Length: 0\r\n')
+      else return false // a Content-Length that is not a length
     }
-    return text + '\r\n'
+    HEAD.put('\r\n')
+    return true
   }
 
   // hot path
@@ -442,12 +472,12 @@ export class FastH1Exchange implements Exchange, BodySink {
       // A small response's head and (first) body chunk as one buffer: one
       // plain write instead of cork, a string and a writev.
       const out = Buffer.allocUnsafe(head.length + chunk.length)
-      out.write(head, 0, 'latin1')
+      head.copy(out, 0)
       chunk.copy(out, head.length)
       return socket.write(out)
     }
     if (head !== null || this.#chunked) socket.cork()
-    if (head !== null) socket.write(head, 'latin1')
+    if (head !== null) socket.write(head)
     if (this.#chunked) socket.write(chunk.length.toString(16) + '\r\n', 'latin1')
     let ok = releasable ? socket.write(chunk, (this.#written ??= new WrittenChunks()).add(chunk)) : socket.write(chunk)
     if (this.#chunked) ok = socket.write('\r\n', 'latin1')
@@ -466,7 +496,7 @@ export class FastH1Exchange implements Exchange, BodySink {
   onBodyEnd(): void {
     if (this.#over) return
     if (this.#declared >= 0 && this.#bytesOut !== this.#declared) { this.reset(); return }
-    const head = this.#head ?? ''
+    const head = this.#head
     this.#head = null
     let tail = ''
     if (this.#chunked) {
@@ -483,7 +513,7 @@ export class FastH1Exchange implements Exchange, BodySink {
       }
       tail += '\r\n'
     }
-    this.#finish(head, null, tail)
+    this.#finish(head, tail)
   }
 
   onBodyError(err: Error): void {
@@ -498,24 +528,24 @@ export class FastH1Exchange implements Exchange, BodySink {
   }
 
   /**
-   * The last bytes of the response (head if not yet sent, text body as UTF-8,
-   * chunked tail), in one write; once written, the exchange is over and the
+   * The last bytes of the response (the head if not yet sent, with a text body
+   * in it; the chunked tail); once written, the exchange is over and the
    * connection moves on.
    */
-  #finish(head: string, text: string | null, tail = ''): void {
+  #finish(head: Buffer | null, tail: string): void {
     const socket = this.#socket
     const done = (err?: Error | null): void => this.#onFinished(err)
-    if (text === null) {
-      const last = head + tail
+    if (head === null) {
       // Nothing left to write and nothing queued: done once this turn ends,
       // as node's ServerResponse does, rather than an empty write(2) per response.
-      if (last === '' && socket.writableLength === 0 && !socket.destroyed) process.nextTick(done, null)
-      else socket.write(last, 'latin1', done)
+      if (tail === '' && socket.writableLength === 0 && !socket.destroyed) process.nextTick(done, null)
+      else socket.write(tail, 'latin1', done)
       return
     }
+    if (tail === '') { socket.write(head, done); return }
     socket.cork()
-    socket.write(head, 'latin1')
-    socket.write(text, 'utf8', done)
+    socket.write(head)
+    socket.write(tail, 'latin1', done)
     socket.uncork()
   }
 

@@ -30,6 +30,7 @@ import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings } from './pool.ts'
 import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
 import { own, readShared } from './socket-read.ts'
+import { head as HEAD } from './head-buffer.ts'
 
 const HTTP11: readonly string[] = ['http/1.1']
 /** request-target: visible ASCII and obs-text only (no spaces, no controls). */
@@ -199,7 +200,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     const max = settings.maxRequestsPerConnection
     if (max !== null && this.requests >= max) this.#last = true
     const head = requestHead(r.method, r.path, r.authority, r.headers, r.body !== null, this.#last)
-    if (typeof head !== 'string') {
+    if (head instanceof Error) {
       // Nothing was written: the connection stays good for the next request.
       this.#req = null
       this.requests--
@@ -215,7 +216,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     const idleMs = idleMsOf(ex, settings)
     this.#clock.start(r.timeouts.headersMs ?? idleMs, idleMs)
     const body = r.body
-    socket.write(head, 'latin1')
+    socket.write(head)
     if (body === null) return
     this.#reqBody = body
     markReleasableChunks(body)
@@ -469,11 +470,15 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
  * are ours: a body goes with its declared Content-Length or chunked.
  */
 // hot path
-export function requestHead(method: string, path: string, authority: string, headers: Record<string, string | string[]>, hasBody: boolean, last: boolean): string | Error {
+export function requestHead(method: string, path: string, authority: string, headers: Record<string, string | string[]>, hasBody: boolean, last: boolean): Buffer | Error {
   if (!TOKEN.test(method)) return localError('SP_H1_BAD_REQUEST', 'invalid request method')
   if (path === '' || BAD_TARGET.test(path)) return localError('SP_H1_BAD_REQUEST', 'invalid request path')
   if (INVALID_VALUE.test(authority)) return localError('SP_H1_BAD_REQUEST', 'invalid host')
-  let head = method + ' ' + path + ' HTTP/1.1\r\nhost: ' + authority + '\r\n'
+  HEAD.start(method)
+  HEAD.put(' ')
+  HEAD.put(path)
+  HEAD.put(' HTTP/1.1\r\n')
+  HEAD.field('host', authority)
   let length = false
   for (const name in headers) {
     if (name === 'host' || isHopByHop(name)) continue
@@ -487,18 +492,19 @@ export function requestHead(method: string, path: string, authority: string, hea
     if (!TOKEN.test(name)) return localError('SP_H1_BAD_REQUEST', `invalid header name ${JSON.stringify(name)}`)
     if (typeof value === 'string') {
       if (INVALID_VALUE.test(value)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
-      head += name + ': ' + value + '\r\n'
+      HEAD.field(name, value)
     } else {
       for (const one of value) {
         if (INVALID_VALUE.test(one)) return localError('SP_H1_BAD_REQUEST', `invalid value of header ${name}`)
-        head += name + ': ' + one + '\r\n'
+        HEAD.field(name, one)
       }
     }
   }
   if (hasBody) {
-    if (!length) head += 'transfer-encoding: chunked\r\n'
-  } else if (CONTENT_METHODS.has(method)) head += 'content-length: 0\r\n'
-  return head + (last ? 'connection: close\r\n\r\n' : 'connection: keep-alive\r\n\r\n')
+    if (!length) HEAD.put('transfer-encoding: chunked\r\n')
+  } else if (CONTENT_METHODS.has(method)) HEAD.put('content-length: 0\r\n')
+  HEAD.put(last ? 'connection: close\r\n\r\n' : 'connection: keep-alive\r\n\r\n')
+  return HEAD.take()
 }
 
 /**

@@ -481,3 +481,33 @@ t.test('a large response read slowly arrives intact while other connections read
   t.equal(got.bytes, total, 'every byte arrived')
   t.equal(got.hash, expected.digest('hex'), 'none overwritten by a later read')
 })
+
+t.test('a response head waiting for its body is not overwritten by the heads of other responses', async (t) => {
+  let release = (): void => {}
+  const gate = new Promise<void>((r) => { release = r })
+  const { port } = await plainGateway(t, (req, res) => {
+    if (req.url === '/slow') {
+      // Head now (the gateway builds and keeps it), body later.
+      res.writeHead(200, { 'content-type': 'text/plain', 'x-slow-marker': 'slow-'.repeat(20), 'content-length': '9' })
+      res.flushHeaders()
+      void gate.then(() => res.end('slow body'))
+      return
+    }
+    res.writeHead(201, { 'x-other': 'o'.repeat(300), 'content-type': 'application/octet-stream' })
+    res.end('other')
+  })
+  const a = await rawClient(t, port)
+  a.socket.write(`GET /slow HTTP/1.1\r\n${HOST}\r\n`)
+  await new Promise((r) => setTimeout(r, 50))
+  // Other responses' heads (longer than the waiting one) are built meanwhile.
+  const other = await raw(port, Array.from({ length: 10 }, (_, i) => `GET /other-${i} HTTP/1.1\r\n${HOST}\r\n`), 10, { gapMs: 2 })
+  t.equal(other.responses?.length, 10, 'the other responses were served')
+  t.ok((other.responses ?? []).every((r) => r.status === 201 && r.headers['x-other'] === 'o'.repeat(300)), 'each with its own head')
+  release()
+  await a.until('the slow response', (d) => parseResponses(d, 1) !== null)
+  const [slow] = parseResponses(a.data(), 1) ?? []
+  t.equal(slow?.status, 200)
+  t.equal(slow?.headers['x-slow-marker'], 'slow-'.repeat(20), 'its head is its own')
+  t.equal(slow?.headers['x-other'], undefined)
+  t.equal(slow?.body.toString(), 'slow body')
+})

@@ -2,7 +2,13 @@
 // requestHead): Host first, end-to-end fields as given, framing and connection
 // fields its own, and nothing that could split the head or the request.
 import t from 'tap'
-import { requestHead } from '../../lib/upstream/h1-client.ts'
+import { requestHead as headBytes } from '../../lib/upstream/h1-client.ts'
+
+/** The head as the bytes read back (latin1), or the error. */
+function requestHead(...args: Parameters<typeof headBytes>): string | Error {
+  const head = headBytes(...args)
+  return head instanceof Error ? head : head.toString('latin1')
+}
 
 function code(x: string | Error): string {
   return typeof x === 'string' ? 'ok' : (x as Error & { code?: string }).code ?? '?'
@@ -31,5 +37,18 @@ t.test('nothing that could split the head or the request is written', async (t) 
   t.equal(code(requestHead('GET', '/', 'h\r\nx: y', {}, false, false)), 'SP_H1_BAD_REQUEST', 'CRLF in the host')
   t.equal(code(requestHead('POST', '/', 'h', { 'content-length': ['5', '6'] }, true, false)), 'SP_H1_BAD_REQUEST', 'two lengths')
   t.equal(code(requestHead('POST', '/', 'h', { 'content-length': '5x' }, true, false)), 'SP_H1_BAD_REQUEST', 'a length that is not a number')
-  t.equal(code(requestHead('GET', '/', 'h', { 'x-ok': 'tab\tand obs-text \u00e9' }, false, false)), 'ok', 'HTAB and obs-text are fine')
+  t.equal(requestHead('GET', '/', 'h', { 'x-ok': 'tab\tand obs-text \u00e9' }, false, false), 'GET / HTTP/1.1\r\nhost: h\r\nx-ok: tab\tand obs-text \u00e9\r\nconnection: keep-alive\r\n\r\n', 'HTAB and obs-text are fine, one byte each')
+})
+
+t.test('a head larger than the shared scratch buffer is written whole, and the next one is not polluted', async (t) => {
+  const big = 'v'.repeat(40_000)
+  const head = requestHead('GET', '/big', 'h', { 'x-big': big, 'x-after': 'end' }, false, false)
+  t.equal(head, `GET /big HTTP/1.1\r\nhost: h\r\nx-big: ${big}\r\nx-after: end\r\nconnection: keep-alive\r\n\r\n`)
+  const first = headBytes('GET', '/one', 'h', {}, false, false)
+  const second = headBytes('GET', '/two', 'h', {}, false, false)
+  t.equal((first as Buffer).toString('latin1'), 'GET /one HTTP/1.1\r\nhost: h\r\nconnection: keep-alive\r\n\r\n', 'a taken head is its own bytes, not a view of the scratch buffer')
+  t.equal((second as Buffer).toString('latin1'), 'GET /two HTTP/1.1\r\nhost: h\r\nconnection: keep-alive\r\n\r\n')
+  const failed = headBytes('GET', '/x', 'h', { 'x-long': 'w'.repeat(100), 'x-bad': 'a\nb' }, false, false)
+  t.ok(failed instanceof Error, 'a head that fails half-built is an error')
+  t.equal((headBytes('GET', '/y', 'h', {}, false, false) as Buffer).toString('latin1'), 'GET /y HTTP/1.1\r\nhost: h\r\nconnection: keep-alive\r\n\r\n', 'and leaves nothing behind in the next head')
 })
