@@ -66,3 +66,22 @@ await new Promise((r) => setTimeout(r, 600))
   t.equal(chunks[0]?.text.split('\n').filter((l) => l !== '').length, 20, 'the first read holds all 20 lines: one write for the batch')
   t.ok(exitedAt - (chunks[0]?.at ?? exitedAt) > 300, `written by the ${FLUSH_MS} ms timer while the process was alive, not at exit`)
 })
+
+t.test('lines given as bytes and as strings keep their order, whatever their size', async (t) => {
+  const out = await runChild(t, `
+const scratch = Buffer.alloc(80000)
+for (let i = 0; i < 300; i++) {
+  const line = JSON.stringify({ i, pad: 'y'.repeat(i * 131 % 3000), u: '\u00e9\u{1f642}'.repeat(i % 9) }) + '\\n'
+  if (i % 2 === 0) sink.write(line)
+  else { const n = scratch.write(line, 0, 'utf8'); sink.writeBytes!(scratch, n); scratch.fill(0x41, 0, n) }
+  if (i % 50 === 0) await new Promise((r) => setImmediate(r))
+}
+const big = JSON.stringify({ i: 300, big: 'z'.repeat(70000) }) + '\\n' // longer than the batch buffer
+sink.writeBytes!(scratch, scratch.write(big, 0, 'utf8'))
+sink.write('{"i":301}\\n')
+`)
+  const got = out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { i: number, u?: string, big?: string })
+  t.same(got.map((o) => o.i), Array.from({ length: 302 }, (_, i) => i), 'every line, in order')
+  t.equal(got[7]?.u, '\u00e9\u{1f642}'.repeat(7), 'bytes copied before the caller reuses its buffer')
+  t.equal(got[300]?.big?.length, 70000, 'a line longer than the batch arrives whole')
+})
