@@ -90,3 +90,24 @@ t.test('a mirror that never answers does not hold the main request back', async 
     t.equal(JSON.parse(r.body).bytes, 1000)
   }
 })
+
+t.test('a mirror whose answer breaks off (short body, reset) costs nothing but the copy', async (t) => {
+  const main = await echoH1(t, 'main')
+  let mirrored = 0
+  const mirror = await echoH1(t, 'mirror', (req, res) => {
+    mirrored++
+    req.resume()
+    res.writeHead(200, { 'content-length': '1000' })
+    // Ten bytes of a promised thousand, then the end of the connection, or a reset.
+    res.write('only ten b', () => { if (req.url === '/reset') req.socket.resetAndDestroy(); else req.socket.end() })
+  })
+  const port = await planeWithMirror(t, main.port, mirror.port)
+  for (const path of ['/short', '/reset', '/short']) {
+    const r = await h1(port, { path, method: 'GET' })
+    t.equal(r.status, 200, `${path}: the main answer is untouched`)
+  }
+  await until(() => mirrored >= 3, 3000)
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  const after = await h1(port, { path: '/after', method: 'POST', body: Buffer.from('x') })
+  t.equal(after.status, 200, 'still serving (a mirror body error has nobody to reach, and must not be thrown)')
+})
