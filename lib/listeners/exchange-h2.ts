@@ -74,7 +74,8 @@ export class H2Exchange implements Exchange, BodySink {
   // hot path
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
     const stream = this.#stream
-    if (stream.destroyed) {
+    // closed: reset by the client (or its session dropped), destroyed only on the next tick.
+    if (stream.destroyed || stream.closed) {
       if (body !== null && typeof body !== 'string') body.destroy()
       return
     }
@@ -87,6 +88,7 @@ export class H2Exchange implements Exchange, BodySink {
       if (waitForTrailers) stream.once('wantTrailers', () => sendTrailers(stream, trailers))
     } catch {
       if (body !== null && typeof body !== 'string') body.destroy()
+      if (stream.destroyed || stream.closed) return
       if (!stream.headersSent) stream.respond({ ':status': 502 }, { endStream: true })
       else stream.close(constants.NGHTTP2_INTERNAL_ERROR)
       return
@@ -162,7 +164,7 @@ export class H2Exchange implements Exchange, BodySink {
   }
 
   respondGrpc(grpcStatus: number, message: string): void {
-    if (this.#stream.destroyed) return
+    if (this.#stream.destroyed || this.#stream.closed) return
     this.#stream.respond({
       ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message),
     }, { endStream: true })
@@ -171,7 +173,7 @@ export class H2Exchange implements Exchange, BodySink {
 
   tunnel(status: number, headers: OutgoingHeaders, upstream: Duplex): void {
     const stream = this.#stream
-    if (stream.destroyed) { upstream.destroy(); return }
+    if (stream.destroyed || stream.closed) { upstream.destroy(); return }
     for (let i = 0; i < H2_FORBIDDEN.length; i++) delete headers[H2_FORBIDDEN[i]]
     const out = headers as OutgoingHeaders & { ':status'?: number }
     out[':status'] = status === 101 ? 200 : status // RFC 8441 §5: success is 2xx

@@ -325,6 +325,7 @@ export class PortListener {
     session.once('close', () => this.#sessions.delete(session))
     // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE, tunnels) stay.
     session.setTimeout(this.#plane.limits.keepAliveTimeoutMs, () => { if (info.streams === 0) session.close() })
+    session.once('goaway', () => probeAfterGoaway(session))
     if (this.#closing) session.close()
   }
 
@@ -352,6 +353,39 @@ export class PortListener {
 }
 
 function noop(): void {}
+
+/** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */
+export const GOAWAY_PROBE_MS = 2000
+
+/**
+ * A client that sends GOAWAY and then drops the connection while streams are
+ * still open (a process exiting mid-request does) leaves node's session
+ * waiting for those streams forever: after a GOAWAY it no longer notices the
+ * end of the connection, so the socket, its descriptor, the streams and their
+ * requests leak. A live peer answers PING whatever it sent before; a session
+ * whose PING fails or goes unanswered is destroyed. Probed until it closes.
+ */
+function probeAfterGoaway(session: ServerHttp2Session): void {
+  let waiting: NodeJS.Timeout | null = null
+  const timer = setInterval(() => {
+    if (session.destroyed) { clearInterval(timer); return }
+    if (waiting !== null) return
+    waiting = setTimeout(() => session.destroy(), GOAWAY_PROBE_MS).unref()
+    try {
+      session.ping((err) => {
+        if (waiting !== null) clearTimeout(waiting)
+        waiting = null
+        if (err !== null && !session.destroyed) session.destroy()
+      })
+    } catch {
+      session.destroy()
+    }
+  }, GOAWAY_PROBE_MS).unref()
+  session.once('close', () => {
+    clearInterval(timer)
+    if (waiting !== null) clearTimeout(waiting)
+  })
+}
 
 // hot path
 /** RFC 9113 §6.5.2 size: name + value + 32 per field. */

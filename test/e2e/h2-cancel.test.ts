@@ -1,0 +1,99 @@
+// The real CLI: HTTP/2 streams cancelled by the client (RST_STREAM) while an
+// extension is still buffering their request body. The flow then fails the
+// request and answers, on a stream that is closed but not yet destroyed: that
+// answer must go nowhere, not throw (it ended the process).
+import t from 'tap'
+import fs from 'node:fs'
+import http2 from 'node:http2'
+import path from 'node:path'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { listenLoopback } from '../helpers/ports.ts'
+import http from 'node:http'
+import { egressBackend, get, recorder, route } from './extensions-helpers.ts'
+
+t.test('CLI: HTTP/2 uploads cancelled while an extension buffers the body', async (t) => {
+  const echo = await recorder(t)
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'body.mjs'), 'export default () => ({ requestBody() {} })\n')
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), egressBackend('buffered', echo.port, `  - name: body
+    type: Plugin
+    config: { path: ${JSON.stringify(path.join(dir, 'body.mjs'))} }
+`))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), route('buffered', 'buffered.example.test', 'buffered', echo.port))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  t.teardown(() => session.destroy())
+  for (let round = 0; round < 20; round++) {
+    await Promise.all(Array.from({ length: 10 }, (_, i) => new Promise<void>((resolve) => {
+      const stream = session.request({ ':method': 'POST', ':path': '/up', ':authority': 'buffered.example.test' })
+      stream.on('error', () => {})
+      stream.on('close', () => resolve())
+      stream.write(Buffer.alloc(16 * 1024, 0x61))
+      // Cancelled at once, or after the gateway has read some of it.
+      setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), i % 3)
+    })))
+  }
+  // Whole sessions dropped mid-upload (every stream of it closed at once).
+  for (let round = 0; round < 30; round++) {
+    const s = http2.connect(`http://127.0.0.1:${port}`)
+    s.on('error', () => {})
+    for (let i = 0; i < 5; i++) {
+      const stream = s.request({ ':method': 'POST', ':path': '/up', ':authority': 'buffered.example.test' })
+      stream.on('error', () => {})
+      stream.write(Buffer.alloc(16 * 1024, 0x62))
+    }
+    await new Promise((resolve) => setTimeout(resolve, round % 4))
+    s.destroy()
+  }
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(cli.child.exitCode, null, 'the process is alive')
+  const done = await new Promise<number>((resolve, reject) => {
+    const stream = session.request({ ':method': 'POST', ':path': '/whole', ':authority': 'buffered.example.test' })
+    stream.on('response', (h) => { stream.resume(); stream.on('end', () => resolve(Number(h[':status']))) })
+    stream.on('error', reject)
+    stream.end('whole body')
+  })
+  t.equal(done, 200, 'a whole upload on the same session is served')
+})
+
+t.test('CLI: clients that send GOAWAY and drop the connection mid-request leave nothing open', async (t) => {
+  // node's server session stops noticing the end of the connection after a
+  // GOAWAY; without the gateway's PING probe each of these sessions kept its
+  // socket, descriptor and streams for good.
+  const up = http.createServer((req, res) => { req.resume(); res.end('ok') })
+  const upPort = await listenLoopback(up)
+  t.teardown(() => { up.closeAllConnections(); up.close() })
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(port), backendYaml('up', upPort), routeYaml('plain', 'plain.example.test', 'up', upPort)].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  for (let round = 0; round < 300; round++) {
+    await new Promise<void>((resolve) => {
+      const s = http2.connect(`http://127.0.0.1:${port}`)
+      s.on('error', () => {})
+      s.on('close', () => resolve())
+      let open = 0
+      for (let i = 0; i < 6; i++) {
+        const stream = s.request({ ':path': `/r${i}`, ':authority': 'plain.example.test' })
+        open++
+        stream.on('error', () => {})
+        stream.on('close', () => { if (--open === 0) s.close() })
+        stream.resume()
+      }
+      // destroy() sends GOAWAY, then closes the connection with the streams in flight.
+      setTimeout(() => s.destroy(), round % 7)
+    })
+  }
+  const gauges = await eventually(async () => {
+    const m = (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body
+    return { connections: metricSum(m, 'sallyport_downstream_active_connections'), streams: metricSum(m, 'sallyport_downstream_active_streams') }
+  }, (g) => g.connections === 0 && g.streams === 0, 15000, 'no active connections or streams').catch((err: Error) => ({ error: err.message }))
+  t.same(gauges, { connections: 0, streams: 0 }, 'every session closed, every stream ended')
+  t.equal(cli.child.exitCode, null, 'the process is alive')
+})
