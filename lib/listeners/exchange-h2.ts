@@ -31,7 +31,10 @@ export class H2Exchange implements Exchange, BodySink {
   readonly #stream: ServerHttp2Stream
   #bytesOut = 0
   #out: Readable | null = null
+  /** Our answer is all written (or handed to stream.end()). */
   #finished = false
+  /** An extended CONNECT tunnel was opened: it ends when either side does. */
+  #tunnelled = false
   #closed = false
   /** The response body is paused until the client stream drains. */
   #draining = false
@@ -61,7 +64,11 @@ export class H2Exchange implements Exchange, BodySink {
 
   #onClose = (): void => {
     const s = this.#stream
-    const completed = this.#finished || (s.rstCode === constants.NGHTTP2_NO_ERROR && s.writableFinished)
+    // Our answer was all given and the stream closed without a reset. Not the
+    // stream's own state alone: a stream closed with its session (a client's
+    // GOAWAY, a dropped connection) reads as cleanly ended even if nothing was
+    // answered, and its upstream request must then be cancelled.
+    const completed = this.#finished && (this.#tunnelled || s.rstCode === constants.NGHTTP2_NO_ERROR)
     this.#closed = true
     this.#observer.onEnd(completed)
     // The client reset the stream mid-body: stop reading upstream.
@@ -96,6 +103,7 @@ export class H2Exchange implements Exchange, BodySink {
     if (body === null) { this.#finished = true; return }
     if (typeof body === 'string') {
       this.#bytesOut += Buffer.byteLength(body)
+      this.#finished = true
       stream.end(body)
       return
     }
@@ -179,6 +187,7 @@ export class H2Exchange implements Exchange, BodySink {
     out[':status'] = status === 101 ? 200 : status // RFC 8441 §5: success is 2xx
     stream.respond(out)
     this.#finished = true
+    this.#tunnelled = true
     upstream.on('error', noop)
     upstream.on('data', this.#countOut)
     pipeline(stream, upstream, (err) => { if (err != null) { upstream.destroy(); this.reset() } })

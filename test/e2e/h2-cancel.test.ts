@@ -97,3 +97,35 @@ t.test('CLI: clients that send GOAWAY and drop the connection mid-request leave 
   t.same(gauges, { connections: 0, streams: 0 }, 'every session closed, every stream ended')
   t.equal(cli.child.exitCode, null, 'the process is alive')
 })
+
+t.test('CLI: a client session dropped with requests waiting on the upstream cancels every one of them', async (t) => {
+  // Streams closed with their session read as cleanly ended (no reset code);
+  // all but one were taken for answered, and their upstream requests (here to
+  // an upstream that never answers) stayed open for good.
+  let upOpen = 0
+  const up = http.createServer((req) => { req.resume() })
+  up.on('connection', (s) => { upOpen++; s.on('close', () => upOpen--) })
+  const upPort = await listenLoopback(up)
+  t.teardown(() => { up.closeAllConnections(); up.close() })
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(port), backendYaml('up', upPort), routeYaml('plain', 'plain.example.test', 'up', upPort)].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  for (let round = 0; round < 3; round++) {
+    const s = http2.connect(`http://127.0.0.1:${port}`)
+    s.on('error', () => {})
+    for (let i = 0; i < 6; i++) {
+      const stream = s.request({ ':path': `/hang${i}`, ':authority': 'plain.example.test' })
+      stream.on('error', () => {})
+      stream.resume()
+    }
+    await eventually(async () => upOpen, (n) => n >= 6, 5000, 'six upstream requests waiting')
+    s.destroy()
+    await eventually(async () => upOpen, (n) => n === 0, 5000, 'every upstream request cancelled').catch(() => {})
+    t.equal(upOpen, 0, `round ${round}: no upstream connection left open`)
+  }
+  const m = (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body
+  t.equal(metricSum(m, 'sallyport_upstream_active_requests'), 0, 'no upstream request counted as active')
+  t.equal(cli.child.exitCode, null)
+})
