@@ -1,7 +1,8 @@
 // The real CLI under misbehaving clients and upstreams at once, for a bounded
 // time: clients that abort uploads and downloads, reset connections with
 // pipelined requests in flight, send half a head or garbage, cancel HTTP/2
-// streams and drop sessions; upstreams that reset mid-body, end early, answer
+// streams and drop sessions (plain and over TLS), cut TLS handshakes short and
+// close WebSocket-shaped tunnels; upstreams that reset mid-body, end early, answer
 // garbage, hang or 503 (on routes with retries, a mirror and body-buffering
 // extensions). Afterwards the process is alive and serving, nothing crashed or
 // threw unhandled, and no connection, stream or upstream request is left
@@ -12,11 +13,14 @@ import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
 import http2 from 'node:http2'
+import https from 'node:https'
 import net from 'node:net'
+import tls from 'node:tls'
 import path from 'node:path'
 import { eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
 import { egressBackend, get } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
 
 const RUN_MS = 6000
 const WORKERS = 12
@@ -87,11 +91,30 @@ function chaosUpstream(req: http.IncomingMessage, res: http.ServerResponse, hang
   }
 }
 
+/** Upgraded (tunnelled) connections each upstream holds open. */
+const tunnelsOpen = new Map<number, () => number>()
+
 async function upstream(t: { teardown(fn: () => unknown): void }, hangs = true): Promise<number> {
   const server = http.createServer((req, res) => chaosUpstream(req, res, hangs))
   server.on('clientError', (_e, s) => s.destroy())
+  // WebSocket-shaped upgrades: 101, then an echo that now and then resets.
+  const upgraded = new Set<net.Socket>()
+  server.on('upgrade', (_req, socket: net.Socket) => {
+    upgraded.add(socket)
+    socket.once('close', () => upgraded.delete(socket))
+    socket.on('error', () => {})
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n')
+    socket.on('data', (d: Buffer) => { if (d.includes('reset')) socket.resetAndDestroy(); else socket.write(d) })
+    // node's http.Server keeps upgraded sockets half-open: end ours when the gateway ends its side.
+    socket.on('end', () => socket.end())
+  })
   const port = await listenLoopback(server)
-  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  tunnelsOpen.set(port, () => upgraded.size)
+  t.teardown(() => new Promise<void>((resolve) => {
+    for (const s of upgraded) s.destroy()
+    server.closeAllConnections()
+    server.close(() => resolve())
+  }))
   return port
 }
 
@@ -111,7 +134,10 @@ async function bounded(ms: number, fn: (done: () => void) => void): Promise<void
 t.test('CLI: misbehaving clients and upstreams leave the gateway alive, serving and without leaks', async (t) => {
   t.comment(`seed ${SEED} (SALLYPORT_CHAOS_SEED=N runs another mix)`)
   const [up, mirror, upExt] = [await upstream(t), await upstream(t, false), await upstream(t)]
-  const [port, adminPort] = [await freePort(), await freePort()]
+  const [port, tlsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const ca = createCa('chaos CA')
+  const cert = serverCert(ca, ['plain.example.test', 'mirror.example.test', 'ext.example.test'])
+  const b64 = (text: string): string => Buffer.from(text).toString('base64')
   const dir = tempDir(t)
   const w = (file: string, text: string): void => fs.writeFileSync(path.join(dir, file), text)
   w('observe.mjs', `export default () => ({
@@ -121,7 +147,21 @@ t.test('CLI: misbehaving clients and upstreams leave the gateway alive, serving 
   responseBody() {},
 })
 `)
-  w('gateway.yaml', gatewayYaml(port))
+  w('gateway.yaml', gatewayYaml(port, `    - name: https
+      protocol: HTTPS
+      port: ${tlsPort}
+      tls:
+        certificateRefs:
+          - name: listener-cert
+`))
+  w('secret.yaml', `apiVersion: v1
+kind: Secret
+metadata: { name: listener-cert, namespace: default }
+type: kubernetes.io/tls
+data:
+  tls.crt: ${b64(cert.fullChainPem)}
+  tls.key: ${b64(cert.keyPem)}
+`)
   w('backends.yaml', [
     `apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: Backend
@@ -248,10 +288,49 @@ spec:
         })
       })
     },
-    // HTTP/2 with prior knowledge: streams cancelled at random, the session dropped at random.
+    // Over TLS: a request, a download dropped, or a handshake cut short.
+    async tls() {
+      await bounded(5000, (done) => {
+        const host = pick(hosts)
+        const kind = random()
+        if (kind < 0.25) {
+          const s = track(tls.connect({ port: tlsPort, host: '127.0.0.1', servername: host, ca: ca.certPem }))
+          s.on('error', done)
+          s.on('close', done)
+          setTimeout(() => s.destroy(), Math.floor(random() * 3))
+          return
+        }
+        const req = track(https.request({ port: tlsPort, host: '127.0.0.1', servername: host, ca: ca.certPem, path: kind < 0.6 ? pick(paths) : '/big', agent: false, headers: { host } }, (res) => {
+          if (kind >= 0.6) res.once('data', () => { req.destroy(); done() })
+          res.resume()
+          res.on('end', done)
+          res.on('error', done)
+        }))
+        req.on('error', done)
+        req.end()
+      })
+    },
+    // WebSocket-shaped upgrades: bytes echoed, then the client or the upstream ends it abruptly.
+    async upgrade() {
+      await bounded(3000, (done) => {
+        const s = track(net.connect(port, '127.0.0.1'))
+        s.on('error', done)
+        s.on('close', done)
+        s.on('data', () => {})
+        s.on('connect', () => {
+          s.write(`GET /ws HTTP/1.1\r\nHost: ${pick(hosts)}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`)
+          setTimeout(() => s.write(random() < 0.3 ? 'reset' : 'hello'), 5)
+          setTimeout(() => (random() < 0.5 ? s.resetAndDestroy() : s.end()), 10 + Math.floor(random() * 20))
+        })
+      })
+    },
+    // HTTP/2 with prior knowledge (or over TLS): streams cancelled at random, the session dropped at random.
     async h2() {
       await bounded(5000, (done) => {
-        const session = track(http2.connect(`http://127.0.0.1:${port}`))
+        const overTls = random() < 0.3
+        const session = track(overTls
+          ? http2.connect(`https://127.0.0.1:${tlsPort}`, { ca: ca.certPem, servername: 'plain.example.test' })
+          : http2.connect(`http://127.0.0.1:${port}`))
         session.on('error', () => {})
         session.on('close', done)
         const host = pick(hosts)
@@ -295,6 +374,7 @@ spec:
   t.equal(ok.body, 'ok')
   const h2status = await new Promise<number>((resolve, reject) => {
     const session = http2.connect(`http://127.0.0.1:${port}`)
+    setTimeout(() => { session.destroy(); reject(new Error('HTTP/2 request timed out')) }, 10000).unref()
     session.on('error', reject)
     const stream = session.request({ ':path': '/ok', ':authority': 'ext.example.test' })
     stream.on('response', (h) => { stream.resume(); stream.on('end', () => { session.close(); resolve(Number(h[':status'])) }) })
@@ -314,6 +394,8 @@ spec:
     const m = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
     t.comment(m.split('\n').filter((l) => /^sallyport_(downstream_active|upstream_active_requests)/.test(l) && !/ 0$/.test(l)).join('\n'))
   }
+  const tunnels = await eventually(async () => [...tunnelsOpen.values()].reduce((n, f) => n + f(), 0), (n) => n === 0, 10000, 'upstream tunnels closed').catch(() => -1)
+  t.equal(tunnels, 0, 'every upgraded connection to the upstreams closed with its client')
   const out = cli.stdout() + cli.stderr()
   t.notMatch(out, /uncaught|unhandled|TypeError|RangeError|ReferenceError|ERR_INTERNAL_ASSERTION|ERR_STREAM_(WRITE_AFTER_END|PUSH_AFTER_EOF)/i, 'nothing threw')
 })
