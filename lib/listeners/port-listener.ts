@@ -355,7 +355,7 @@ export class PortListener {
 function noop(): void {}
 
 /** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */
-export const GOAWAY_PROBE_MS = 2000
+const GOAWAY_PROBE_MS = 2000
 
 /**
  * A client that sends GOAWAY and then drops the connection while streams are
