@@ -2,11 +2,11 @@
 // extension is still buffering their request body. The flow then fails the
 // request and answers, on a stream that is closed but not yet destroyed: that
 // answer must go nowhere, not throw (it ended the process).
-import t from 'tap'
+import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir, type Cli } from './harness.ts'
 import { listenLoopback } from '../helpers/ports.ts'
 import http from 'node:http'
 import { egressBackend, get, recorder, route } from './extensions-helpers.ts'
@@ -61,6 +61,16 @@ t.test('CLI: HTTP/2 uploads cancelled while an extension buffers the body', asyn
   t.equal(done, 200, 'a whole upload on the same session is served')
 })
 
+/** The CLI with one route, plain.example.test, to the upstream on `upPort`; ready. */
+async function plainGateway(t: Test, upPort: number): Promise<{ port: number, adminPort: number, cli: Cli }> {
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(port), backendYaml('up', upPort), routeYaml('plain', 'plain.example.test', 'up', upPort)].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  return { port, adminPort, cli }
+}
+
 t.test('CLI: clients that send GOAWAY and drop the connection mid-request leave nothing open', async (t) => {
   // node's server session stops noticing the end of the connection after a
   // GOAWAY; without the gateway's PING probe each of these sessions kept its
@@ -68,11 +78,7 @@ t.test('CLI: clients that send GOAWAY and drop the connection mid-request leave 
   const up = http.createServer((req, res) => { req.resume(); res.end('ok') })
   const upPort = await listenLoopback(up)
   t.teardown(() => { up.closeAllConnections(); up.close() })
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(port), backendYaml('up', upPort), routeYaml('plain', 'plain.example.test', 'up', upPort)].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
-  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const { port, adminPort, cli } = await plainGateway(t, upPort)
   for (let round = 0; round < 300; round++) {
     await new Promise<void>((resolve) => {
       const s = http2.connect(`http://127.0.0.1:${port}`)
@@ -107,11 +113,7 @@ t.test('CLI: a client session dropped with requests waiting on the upstream canc
   up.on('connection', (s) => { upOpen++; s.on('close', () => upOpen--) })
   const upPort = await listenLoopback(up)
   t.teardown(() => { up.closeAllConnections(); up.close() })
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(port), backendYaml('up', upPort), routeYaml('plain', 'plain.example.test', 'up', upPort)].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
-  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const { port, adminPort, cli } = await plainGateway(t, upPort)
   for (let round = 0; round < 3; round++) {
     const s = http2.connect(`http://127.0.0.1:${port}`)
     s.on('error', () => {})
