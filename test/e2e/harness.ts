@@ -9,21 +9,15 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
+import { unusedPort } from '../helpers/ports.ts'
 import { FLUSH_MS } from '../../lib/observe/log.ts'
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 export const BIN = path.join(ROOT, 'bin', 'sallyport.ts')
 
-/** A port that was free a moment ago (bind 127.0.0.1:0, read it, close). */
+/** A loopback port that was free a moment ago, below the ephemeral range (helpers/ports.ts unusedPort). */
 export async function freePort(): Promise<number> {
-  const server = net.createServer()
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', resolve)
-  })
-  const port = (server.address() as net.AddressInfo).port
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
+  return unusedPort()
 }
 
 export function tempDir(t: Test): string {

@@ -76,3 +76,42 @@ export async function listenLoopback(server: { listen: (port: number, host: stri
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   return (server.address() as AddressInfo).port
 }
+
+/**
+ * Where ports for listeners started later (a CLI's, a table's) are picked:
+ * below the kernel's ephemeral range (32768-60999 by default), which every
+ * outgoing connection draws its local port from. A port found free by
+ * listen(0) was in that range, and in a loaded run a client connection could
+ * take it before the listener bound it: the gateway's listener then failed
+ * with EADDRINUSE (reported as invalid; /readyz still 200) and the test saw
+ * ECONNREFUSED. Each test process takes its own slice (by pid) and walks it,
+ * so two files running at once rarely meet, and one file never repeats a port
+ * until it has used the slice.
+ */
+const SLICE = 500
+const BASE = 10_000
+const SLICES = 40 // 10000-29999
+const slice = process.pid % SLICES
+let next = Math.floor(Math.random() * SLICE)
+
+/** A loopback port below the ephemeral range that was free a moment ago. */
+export async function unusedPort(): Promise<number> {
+  for (let tries = 0; tries < SLICE; tries++) {
+    const port = BASE + slice * SLICE + (next++ % SLICE)
+    if (await canListen(port)) return port
+  }
+  // The slice is taken: whatever the kernel gives.
+  const server = net.createServer()
+  await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(0, '127.0.0.1', resolve) })
+  const port = (server.address() as AddressInfo).port
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer()
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
+  })
+}

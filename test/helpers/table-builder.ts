@@ -1,7 +1,7 @@
 // Hand-built RouteTables for data-path tests: ports, virtual hosts with ranked
 // matches (the shape compile produces), clusters on loopback endpoints.
 
-import net from 'node:net'
+import { unusedPort } from './ports.ts'
 import type {
   Cluster, HostIndex, PathMatcher, PortEntry, PrefixNode, RouteMatch, RouteRule, RouteTable, ServerCert, ServerTls, VirtualHost, WeightedCluster,
 } from '../../lib/compile/table.ts'
@@ -150,14 +150,7 @@ function vhostOf(hostname: string, matches: readonly RouteMatch[]): VirtualHost 
   return { hostname, exactPaths, prefixes: root, regexes, needsQuery: false }
 }
 
-/** A port that was free a moment ago (listeners bind the table's port numbers). */
+/** A port that was free a moment ago (listeners bind the table's port numbers); see ports.ts unusedPort. */
 export async function freePort(): Promise<number> {
-  const server = net.createServer()
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', resolve)
-  })
-  const port = (server.address() as net.AddressInfo).port
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
+  return unusedPort()
 }
