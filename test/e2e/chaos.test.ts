@@ -2,7 +2,7 @@
 // time: clients that abort uploads and downloads, reset connections with
 // pipelined requests in flight, send half a head or garbage, cancel HTTP/2
 // streams and drop sessions (plain and over TLS), cut TLS handshakes short and
-// close WebSocket-shaped tunnels; upstreams that reset mid-body, end early, answer
+// close WebSocket-shaped tunnels, while the configuration changes every second; upstreams that reset mid-body, end early, answer
 // garbage, hang or 503 (on routes with retries, a mirror and body-buffering
 // extensions). Afterwards the process is alive and serving, nothing crashed or
 // threw unhandled, and no connection, stream or upstream request is left
@@ -354,13 +354,23 @@ spec:
   }
   const names = only('SALLYPORT_CHAOS_ACTIONS', Object.keys(actions))
   const until = Date.now() + RUN_MS
-  await Promise.all(Array.from({ length: WORKERS }, async () => {
+  // Meanwhile the configuration changes every second (a route added, then swapped for another):
+  // tables swap under all of the above.
+  let reloads = 0
+  const reloader = (async () => {
+    while (Date.now() + 1000 < until) {
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+      reloads++
+      w('extra.yaml', routeYaml(`extra-${reloads}`, `extra${reloads}.example.test`, 'up', up))
+    }
+  })()
+  await Promise.all([reloader, ...Array.from({ length: WORKERS }, async () => {
     while (Date.now() < until) {
       const name = pick(names)
       counts.set(name, (counts.get(name) ?? 0) + 1)
       await (actions[name] as () => Promise<void>)()
     }
-  }))
+  })])
   agent.destroy()
   for (const x of open) x.destroy()
   t.comment(`actions: ${[...counts].map(([k, v]) => `${k} ${v}`).join(', ')}`)
@@ -396,6 +406,8 @@ spec:
   }
   const tunnels = await eventually(async () => [...tunnelsOpen.values()].reduce((n, f) => n + f(), 0), (n) => n === 0, 10000, 'upstream tunnels closed').catch(() => -1)
   t.equal(tunnels, 0, 'every upgraded connection to the upstreams closed with its client')
+  const reloaded = metricSum((await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body, 'sallyport_config_reloads_total')
+  t.ok(reloaded > reloads / 2, `the configuration was swapped during the run (${reloaded} reloads for ${reloads} changes)`)
   const out = cli.stdout() + cli.stderr()
   t.notMatch(out, /uncaught|unhandled|TypeError|RangeError|ReferenceError|ERR_INTERNAL_ASSERTION|ERR_STREAM_(WRITE_AFTER_END|PUSH_AFTER_EOF)/i, 'nothing threw')
 })
