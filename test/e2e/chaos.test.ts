@@ -2,7 +2,7 @@
 // time: clients that abort uploads and downloads, reset connections with
 // pipelined requests in flight, send half a head or garbage, cancel HTTP/2
 // streams and drop sessions (plain and over TLS), cut TLS handshakes short and
-// close WebSocket-shaped tunnels, while the configuration changes every second; upstreams that reset mid-body, end early, answer
+// close WebSocket-shaped and CONNECT tunnels, while the configuration changes every second; upstreams that reset mid-body, end early, answer
 // garbage, hang or 503 (on routes with retries, a mirror and body-buffering
 // extensions). Afterwards the process is alive and serving, nothing crashed or
 // threw unhandled, and no connection, stream or upstream request is left
@@ -182,7 +182,9 @@ spec:
 `),
   ].join('---\n'))
   w('routes.yaml', [
-    routeYaml('plain', 'plain.example.test', 'up', up, '', 'request: 1500ms'),
+    // CONNECT plain.example.test:<up> is allowed too (forward-proxy mode): a tunnel to the upstream.
+    routeYaml('plain', 'plain.example.test', 'up', up, '', 'request: 1500ms')
+      .replace('  name: plain\n', `  name: plain\n  annotations:\n    sallyport.io/connect-ports: "${up}"\n`),
     routeYaml('mirrored', 'mirror.example.test', 'up', up, `        - type: RequestMirror
           requestMirror:
             backendRef: { group: gateway.envoyproxy.io, kind: Backend, name: mirror-up, port: ${mirror} }`, 'request: 1500ms'),
@@ -324,6 +326,24 @@ spec:
         })
       })
     },
+    // Forward-proxy CONNECT tunnels: a request inside, garbage, or nothing; then closed or reset.
+    async connect() {
+      await bounded(3000, (done) => {
+        const s = track(net.connect(port, '127.0.0.1'))
+        s.on('error', done)
+        s.on('close', done)
+        s.on('data', () => {})
+        s.on('connect', () => {
+          s.write(`CONNECT plain.example.test:${up} HTTP/1.1\r\nHost: plain.example.test:${up}\r\n\r\n`)
+          const kind = random()
+          setTimeout(() => {
+            if (kind < 0.4) s.write(`GET ${pick(paths)} HTTP/1.1\r\nHost: inside\r\n\r\n`)
+            else if (kind < 0.6) s.write('\x16\x03\x01 not a hello')
+          }, 5)
+          setTimeout(() => (random() < 0.5 ? s.resetAndDestroy() : s.end()), 10 + Math.floor(random() * 30))
+        })
+      })
+    },
     // HTTP/2 with prior knowledge (or over TLS): streams cancelled at random, the session dropped at random.
     async h2() {
       await bounded(5000, (done) => {
@@ -398,14 +418,17 @@ spec:
       connections: metricSum(m, 'sallyport_downstream_active_connections'),
       streams: metricSum(m, 'sallyport_downstream_active_streams'),
       upstream: metricSum(m, 'sallyport_upstream_active_requests'),
+      tunnels: metricSum(m, 'sallyport_l4_active_connections'),
     }
-  }, (g) => g.connections === 0 && g.streams === 0 && g.upstream === 0, 15000, 'no active connections, streams or upstream requests').catch((err: Error) => ({ error: err.message }))
-  if (!t.same(gauges, { connections: 0, streams: 0, upstream: 0 }, 'nothing left counted as active')) {
+  }, (g) => g.connections === 0 && g.streams === 0 && g.upstream === 0 && g.tunnels === 0, 15000, 'no active connections, streams, upstream requests or tunnels').catch((err: Error) => ({ error: err.message }))
+  if (!t.same(gauges, { connections: 0, streams: 0, upstream: 0, tunnels: 0 }, 'nothing left counted as active')) {
     const m = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text()
-    t.comment(m.split('\n').filter((l) => /^sallyport_(downstream_active|upstream_active_requests)/.test(l) && !/ 0$/.test(l)).join('\n'))
+    t.comment(m.split('\n').filter((l) => /^sallyport_(downstream_active|upstream_active_requests|l4_active)/.test(l) && !/ 0$/.test(l)).join('\n'))
   }
   const tunnels = await eventually(async () => [...tunnelsOpen.values()].reduce((n, f) => n + f(), 0), (n) => n === 0, 10000, 'upstream tunnels closed').catch(() => -1)
   t.equal(tunnels, 0, 'every upgraded connection to the upstreams closed with its client')
+  const opened = metricSum((await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body, 'sallyport_l4_connections_total')
+  if (names.includes('connect')) t.ok(opened > 0, `CONNECT tunnels were opened (${opened})`)
   const reloaded = metricSum((await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body, 'sallyport_config_reloads_total')
   t.ok(reloaded > reloads / 2, `the configuration was swapped during the run (${reloaded} reloads for ${reloads} changes)`)
   const out = cli.stdout() + cli.stderr()
