@@ -13,7 +13,7 @@
 
 import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
-import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { writableField } from '../upstream/h1-parser.ts'
 
 interface Answer {
   action?: string
@@ -51,9 +51,7 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
     // Checked before any is applied: a field no upstream or client could be sent fails the callout
     // (failOpen decides), rather than the exchange after it.
     for (const [name, value] of set) {
-      if (!TOKEN.test(name) || (typeof value !== 'string' && typeof value !== 'number') || INVALID_VALUE.test(String(value))) {
-        throw new Error(`external processor set an invalid header ${JSON.stringify(name)}`)
-      }
+      if (!writableField(name, value)) throw new Error(`external processor set an invalid header ${JSON.stringify(name)}`)
     }
     for (const name of a.removeHeaders ?? []) delete target[String(name).toLowerCase()]
     for (const [name, value] of set) target[name.toLowerCase()] = String(value)

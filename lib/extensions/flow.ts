@@ -18,7 +18,7 @@ import type { ClientInfo, HookResult, MaybePromise, RequestView, ResponseView, S
 import type { Instance, RunnableChain } from './chain.ts'
 import { logger } from '../observe/log.ts'
 import { extensionDenials, extensionFailures } from '../observe/extension-metrics.ts'
-import { INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { writableField } from '../upstream/h1-parser.ts'
 
 const log = logger('extensions')
 
@@ -55,9 +55,7 @@ export function denyProblem(d: { readonly status: unknown, readonly reason?: unk
   if (d.headers === undefined || d.headers === null) return null
   if (typeof d.headers !== 'object') return 'deny headers are not an object'
   for (const [name, value] of Object.entries(d.headers)) {
-    if (!TOKEN.test(name) || (typeof value !== 'string' && typeof value !== 'number') || INVALID_VALUE.test(String(value))) {
-      return `deny header ${JSON.stringify(name)} cannot be sent`
-    }
+    if (!writableField(name, value)) return `deny header ${JSON.stringify(name)} cannot be sent`
   }
   return null
 }

@@ -49,6 +49,14 @@ const MAX_CHUNK_LINE = 4096
 export const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 /** A character RFC 9110 §5.5 does not allow in a field value (as node checks them: HTAB, SP..~ and obs-text are fine). */
 export const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+/**
+ * A field given by user code or JSON (an extension's headers) that can be
+ * written as it is: a token name and a string or number value without CR, LF,
+ * NUL or other characters INVALID_VALUE refuses.
+ */
+export function writableField(name: string, value: unknown): boolean {
+  return TOKEN.test(name) && (typeof value === 'string' || typeof value === 'number') && !INVALID_VALUE.test(String(value))
+}
 /** A Content-Length value we take: decimal digits only, and few enough to stay an exact (safe) integer. */
 export const CONTENT_LENGTH = /^\d{1,15}$/
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^\r\n]*)?$/
