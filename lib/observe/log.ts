@@ -58,7 +58,7 @@ class BatchedFd implements pino.DestinationStream, LineSink {
     // At most 3 bytes per UTF-16 unit: a line that may not fit goes after the batch.
     if (this.#used + line.length * 3 > BATCH_ROOM) {
       this.flush()
-      if (line.length * 3 > BATCH_ROOM) { this.#writeAll(Buffer.from(line, 'utf8'), 0); return }
+      if (line.length * 3 > BATCH_ROOM) { this.#writeAll(Buffer.from(line, 'utf8')); return }
     }
     this.#used += this.#batch.write(line, this.#used, 'utf8')
     this.#added()
@@ -68,7 +68,7 @@ class BatchedFd implements pino.DestinationStream, LineSink {
     if (this.#broken) return
     if (this.#used + length > BATCH_ROOM) {
       this.flush()
-      if (length > BATCH_ROOM) { this.#writeAll(bytes.subarray(0, length), 0); return }
+      if (length > BATCH_ROOM) { this.#writeAll(bytes.subarray(0, length)); return }
     }
     this.#used += bytes.copy(this.#batch, this.#used, 0, length)
     this.#added()
@@ -92,12 +92,12 @@ class BatchedFd implements pino.DestinationStream, LineSink {
     if (this.#used === 0 || this.#broken) return
     const used = this.#used
     this.#used = 0
-    this.#writeAll(this.#batch.subarray(0, used), 0)
+    this.#writeAll(this.#batch.subarray(0, used))
   }
 
   /** Synchronously: the batch buffer is written to again as soon as this returns. */
-  #writeAll(data: Buffer, from: number): void {
-    let offset = from
+  #writeAll(data: Buffer): void {
+    let offset = 0
     let stalledMs = 0
     while (offset < data.length) {
       try {

@@ -53,11 +53,6 @@ export class HeadBuffer {
     return out
   }
 
-  /** The head as a string (tests, rare paths). */
-  text(): string {
-    return this.#buf.toString('latin1', 0, this.#at)
-  }
-
   #grow(need: number): void {
     const next = Buffer.allocUnsafeSlow(Math.max(need, this.#buf.length * 2))
     this.#buf.copy(next, 0, 0, this.#at)
