@@ -228,15 +228,26 @@ spec:
     return x
   }
 
+  /** A raw client connection to the plain port, read and dropped; `done` when it ends either way. */
+  const rawClient = (done: () => void): net.Socket => {
+    const s = track(net.connect(port, '127.0.0.1'))
+    s.on('error', done)
+    s.on('close', done)
+    s.on('data', () => {})
+    return s
+  }
+  /** A response handler: the body read and dropped, `done` at its end or failure. */
+  const drained = (done: () => void) => (res: http.IncomingMessage): void => {
+    res.resume()
+    res.on('end', done)
+    res.on('error', done)
+  }
+
   const actions: Record<string, () => Promise<void>> = {
     // A plain request on a kept-alive connection, any path.
     async get() {
       await bounded(5000, (done) => {
-        const req = http.request({ port, host: '127.0.0.1', path: pick(paths) + (random() < 0.3 ? '?async' : ''), agent, headers: { host: pick(hosts) } }, (res) => {
-          res.resume()
-          res.on('end', done)
-          res.on('error', done)
-        })
+        const req = http.request({ port, host: '127.0.0.1', path: pick(paths) + (random() < 0.3 ? '?async' : ''), agent, headers: { host: pick(hosts) } }, drained(done))
         req.on('error', done)
         req.end()
       })
@@ -264,7 +275,7 @@ spec:
     // A whole upload, echoed.
     async upload() {
       await bounded(5000, (done) => {
-        const req = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/echo', agent, headers: { host: pick(hosts) } }, (res) => { res.resume(); res.on('end', done); res.on('error', done) })
+        const req = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/echo', agent, headers: { host: pick(hosts) } }, drained(done))
         req.on('error', done)
         req.end(Buffer.alloc(Math.floor(random() * 300_000), 0x64))
       })
@@ -272,10 +283,7 @@ spec:
     // Raw sockets: half a head, garbage, or pipelined requests and a reset.
     async raw() {
       await bounded(3000, (done) => {
-        const s = track(net.connect(port, '127.0.0.1'))
-        s.on('error', done)
-        s.on('close', done)
-        s.on('data', () => {})
+        const s = rawClient(done)
         const kind = random()
         const host = pick(hosts)
         s.on('connect', () => {
@@ -304,9 +312,7 @@ spec:
         }
         const req = track(https.request({ port: tlsPort, host: '127.0.0.1', servername: host, ca: ca.certPem, path: kind < 0.6 ? pick(paths) : '/big', agent: false, headers: { host } }, (res) => {
           if (kind >= 0.6) res.once('data', () => { req.destroy(); done() })
-          res.resume()
-          res.on('end', done)
-          res.on('error', done)
+          drained(done)(res)
         }))
         req.on('error', done)
         req.end()
@@ -315,10 +321,7 @@ spec:
     // WebSocket-shaped upgrades: bytes echoed, then the client or the upstream ends it abruptly.
     async upgrade() {
       await bounded(3000, (done) => {
-        const s = track(net.connect(port, '127.0.0.1'))
-        s.on('error', done)
-        s.on('close', done)
-        s.on('data', () => {})
+        const s = rawClient(done)
         s.on('connect', () => {
           s.write(`GET /ws HTTP/1.1\r\nHost: ${pick(hosts)}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`)
           setTimeout(() => s.write(random() < 0.3 ? 'reset' : 'hello'), 5)
@@ -329,10 +332,7 @@ spec:
     // Forward-proxy CONNECT tunnels: a request inside, garbage, or nothing; then closed or reset.
     async connect() {
       await bounded(3000, (done) => {
-        const s = track(net.connect(port, '127.0.0.1'))
-        s.on('error', done)
-        s.on('close', done)
-        s.on('data', () => {})
+        const s = rawClient(done)
         s.on('connect', () => {
           s.write(`CONNECT plain.example.test:${up} HTTP/1.1\r\nHost: plain.example.test:${up}\r\n\r\n`)
           const kind = random()
