@@ -22,12 +22,8 @@ const MIRROR_TIMEOUT_MS = 30_000
 const log = logger('mirror')
 
 const MIRROR_HANDLER: UpstreamHandler = {
-  // Read and dropped. A body that breaks off (short, reset) errors with nobody
-  // to tell: without a listener that 'error' would be thrown and end the process.
-  onResponse(res: UpstreamResponse): void {
-    res.body.on('error', noop)
-    res.body.resume()
-  },
+  // Read and dropped (a body that breaks off errors into ResponseBody's own no-op listener).
+  onResponse(res: UpstreamResponse): void { res.body.resume() },
   onTunnel(tunnel: UpstreamTunnel): void { tunnel.stream.destroy() },
   onError(): void {},
 }

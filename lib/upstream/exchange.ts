@@ -227,6 +227,11 @@ export class ResponseBody extends Readable {
     this.#exchange = exchange
     this.#attempt = attempt
     this.#status = status
+    // The upstream's failure (a reset, a short body) is told to whoever reads
+    // the body; a body nobody listens to (a mirror's answer, one dropped after
+    // the client left) must not turn it into an unhandled 'error' that ends
+    // the process.
+    this.on('error', noop)
   }
 
   /**
@@ -280,3 +285,5 @@ export class ResponseBody extends Readable {
     callback(null)
   }
 }
+
+function noop(): void {}
