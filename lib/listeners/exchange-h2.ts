@@ -81,8 +81,7 @@ export class H2Exchange implements Exchange, BodySink {
   // hot path
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
     const stream = this.#stream
-    // closed: reset by the client (or its session dropped), destroyed only on the next tick.
-    if (stream.destroyed || stream.closed) {
+    if (isGone(stream)) {
       if (body !== null && typeof body !== 'string') body.destroy()
       return
     }
@@ -95,7 +94,7 @@ export class H2Exchange implements Exchange, BodySink {
       if (waitForTrailers) stream.once('wantTrailers', () => sendTrailers(stream, trailers))
     } catch {
       if (body !== null && typeof body !== 'string') body.destroy()
-      if (stream.destroyed || stream.closed) return
+      if (isGone(stream)) return
       if (!stream.headersSent) stream.respond({ ':status': 502 }, { endStream: true })
       else stream.close(constants.NGHTTP2_INTERNAL_ERROR)
       return
@@ -172,7 +171,7 @@ export class H2Exchange implements Exchange, BodySink {
   }
 
   respondGrpc(grpcStatus: number, message: string): void {
-    if (this.#stream.destroyed || this.#stream.closed) return
+    if (isGone(this.#stream)) return
     this.#stream.respond({
       ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message),
     }, { endStream: true })
@@ -181,7 +180,7 @@ export class H2Exchange implements Exchange, BodySink {
 
   tunnel(status: number, headers: OutgoingHeaders, upstream: Duplex): void {
     const stream = this.#stream
-    if (stream.destroyed || stream.closed) { upstream.destroy(); return }
+    if (isGone(stream)) { upstream.destroy(); return }
     for (let i = 0; i < H2_FORBIDDEN.length; i++) delete headers[H2_FORBIDDEN[i]]
     const out = headers as OutgoingHeaders & { ':status'?: number }
     out[':status'] = status === 101 ? 200 : status // RFC 8441 §5: success is 2xx
@@ -210,6 +209,11 @@ export class H2Exchange implements Exchange, BodySink {
   }
 
   bytesOut(): number { return this.#bytesOut }
+}
+
+/** Nothing can be answered on it: destroyed, or closed (reset by the client, its session dropped) and destroyed only on the next tick. */
+function isGone(stream: ServerHttp2Stream): boolean {
+  return stream.destroyed || stream.closed
 }
 
 function sendTrailers(stream: ServerHttp2Stream, trailers: () => OutgoingHeaders | null): void {
