@@ -130,5 +130,9 @@ data:
     t.equal(r.status, 200)
     t.equal((JSON.parse(r.body) as Echo).path, '/slow?delay=1500')
     t.equal(await cli.exited, 0)
+    // Its access line was written before the exit (lines are recorded after a loop turn's I/O, and batched).
+    const drained = cli.stdout().split('\n').filter((l) => l.includes('"component":"access"') && l.includes('"path":"/slow"'))
+    t.equal(drained.length, 1, 'the drained request has its access line')
+    t.match(drained[0] ?? '', /"status":200/)
   })
 })

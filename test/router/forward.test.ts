@@ -108,6 +108,8 @@ t.test('upstream errors map to status and reason; metrics count requests by rout
     t.equal(r.status, status, code)
     t.match(r.body, reason)
   }
+  // A request is counted after the I/O of the loop turn it ended in (record in forward.ts).
+  await new Promise((resolve) => setImmediate(resolve))
   const text = await registry.metrics()
   t.match(text, /sallyport_downstream_requests_total\{gateway="test\/gw",listener="l\d+",route="test\/metered",backend="c",namespace="",service_account="",code="503"\} 2/)
   t.match(text, /sallyport_downstream_request_duration_seconds_count\{gateway="test\/gw",route="test\/metered",backend="c"\} 4/)
