@@ -46,8 +46,12 @@ export class H1Pool implements UpstreamPool, H1Host {
   /** Requests waiting for a connection, in order. */
   #queue: H1Request[] = []
   #connecting = 0
-  /** Dispatched, not yet started on a connection, not given up on. */
+  /** Dispatched, not yet started on a connection, not given up on (undici's included). */
   #waiting = 0
+  /** Of #waiting, those waiting in undici's pool (upgrades, `--http1-client undici`), not in #queue. */
+  #waitingUndici = 0
+  /** What an UndiciAttempt reports to when it stops waiting. */
+  readonly #undiciHost = { left: (): void => { this.#waiting--; this.#waitingUndici-- } }
   #sweep: NodeJS.Timeout | null = null
   #drained: (() => void) | null = null
   #undici: UndiciPool | null = null
@@ -99,8 +103,12 @@ export class H1Pool implements UpstreamPool, H1Host {
       queue.shift()
       conn.start(next)
     }
-    let wanted = 0
-    for (const r of queue) if (!r.cancelled) wanted++
+    // The requests that want a connection: every one of ours still waiting is in
+    // the queue and not cancelled (cancelled ones stay there until they reach its
+    // front). Counted, not walked: a walk on every dispatch made each request cost
+    // the queue's length while a long queue waited (upstream slow, connections at
+    // their limit).
+    const wanted = this.#waiting - this.#waitingUndici
     // #open never completes synchronously, so #connecting counts each one opened here.
     while (wanted > this.#connecting && this.#conns.size < this.settings.connectionsPerPool) this.#open()
   }
@@ -232,8 +240,9 @@ export class H1Pool implements UpstreamPool, H1Host {
     // off for it. With a body, undici's headers clock is kept: it also restarts on
     // upload progress, which the handler does not see.
     const own = req.body === null && upgrade === null
-    const attempt = new UndiciAttempt(ex, this, own ? headersMs : 0, own ? idleMs : 0)
+    const attempt = new UndiciAttempt(ex, this.#undiciHost, own ? headersMs : 0, own ? idleMs : 0)
     this.#waiting++
+    this.#waitingUndici++
     ex.setAttempt(attempt)
     if (req.body !== null && upgrade === null) markReleasableChunks(req.body)
     this.#undiciPool().dispatch({

@@ -13,7 +13,7 @@ import { createUpstreams, type UpstreamOptions } from '../../lib/upstream/regist
 import { ErrorCode } from '../../lib/errors.ts'
 import type { Cluster } from '../../lib/compile/table.ts'
 import type { UpstreamRequest, UpstreamResponse, Upstreams } from '../../lib/upstream/types.ts'
-import { cluster, endpoint, expectError, expectResponse, forward, listen, readBody, request, table, type Outcome } from './fixtures.ts'
+import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request, table, type Outcome } from './fixtures.ts'
 
 const NO_LIMITS = { maxConnections: null, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null }
 
@@ -274,6 +274,32 @@ t.test('a request cancelled while queued is never sent', async (t) => {
   t.equal((await get(up, c, { path: '/after' })).body, 'quick')
   t.same(urls, ['/slow', '/after'])
   t.equal(up.stats()[0].pending, 0)
+})
+
+t.test('one connection opened per request waiting, not per upgrade waiting in undici or per cancelled request', async (t) => {
+  // TLS to a server that never answers the handshake: every connection stays connecting.
+  const held: net.Socket[] = []
+  const u = await rawServer(t, (sock) => { held.push(sock) })
+  const { up, c } = upstreams(t, u.port, { tls: clusterTls() }, { connectionsPerPool: 10 })
+  const gone = new AbortController()
+  const pending = [
+    forward(up, request(c, { path: '/ws', upgrade: 'websocket', headers: { connection: 'upgrade', upgrade: 'websocket' }, signal: gone.signal })),
+    forward(up, request(c, { path: '/a', signal: gone.signal })),
+  ]
+  await until(() => u.connections() >= 2)
+  await sleep(50)
+  t.equal(u.connections(), 2, "the upgrade's connection (undici's) and one for /a")
+  const cancelled = new AbortController()
+  pending.push(forward(up, request(c, { path: '/cancelled', signal: cancelled.signal })))
+  await until(() => u.connections() >= 3)
+  cancelled.abort(new Error('client gone'))
+  pending.push(forward(up, request(c, { path: '/b', signal: gone.signal })))
+  await sleep(100)
+  t.equal(u.connections(), 3, '/b waits for the connection /cancelled no longer needs')
+  t.equal(up.stats()[0].pending, 3, 'the upgrade, /a and /b wait')
+  gone.abort(new Error('client gone'))
+  await Promise.all(pending)
+  for (const sock of held) sock.destroy() // the pool's close waits for connections still connecting
 })
 
 t.test('response framing: trailers, HEAD, 204, read until close', async (t) => {
