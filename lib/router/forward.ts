@@ -540,10 +540,13 @@ function record(ctx: RequestContext): void {
 
 function recordEnded(): void {
   endedScheduled = false
-  const n = endedCtx.length
-  for (let i = 0; i < n; i++) recordNow(endedCtx[i], endedMs[i])
-  endedCtx.length = 0
-  endedMs.length = 0
+  try {
+    for (let i = 0; i < endedCtx.length; i++) recordNow(endedCtx[i], endedMs[i])
+  } finally {
+    // Even after a throw (fatal anyway): nothing is recorded twice at exit.
+    endedCtx.length = 0
+    endedMs.length = 0
+  }
 }
 
 // An exit (drain done, a fatal error) writes what ended in its last turn, then the log's batch.
