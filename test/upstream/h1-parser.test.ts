@@ -325,3 +325,21 @@ t.test('Transfer-Encoding', async (t) => {
   t.same(run([b('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nxyz')]).events,
     [head(200, { 'transfer-encoding': 'chunked, gzip' }, false), body('xyz'), end()], 'chunked not last: until close')
 })
+
+t.test('field names: common ones in any case, near misses and others as they are, lower-cased; invalid ones refused', async (t) => {
+  const rec = run([b('HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 2\r\nContent-Type: text/plain\r\netag: "x"\r\nServer: a\r\nServeR: b\r\n' +
+    'Content-Typf: near\r\nContent_Type: underscore\r\nX-Custom-Thing: y\r\nConnection: Keep-Alive\r\n\r\nok')])
+  t.same(rec.events, [
+    head(200, {
+      'content-length': '2', 'content-type': 'text/plain', etag: '"x"', server: ['a', 'b'],
+      'content-typf': 'near', content_type: 'underscore', 'x-custom-thing': 'y', connection: 'Keep-Alive',
+    }, true),
+    body('ok'),
+    { type: 'end', trailers: null },
+  ], 'CONTENT-LENGTH frames the body; repeated names in another case are one field')
+  // Letters fold, nothing else does: '-' is not '\r' (0x2d vs 0x0d | 0x20) and '@' is not '`'.
+  t.equal(errorOf('HTTP/1.1 200 OK\r\nContent\rLength: 2\r\n\r\nok'), 'SP_H1_BAD_FIELD')
+  t.equal(errorOf('HTTP/1.1 200 OK\r\nD@te: x\r\ncontent-length: 0\r\n\r\n'), 'SP_H1_BAD_FIELD')
+  t.equal(errorOf('HTTP/1.1 200 OK\r\nDa te: x\r\ncontent-length: 0\r\n\r\n'), 'SP_H1_BAD_FIELD')
+  t.equal(errorOf('HTTP/1.1 200 OK\r\n__proto__: x\r\ncontent-length: 0\r\n\r\n'), null, '__proto__ is dropped, not an error')
+})
