@@ -25,7 +25,7 @@ import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
-import { CONTENT_LENGTH, INVALID_VALUE, TOKEN } from '../upstream/h1-parser.ts'
+import { CONTENT_LENGTH, INVALID_VALUE, TOKEN, knownName, nameTable } from '../upstream/h1-parser.ts'
 import { head as HEAD } from '../upstream/head-buffer.ts'
 import { backToStream, own, readShared } from '../upstream/socket-read.ts'
 import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
@@ -59,6 +59,13 @@ const CRLFCRLF = Buffer.from('\r\n\r\n', 'latin1')
 /** The methods node's parser knows (others get its 400); CONNECT and PRI are never plain. */
 const PLAIN_METHODS = new Set(METHODS.filter((m) => m !== 'CONNECT' && m !== 'PRI'))
 const ORIGIN_FORM = /^\/[\x21-\x7e]*$/
+/** Field names requests commonly carry (knownName: matched in place, not sliced and lower-cased). */
+const REQUEST_NAMES = nameTable([
+  'te', 'host', 'range', 'accept', 'cookie', 'expect', 'origin', 'pragma', 'referer', 'upgrade',
+  'keep-alive', 'connection', 'user-agent', 'tracestate', 'traceparent', 'x-request-id', 'content-type',
+  'authorization', 'cache-control', 'if-none-match', 'content-length', 'http2-settings', 'accept-encoding',
+  'accept-language', 'x-forwarded-for', 'if-modified-since', 'x-forwarded-proto', 'transfer-encoding',
+])
 /** Body chunks up to this size go out in one write with the response head (#writeOut). */
 const JOIN_BYTES = 8192
 
@@ -86,15 +93,18 @@ export function parseHead(head: string, maxHeaders: number): FastHead | null {
     const end = eol === -1 ? head.length : eol
     const colon = head.indexOf(':', pos)
     if (colon <= pos || colon >= end) return null
-    const name = head.slice(pos, colon)
-    if (!TOKEN.test(name)) return null
+    let key = knownName(REQUEST_NAMES, head, pos, colon)
+    if (key === null) {
+      const name = head.slice(pos, colon)
+      if (!TOKEN.test(name)) return null
+      key = name.toLowerCase()
+    }
     let vs = colon + 1
     let ve = end
     while (vs < ve && (head.charCodeAt(vs) === 32 || head.charCodeAt(vs) === 9)) vs++
     while (ve > vs && (head.charCodeAt(ve - 1) === 32 || head.charCodeAt(ve - 1) === 9)) ve--
     const value = head.slice(vs, ve)
     if (INVALID_VALUE.test(value)) return null
-    const key = name.toLowerCase()
     if (++count > maxHeaders || key === '__proto__' || headers[key] !== undefined) return null
     switch (key) {
       case 'transfer-encoding': case 'upgrade': case 'expect': case 'http2-settings':

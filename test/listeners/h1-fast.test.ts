@@ -26,6 +26,8 @@ t.test('parseHead takes the plain request and leaves every doubt to node', async
   t.equal(ok?.target, '/a?b=c')
   t.equal(ok?.close, false)
   t.equal(parseHead(`DELETE /x HTTP/1.1\r\n${HOST}Connection: close`, 100)?.close, true, 'Connection: close noted')
+  t.same(parseHead(`GET / HTTP/1.1\r\nHOST: a\r\nUSER-AGENT: u\r\nuser-agenx: v\r\nAccept-Encoding: gzip`, 100)?.headers,
+    { host: 'a', 'user-agent': 'u', 'user-agenx': 'v', 'accept-encoding': 'gzip' }, 'common names in any case, near misses as they are')
 
   const node: Array<[string, string]> = [
     ['a body by length', `POST / HTTP/1.1\r\n${HOST}Content-Length: 5`],
@@ -46,6 +48,8 @@ t.test('parseHead takes the plain request and leaves every doubt to node', async
     ['non-ASCII in the target', `GET /caf\xe9 HTTP/1.1\r\n${HOST}`],
     ['no Host', 'GET / HTTP/1.1\r\nAccept: */*'],
     ['two Hosts', `GET / HTTP/1.1\r\n${HOST}${HOST}`],
+    ['two Hosts in different case', `GET / HTTP/1.1\r\n${HOST}HOST: other.example`],
+    ['chunks in capitals', `POST / HTTP/1.1\r\n${HOST}TRANSFER-ENCODING: chunked`],
     ['a duplicate field', `GET / HTTP/1.1\r\n${HOST}X-A: 1\r\nx-a: 2`],
     ['obs-fold', `GET / HTTP/1.1\r\n${HOST}X-A: 1\r\n 2`],
     ['space before the colon', `GET / HTTP/1.1\r\n${HOST}X-A : 1`],
