@@ -8,7 +8,7 @@
 // is picked up when the pool is replaced (retain after a config change).
 
 import type { Socket } from 'node:net'
-import type { Connector } from './connect.ts'
+import type { Connector, PendingConnect } from './connect.ts'
 import type { Exchange } from './exchange.ts'
 import { H1Pool } from './h1-pool.ts'
 import { H2Pool } from './h2-pool.ts'
@@ -20,7 +20,8 @@ export class AlpnPool implements UpstreamPool {
   readonly #offer: readonly string[]
   #chosen: UpstreamPool | null = null
   #waiting: Exchange[] = []
-  #probing = false
+  /** The probe's connect, while it is in progress. */
+  #probing: PendingConnect | null = null
   #closed = false
 
   constructor(connector: Connector, settings: PoolSettings, offer: readonly string[]) {
@@ -45,13 +46,12 @@ export class AlpnPool implements UpstreamPool {
       return
     }
     this.#waiting.push(ex)
-    if (!this.#probing) this.#probe()
+    if (this.#probing === null) this.#probe()
   }
 
   #probe(): void {
-    this.#probing = true
-    this.#connector.connect(this.#offer, (err, socket) => {
-      this.#probing = false
+    this.#probing = this.#connector.connect(this.#offer, (err, socket) => {
+      this.#probing = null
       const waiting = this.#waiting
       this.#waiting = []
       if (err !== null || socket === null) {
@@ -85,6 +85,8 @@ export class AlpnPool implements UpstreamPool {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    // A probe no request waits for any more is stopped, not left to finish.
+    if (this.#probing !== null && stillWaiting(this.#waiting) === 0) this.#probing.cancel()
     if (this.#chosen !== null) await this.#chosen.close()
   }
 }

@@ -36,6 +36,50 @@ const CLIENT_CERT_VERDICT_MS = 250
 
 export type ConnectCallback = (err: Error | null, socket: Socket | null) => void
 
+/**
+ * A connection being opened. cancel() stops it wherever it is (resolving, TCP,
+ * the proxy tunnel, TLS, the peer checks) and destroys its socket; the callback
+ * then gets SP_CONNECT_CANCELLED, once, on a later tick, unless the connection
+ * was already handed over (then cancel does nothing).
+ */
+export interface PendingConnect {
+  cancel(): void
+}
+
+class Opening implements PendingConnect {
+  readonly #callback: ConnectCallback
+  #done = false
+  /** What cancel() destroys: the socket or tunnel request being opened. */
+  current: { destroy(): unknown } | null = null
+  /** The current step's connect timer. */
+  timer: NodeJS.Timeout | null = null
+
+  constructor(callback: ConnectCallback) {
+    this.#callback = callback
+  }
+
+  get done(): boolean {
+    return this.#done
+  }
+
+  finish(err: Error | null, socket: Socket | null): void {
+    if (this.#done) return
+    this.#done = true
+    this.current = null
+    this.#callback(err, socket)
+  }
+
+  cancel(): void {
+    if (this.#done) return
+    this.#done = true
+    if (this.timer !== null) clearTimeout(this.timer)
+    const current = this.current
+    this.current = null
+    current?.destroy()
+    process.nextTick(this.#callback, localError('SP_CONNECT_CANCELLED', 'connect cancelled: no request wants the connection any more'), null)
+  }
+}
+
 export interface ConnectorOptions {
   readonly endpoint: Endpoint
   readonly tls: ClientTls | null
@@ -79,22 +123,25 @@ export class Connector {
   }
 
   /** `alpn`: protocols to offer over TLS (ignored in cleartext); null offers none. */
-  connect(alpn: readonly string[] | null, callback: ConnectCallback): void {
+  connect(alpn: readonly string[] | null, callback: ConnectCallback): PendingConnect {
+    const opening = new Opening(callback)
     const endpoint = this.endpoint
     if (endpoint.kind !== 'hostname' || this.#proxy !== null) {
-      this.#attempt([endpoint.host], 0, alpn, callback)
-      return
+      this.#attempt([endpoint.host], 0, alpn, opening)
+      return opening
     }
     this.#resolver.resolve(endpoint.host).then(
       (addresses) => {
-        if (addresses.length === 0) callback(localError('ENOTFOUND', `no addresses for ${endpoint.host}`), null)
-        else this.#attempt(addresses, 0, alpn, callback)
+        if (opening.done) return
+        if (addresses.length === 0) opening.finish(localError('ENOTFOUND', `no addresses for ${endpoint.host}`), null)
+        else this.#attempt(addresses, 0, alpn, opening)
       },
-      (err: unknown) => callback(err instanceof Error ? err : localError('ENOTFOUND', String(err)), null),
+      (err: unknown) => opening.finish(err instanceof Error ? err : localError('ENOTFOUND', String(err)), null),
     )
+    return opening
   }
 
-  #attempt(addresses: readonly string[], index: number, alpn: readonly string[] | null, callback: ConnectCallback, tunnel?: Socket): void {
+  #attempt(addresses: readonly string[], index: number, alpn: readonly string[] | null, opening: Opening, tunnel?: Socket): void {
     const endpoint = this.endpoint
     const address = addresses[index]
     const proxy = this.#proxy
@@ -102,12 +149,15 @@ export class Connector {
       // Issue 9: the tunnel first (its own connect timeout), then TLS (or nothing) inside it.
       const pending = openProxyTunnel(proxy, connectTarget(address, endpoint.port), (err, socket) => {
         clearTimeout(timer)
-        if (socket === null) callback(err, null)
-        else this.#attempt(addresses, index, alpn, callback, socket)
+        if (opening.done) { socket?.destroy(); return }
+        if (socket === null) opening.finish(err, null)
+        else this.#attempt(addresses, index, alpn, opening, socket)
       })
       const timer = setTimeout(() => {
         pending.destroy(localError('SP_CONNECT_TIMEOUT', `CONNECT ${address}:${endpoint.port} through ${proxy.host}:${proxy.port} timed out after ${this.#timeoutMs} ms`))
       }, this.#timeoutMs)
+      opening.current = pending
+      opening.timer = timer
       return
     }
     let socket: Socket
@@ -134,14 +184,16 @@ export class Connector {
     const timer = setTimeout(() => {
       socket.destroy(localError('SP_CONNECT_TIMEOUT', `connect to ${address}:${endpoint.port} timed out after ${this.#timeoutMs} ms`))
     }, this.#timeoutMs)
+    opening.current = socket
+    opening.timer = timer
     const accept = (): void => {
-      if (settled) return
+      if (settled || opening.done) return
       settled = true
       clearTimeout(timer)
       socket.removeListener('error', onError)
       socket.setNoDelay(true)
       socket.setKeepAlive(true, 60_000)
-      callback(null, socket)
+      opening.finish(null, socket)
     }
     const verified = (): void => {
       // TLS 1.3 (RFC 8446 §4.4.2): the server judges our certificate after our
@@ -164,7 +216,7 @@ export class Connector {
       verdict.then((err) => { if (err === null) verified(); else onError(err) }, onError)
     }
     const onError = (err: Error): void => {
-      if (settled) return
+      if (settled || opening.done) return
       settled = true
       clearTimeout(timer)
       socket.removeListener(connectEvent, onConnect)
@@ -174,10 +226,10 @@ export class Connector {
       if (reason !== null) this.#countTlsFailure(err, reason, code, address)
       // A TLS verdict is about the backend, not this address: do not try the next one.
       if (index + 1 < addresses.length && reason === null) {
-        this.#attempt(addresses, index + 1, alpn, callback)
+        this.#attempt(addresses, index + 1, alpn, opening)
         return
       }
-      callback(err, null)
+      opening.finish(err, null)
     }
     if (tls === null && tunnel !== undefined) queueMicrotask(onConnect) // the tunnel is already connected
     else socket.once(connectEvent, onConnect)

@@ -21,7 +21,7 @@
 
 import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
-import type { Connector } from './connect.ts'
+import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
 import { CONTENT_LENGTH, H1ResponseParser, INVALID_VALUE, TOKEN, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
@@ -153,6 +153,8 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
   #paused = false
   readonly #clock: ExchangeClock = new ExchangeClock(this)
   #gone = false
+  /** The connect in progress, until it ends (closing the connection stops it). */
+  opening: PendingConnect | null = null
   /** Inside the parser: a free connection is handed on only after it returns (bytes after a response are an error, never the next response). */
   #reading = false
   #freeAfterRead = false
@@ -447,6 +449,8 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
   }
 
   #destroy(): void {
+    const opening = this.opening
+    if (opening !== null) { this.opening = null; opening.cancel() }
     this.#clock.stop()
     const body = this.#reqBody
     if (body !== null) this.#detachBody(body)
@@ -514,22 +518,23 @@ export function requestHead(method: string, path: string, authority: string, hea
  * opens). Request body chunks marked releasable are freed once written on it
  * (release.ts).
  */
-export function connectH1(connector: Connector, parked: Socket | null, callback: (err: Error | null, socket: Socket | null) => void): void {
+export function connectH1(connector: Connector, parked: Socket | null, callback: (err: Error | null, socket: Socket | null) => void): PendingConnect | null {
   if (parked !== null && !parked.destroyed) {
     releaseWrittenChunks(parked)
     process.nextTick(callback, null, parked)
-    return
+    return null
   }
-  connector.connect(HTTP11, (err, sock) => {
+  return connector.connect(HTTP11, (err, sock) => {
     if (err !== null || sock === null) { callback(err ?? localError('ECONNREFUSED', 'no socket'), null); return }
     releaseWrittenChunks(sock)
     callback(null, sock)
   })
 }
 
-/** Opens `conn` (see connectH1); `done` gets the connect error, if any. */
+/** Opens `conn` (see connectH1); `done` gets the connect error, if any (SP_CONNECT_CANCELLED when the connection was closed first). */
 export function openConnection(conn: H1Connection, connector: Connector, parked: Socket | null, done: (err: Error | null) => void): void {
-  connectH1(connector, parked, (err, sock) => {
+  conn.opening = connectH1(connector, parked, (err, sock) => {
+    conn.opening = null
     if (err !== null || sock === null) { done(err ?? localError('ECONNREFUSED', 'no socket')); return }
     if (conn.gone) { sock.destroy(); done(null); return }
     conn.connected(sock)

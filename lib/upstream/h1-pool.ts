@@ -127,6 +127,8 @@ export class H1Pool implements UpstreamPool, H1Host {
         this.connectionFree(conn)
         return
       }
+      // Closed while connecting (the pool closing with no request left for it): already gone.
+      if (conn.gone) { this.#checkDrained(); return }
       this.#conns.delete(conn)
       conn.close()
       // The connect failed: the oldest request still waiting fails with it
@@ -173,6 +175,16 @@ export class H1Pool implements UpstreamPool, H1Host {
 
   left(): void {
     this.#waiting--
+    if (this.#closed) this.#stopUnwanted()
+  }
+
+  /**
+   * Closing, and no request of ours waits any more: connections still
+   * connecting would only be closed when they connect (or time out). Stop them.
+   */
+  #stopUnwanted(): void {
+    if (this.#waiting - this.#waitingUndici > 0 || this.#connecting === 0) return
+    for (const conn of [...this.#conns]) if (conn.opening !== null) conn.close()
   }
 
   requeue(req: H1Request): void {
@@ -224,6 +236,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     // Requests still queued finish where they are (on connections yet to be made or freed): wait for them.
     for (const conn of [...this.#idle]) conn.close()
     this.#pump()
+    this.#stopUnwanted()
     const drained = this.#conns.size === 0 && this.#queue.every((r) => r.cancelled) ? Promise.resolve() : new Promise<void>((resolve) => { this.#drained = resolve })
     await Promise.all([drained, this.#undici?.close()])
   }

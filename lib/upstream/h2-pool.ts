@@ -11,7 +11,7 @@ import { connect as h2connect, constants, type ClientHttp2Session, type ClientHt
 import { createHash } from 'node:crypto'
 import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream'
-import type { Connector } from './connect.ts'
+import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h2RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
@@ -43,6 +43,8 @@ export class H2Pool implements UpstreamPool {
   readonly #sessions: SessionState[] = []
   #waiting: Exchange[] = []
   #connecting = 0
+  /** Connects in progress, stopped when the pool closes. */
+  readonly #opening = new Set<PendingConnect>()
   #closed = false
   /** HTTP/1.1 Upgrade over a new connection, when the peer lacks RFC 8441. */
   #h1: H1Pool | null = null
@@ -103,6 +105,8 @@ export class H2Pool implements UpstreamPool {
     const waiting = this.#waiting
     this.#waiting = []
     for (const ex of waiting) ex.fail(localError('UND_ERR_CLOSED', 'upstream pool closed'))
+    // Nobody waits any more: a connect still in progress would only be closed when it ends.
+    for (const opening of [...this.#opening]) opening.cancel()
     const closing: Array<Promise<void>> = []
     for (const s of this.#sessions) {
       // session.close(): no new streams, in-flight ones finish, then the socket closes.
@@ -129,7 +133,8 @@ export class H2Pool implements UpstreamPool {
   #open(): void {
     if (this.#closed) return
     this.#connecting++
-    this.#connector.connect(H2, (err, socket) => {
+    const opening = this.#connector.connect(H2, (err, socket) => {
+      this.#opening.delete(opening)
       this.#connecting--
       if (err !== null || socket === null) {
         this.#failWaiting(err ?? new Error('no socket'))
@@ -146,6 +151,7 @@ export class H2Pool implements UpstreamPool {
       }
       this.#adopt(socket)
     })
+    this.#opening.add(opening)
   }
 
   #failWaiting(err: Error): void {

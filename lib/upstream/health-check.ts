@@ -14,7 +14,7 @@ import http2 from 'node:http2'
 import type { Socket } from 'node:net'
 import type { ActiveHealthCheck, Cluster, Endpoint } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
-import { Connector } from './connect.ts'
+import { Connector, type PendingConnect } from './connect.ts'
 import type { EndpointHealth } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
 import { buildClientTls } from './tls.ts'
@@ -36,6 +36,8 @@ export class HealthChecker {
   #timer: NodeJS.Timeout | null = null
   #socket: Socket | null = null
   #stopped = false
+  /** The check's connect while in progress. */
+  #opening: PendingConnect | null = null
   /** Checks run so far (tests, dump). */
   runs = 0
 
@@ -61,6 +63,8 @@ export class HealthChecker {
     this.#stopped = true
     if (this.#timer !== null) clearTimeout(this.#timer)
     this.#timer = null
+    this.#opening?.cancel()
+    this.#opening = null
     this.#socket?.destroy()
     this.#socket = null
   }
@@ -78,6 +82,9 @@ export class HealthChecker {
       if (done) return
       done = true
       clearTimeout(timer)
+      // A check that timed out while connecting stops its connect too.
+      this.#opening?.cancel()
+      this.#opening = null
       this.#socket?.destroy()
       this.#socket = null
       this.runs++
@@ -87,7 +94,8 @@ export class HealthChecker {
     const timer = setTimeout(() => finish(false), config.timeoutMs)
     timer.unref()
     const alpn = config.type === 'HTTP' ? (this.#h2 ? ['h2'] : ['http/1.1']) : null
-    this.#connector.connect(alpn, (err, socket) => {
+    const opening = this.#connector.connect(alpn, (err, socket) => {
+      if (this.#opening === opening) this.#opening = null
       if (err !== null || socket === null) return finish(false)
       if (done || this.#stopped) { socket.destroy(); return }
       this.#socket = socket
@@ -95,6 +103,7 @@ export class HealthChecker {
       if (this.#h2) this.#checkH2(socket, config.http, finish)
       else this.#checkH1(socket, config.http, finish)
     })
+    this.#opening = opening
   }
 
   #checkH1(socket: Socket, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {

@@ -36,6 +36,7 @@ const RESET_CODES: ReadonlySet<string> = new Set([
   'ERR_HTTP2_SESSION_ERROR', 'ERR_HTTP2_STREAM_CANCEL', 'ERR_HTTP2_INVALID_SESSION',
   'ERR_HTTP2_ERROR', 'SP_STREAM_RESET', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
   'SP_H1_INCOMPLETE', 'SP_POOL_CLOSED', // h1-client.ts: the upstream closed mid-response; a pool closed under a request
+  'SP_CONNECT_CANCELLED', // connect.ts: a closing pool stopped a connection no request waited for
 ])
 
 /**

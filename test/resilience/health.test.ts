@@ -5,10 +5,12 @@
 // sallyport_upstream_endpoint_healthy gauge. Real upstreams on 127.0.0.1.
 import t from 'tap'
 import http from 'node:http'
+import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type { ActiveHealthCheck, Cluster } from '../../lib/compile/table.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { clusterTls } from '../upstream/fixtures.ts'
 import { PASSIVE, ask, bodies, closedPort, countOf, listenOnReleased, releasePort, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
@@ -78,6 +80,31 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
   t.equal((revived.address() as AddressInfo).port, deadPort)
   t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === true), 'listening: healthy')
   t.ok((countOf(await bodies(gw.port, 10)).revived ?? 0) >= 4, 'traffic returns')
+})
+
+t.test('a backend removed while its active check is in a TLS handshake: the check\'s connection closes at once', async (t) => {
+  // Accepts and never answers the ClientHello: the check waits in its handshake (timeout 30 s).
+  const accepted: net.Socket[] = []
+  const silent = net.createServer((sock) => {
+    accepted.push(sock)
+    sock.on('error', () => {})
+    sock.resume()
+  })
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of accepted) s.destroy(); silent.close() })
+  const port = (silent.address() as AddressInfo).port
+  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 20, timeoutMs: 30_000, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
+  const c = cluster('silent', port, { tls: clusterTls(), healthCheck: { active: check, passive: null } })
+  const gw = await serve(t, c)
+  t.ok(await until(() => accepted.length >= 1), 'the check connected')
+  // The configuration drops the backend: its checker stops.
+  gw.upstreams.retain(buildTable({}, []))
+  const closed = await Promise.race([
+    new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true))),
+    sleep(10_000).then(() => false),
+  ])
+  t.ok(closed, 'the stopped check closed its half-open connection')
+  t.equal(accepted.length, 1, 'and opened no other')
 })
 
 t.test('passive: ejected for baseEjectionTime, back after it, ejected longer the second time', async (t) => {

@@ -387,3 +387,45 @@ t.test('an idle connection past its keep-alive deadline is not reused', async (t
   t.equal((await get(up, c)).body, 'hi')
   t.equal(u.connections(), 2, 'a new connection after 500 ms idle (deadline 200 ms)')
 })
+
+t.test('a pool closed while connecting stops the connects no request waits for (every protocol)', async (t) => {
+  for (const protocol of ['HTTP11', 'HTTP2', 'HTTP'] as const) {
+    await t.test(protocol, async (t) => {
+      // A TLS upstream that accepts and never answers: the handshake would wait out the 60 s connect timeout.
+      const accepted: net.Socket[] = []
+      const raw = await rawServer(t, (sock) => { accepted.push(sock); sock.resume() })
+      const { up, c } = upstreams(t, raw.port, { protocol, tls: clusterTls() }, { connectTimeoutMs: 60_000 })
+      const abort = new AbortController()
+      const outcome = forward(up, request(c, { signal: abort.signal }))
+      await until(() => accepted.length === 1)
+      abort.abort()
+      expectError(await outcome)
+      // The configuration no longer references the backend: its pool closes.
+      up.retain(table([]))
+      const closed = await Promise.race([
+        new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true))),
+        sleep(10_000).then(() => false),
+      ])
+      t.ok(closed, 'the half-open connection is closed, not left to the connect timeout')
+      t.same(up.stats(), [], 'no pool left')
+    })
+  }
+})
+
+t.test('a closing HTTP/1.1 pool keeps connecting for a request that waits, and stops when it gives up', async (t) => {
+  const accepted: net.Socket[] = []
+  const raw = await rawServer(t, (sock) => { accepted.push(sock); sock.resume() })
+  const { up, c } = upstreams(t, raw.port, { tls: clusterTls() }, { connectTimeoutMs: 60_000 })
+  const abort = new AbortController()
+  const outcome = forward(up, request(c, { signal: abort.signal }))
+  await until(() => accepted.length === 1)
+  up.retain(table([]))
+  let closed = false
+  accepted[0].once('close', () => { closed = true })
+  await sleep(50)
+  t.notOk(closed, 'the connection a request still waits for stays')
+  abort.abort()
+  expectError(await outcome)
+  const stopped = await Promise.race([until(() => closed).then(() => true), sleep(10_000).then(() => false)])
+  t.ok(stopped, 'given up on: the connect stops')
+})
