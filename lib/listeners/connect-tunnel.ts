@@ -48,6 +48,8 @@ export interface ClientSide {
   refuse(status: number, body: string): void
   /** Answers 200 and returns the tunnel's byte stream. */
   accept(): Duplex
+  /** Calls `fn` when the client goes away; returns what stops watching. */
+  whenGone(fn: () => void): () => void
 }
 
 export interface TunnelEnv {
@@ -84,6 +86,10 @@ export function h1Client(socket: Socket, address: string): ClientSide {
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n')
       return socket
     },
+    whenGone(fn: () => void): () => void {
+      socket.once('close', fn)
+      return () => { socket.removeListener('close', fn) }
+    },
   }
 }
 
@@ -101,6 +107,10 @@ export function h2Client(stream: import('node:http2').ServerHttp2Stream, address
       stream.respond({ ':status': 200 })
       return stream
     },
+    whenGone(fn: () => void): () => void {
+      stream.once('close', fn)
+      return () => { stream.removeListener('close', fn) }
+    },
   }
 }
 
@@ -113,7 +123,15 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
     return
   }
   const { rule, cluster } = decision
-  env.upstreams.dialL4({ cluster, originateTls: false, connectMs: rule.timeouts.connectMs }, (err, conn) => {
+  // The client leaving while the destination is dialled stops the dial.
+  let stopWatching = noop
+  const dialing = env.upstreams.dialL4({ cluster, originateTls: false, connectMs: rule.timeouts.connectMs }, (err, conn) => {
+    stopWatching()
+    if (err !== null && err.code === ErrorCode.CLIENT_ABORTED) {
+      // The client left while the destination was dialled: nobody to answer; recorded as a reset by the client.
+      recordTunnel(client, decision, table, port, env, startedAt, gatewayOf(rule, table, port), '', 'client_reset', 0, 0)
+      return
+    }
     if (err !== null || conn === null) {
       const reason: ConnectRefusal = isPolicyError(err) ? 'destination_refused' : 'connect_failed'
       refuse(client, reason === 'connect_failed' ? 502 : 403, reason, decision.host, rule, table, port, env, err?.message)
@@ -121,6 +139,7 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
     }
     new Tunnel(client, decision, conn.socket, conn.endpoint, head, table, port, env, startedAt)
   })
+  stopWatching = client.whenGone(() => { dialing.cancel() })
 }
 
 function isPolicyError(err: SallyportError | null): boolean {
@@ -249,30 +268,37 @@ class Tunnel {
   #onClose = (): void => {
     if (--this.#open > 0 || this.#finished) return
     this.#finished = true
-    const d = this.#decision
-    const seconds = (performance.now() - this.#startedAt) / 1000
-    const route = `${d.rule.route.namespace}/${d.rule.route.name}`
-    // Wire bytes of the tunnel: what went to the upstream came from the client, and back.
-    const bytesIn = this.#upstream.bytesWritten
-    const bytesOut = this.#upstream.bytesRead
-    const code = this.#end ?? 'ok'
     l4ActiveConnections.dec(this.#labels)
-    recordL4Connection({ ...this.#labels, route, backend: d.cluster.id, code, bytesIn, bytesOut, seconds })
-    // Issue 10: one span per tunnel, like TCP/TLS listener connections (the requested host as tls.server.name).
-    if (tracer !== null) {
-      tracer.recordConnection({
-        startedAt: this.#startedAt, protocol: 'connect', gateway: this.#labels.gateway, listener: this.#labels.listener, port: this.#port,
-        client: this.#client.address, sni: d.host, route, backend: d.cluster.id, endpoint: this.#endpoint, bytesIn, bytesOut, code,
-      })
-    }
-    const access = this.#env.accessLog
-    if (access !== null) {
-      access.info({
-        protocol: 'connect', via: this.#client.protocol, gateway: this.#labels.gateway, listener: this.#labels.listener,
-        client: this.#client.address, identity: identityOf(this.#table, this.#client.address), port: this.#port,
-        destination: `${d.host}:${d.port}`, route, backend: d.cluster.id, upstream: this.#endpoint,
-        bytesIn, bytesOut, durationMs: Math.round(seconds * 1000), reason: code,
-      }, 'connection')
-    }
+    // Wire bytes of the tunnel: what went to the upstream came from the client, and back.
+    recordTunnel(this.#client, this.#decision, this.#table, this.#port, this.#env, this.#startedAt, this.#labels, this.#endpoint,
+      this.#end ?? 'ok', this.#upstream.bytesWritten, this.#upstream.bytesRead)
   }
 }
+
+/** A CONNECT that was answered 200 (or abandoned while dialled): its metrics, span and access line. */
+function recordTunnel(
+  client: ClientSide, d: ConnectAllowed, table: RouteTable, port: number, env: TunnelEnv, startedAt: number,
+  labels: { gateway: string; listener: string }, endpoint: string, code: L4Code, bytesIn: number, bytesOut: number,
+): void {
+  const seconds = (performance.now() - startedAt) / 1000
+  const route = `${d.rule.route.namespace}/${d.rule.route.name}`
+  recordL4Connection({ ...labels, route, backend: d.cluster.id, code, bytesIn, bytesOut, seconds })
+  // Issue 10: one span per tunnel, like TCP/TLS listener connections (the requested host as tls.server.name).
+  if (tracer !== null) {
+    tracer.recordConnection({
+      startedAt, protocol: 'connect', gateway: labels.gateway, listener: labels.listener, port,
+      client: client.address, sni: d.host, route, backend: d.cluster.id, endpoint, bytesIn, bytesOut, code,
+    })
+  }
+  const access = env.accessLog
+  if (access !== null) {
+    access.info({
+      protocol: 'connect', via: client.protocol, gateway: labels.gateway, listener: labels.listener,
+      client: client.address, identity: identityOf(table, client.address), port,
+      destination: `${d.host}:${d.port}`, route, backend: d.cluster.id, upstream: endpoint,
+      bytesIn, bytesOut, durationMs: Math.round(seconds * 1000), reason: code,
+    }, 'connection')
+  }
+}
+
+function noop(): void {}

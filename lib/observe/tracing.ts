@@ -30,7 +30,7 @@ import type { ClientIdentity, Cluster, PortEntry, RouteRule } from '../compile/t
 import type { SallyportError } from '../errors.ts'
 import type { Exchange } from '../router/exchange.ts'
 import type {
-  L4DialCallback, L4DialRequest, OutgoingHeaders, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams,
+  L4DialCallback, L4DialRequest, OutgoingHeaders, PendingDial, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams,
 } from '../upstream/types.ts'
 import { extractContext, formatTraceparent, newSpanId, newTraceId } from './trace-context.ts'
 import { SpanKind, SpanRecord, epochMs, nowMs, type AttributeValue } from './tracing-span.ts'
@@ -258,7 +258,7 @@ export class RequestTrace implements Upstreams {
     real.forward({ ...req, headers: this.#inject(req.headers, client.span.spanId) }, client)
   }
 
-  dialL4(req: L4DialRequest, callback: L4DialCallback): void { (this.#upstreams as Upstreams).dialL4(req, callback) }
+  dialL4(req: L4DialRequest, callback: L4DialCallback): PendingDial { return (this.#upstreams as Upstreams).dialL4(req, callback) }
   retain(): void {}
   stats(): ReturnType<Upstreams['stats']> { return (this.#upstreams as Upstreams).stats() }
   close(): Promise<void> { return Promise.resolve() }

@@ -18,10 +18,10 @@ import type { Cluster, Endpoint } from '../compile/table.ts'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import { upstreamConnectErrors } from '../observe/upstream-metrics.ts'
 import { WeightedRoundRobin } from './balancer.ts'
-import type { Connector } from './connect.ts'
+import type { Connector, PendingConnect } from './connect.ts'
 import { connectReason, normalizeUpstreamError } from './normalize-error.ts'
 import { buildClientTls, type ClientTls } from './tls.ts'
-import type { L4Connection, L4DialCallback, L4DialRequest } from './types.ts'
+import type { L4Connection, L4DialCallback, L4DialRequest, PendingDial } from './types.ts'
 
 /** Builds a Connector the way the registry builds its pools'. */
 export type ConnectorFactory = (cluster: Cluster, endpoint: Endpoint, tls: ClientTls | null, timeoutMs: number) => Connector
@@ -48,6 +48,22 @@ interface ClusterState {
   readonly connectors: Map<string, Connector>
 }
 
+/** One dial: cancel() stops its name resolution or connect; the callback then gets CLIENT_ABORTED. */
+class Dial implements PendingDial {
+  cancelled = false
+  connect: PendingConnect | null = null
+
+  cancel(): void {
+    if (this.cancelled) return
+    this.cancelled = true
+    this.connect?.cancel()
+  }
+}
+
+function cancelled(): SallyportError {
+  return new SallyportError(ErrorCode.CLIENT_ABORTED, 'the client left while the backend was being dialled')
+}
+
 function endpointLabel(endpoint: Endpoint): string {
   if (endpoint.kind === 'unix') return `unix:${endpoint.host}`
   return endpoint.host.includes(':') ? `[${endpoint.host}]:${endpoint.port}` : `${endpoint.host}:${endpoint.port}`
@@ -65,22 +81,25 @@ export class L4Dialer {
     this.#defaultConnectMs = options.connectTimeoutMs
   }
 
-  dial(req: L4DialRequest, callback: L4DialCallback): void {
+  dial(req: L4DialRequest, callback: L4DialCallback): PendingDial {
     const cluster = req.cluster
+    const dial = new Dial()
     if (cluster.endpoints.length === 0) {
-      callback(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${cluster.id}`), null)
-      return
+      process.nextTick(callback, new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${cluster.id}`), null)
+      return dial
     }
     if (!hasHostnames(cluster)) {
       const state = this.#stateOf(cluster, cluster.endpoints)
-      this.#attempt(req, state, state.balancer.pick() ?? 0, 0, callback)
-      return
+      this.#attempt(req, dial, state, state.balancer.pick() ?? 0, 0, callback)
+      return dial
     }
     this.#expand(cluster).then((r) => {
+      if (dial.cancelled) return callback(cancelled(), null)
       if (r.error !== null) return callback(r.error, null)
       const state = this.#stateOf(cluster, r.endpoints)
-      this.#attempt(req, state, state.balancer.pick() ?? 0, 0, callback)
+      this.#attempt(req, dial, state, state.balancer.pick() ?? 0, 0, callback)
     }, (err: unknown) => callback(new SallyportError(ErrorCode.INTERNAL, 'resolving backend names failed', { cause: err }), null))
+    return dial
   }
 
   /** Hostname endpoints → one IP endpoint per usable address (the rest as they are). */
@@ -98,11 +117,17 @@ export class L4Dialer {
     return { endpoints, error: error ?? new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no usable addresses for ${cluster.id}`) }
   }
 
-  #attempt(req: L4DialRequest, state: ClusterState, index: number, tried: number, callback: L4DialCallback): void {
+  #attempt(req: L4DialRequest, dial: Dial, state: ClusterState, index: number, tried: number, callback: L4DialCallback): void {
     const cluster = req.cluster
     const label = state.labels[index]
     const connector = this.#connector(req, state, index)
-    connector.connect(null, (err, socket) => {
+    dial.connect = connector.connect(null, (err, socket) => {
+      dial.connect = null
+      if (dial.cancelled) {
+        socket?.destroy()
+        callback(cancelled(), null)
+        return
+      }
       if (socket !== null) {
         callback(null, connected(socket, label))
         return
@@ -111,7 +136,7 @@ export class L4Dialer {
       if (e.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: cluster.id, reason: connectReason(e) })
       const next = tried + 1
       if (e.code === ErrorCode.UPSTREAM_CONNECT && next < state.endpoints.length) {
-        this.#attempt(req, state, (index + 1) % state.endpoints.length, next, callback)
+        this.#attempt(req, dial, state, (index + 1) % state.endpoints.length, next, callback)
         return
       }
       callback(e, null)

@@ -26,7 +26,7 @@ import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn,
 import type { GuardOptions } from './destination-guard.ts'
 import { buildClientTls } from './tls.ts'
 import { L4Dialer } from './l4-dial.ts'
-import type { L4DialCallback, L4DialRequest } from './types.ts'
+import type { L4DialCallback, L4DialRequest, PendingDial } from './types.ts'
 
 export interface UpstreamOptions {
   /** TCP+TLS connect timeout; default 10 s. */
@@ -242,9 +242,12 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     return state
   }
 
-  dialL4(req: L4DialRequest, callback: L4DialCallback): void {
-    if (this.#closed) return callback(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'), null)
-    this.#l4.dial(req, callback)
+  dialL4(req: L4DialRequest, callback: L4DialCallback): PendingDial {
+    if (this.#closed) {
+      process.nextTick(callback, new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'), null)
+      return { cancel: noop }
+    }
+    return this.#l4.dial(req, callback)
   }
 
   redispatch(ex: Exchange): boolean {
@@ -376,3 +379,5 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     }
   }
 }
+
+function noop(): void {}

@@ -104,6 +104,11 @@ export interface L4Connection {
 
 export type L4DialCallback = (err: SallyportError | null, conn: L4Connection | null) => void
 
+/** A dial in progress: cancel() stops it (the client left); the callback then gets CLIENT_ABORTED. */
+export interface PendingDial {
+  cancel(): void
+}
+
 /**
  * Resilience state the router's failover and retry loop read (issue 6);
  * lib/upstream/resilience.ts implements it.
@@ -126,7 +131,7 @@ export interface Upstreams {
   // hot path
   forward(req: UpstreamRequest, handler: UpstreamHandler): void
   /** L4: connect to an endpoint of the cluster, the next endpoint on connect failure (lib/upstream/l4-dial.ts). */
-  dialL4(req: L4DialRequest, callback: L4DialCallback): void
+  dialL4(req: L4DialRequest, callback: L4DialCallback): PendingDial
   /** After a swap: keep pools the new table references, drain and close the rest. */
   retain(table: RouteTable): void
   /** Pool statistics for /config_dump and metrics. */

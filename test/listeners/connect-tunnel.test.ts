@@ -262,3 +262,58 @@ t.test('CONNECT with real clients, refusals, SNI check, absolute-form, upstream 
 
   t.ok(await metricValue('sallyport_l4_bytes_total', { route: 'default/api', direction: 'out' }) > 0, 'tunnel bytes counted')
 })
+
+t.test('an HTTP/2 CONNECT cancelled while its destination is dialled stops the dial', async (t) => {
+  // The Backend is reached through an upstream proxy that accepts and never answers its CONNECT: the dial waits (60 s).
+  const accepted: net.Socket[] = []
+  const silent = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of accepted) s.destroy(); silent.close() })
+  const proxyPort = (silent.address() as net.AddressInfo).port
+  const gwPort = await freePort()
+  const parsed = parseManifests('stuck.yaml', `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec: { controllerName: sallyport.io/gateway-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: egress, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata:
+  name: stuck
+  namespace: default
+  annotations: { sallyport.io/upstream-proxy: "http://127.0.0.1:${proxyPort}" }
+spec:
+  endpoints: [{ fqdn: { hostname: stuck.example.test, port: 443 } }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: stuck
+  namespace: default
+  annotations: { sallyport.io/connect-ports: "443" }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [stuck.example.test]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: stuck, port: 443 }]
+`)
+  const { table } = compile(buildSnapshot(parsed.docs, parsed.problems), { now: 1, version: 1, gatewayClass: 'sallyport' })
+  await startPlane(t, table, { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
+  const session = http2.connect(`http://127.0.0.1:${gwPort}`)
+  t.teardown(() => session.destroy())
+  const stream = session.request({ ':method': 'CONNECT', ':authority': 'stuck.example.test:443' })
+  stream.on('error', () => {})
+  while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  const closed = new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true)))
+  stream.close(http2.constants.NGHTTP2_CANCEL)
+  const stopped = await Promise.race([closed, new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 10_000))])
+  t.ok(stopped, 'the connection to the upstream proxy closed with the cancelled stream')
+  t.equal(accepted.length, 1, 'and no other was opened')
+})

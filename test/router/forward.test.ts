@@ -23,7 +23,7 @@ class Scripted implements Upstreams {
     this.script(req, handler)
   }
   retain(_table: RouteTable): void {}
-  dialL4(): void {}
+  dialL4() { return { cancel() {} } }
   stats() { return [] }
   async close(): Promise<void> {}
 }
