@@ -316,4 +316,5 @@ spec:
   const stopped = await Promise.race([closed, new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 10_000))])
   t.ok(stopped, 'the connection to the upstream proxy closed with the cancelled stream')
   t.equal(accepted.length, 1, 'and no other was opened')
+  t.equal(await metricValue('sallyport_l4_connections_total', { route: 'default/stuck', code: 'client_reset' }), 1, 'counted as a reset by the client')
 })
