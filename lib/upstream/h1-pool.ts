@@ -121,14 +121,13 @@ export class H1Pool implements UpstreamPool, H1Host {
     this.#parked = null
     openConnection(conn, this.#connector, parked, (err) => {
       this.#connecting--
+      // Closed while connecting (the pool closing with no request left for it): connectionGone did the rest.
+      if (conn.gone) return
       if (err === null) {
-        if (conn.gone) return
         conn.idleSince = Date.now()
         this.connectionFree(conn)
         return
       }
-      // Closed while connecting (the pool closing with no request left for it): already gone.
-      if (conn.gone) { this.#checkDrained(); return }
       this.#conns.delete(conn)
       conn.close()
       // The connect failed: the oldest request still waiting fails with it
