@@ -22,7 +22,7 @@ import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
 import { freePort, metricValue, startPlane } from './tcp-fixtures.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
-import { curl } from '../e2e/harness.ts'
+import { curl, gatewayYaml } from '../e2e/harness.ts'
 
 const ca = createCa('forward-proxy test CA')
 const leaf = serverCert(ca, ['api.example.test', 'other.example.test'])
@@ -271,18 +271,7 @@ t.test('an HTTP/2 CONNECT cancelled while its destination is dialled stops the d
   t.teardown(() => { for (const s of accepted) s.destroy(); silent.close() })
   const proxyPort = (silent.address() as net.AddressInfo).port
   const gwPort = await freePort()
-  const parsed = parseManifests('stuck.yaml', `apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: { name: sallyport }
-spec: { controllerName: sallyport.io/gateway-controller }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: egress, namespace: default }
-spec:
-  gatewayClassName: sallyport
-  listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
----
+  const parsed = parseManifests('stuck.yaml', `${gatewayYaml(gwPort)}---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: Backend
 metadata:
