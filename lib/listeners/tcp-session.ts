@@ -21,7 +21,7 @@ import { ErrorCode, type SallyportError } from '../errors.ts'
 import type { Logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code, type L4Reason } from '../observe/l4-metrics.ts'
 import { Splice, type SpliceResult } from '../upstream/l4-splice.ts'
-import type { L4Connection, Upstreams } from '../upstream/types.ts'
+import type { L4Connection, PendingDial, Upstreams } from '../upstream/types.ts'
 import { tracer } from '../observe/tracing.ts'
 
 /** Everything a session needs besides the socket; one per listener and table. */
@@ -97,6 +97,8 @@ export class L4Session {
   #splice: Splice | null = null
   #upstream: Socket | null = null
   #cluster: string | null = null
+  /** The dial under way, cancelled when the client leaves first. */
+  #dialing: PendingDial | null = null
   #finished = false
   /** The socket carrying the client's bytes (the TLSSocket once terminated). */
   #stream: Socket
@@ -122,6 +124,10 @@ export class L4Session {
     if (route === null) return this.fail('no_route')
     const first = pickBackend(route)
     if (first === -1) return this.fail('no_backend')
+    // Read the client while its backend is dialled (a paused socket does not see
+    // a reset): the bytes wait in the stream's buffer, up to its highWaterMark,
+    // and a FIN only marks the end, for the splice to pass on after the bytes.
+    stream.read(0)
     this.#dial(env, route, [first, ...fallbacks(route, first)], 0, originateTls, connectMs ?? route.connectMs, null)
   }
 
@@ -154,7 +160,8 @@ export class L4Session {
     if (max !== null && open >= max) return next('overloaded')
     openByCluster.set(cluster.id, open + 1)
     this.#cluster = cluster.id
-    env.upstreams.dialL4({ cluster, originateTls, connectMs }, (err, conn) => {
+    this.#dialing = env.upstreams.dialL4({ cluster, originateTls, connectMs }, (err, conn) => {
+      this.#dialing = null
       if (err !== null || conn === null) {
         this.#release()
         const reason = reasonOf(err)
@@ -187,8 +194,10 @@ export class L4Session {
   }
 
   #onEarlyClose = (): void => {
-    // The client left before an upstream was connected (or the hello was read).
+    // The client left before an upstream was connected (or the hello was read):
+    // the dial stops (its callback then releases the breaker slot and sees the session finished).
     if (this.#splice === null && !this.#finished) this.#finish('client_reset', this.#client.bytesRead, this.#client.bytesWritten)
+    this.#dialing?.cancel()
   }
 
   #release(): void {

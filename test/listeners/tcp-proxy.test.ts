@@ -9,6 +9,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import net from 'node:net'
 import tls from 'node:tls'
 import { configureLogger } from '../../lib/observe/log.ts'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { clientCert, createCa, serverCert } from '../helpers/pki.ts'
 import {
   clusterTls, collect, connect, echoServer, freePort, halfCloseServer, l4Cluster, l4Route, listenOn, metricValue,
@@ -275,4 +276,72 @@ t.test('a table swap keeps open connections on their table; new connections foll
   const got = await o
   t.equal(got.data.toString(), 'Astill A?', 'the old connection kept its upstream (greeting, then echo) until drained')
   t.not(got.how, 'timeout', 'drain closed it after the grace period')
+})
+
+/** An upstream CONNECT proxy that accepts and never answers: a dial through it waits for its connect timeout. */
+async function silentProxy(t: import('tap').Test): Promise<{ port: number; accepted: net.Socket[] }> {
+  const accepted: net.Socket[] = []
+  const server = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
+  return { port: await listenOn(t, server), accepted }
+}
+
+const oneConnection = { maxConnections: 1, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null }
+
+t.test('a client that resets while its backend is dialled stops the dial and frees its circuit-breaker slot', async (t) => {
+  const proxy = await silentProxy(t)
+  const port = await freePort()
+  await startPlane(t, table([tcpPort(port, l4Route('stuck', [{ cluster: 'stuck' }]))], [
+    l4Cluster('stuck', [443], { circuitBreaker: oneConnection, upstreamProxy: { host: '127.0.0.1', port: proxy.port, authorization: null } }),
+  ]), { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
+
+  const first = await connect(port)
+  first.on('error', () => {})
+  await until(() => proxy.accepted.length === 1, 5000, 'the dial through the proxy')
+  const dialClosed = new Promise<void>((resolve) => proxy.accepted[0].once('close', () => resolve()))
+  first.resetAndDestroy()
+  await within(dialClosed, 10_000, 'the abandoned dial closing')
+  t.pass('the dial stopped with the client that reset')
+  await until(async () => (await metricValue('sallyport_l4_connections_total', { route: 'test/stuck', code: 'client_reset' })) === 1, 5000, 'client_reset counted')
+
+  // The breaker allows one connection: the abandoned dial no longer holds it.
+  const overloaded = await metricValue('sallyport_l4_errors_total', { reason: 'overloaded' })
+  const second = await connect(port)
+  second.on('error', () => {})
+  await until(() => proxy.accepted.length === 2, 5000, 'the next client dialled, not turned away as overloaded')
+  t.equal(await metricValue('sallyport_l4_errors_total', { reason: 'overloaded' }), overloaded, 'nothing refused by the breaker')
+  second.destroy()
+})
+
+t.test('bytes and a FIN sent while a slow TLS dial is under way arrive once it completes', async (t) => {
+  const ca = createCa('slow dial CA')
+  const cert = serverCert(ca, ['upstream.test'])
+  const server = tls.createServer({ cert: cert.certPem, key: cert.keyPem, allowHalfOpen: true }, (s) => {
+    let bytes = ''
+    s.on('error', () => {})
+    s.on('data', (c: Buffer) => { bytes += c.toString() })
+    s.on('end', () => { s.end(`got:${bytes}`) })
+  })
+  server.on('tlsClientError', () => {})
+  const tlsPortNo = await listenOn(t, server)
+  // Holds every connection 300 ms before joining it to the TLS server: the gateway's TLS handshake waits that long.
+  const slow = net.createServer({ allowHalfOpen: true }, (s) => {
+    s.on('error', () => {})
+    s.pause()
+    setTimeout(() => {
+      const u = net.connect({ host: '127.0.0.1', port: tlsPortNo, allowHalfOpen: true }, () => { s.pipe(u); u.pipe(s); s.resume() })
+      u.on('error', () => s.destroy())
+    }, 300)
+  })
+  const slowPort = await listenOn(t, slow)
+  const port = await freePort()
+  await startPlane(t, table([tcpPort(port, l4Route('slow', [{ cluster: 'slow' }]))], [
+    l4Cluster('slow', [slowPort], { protocol: 'TLS', tls: clusterTls({ caPem: ca.certPem }) }),
+  ]))
+  const c = await connect(port)
+  const r = collect(c)
+  c.write('first ')
+  c.end('and last')
+  const got = await r
+  t.equal(got.data.toString(), 'got:first and last', 'what the client sent during the dial reached the upstream, then its FIN')
+  t.equal(got.how, 'end', 'and the answer came back before the close')
 })

@@ -8,10 +8,12 @@
 import t, { type Test } from 'tap'
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import tls from 'node:tls'
 import { fileURLToPath } from 'node:url'
 import { configureLogger } from '../../lib/observe/log.ts'
+import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert, type TestCa } from '../helpers/pki.ts'
 import { serverTls } from '../helpers/table-builder.ts'
 import {
@@ -187,4 +189,24 @@ t.test('openssl s_client with stdin piped, through passthrough and terminate', a
   t.match(a.out, 'upstream:hello through passthrough', 'passthrough: openssl verified the upstream and got its answer')
   const b = await within(run(term, 'term.example.com', 'hello through terminate\n', 'hello through terminate'), 15_000, 'openssl terminate')
   t.match(b.out, 'hello through terminate', 'terminate: the plain echo answered through the gateway TLS')
+})
+
+t.test('passthrough: a client that resets while its backend is dialled stops the dial', async (t) => {
+  // The backend is reached through an upstream CONNECT proxy that accepts and never answers.
+  const accepted: net.Socket[] = []
+  const proxyPort = await listenOn(t, net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() }))
+  const port = await freePort()
+  await startPlane(t, table([tlsPort(port, sniIndex({ 'db.example.com': l4Route('tls-stuck', [{ cluster: 'stuck' }]) }))], [
+    l4Cluster('stuck', [443], { upstreamProxy: { host: '127.0.0.1', port: proxyPort, authorization: null } }),
+  ]), { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
+  const raw = await connect(port)
+  raw.on('error', () => {})
+  const client = tls.connect({ socket: raw, servername: 'db.example.com' })
+  client.on('error', () => {})
+  await until(() => accepted.length === 1, 5000, 'the dial through the proxy, after the ClientHello')
+  const dialClosed = new Promise<void>((resolve) => accepted[0].once('close', () => resolve()))
+  raw.resetAndDestroy()
+  await within(dialClosed, 10_000, 'the abandoned dial closing')
+  t.pass('the dial stopped with the client that reset')
+  await until(async () => (await metricValue('sallyport_l4_connections_total', { route: 'test/tls-stuck', code: 'client_reset' })) === 1, 5000, 'client_reset counted')
 })
