@@ -263,8 +263,8 @@ t.test('CONNECT with real clients, refusals, SNI check, absolute-form, upstream 
   t.ok(await metricValue('sallyport_l4_bytes_total', { route: 'default/api', direction: 'out' }) > 0, 'tunnel bytes counted')
 })
 
-t.test('an HTTP/2 CONNECT cancelled while its destination is dialled stops the dial', async (t) => {
-  // The Backend is reached through an upstream proxy that accepts and never answers its CONNECT: the dial waits (60 s).
+/** A gateway whose route's Backend is behind an upstream proxy that accepts and never answers (a dial waits 60 s). */
+async function stuckGateway(t: Test): Promise<{ gwPort: number; accepted: net.Socket[] }> {
   const accepted: net.Socket[] = []
   const silent = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
@@ -295,6 +295,11 @@ spec:
 `)
   const { table } = compile(buildSnapshot(parsed.docs, parsed.problems), { now: 1, version: 1, gatewayClass: 'sallyport' })
   await startPlane(t, table, { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
+  return { gwPort, accepted }
+}
+
+t.test('an HTTP/2 CONNECT cancelled while its destination is dialled stops the dial', async (t) => {
+  const { gwPort, accepted } = await stuckGateway(t)
   const session = http2.connect(`http://127.0.0.1:${gwPort}`)
   t.teardown(() => session.destroy())
   const stream = session.request({ ':method': 'CONNECT', ':authority': 'stuck.example.test:443' })
@@ -306,4 +311,18 @@ spec:
   t.ok(stopped, 'the connection to the upstream proxy closed with the cancelled stream')
   t.equal(accepted.length, 1, 'and no other was opened')
   t.equal(await metricValue('sallyport_l4_connections_total', { route: 'default/stuck', code: 'client_reset' }), 1, 'counted as a reset by the client')
+})
+
+t.test('an HTTP/1.1 CONNECT whose client resets while its destination is dialled stops the dial', async (t) => {
+  const { gwPort, accepted } = await stuckGateway(t)
+  const client = net.connect(gwPort, '127.0.0.1')
+  client.on('error', () => {})
+  client.write('CONNECT stuck.example.test:443 HTTP/1.1\r\nhost: stuck.example.test:443\r\n\r\n')
+  while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  const closed = new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true)))
+  client.resetAndDestroy()
+  const stopped = await Promise.race([closed, new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 10_000))])
+  t.ok(stopped, 'the connection to the upstream proxy closed with the client')
+  t.equal(accepted.length, 1, 'and no other was opened')
+  t.equal(await metricValue('sallyport_l4_connections_total', { route: 'default/stuck', code: 'client_reset' }), 2, 'counted as a reset by the client (the HTTP/2 test counted the first)')
 })
