@@ -191,22 +191,29 @@ t.test('openssl s_client with stdin piped, through passthrough and terminate', a
   t.match(b.out, 'hello through terminate', 'terminate: the plain echo answered through the gateway TLS')
 })
 
-t.test('passthrough: a client that resets while its backend is dialled stops the dial', async (t) => {
-  // The backend is reached through an upstream CONNECT proxy that accepts and never answers.
-  const accepted: net.Socket[] = []
-  const proxyPort = await listenOn(t, net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() }))
-  const port = await freePort()
-  await startPlane(t, table([tlsPort(port, sniIndex({ 'db.example.com': l4Route('tls-stuck', [{ cluster: 'stuck' }]) }))], [
-    l4Cluster('stuck', [443], { upstreamProxy: { host: '127.0.0.1', port: proxyPort, authorization: null } }),
-  ]), { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
-  const raw = await connect(port)
-  raw.on('error', () => {})
-  const client = tls.connect({ socket: raw, servername: 'db.example.com' })
-  client.on('error', () => {})
-  await until(() => accepted.length === 1, 5000, 'the dial through the proxy, after the ClientHello')
-  const dialClosed = new Promise<void>((resolve) => accepted[0].once('close', () => resolve()))
-  raw.resetAndDestroy()
-  await within(dialClosed, 10_000, 'the abandoned dial closing')
-  t.pass('the dial stopped with the client that reset')
-  await until(async () => (await metricValue('sallyport_l4_connections_total', { route: 'test/tls-stuck', code: 'client_reset' })) === 1, 5000, 'client_reset counted')
-})
+for (const mode of ['Passthrough', 'Terminate'] as const) {
+  t.test(`${mode.toLowerCase()}: a client that resets while its backend is dialled stops the dial`, async (t) => {
+    // The backend is reached through an upstream CONNECT proxy that accepts and never answers.
+    const accepted: net.Socket[] = []
+    const proxyPort = await listenOn(t, net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() }))
+    const ca = createCa('reset during dial CA')
+    const cert = serverCert(ca, ['db.example.com'])
+    const terminate = mode === 'Terminate' ? { ...serverTls([{ hostname: 'db.example.com', certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }]), alpn: [] } : null
+    const route = `tls-stuck-${mode.toLowerCase()}`
+    const port = await freePort()
+    await startPlane(t, table([tlsPort(port, sniIndex({ 'db.example.com': l4Route(route, [{ cluster: 'stuck' }]) }, mode), terminate)], [
+      l4Cluster('stuck', [443], { upstreamProxy: { host: '127.0.0.1', port: proxyPort, authorization: null } }),
+    ]), { upstreams: createUpstreams({ connectTimeoutMs: 60_000 }) })
+    const raw = await connect(port)
+    raw.on('error', () => {})
+    // Passthrough: the ClientHello alone starts the dial (no answer comes); Terminate: the gateway's handshake, then the dial.
+    const client = tls.connect({ socket: raw, servername: 'db.example.com', ca: ca.certPem })
+    client.on('error', () => {})
+    await until(() => accepted.length === 1, 5000, 'the dial through the proxy')
+    const dialClosed = new Promise<void>((resolve) => accepted[0].once('close', () => resolve()))
+    raw.resetAndDestroy()
+    await within(dialClosed, 10_000, 'the abandoned dial closing')
+    t.pass('the dial stopped with the client that reset')
+    await until(async () => (await metricValue('sallyport_l4_connections_total', { route: `test/${route}`, code: 'client_reset' })) === 1, 5000, 'client_reset counted')
+  })
+}
