@@ -28,7 +28,7 @@ import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
 import type { FeatureSet } from './e2e/gateway.ts'
 import { coreCount, freePort, hasTaskset, memoryCgroup, pinned, RssSampler, startProc, stopProc, waitForHttp, tailOf } from './e2e/procs.ts'
 import type { MemoryCgroup, Proc, RssReport } from './e2e/procs.ts'
-import { scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency, warmUp } from './e2e/scenarios.ts'
+import { FASTIFY, scenarioBig, scenarioBodies, scenarioH1, scenarioH2, scenarioLatency, warmUp } from './e2e/scenarios.ts'
 import type { BenchContext, BigBodyResult } from './e2e/scenarios.ts'
 import { scenarioWorkers } from './e2e/workers.ts'
 import type { WorkersRun } from './e2e/workers.ts'
@@ -159,6 +159,12 @@ async function main(): Promise<number> {
   procs.push(nodeProxy)
   const haveNodeProxy = await waitForHttp(nodeProxyPort, '/small', 10_000, nodeProxy)
   if (!haveNodeProxy) notes.push({ scenario: 'setup', text: `minimal Node proxy did not start: ${tailOf(nodeProxy.logPath)}` })
+  // The issue's other reference for the h1 throughput target: fastify with @fastify/reply-from, same core.
+  const fastifyPort = await freePort()
+  const fastify = startProc(FASTIFY, pinned(SUT_CORES, [process.execPath, path.join(REPO_ROOT, 'bench', 'e2e', 'fastify-proxy.ts'), String(fastifyPort), String(originPort)]), path.join(tmp, 'fastify-proxy.log'))
+  procs.push(fastify)
+  const haveFastify = await waitForHttp(fastifyPort, '/small', 10_000, fastify)
+  if (!haveFastify) notes.push({ scenario: 'setup', text: `fastify with @fastify/reply-from did not start: ${tailOf(fastify.logPath)}` })
 
   const configDir = path.join(tmp, 'config')
   writeGatewayConfig({ dir: configDir, listenPort, originPort, bigPort, features })
@@ -169,6 +175,7 @@ async function main(): Promise<number> {
     nginxProxy: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h1, pid: proxyPid } : null,
     nginxProxyH2c: haveNginx ? { name: 'nginx-proxy', port: proxyPorts.h2c, pid: proxyPid } : null,
     nodeProxy: haveNodeProxy ? { name: 'node-minimal', port: nodeProxyPort, pid: () => nodeProxy.child.pid ?? null } : null,
+    fastifyProxy: haveFastify ? { name: FASTIFY, port: fastifyPort, pid: () => fastify.child.pid ?? null } : null,
     sallyport: { name: 'sallyport', port: listenPort, pid: gwPid },
     bigDirect: { name: 'direct', port: bigPort },
     oneMiBFile: path.join(tmp, 'upload-1m.bin'),

@@ -32,6 +32,8 @@ export interface BenchContext {
   readonly nginxProxyH2c: Target | null
   /** Minimal Node + undici proxy (HTTP/1.1 only): the floor for a Node data path; null = not run. */
   readonly nodeProxy: Target | null
+  /** fastify + @fastify/reply-from (issue 3's other named reference), h1 small throughput only; null = not run. */
+  readonly fastifyProxy: Target | null
   readonly sallyport: Target
   readonly bigDirect: Target
   readonly oneMiBFile: string
@@ -124,7 +126,17 @@ function compareAll(ctx: BenchContext, scenario: string, metric: string, unit: s
   if (floor !== undefined && s.cpuUsPerRequest !== null && floor.cpuUsPerRequest !== null && unit === 'rps') {
     ctx.comparisons.push(compare(scenario, 'per CPU-second', 'rps', 'sallyport', 1e6 / s.cpuUsPerRequest, 'node-minimal', 1e6 / floor.cpuUsPerRequest, null))
   }
+  const fastify = results.get(FASTIFY)
+  if (fastify !== undefined) {
+    ctx.comparisons.push(compare(scenario, metric, unit, 'sallyport', pick(s), FASTIFY, pick(fastify), null))
+    if (s.cpuUsPerRequest !== null && fastify.cpuUsPerRequest !== null && unit === 'rps') {
+      ctx.comparisons.push(compare(scenario, 'per CPU-second', 'rps', 'sallyport', 1e6 / s.cpuUsPerRequest, FASTIFY, 1e6 / fastify.cpuUsPerRequest, null))
+    }
+  }
 }
+
+/** The fastify + @fastify/reply-from target's name. */
+export const FASTIFY = 'fastify-reply-from'
 
 /** How busy the proxy's core was, in percent: req/s x CPU per request; null when its CPU was not measured. */
 function busyPct(r: LoadResult): number | null {
@@ -160,7 +172,7 @@ function compareLatency(ctx: BenchContext, scenario: string, results: Map<string
  */
 export async function warmUp(ctx: BenchContext, seconds: number): Promise<void> {
   if (seconds <= 0) return
-  for (const t of throughputTargets(ctx, false)) {
+  for (const t of h1SmallTargets(ctx)) {
     if (t.name === 'direct') continue
     await runH2load({
       h1: true, clients: 32, streams: 1, durationS: seconds, warmupS: 0, rpsPerClient: null, dataFile: null,
@@ -169,9 +181,20 @@ export async function warmUp(ctx: BenchContext, seconds: number): Promise<void> 
   }
 }
 
+/**
+ * The h1 small throughput scenario's targets: fastify with reply-from besides
+ * the others. Only there: it is a throughput reference, and at sallyport's
+ * fixed rates it would be measured past its own saturation.
+ */
+function h1SmallTargets(ctx: BenchContext): Target[] {
+  const t = throughputTargets(ctx, false)
+  if (ctx.fastifyProxy !== null) t.splice(t.length - 1, 0, ctx.fastifyProxy)
+  return t
+}
+
 /** Small HTTP/1.1 keep-alive responses, closed loop (as fast as each connection goes). */
 export async function scenarioH1(ctx: BenchContext): Promise<void> {
-  const results = await measure(ctx, 'h1 small', throughputTargets(ctx, false), '/small', {
+  const results = await measure(ctx, 'h1 small', h1SmallTargets(ctx), '/small', {
     h1: true, clients: 32, streams: 1, durationS: ctx.durationS, warmupS: 1, rpsPerClient: null, dataFile: null,
   })
   addRows(ctx, 'h1 small', results, 0, 'c=32 keep-alive')
