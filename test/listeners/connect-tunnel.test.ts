@@ -20,7 +20,7 @@ import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
-import { freePort, metricValue, startPlane } from './tcp-fixtures.ts'
+import { freePort, metricValue, silentProxy, startPlane } from './tcp-fixtures.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
 import { curl, gatewayYaml } from '../e2e/harness.ts'
 
@@ -265,11 +265,7 @@ t.test('CONNECT with real clients, refusals, SNI check, absolute-form, upstream 
 
 /** A gateway whose route's Backend is behind an upstream proxy that accepts and never answers (a dial waits 60 s). */
 async function stuckGateway(t: Test): Promise<{ gwPort: number; accepted: net.Socket[] }> {
-  const accepted: net.Socket[] = []
-  const silent = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
-  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => { for (const s of accepted) s.destroy(); silent.close() })
-  const proxyPort = (silent.address() as net.AddressInfo).port
+  const { port: proxyPort, accepted } = await silentProxy(t)
   const gwPort = await freePort()
   const parsed = parseManifests('stuck.yaml', `${gatewayYaml(gwPort)}---
 apiVersion: gateway.envoyproxy.io/v1alpha1

@@ -126,6 +126,13 @@ export async function recordingServer(t: Test): Promise<{ port: number; received
   return { port: await listenOn(t, server), received }
 }
 
+/** An upstream CONNECT proxy that accepts and never answers: a dial through it waits for its connect timeout. */
+export async function silentProxy(t: Test): Promise<{ port: number; accepted: net.Socket[] }> {
+  const accepted: net.Socket[] = []
+  const server = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
+  return { port: await listenOn(t, server), accepted }
+}
+
 export interface Collected {
   readonly data: Buffer
   /** 'end' (FIN received), 'close' (closed without end), 'error:<code>', or 'timeout'. */

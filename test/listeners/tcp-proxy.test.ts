@@ -13,7 +13,7 @@ import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { clientCert, createCa, serverCert } from '../helpers/pki.ts'
 import {
   clusterTls, collect, connect, echoServer, freePort, halfCloseServer, l4Cluster, l4Route, listenOn, metricValue,
-  startPlane, table, tcpPort, until, within,
+  silentProxy, startPlane, table, tcpPort, until, within,
 } from './tcp-fixtures.ts'
 
 configureLogger({ level: 'silent' })
@@ -277,13 +277,6 @@ t.test('a table swap keeps open connections on their table; new connections foll
   t.equal(got.data.toString(), 'Astill A?', 'the old connection kept its upstream (greeting, then echo) until drained')
   t.not(got.how, 'timeout', 'drain closed it after the grace period')
 })
-
-/** An upstream CONNECT proxy that accepts and never answers: a dial through it waits for its connect timeout. */
-async function silentProxy(t: import('tap').Test): Promise<{ port: number; accepted: net.Socket[] }> {
-  const accepted: net.Socket[] = []
-  const server = net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() })
-  return { port: await listenOn(t, server), accepted }
-}
 
 const oneConnection = { maxConnections: 1, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null }
 

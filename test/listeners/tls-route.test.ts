@@ -8,7 +8,6 @@
 import t, { type Test } from 'tap'
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import tls from 'node:tls'
 import { fileURLToPath } from 'node:url'
@@ -18,7 +17,7 @@ import { createCa, serverCert, type TestCa } from '../helpers/pki.ts'
 import { serverTls } from '../helpers/table-builder.ts'
 import {
   clusterTls, collect, connect, echoServer, freePort, l4Cluster, l4Route, listenOn, metricValue, recordingServer,
-  sniIndex, startPlane, table, tlsConnect, tlsPort, until, within,
+  silentProxy, sniIndex, startPlane, table, tlsConnect, tlsPort, until, within,
 } from './tcp-fixtures.ts'
 
 configureLogger({ level: 'silent' })
@@ -194,8 +193,7 @@ t.test('openssl s_client with stdin piped, through passthrough and terminate', a
 for (const mode of ['Passthrough', 'Terminate'] as const) {
   t.test(`${mode.toLowerCase()}: a client that resets while its backend is dialled stops the dial`, async (t) => {
     // The backend is reached through an upstream CONNECT proxy that accepts and never answers.
-    const accepted: net.Socket[] = []
-    const proxyPort = await listenOn(t, net.createServer((s) => { accepted.push(s); s.on('error', () => {}); s.resume() }))
+    const { port: proxyPort, accepted } = await silentProxy(t)
     const ca = createCa('reset during dial CA')
     const cert = serverCert(ca, ['db.example.com'])
     const terminate = mode === 'Terminate' ? { ...serverTls([{ hostname: 'db.example.com', certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }]), alpn: [] } : null
