@@ -211,6 +211,34 @@ export async function scenarioH2(ctx: BenchContext): Promise<void> {
   })
   addRows(ctx, 'h2 small', results, 0, 'h2c c=8 m=16')
   compareAll(ctx, 'h2 small', 'throughput', 'rps', results, (r) => r.rps, null)
+  const peak = results.get('sallyport')?.rps
+  if (peak !== undefined && peak >= 20) await h2AtHalfPeak(ctx, peak)
+}
+
+/**
+ * HTTP/2 (h2c) at half of sallyport's own h2 peak, from independent clients
+ * with one stream each (h2load.ts runH2loadSpread), sallyport and nginx-proxy
+ * at the same rate. h2load's own `--rps` with `-m 16` sends its requests in
+ * bursts (a few dozen in the same millisecond), so its p99 would measure how
+ * long a proxy takes to clear a burst. No direct baseline: the origin nginx
+ * answers one-stream h2c connections only after its delayed ACKs (~44 ms).
+ */
+async function h2AtHalfPeak(ctx: BenchContext, peak: number): Promise<void> {
+  const targets = [ctx.nginxProxyH2c, ctx.sallyport].filter((t): t is Target => t !== null)
+  const perClient = Math.max(1, Math.round(peak / 2 / LATENCY_CLIENTS))
+  const rate = perClient * LATENCY_CLIENTS
+  const results = await measure(ctx, 'h2 fixed-rate', targets, '/small', {
+    h1: false, clients: LATENCY_CLIENTS, streams: 1, durationS: ctx.durationS * 2, warmupS: 1, rpsPerClient: perClient, dataFile: null, spread: true,
+  })
+  addRows(ctx, 'h2 fixed-rate', results, 0, `${rate} req/s offered (half of sallyport's h2 peak) by ${LATENCY_CLIENTS} independent h2c clients, one stream each`)
+  const s = results.get('sallyport')
+  const n = results.get('nginx-proxy')
+  if (s !== undefined && n !== undefined) ctx.comparisons.push(delta(`h2 @${rate} rps`, 'p99', 'ms', 'sallyport', s.p99Ms, 'nginx-proxy', n.p99Ms, null))
+  const busy = [...results].flatMap(([name, r]) => {
+    const pct = busyPct(r)
+    return pct === null ? [] : [`${name} ${pct} %`]
+  })
+  if (busy.length > 0) ctx.notes.push({ scenario: `h2 @${rate} rps`, text: `core busy at this rate (req/s x CPU per request): ${busy.join(', ')}` })
 }
 
 /** 1 MiB response bodies (download) and 1 MiB request bodies (upload), HTTP/1.1. */
