@@ -1,7 +1,8 @@
 // One client connection on a TCP or TLS listener, from route to close: choose
 // a backend by weight, dial it (the next endpoint on connect failure, then the
 // next backend), splice, and account for it once — metrics and one access-log
-// line — however it ends.
+// line — however it ends. A client that resets while its backend is still
+// being dialled stops the dial (and frees its circuit-breaker slot) at once.
 //
 // Backend choice: smooth weighted round robin over the route's backendRefs
 // (state per L4Route object, so a new table starts fresh); weight 0 gets no
