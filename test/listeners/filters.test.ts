@@ -48,6 +48,31 @@ t.test('header modifiers: rule then backend, request and response; hop-by-hop st
   t.equal(r.headers['x-upstream'], undefined)
 })
 
+t.test('an HTTP/2 client gets the response fields as given, without those HTTP/2 forbids', async (t) => {
+  const up = await echoH1(t, 'h1', (_req, res) => {
+    res.setHeader('set-cookie', ['a=1', 'b=2'])
+    res.setHeader('x-up', 'yes')
+    res.setHeader('content-type', 'text/plain')
+    res.end('body')
+  })
+  const port = await freePort()
+  // A filter setting connection-specific fields (a table built by hand: compile would not say no to them either).
+  const forbidden = [['keep-alive', 'timeout=5'], ['proxy-connection', 'keep-alive'], ['upgrade', 'h2c'], ['transfer-encoding', 'chunked'], ['connection', 'close']] as Array<[string, string]>
+  await startPlane(t, buildTable({
+    [port]: { routes: [{ name: 'r', rules: [{ responseHeaders: { set: [...forbidden, ['x-resp', 'rule']], add: [['x-resp', 'more']], remove: [] }, backends: [{ cluster: 'c' }] }] }] },
+  }, [cluster('c', up.port)]))
+  const r = await h2(port, { path: '/fields' })
+  t.equal(r.status, 200)
+  t.equal(r.body, 'body')
+  t.same(r.headers['set-cookie'], ['a=1', 'b=2'], 'a repeated field stays repeated')
+  t.equal(r.headers['x-up'], 'yes')
+  t.equal(r.headers['x-resp'], 'rule,more')
+  t.equal(r.headers['content-type'], 'text/plain')
+  for (const [name] of forbidden) t.equal(r.headers[name], undefined, `${name} not sent over HTTP/2`)
+  const again = await h2(port, { path: '/fields' })
+  t.equal(again.headers['x-resp'], 'rule,more', 'the next response the same (nothing shared was changed)')
+})
+
 t.test('loop detection: our id already in x-sallyport-hops → 508', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
