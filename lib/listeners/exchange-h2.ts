@@ -23,9 +23,8 @@ function noop(): void {}
  * first, without those HTTP/2 forbids. node keeps what `respond` is given on the
  * stream for the stream's life: given an object, it copies it into a fresh one
  * first (and deleting the forbidden fields from ours made ours a dictionary);
- * a list it keeps as it is. Under load the headers of streams still waiting
- * outlive minor collections, so this is what gets promoted to the old
- * generation: `bench/alloc-profile.ts --h2 --survivors`.
+ * a list it keeps as it is. `bench/alloc-profile.ts --h2`: 16.3–16.7 KiB
+ * allocated per request against 17.9–18.3 with the object.
  */
 function responseFields(status: number, headers: OutgoingHeaders): string[] {
   const out = [':status', String(status)]
