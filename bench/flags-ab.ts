@@ -10,7 +10,12 @@
 // flag move the p99 tail?"): a single run of run.ts has one sallyport.
 //
 //   node bench/flags-ab.ts --variant 'base=' --variant 'noscav=--no-parallel-scavenge'
-//        [--rounds 5] [--duration 6] [--rate N] [--access-log on|off]
+//        [--rounds 5] [--duration 6] [--rate N] [--access-log on|off] [--h2]
+//
+// `--h2` loads h2c instead (prior knowledge, one stream per client; the peak
+// from 8 connections of 16 streams, as run.ts's h2c rounds). There is no direct
+// baseline then (the origin nginx answers one-stream h2c connections only after
+// its delayed ACKs), so the p99 is printed as measured, not as added.
 //
 // A variant's text after '=' is Node flags added after the image's own
 // (--max-semi-space-size=8); a word 'NAME=VALUE' sets an environment variable
@@ -37,6 +42,7 @@ const { values } = parseArgs({
     rate: { type: 'string' },
     clients: { type: 'string', default: '16' },
     'access-log': { type: 'string', default: 'on' },
+    h2: { type: 'boolean', default: false },
   },
 })
 
@@ -63,6 +69,7 @@ if (variants.length === 0) variants.push({ name: 'base', flags: [], env: {}, bin
 const rounds = Math.max(1, Math.min(20, Number(values.rounds)))
 const durationS = Math.max(2, Math.min(60, Number(values.duration)))
 const clients = Math.max(1, Math.min(64, Number(values.clients)))
+const h1 = values.h2 !== true
 const pin = hasTaskset && coreCount() >= 2
 const SUT = pin ? '0' : null
 const LOAD = pin ? '1' : null
@@ -99,7 +106,7 @@ async function main(): Promise<void> {
   }
   const url = (port: number): string => `http://127.0.0.1:${port}/small`
   const closed = (port: number, label: string, s: number): Promise<LoadResult> => runH2load({
-    h1: true, clients: 32, streams: 1, durationS: s, warmupS: 0, rpsPerClient: null, dataFile: null, url: url(port), label, tmpDir: tmp, cores: LOAD,
+    h1, clients: h1 ? 32 : 8, streams: h1 ? 1 : 16, durationS: s, warmupS: 0, rpsPerClient: null, dataFile: null, url: url(port), label, tmpDir: tmp, cores: LOAD,
   })
   for (const g of gws) await closed(g.port, `warm-up ${g.v.name}`, 8)
   let rate = values.rate === undefined ? NaN : Number(values.rate)
@@ -112,15 +119,15 @@ async function main(): Promise<void> {
   }
   const perClient = Math.max(1, Math.round(rate / clients))
   const atRate = (port: number, label: string): Promise<LoadResult> => runH2loadSpread({
-    h1: true, clients, streams: 1, durationS, warmupS: 1, rpsPerClient: perClient, dataFile: null, url: url(port), label, tmpDir: tmp, cores: LOAD,
+    h1, clients, streams: 1, durationS, warmupS: 1, rpsPerClient: perClient, dataFile: null, url: url(port), label, tmpDir: tmp, cores: LOAD,
   })
   const p99: Map<string, number[]> = new Map()
   const cpu: Map<string, number[]> = new Map()
   const cpuUser: Map<string, number[]> = new Map()
   const push = (m: Map<string, number[]>, k: string, x: number): void => { m.set(k, [...(m.get(k) ?? []), x]) }
   for (let r = 0; r < rounds; r++) {
-    const d = await atRate(originPorts.h1, 'direct')
-    push(p99, 'direct', d.p99Ms)
+    const d = h1 ? await atRate(originPorts.h1, 'direct') : null
+    push(p99, 'direct', d?.p99Ms ?? 0)
     for (const g of gws) {
       const pid = g.proc.child.pid ?? 0
       const before = cpuMsOf(pid)
@@ -131,14 +138,14 @@ async function main(): Promise<void> {
       push(p99, g.v.name, res.p99Ms)
       push(cpu, g.v.name, user + sys)
       push(cpuUser, g.v.name, user)
-      process.stderr.write(`round ${r + 1} ${g.v.name}: ${Math.round(res.rps)} req/s p99 ${res.p99Ms.toFixed(3)} ms, ${(user + sys).toFixed(0)} µs CPU/req (user ${user.toFixed(0)}) (direct ${d.p99Ms.toFixed(3)})\n`)
+      process.stderr.write(`round ${r + 1} ${g.v.name}: ${Math.round(res.rps)} req/s p99 ${res.p99Ms.toFixed(3)} ms, ${(user + sys).toFixed(0)} µs CPU/req (user ${user.toFixed(0)}) ${d === null ? '' : ` (direct ${d.p99Ms.toFixed(3)})`}\n`)
     }
   }
   const directMed = median(p99.get('direct') ?? [0])
-  process.stdout.write(`fixed rate ${perClient * clients} req/s, ${clients} independent clients, ${rounds} rounds of ${durationS} s; direct p99 median ${directMed.toFixed(3)} ms\n`)
+  process.stdout.write(`fixed rate ${perClient * clients} req/s ${h1 ? 'HTTP/1.1' : 'h2c'}, ${clients} independent clients, ${rounds} rounds of ${durationS} s; ${h1 ? `direct p99 median ${directMed.toFixed(3)} ms` : 'no direct baseline: p99 as measured'}\n`)
   for (const g of gws) {
     const xs = p99.get(g.v.name) ?? []
-    process.stdout.write(`${g.v.name.padEnd(12)} p99 added (median) +${(median(xs) - directMed).toFixed(3)} ms; rounds ${xs.map((x) => x.toFixed(2)).join(' ')}; CPU ${median(cpu.get(g.v.name) ?? [0]).toFixed(0)} µs/req (user ${median(cpuUser.get(g.v.name) ?? [0]).toFixed(0)}); flags ${[...Object.entries(g.v.env).map(([k, v]) => `${k}=${v}`), ...g.v.flags].join(' ') || '(image defaults)'}${g.v.bin === undefined ? '' : `; ${g.v.bin}`}\n`)
+    process.stdout.write(`${g.v.name.padEnd(12)} p99 ${h1 ? 'added ' : ''}(median) ${h1 ? '+' : ''}${(median(xs) - directMed).toFixed(3)} ms; rounds ${xs.map((x) => x.toFixed(2)).join(' ')}; CPU ${median(cpu.get(g.v.name) ?? [0]).toFixed(0)} µs/req (user ${median(cpuUser.get(g.v.name) ?? [0]).toFixed(0)}); flags ${[...Object.entries(g.v.env).map(([k, v]) => `${k}=${v}`), ...g.v.flags].join(' ') || '(image defaults)'}${g.v.bin === undefined ? '' : `; ${g.v.bin}`}\n`)
   }
   for (const p of procs) await stopProc(p)
   if (process.env.SALLYPORT_BENCH_KEEP === '1') process.stderr.write(`kept ${tmp} (sallyport-N.log per variant)\n`)
