@@ -22,7 +22,18 @@ const records: Array<[string, AccessRecord]> = [
   ['a long path', { ...base, path: '/' + 'p\u00e9'.repeat(5000) }],
   ['userinfo left out', { ...base, authority: 'user:secret@api.example.test' }],
   ['tiny and huge numbers', { ...base, durationMs: 1e-7, bytesOut: 2 ** 53 - 1 }],
+  ['numbers past the safe integers and not rounded', { ...base, durationMs: 2 ** 53 + 2, upstreamMs: 0.1 + 0.2, bytesIn: 1e21, bytesOut: 123456.7891 }],
+  // Durations as the request path rounds them (to the microsecond): the
+  // numbers are written without a string (a string per duration outlived the
+  // minor GCs in V8's number-to-string cache), so every shape of them is here.
+  ...[0, 0.001, 0.01, 0.1, 0.02, 0.25, 0.5, 1, 1.001, 1.01, 1.1, 9.999, 10, 99.9, 100.05, 999.999, 1000, 1234.5, 65535.123, 999999999.999, 1e9, 1e9 + 0.5, 1e12 + 0.125]
+    .map((ms): [string, AccessRecord] => [`duration ${ms}`, { ...base, durationMs: ms, upstreamMs: ms / 2 }]),
 ]
+// Random durations in every range the gateway sees, rounded as forward.ts rounds them.
+for (let i = 0; i < 300; i++) {
+  const raw = Math.random() * 10 ** (i % 8 - 2)
+  records.push([`random duration ${i}`, { ...base, durationMs: Math.round(raw * 1000) / 1000, upstreamMs: Math.round(raw * 500) / 1000, bytesOut: Math.floor(raw * 1e4) }])
+}
 
 /** What pino writes for the record at the same time. */
 function pinoLine(r: AccessRecord, time: string): string {
