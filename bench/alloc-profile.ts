@@ -1,4 +1,4 @@
-// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2] [--callers FUNCTION] [--survivors] [--access-log on|off]`
+// `node bench/alloc-profile.ts [--seconds 5] [--clients 16] [--h2] [--rate N] [--callers FUNCTION] [--survivors] [--access-log on|off]`
 // — where sallyport's garbage comes from, per request.
 //
 // Starts the nginx origin (core 1) and sallyport (core 0, the bench's config
@@ -9,6 +9,11 @@
 // it busy. Prints bytes allocated per request and the top allocation sites by
 // function and by file. Fewer bytes per request means fewer minor GCs: less
 // CPU and fewer requests caught behind a GC pause (README, "Data-path performance").
+//
+// --rate N samples at a fixed rate instead of saturation: N req/s from
+// --clients independent clients with one stream each (as bench/flags-ab.ts and
+// run.ts's fixed-rate scenarios offer it), where what outlives a minor GC
+// differs (a queued stream lives long under saturation, not at a fixed rate).
 //
 // --survivors samples only what outlives the minor GCs (objects a minor GC
 // freed are left out): what gets promoted to the old generation, whose growth
@@ -22,7 +27,7 @@ import { findNginx, startNginx, writeOriginConfig } from './e2e/nginx.ts'
 import { REPO_ROOT, startGateway, writeGatewayConfig } from './e2e/gateway.ts'
 import { freePort, memoryCgroup, stopProc } from './e2e/procs.ts'
 import type { Proc } from './e2e/procs.ts'
-import { runH2load } from './e2e/h2load.ts'
+import { runH2load, runH2loadSpread } from './e2e/h2load.ts'
 import { shortUrl } from './e2e/profile.ts'
 
 const { values } = parseArgs({
@@ -33,12 +38,14 @@ const { values } = parseArgs({
     callers: { type: 'string' },
     survivors: { type: 'boolean', default: false },
     'access-log': { type: 'string', default: 'on' },
+    rate: { type: 'string' },
   },
 })
 const seconds = Number(values.seconds)
 const clients = Number(values.clients)
-if (!(seconds > 0 && seconds <= 60) || !(clients > 0 && clients <= 256)) {
-  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2] [--callers FUNCTION] [--survivors] [--access-log on|off]\n')
+const rate = values.rate === undefined ? null : Number(values.rate)
+if (!(seconds > 0 && seconds <= 60) || !(clients > 0 && clients <= 256) || (rate !== null && !(rate >= clients && rate <= 1e6))) {
+  process.stderr.write('usage: node bench/alloc-profile.ts [--seconds 1..60] [--clients 1..256] [--h2] [--rate N (>= clients)] [--callers FUNCTION] [--survivors] [--access-log on|off]\n')
   process.exit(2)
 }
 
@@ -107,12 +114,16 @@ async function main(): Promise<number> {
       url: `http://127.0.0.1:${listenPort}/small`, h1: values.h2 !== true, clients: values.h2 === true ? 8 : clients,
       streams: values.h2 === true ? 16 : 1, durationS, warmupS: 0, rpsPerClient: null, dataFile: null, cores: '1', tmpDir: tmp, label: 'alloc',
     })
+    const atRate = (durationS: number, perSecond: number): ReturnType<typeof runH2load> => runH2loadSpread({
+      url: `http://127.0.0.1:${listenPort}/small`, h1: values.h2 !== true, clients, streams: 1, durationS, warmupS: 0,
+      rpsPerClient: Math.max(1, Math.round(perSecond / clients)), dataFile: null, cores: '1', tmpDir: tmp, label: 'alloc',
+    })
     await load(6) // warm-up: the JIT's steady state, a grown young generation
 
     const inspector = await Inspector.connect(inspectPort)
     await inspector.call('HeapProfiler.enable')
     await inspector.call('HeapProfiler.startSampling', { samplingInterval: 512, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !values.survivors })
-    const result = await load(seconds)
+    const result = rate === null ? await load(seconds) : await atRate(seconds, rate)
     if (values.survivors) {
       // What the young generation still holds when the load stops is mostly
       // garbage no minor GC has visited yet: two of them (the second promotes
@@ -143,7 +154,7 @@ async function main(): Promise<number> {
     }
     walk(profile.head, [])
     const out: string[] = []
-    out.push(`sallyport ${values.survivors ? 'allocations that outlived minor GCs' : 'allocations'} under ${values.h2 === true ? 'h2c (8 connections x 16 streams)' : `HTTP/1.1 (${clients} keep-alive clients)`}, ${seconds} s sampled`)
+    out.push(`sallyport ${values.survivors ? 'allocations that outlived minor GCs' : 'allocations'} under ${rate !== null ? `${values.h2 === true ? 'h2c' : 'HTTP/1.1'} at ${rate} req/s (${clients} independent clients, one stream each)` : values.h2 === true ? 'h2c (8 connections x 16 streams)' : `HTTP/1.1 (${clients} keep-alive clients)`}, ${seconds} s sampled`)
     out.push(`${result.requests} requests at ${Math.round(result.rps)} req/s; ${(total / 1048576).toFixed(1)} MiB allocated (sampled estimate): ${(total / Math.max(1, result.requests) / 1024).toFixed(1)} KiB per request`)
     const top = (m: Map<string, number>, n: number): void => {
       for (const [k, v] of [...m].sort((a, b) => b[1] - a[1]).slice(0, n)) out.push(`  ${(100 * v / total).toFixed(1).padStart(5)} %  ${k}`)
