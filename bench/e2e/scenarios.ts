@@ -153,11 +153,17 @@ function compareLatency(ctx: BenchContext, scenario: string, results: Map<string
   if (proxy !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'nginx-proxy', proxy.p99Ms, 'direct', direct.p99Ms, null))
   const floor = results.get('node-minimal')
   if (floor !== undefined) ctx.comparisons.push(delta(scenario, 'p99 added', 'ms', 'node-minimal', floor.p99Ms, 'direct', direct.p99Ms, null))
-  // A fixed rate's p99 is mostly queueing, which grows steeply with how busy the
-  // proxy's one core is at that rate: say how busy each was.
-  const busy = ['nginx-proxy', 'node-minimal', 'sallyport'].flatMap((name) => {
-    const r = results.get(name)
-    const pct = r === undefined ? null : busyPct(r)
+  noteCoreBusy(ctx, scenario, results)
+}
+
+/**
+ * A fixed rate's p99 is mostly queueing, which grows steeply with how busy the
+ * proxy's one core is at that rate: say how busy each target was (those whose
+ * CPU was measured: the proxies, not the direct baseline).
+ */
+function noteCoreBusy(ctx: BenchContext, scenario: string, results: Map<string, LoadResult>): void {
+  const busy = [...results].flatMap(([name, r]) => {
+    const pct = busyPct(r)
     return pct === null ? [] : [`${name} ${pct} %`]
   })
   if (busy.length > 0) ctx.notes.push({ scenario, text: `core busy at this rate (req/s x CPU per request): ${busy.join(', ')}` })
@@ -234,11 +240,7 @@ async function h2AtHalfPeak(ctx: BenchContext, peak: number): Promise<void> {
   const s = results.get('sallyport')
   const n = results.get('nginx-proxy')
   if (s !== undefined && n !== undefined) ctx.comparisons.push(delta(`h2 @${rate} rps`, 'p99', 'ms', 'sallyport', s.p99Ms, 'nginx-proxy', n.p99Ms, null))
-  const busy = [...results].flatMap(([name, r]) => {
-    const pct = busyPct(r)
-    return pct === null ? [] : [`${name} ${pct} %`]
-  })
-  if (busy.length > 0) ctx.notes.push({ scenario: `h2 @${rate} rps`, text: `core busy at this rate (req/s x CPU per request): ${busy.join(', ')}` })
+  noteCoreBusy(ctx, `h2 @${rate} rps`, results)
 }
 
 /** 1 MiB response bodies (download) and 1 MiB request bodies (upload), HTTP/1.1. */
