@@ -20,7 +20,7 @@ import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
-import { freePort, metricValue, silentProxy, startPlane } from './tcp-fixtures.ts'
+import { freePort, metricValue, silentProxy, startPlane, until, within } from './tcp-fixtures.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
 import { curl, gatewayYaml } from '../e2e/harness.ts'
 
@@ -300,10 +300,10 @@ t.test('an HTTP/2 CONNECT cancelled while its destination is dialled stops the d
   t.teardown(() => session.destroy())
   const stream = session.request({ ':method': 'CONNECT', ':authority': 'stuck.example.test:443' })
   stream.on('error', () => {})
-  while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  await until(() => accepted.length === 1, 5000, 'the dial through the upstream proxy')
   const closed = new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true)))
   stream.close(http2.constants.NGHTTP2_CANCEL)
-  const stopped = await Promise.race([closed, new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 10_000))])
+  const stopped = await within(closed, 10_000, 'the abandoned dial closing')
   t.ok(stopped, 'the connection to the upstream proxy closed with the cancelled stream')
   t.equal(accepted.length, 1, 'and no other was opened')
   t.equal(await metricValue('sallyport_l4_connections_total', { route: 'default/stuck', code: 'client_reset' }), 1, 'counted as a reset by the client')
@@ -314,10 +314,10 @@ t.test('an HTTP/1.1 CONNECT whose client resets while its destination is dialled
   const client = net.connect(gwPort, '127.0.0.1')
   client.on('error', () => {})
   client.write('CONNECT stuck.example.test:443 HTTP/1.1\r\nhost: stuck.example.test:443\r\n\r\n')
-  while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  await until(() => accepted.length === 1, 5000, 'the dial through the upstream proxy')
   const closed = new Promise<boolean>((resolve) => accepted[0].once('close', () => resolve(true)))
   client.resetAndDestroy()
-  const stopped = await Promise.race([closed, new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 10_000))])
+  const stopped = await within(closed, 10_000, 'the abandoned dial closing')
   t.ok(stopped, 'the connection to the upstream proxy closed with the client')
   t.equal(accepted.length, 1, 'and no other was opened')
   t.equal(await metricValue('sallyport_l4_connections_total', { route: 'default/stuck', code: 'client_reset' }), 2, 'counted as a reset by the client (the HTTP/2 test counted the first)')

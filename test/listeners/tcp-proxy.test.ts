@@ -18,6 +18,9 @@ import {
 
 configureLogger({ level: 'silent' })
 
+/** A circuit breaker allowing one connection, nothing else limited. */
+const oneConnection = { maxConnections: 1, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null }
+
 t.test('64 MiB both ways through a TCP listener, byte-exact (sha256)', async (t) => {
   const echo = await echoServer(t)
   const port = await freePort()
@@ -161,7 +164,7 @@ t.test('listener maxConnections and the backend circuitBreaker.maxConnections', 
     tcpPort(p2, l4Route('breaker', [{ cluster: 'e2' }])),
   ], [
     l4Cluster('e1', [echo.port]),
-    l4Cluster('e2', [echo.port], { circuitBreaker: { maxConnections: 1, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null } }),
+    l4Cluster('e2', [echo.port], { circuitBreaker: oneConnection }),
   ]), { l4Limits: { maxConnections: 2 } })
 
   const open: net.Socket[] = []
@@ -277,8 +280,6 @@ t.test('a table swap keeps open connections on their table; new connections foll
   t.equal(got.data.toString(), 'Astill A?', 'the old connection kept its upstream (greeting, then echo) until drained')
   t.not(got.how, 'timeout', 'drain closed it after the grace period')
 })
-
-const oneConnection = { maxConnections: 1, maxPendingRequests: null, maxParallelRequests: null, maxParallelRetries: null, maxRequestsPerConnection: null }
 
 t.test('a client that resets while its backend is dialled stops the dial and frees its circuit-breaker slot', async (t) => {
   const proxy = await silentProxy(t)
