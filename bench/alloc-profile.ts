@@ -8,7 +8,7 @@
 // included (what a minor GC sweeps is what this measures), while h2load keeps
 // it busy. Prints bytes allocated per request and the top allocation sites by
 // function and by file. Fewer bytes per request means fewer minor GCs: less
-// CPU and fewer requests caught behind a GC pause (README, "Data-path performance").
+// CPU and fewer requests caught behind a GC pause (bench/RESULTS.md).
 //
 // --rate N samples at a fixed rate instead of saturation: N req/s from
 // --clients independent clients with one stream each (as bench/flags-ab.ts and

@@ -2,7 +2,7 @@
 // modules as plain JavaScript (tsc, types erased, relative `.ts` imports
 // rewritten to `.js`) beside the files they read at run time (schemas/, the
 // quickstart fixtures, package.json). Node then loads no TypeScript stripper,
-// which is about 30 MB of resident memory (README "Memory"). The Dockerfile
+// which is about 30 MB of resident memory (bench/RESULTS.md, Memory). The Dockerfile
 // and bench/ run dist/; `npm start`, `npm test` and development run the
 // TypeScript directly.
 

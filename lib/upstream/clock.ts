@@ -3,7 +3,7 @@
 // upload progress), then the idle clock from the response head on (restarted by
 // every body chunk, and on resume). 0 ms is no clock, as for HTTP/2 streams.
 // One timer at a time; a cleared one dies young (undici's parser timer stayed in
-// its timer list for up to 500 ms and was promoted under load: README, Memory).
+// its timer list for up to 500 ms and was promoted under load: bench/RESULTS.md, Memory).
 // Used by sallyport's own connections (h1-client.ts) and by the undici attempts
 // (h1-pool.ts).
 
