@@ -17,6 +17,37 @@ export function clientIp(address: string | undefined): string {
   return address.startsWith('::ffff:') && address.indexOf('.') !== -1 ? address.slice(7) : address
 }
 
+/**
+ * What node's HTTP/1.1 parser lets through and RFC 9112 has a server refuse:
+ * more than one Host line (§3.2: node keeps the first and drops the rest, so
+ * the gateway and whatever sits in front of it could route one request by two
+ * hosts) and Transfer-Encoding in an HTTP/1.0 request (§6.1: faulty framing,
+ * where node reads the chunks). Null: the head is fine. The fast path
+ * (h1-fast.ts) sends every such head here: it takes no repeated field and no
+ * HTTP/1.0.
+ */
+export function refusedHead(req: IncomingMessage): string | null {
+  if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) return 'Transfer-Encoding in an HTTP/1.0 request'
+  const raw = req.rawHeaders
+  let hosts = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return 'more than one Host field'
+  }
+  return null
+}
+
+/** The body of the 400 a refused head gets: what was wrong with it. */
+export function refusedBody(reason: string): string {
+  return `bad request: ${reason}\n`
+}
+
+/** That 400 as raw bytes (for a socket node handed over), the connection closing after it. */
+export function refusedResponse(reason: string): string {
+  const body = refusedBody(reason)
+  return `HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+}
+
 /** RFC 9112 §6.3: a request has a body iff it carries Content-Length (> 0) or Transfer-Encoding. */
 export function hasBody(req: IncomingMessage): boolean {
   const h = req.headers

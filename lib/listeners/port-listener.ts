@@ -22,7 +22,7 @@ import type { Exchange } from '../router/exchange.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, UpgradeExchange, clientIp } from './exchange-h1.ts'
+import { H1Exchange, UpgradeExchange, clientIp, refusedBody, refusedHead, refusedResponse } from './exchange-h1.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
@@ -271,6 +271,8 @@ export class PortListener {
 
   // hot path
   #onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const refused = refusedHead(req)
+    if (refused !== null) { refuseResponse(res, refused); return }
     if (this.#closing) res.shouldKeepAlive = false
     this.#serve(new H1Exchange(req, res, this.port, this.#scheme))
   }
@@ -292,6 +294,8 @@ export class PortListener {
   }
 
   #onUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    const refused = refusedHead(req)
+    if (refused !== null) { refuse(socket, refused); return }
     const token = (req.headers.upgrade ?? '').toLowerCase()
     if (token === 'h2c') {
       this.#toH2(upgradeH2c(req, socket, head), clientIp(socket.remoteAddress))
@@ -310,6 +314,8 @@ export class PortListener {
   }
 
   #onConnect = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    const refused = refusedHead(req)
+    if (refused !== null) { refuse(socket, refused); return }
     const table = this.#plane.current()
     socket.on('error', noop)
     if (table === null) { socket.destroy(); return }
@@ -398,6 +404,22 @@ function headerListSize(raw: readonly string[]): number {
   let size = 0
   for (let i = 0; i < raw.length; i++) size += raw[i].length
   return size + (raw.length >> 1) * 32
+}
+
+/** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400, then the connection closes, its body unread. */
+function refuseResponse(res: ServerResponse, reason: string): void {
+  log.debug({ reason }, 'request refused')
+  const body = refusedBody(reason)
+  res.shouldKeepAlive = false
+  res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+}
+
+/** The same for a request node hands over with its socket (Upgrade, CONNECT). */
+function refuse(socket: Socket, reason: string): void {
+  log.debug({ reason }, 'request refused')
+  socket.on('error', noop)
+  if (socket.writable) socket.end(refusedResponse(reason))
+  else socket.destroy()
 }
 
 function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
