@@ -349,6 +349,15 @@ export class PortListener {
       stream.respond({ ':status': 431 }, { endStream: true })
       return
     }
+    // RFC 9113 §8.3.1: a Host field naming another host than :authority makes the request malformed
+    // (sallyport routes by :authority; a proxy in front may have taken the Host).
+    const host = headers.host
+    if (host !== undefined && hostDiffers(host, headers[':authority'])) {
+      log.debug({ reason: 'Host differs from :authority' }, 'request refused')
+      stream.respond({ ':status': 400, 'content-type': 'text/plain; charset=utf-8' })
+      stream.end(refusedBody('Host differs from :authority'))
+      return
+    }
     // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
     if (headers[':method'] === 'CONNECT' && headers[':protocol'] === undefined) {
       openTunnel(h2Client(stream, info?.address ?? ''), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
@@ -359,6 +368,13 @@ export class PortListener {
 }
 
 function noop(): void {}
+
+/** Whether an HTTP/2 request's Host field names another host than its :authority (case aside). */
+function hostDiffers(host: string, authority: string | string[] | undefined): boolean {
+  return typeof authority === 'string' && host.length === authority.length
+    ? host.toLowerCase() !== authority.toLowerCase()
+    : authority !== undefined
+}
 
 /** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */
 const GOAWAY_PROBE_MS = 2000

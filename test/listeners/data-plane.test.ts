@@ -75,3 +75,15 @@ t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async
   t.equal((await h2(port, { headers: { 'x-many': many as unknown as string } })).status, 431, 'HTTP/2: a repeated field counts once per field')
   t.equal((await h1(port)).status, 200, 'normal requests still pass')
 })
+
+t.test('HTTP/2: a Host field that names another host than :authority is a 400 (RFC 9113 §8.3.1)', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const differs = await h2(port, { host: 'example.com', headers: { host: 'other.example' } })
+  t.equal(differs.status, 400)
+  t.equal(differs.body, 'bad request: Host differs from :authority\n', 'the body says why')
+  t.equal(up.seen.length, 0, 'nothing was forwarded')
+  t.equal((await h2(port, { host: 'example.com', headers: { host: 'EXAMPLE.com' } })).status, 200, 'the same host in another case passes')
+  t.equal((await h2(port, { host: 'example.com' })).status, 200, 'no Host field passes')
+})
