@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import { Readable } from 'node:stream'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
+import { normalizePath } from './path.ts'
 import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import { Cancel } from '../upstream/cancel.ts'
@@ -38,6 +39,7 @@ export interface RouterEnv {
 
 /** Short text bodies naming the reason; stable, for humans and tests. */
 const REASONS: Partial<Record<ErrorCode, string>> = {
+  SP_ERR_BAD_REQUEST: 'bad request',
   SP_ERR_NO_ROUTE: 'no route',
   SP_ERR_BACKEND_INVALID: 'backend unresolved',
   SP_ERR_NO_HEALTHY_UPSTREAM: 'no endpoint available',
@@ -146,10 +148,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       }
     }
     const q = target.indexOf('?')
-    this.path = q === -1 ? target : target.slice(0, q)
     this.query = q === -1 ? null : target.slice(q + 1)
     this.authority = authority
     this.host = hostOf(authority)
+    // RFC 3986 normalization (path.ts): the route matches, and the upstream is sent, the same path.
+    const raw = q === -1 ? target : target.slice(0, q)
+    const normalized = normalizePath(raw)
+    this.path = normalized ?? raw
+    if (normalized === null) return this.fail(ErrorCode.BAD_REQUEST, 'malformed percent-encoding in the path')
 
     const entry = this.table.ports.get(ex.port)
     if (entry === undefined || entry.http === null) return this.fail(ErrorCode.NO_ROUTE)

@@ -60,6 +60,36 @@ t.test('error answers: 404 no route, 500 unresolved backend, 503 no endpoint', a
   t.equal(h2r.status, 503)
 })
 
+t.test('paths are normalized before routing: the route matches what the upstream is sent (RFC 3986)', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({
+    [port]: {
+      routes: [{
+        name: 'r', hostnames: ['example.com'], rules: [
+          { matches: [{ path: { type: 'PathPrefix', value: '/public' } }], backends: [{ cluster: 'c' }] },
+        ],
+      }],
+    },
+  }, [cluster('c', up.port)]))
+  const seen = (): string | undefined => up.seen.at(-1)?.url
+  for (const escape of ['/public/../admin', '/public/%2e%2e/admin', '/public/.%2E/admin', '/public\\..\\admin', '/public/x/../../admin']) {
+    const before = up.seen.length
+    t.equal((await h1(port, { path: escape })).status, 404, `HTTP/1.1 ${escape}: resolves to /admin, which no route serves`)
+    t.equal((await h2(port, { path: escape })).status, 404, `HTTP/2 ${escape}`)
+    t.equal(up.seen.length, before, 'nothing forwarded')
+  }
+  t.equal((await h1(port, { path: '/public/./a/../b?x=/../y' })).status, 200)
+  t.equal(seen(), '/public/b?x=/../y', 'the upstream gets the normalized path; the query is left as it is')
+  t.equal((await h2(port, { path: '/public/%7euser/a%2fb' })).status, 200)
+  t.equal(seen(), '/public/~user/a%2Fb', 'unreserved escapes decoded, an escaped slash kept (upper-cased)')
+  t.equal((await h1(port, { path: '/public//x' })).status, 200)
+  t.equal(seen(), '/public//x', 'repeated slashes kept')
+  const bad = await h1(port, { path: '/public/%zz' })
+  t.equal(bad.status, 400)
+  t.equal(bad.body, 'bad request: malformed percent-encoding in the path\n')
+})
+
 t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
