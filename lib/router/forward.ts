@@ -154,8 +154,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // RFC 3986 normalization (path.ts): the route matches, and the upstream is sent, the same path.
     const raw = q === -1 ? target : target.slice(0, q)
     const normalized = normalizePath(raw)
-    this.path = normalized ?? raw
-    if (normalized === null) return this.fail(ErrorCode.BAD_REQUEST, 'malformed percent-encoding in the path')
+    if (typeof normalized !== 'string') {
+      this.path = raw
+      return this.fail(ErrorCode.BAD_REQUEST, normalized.reason)
+    }
+    this.path = normalized
 
     const entry = this.table.ports.get(ex.port)
     if (entry === undefined || entry.http === null) return this.fail(ErrorCode.NO_ROUTE)

@@ -11,21 +11,40 @@
 //   path; servers that take it as `/` exist);
 // - dot segments are removed (§5.2.4); repeated slashes are kept, as they
 //   are in RFC 3986 (Envoy's merge_slashes is off by default too).
-// A malformed escape (`%` not followed by two hex digits) makes the path
-// invalid: null, and the request is a 400.
+// Refused (a 400): a malformed escape (`%` not followed by two hex digits),
+// and an escaped slash that would make a dot segment if decoded
+// (`/public/x/..%2F../admin`): an upstream that decodes `%2F` before it
+// resolves dot segments would serve a path no route matched, and such a path
+// has no other use.
+
+/** Why a path was refused; the request is answered 400 with the reason. */
+export class PathRefused {
+  readonly reason: string
+  constructor(reason: string) { this.reason = reason }
+}
+
+export const MALFORMED_ESCAPE = new PathRefused('malformed percent-encoding in the path')
+export const ESCAPED_DOT_SEGMENT = new PathRefused('an escaped slash next to a dot segment in the path')
 
 // hot path
-/** The normalized path, `path` itself when nothing changes; null when it has a malformed escape. */
-export function normalizePath(path: string): string | null {
+/** The normalized path (`path` itself when nothing changes), or why it is refused. */
+export function normalizePath(path: string): string | PathRefused {
   if (path.indexOf('%') === -1 && path.indexOf('\\') === -1 && path.indexOf('/.') === -1) return path
   let decoded = path
   if (path.indexOf('%') !== -1 || path.indexOf('\\') !== -1) {
     const d = decodeUnreserved(path)
-    if (d === null) return null
+    if (d === null) return MALFORMED_ESCAPE
     decoded = d
   }
-  return decoded.charCodeAt(0) === 47 /* '/' */ && decoded.indexOf('/.') !== -1 ? removeDotSegments(decoded) : decoded
+  const out = decoded.charCodeAt(0) === 47 /* '/' */ && decoded.indexOf('/.') !== -1 ? removeDotSegments(decoded) : decoded
+  // What dot segments are left after removal are made by escaped slashes.
+  if (out.indexOf('.') !== -1 && ESCAPED_SLASH.test(out) && DOT_SEGMENT.test(out.replace(ESCAPED_SLASHES, '/'))) return ESCAPED_DOT_SEGMENT
+  return out
 }
+
+const ESCAPED_SLASH = /%(?:2F|5C)/
+const ESCAPED_SLASHES = /%(?:2F|5C)/g
+const DOT_SEGMENT = /(?:^|\/)\.\.?(?:\/|$)/
 
 const HEX = '0123456789ABCDEF'
 
