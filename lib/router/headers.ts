@@ -136,3 +136,17 @@ export function hostOf(authority: string): string {
   const host = colon === -1 ? authority : authority.slice(0, colon)
   return host.toLowerCase()
 }
+
+// hot path
+/** Whether `authority`'s port, if it has one, is digits (RFC 3986 §3.2.3: an empty port is allowed). */
+export function portIsNumber(authority: string): boolean {
+  const colon = authority.lastIndexOf(':')
+  if (colon === -1) return true
+  // [v6]:port; a colon inside the brackets is the address's own
+  if (authority.charCodeAt(0) === 91 /* '[' */ && authority.indexOf(']') > colon) return true
+  for (let i = colon + 1; i < authority.length; i++) {
+    const c = authority.charCodeAt(i)
+    if (c < 48 || c > 57) return false
+  }
+  return true
+}

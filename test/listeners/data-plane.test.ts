@@ -90,6 +90,22 @@ t.test('paths are normalized before routing: the route matches what the upstream
   t.equal(bad.body, 'bad request: malformed percent-encoding in the path\n')
 })
 
+t.test('a fragment in the request target and a Host whose port is not a number are 400s', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', hostnames: ['example.com'], rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const fragment = await h1(port, { path: '/a#b' })
+  t.equal(fragment.status, 400)
+  t.equal(fragment.body, 'bad request: a fragment in the request target\n')
+  t.equal((await h2(port, { path: '/a?x=1#b' })).status, 400, 'HTTP/2 too, in the query part as well')
+  const badPort = await h1(port, { host: 'example.com:abc' })
+  t.equal(badPort.status, 400)
+  t.equal(badPort.body, 'bad request: the authority\'s port is not a number\n')
+  t.equal((await h2(port, { host: 'example.com:8x' })).status, 400, 'HTTP/2 :authority too')
+  t.equal(up.seen.length, 0, 'nothing forwarded')
+  for (const host of ['example.com', 'example.com:80', 'example.com:']) t.equal((await h1(port, { host })).status, 200, `Host ${host}`)
+})
+
 t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
