@@ -19,6 +19,7 @@ import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, type RouterEnv } from '../router/forward.ts'
 import type { Exchange } from '../router/exchange.ts'
+import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
@@ -369,11 +370,10 @@ export class PortListener {
 
 function noop(): void {}
 
-/** Whether an HTTP/2 request's Host field names another host than its :authority (case aside). */
+/** Whether an HTTP/2 request's Host field names another host than its :authority (case and port aside: routes match hosts). */
 function hostDiffers(host: string, authority: string | string[] | undefined): boolean {
-  return typeof authority === 'string' && host.length === authority.length
-    ? host.toLowerCase() !== authority.toLowerCase()
-    : authority !== undefined
+  if (authority === undefined) return false
+  return typeof authority !== 'string' || (host !== authority && hostOf(host) !== hostOf(authority))
 }
 
 /** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */

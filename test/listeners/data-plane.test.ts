@@ -131,5 +131,7 @@ t.test('HTTP/2: a Host field that names another host than :authority is a 400 (R
   t.equal(differs.body, 'bad request: Host differs from :authority\n', 'the body says why')
   t.equal(up.seen.length, 0, 'nothing was forwarded')
   t.equal((await h2(port, { host: 'example.com', headers: { host: 'EXAMPLE.com' } })).status, 200, 'the same host in another case passes')
+  t.equal((await h2(port, { host: 'example.com', headers: { host: 'example.com:80' } })).status, 200, 'the same host with a port passes (routes match hosts)')
+  t.equal((await h2(port, { host: 'example.com:8080', headers: { host: 'other.example:8080' } })).status, 400, 'another host with the same port does not')
   t.equal((await h2(port, { host: 'example.com' })).status, 200, 'no Host field passes')
 })
