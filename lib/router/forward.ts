@@ -17,7 +17,7 @@ import { flushLogs } from '../observe/log.ts'
 import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { matchOnPort, type MatchInput } from './match.ts'
-import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop, portIsNumber, stripResponseHopByHop } from './headers.ts'
+import { addForwarded, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { mirrorRequest } from './mirror.ts'
 import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
@@ -151,14 +151,15 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.query = q === -1 ? null : target.slice(q + 1)
     this.authority = authority
     this.host = hostOf(authority)
-    // RFC 9112 §3.2 / RFC 3986: no fragment in a request target, a port is digits.
+    // RFC 9112 §3.2 / RFC 3986: no fragment in a request target, an authority a host and port can be.
     if (target.indexOf('#') !== -1) {
       this.path = target
       return this.fail(ErrorCode.BAD_REQUEST, 'a fragment in the request target')
     }
-    if (!portIsNumber(authority)) {
+    const problem = authorityProblem(authority)
+    if (problem !== null) {
       this.path = target
-      return this.fail(ErrorCode.BAD_REQUEST, 'the authority\'s port is not a number')
+      return this.fail(ErrorCode.BAD_REQUEST, problem)
     }
     // RFC 3986 normalization (path.ts): the route matches, and the upstream is sent, the same path.
     const raw = q === -1 ? target : target.slice(0, q)

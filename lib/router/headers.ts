@@ -138,15 +138,44 @@ export function hostOf(authority: string): string {
 }
 
 // hot path
-/** Whether `authority`'s port, if it has one, is digits (RFC 3986 §3.2.3: an empty port is allowed). */
-export function portIsNumber(authority: string): boolean {
-  const colon = authority.lastIndexOf(':')
-  if (colon === -1) return true
-  // [v6]:port; a colon inside the brackets is the address's own
-  if (authority.charCodeAt(0) === 91 /* '[' */ && authority.indexOf(']') > colon) return true
-  for (let i = colon + 1; i < authority.length; i++) {
-    const c = authority.charCodeAt(i)
-    if (c < 48 || c > 57) return false
+/**
+ * What is wrong with a request's authority (Host or :authority) as RFC 3986
+ * §3.2.2–3 reads one, null when nothing: a host of reg-name characters
+ * (unreserved, %-escapes, sub-delims) or a bracketed IP literal, and a port
+ * of digits (it may be empty). RFC 9112 §3.2 answers an invalid one 400.
+ */
+export function authorityProblem(authority: string): string | null {
+  let end = authority.length
+  let i = 0
+  if (authority.charCodeAt(0) === 91 /* '[' */) {
+    const close = authority.indexOf(']')
+    if (close === -1) return INVALID_HOST
+    for (i = 1; i < close; i++) if (!ipLiteralChar(authority.charCodeAt(i))) return INVALID_HOST
+    i = close + 1
+    if (i < end && authority.charCodeAt(i) !== 58 /* ':' */) return INVALID_HOST
+  } else {
+    const colon = authority.lastIndexOf(':')
+    if (colon !== -1) end = colon
+    for (; i < end; i++) if (!regNameChar(authority.charCodeAt(i))) return INVALID_HOST
+    end = authority.length
   }
-  return true
+  for (i++; i < end; i++) {
+    const c = authority.charCodeAt(i)
+    if (c < 48 || c > 57) return INVALID_PORT
+  }
+  return null
+}
+
+const INVALID_HOST = 'the authority\'s host has a character no host has'
+const INVALID_PORT = 'the authority\'s port is not a number'
+
+/** unreserved / pct-encoded / sub-delims (RFC 3986 §3.2.2 reg-name). */
+function regNameChar(c: number): boolean {
+  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) ||
+    c === 45 || c === 46 || c === 95 || c === 126 || c === 37 || // - . _ ~ %
+    c === 33 || c === 36 || (c >= 38 && c <= 44) || c === 59 || c === 61 // ! $ & ' ( ) * + , ; =
+}
+
+function ipLiteralChar(c: number): boolean {
+  return (c >= 48 && c <= 58) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70) || c === 46 || c === 118 || c === 86 // hex : . v
 }

@@ -90,7 +90,7 @@ t.test('paths are normalized before routing: the route matches what the upstream
   t.equal(bad.body, 'bad request: malformed percent-encoding in the path\n')
 })
 
-t.test('a fragment in the request target and a Host whose port is not a number are 400s', async (t) => {
+t.test('a fragment in the request target and a Host that is no host and port are 400s', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
   await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', hostnames: ['example.com'], rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
@@ -102,8 +102,15 @@ t.test('a fragment in the request target and a Host whose port is not a number a
   t.equal(badPort.status, 400)
   t.equal(badPort.body, 'bad request: the authority\'s port is not a number\n')
   t.equal((await h2(port, { host: 'example.com:8x' })).status, 400, 'HTTP/2 :authority too')
+  for (const host of ['user@example.com', 'example.com x', 'exa/mple.com', '[::1', '[::1]x', '[fe80::1%25eth0]']) {
+    const r = await h1(port, { host })
+    t.equal(r.status, 400, `Host ${host}`)
+    t.equal(r.body, "bad request: the authority's host has a character no host has\n")
+  }
   t.equal(up.seen.length, 0, 'nothing forwarded')
-  for (const host of ['example.com', 'example.com:80', 'example.com:']) t.equal((await h1(port, { host })).status, 200, `Host ${host}`)
+  for (const host of ['example.com', 'EXAMPLE.com:80', 'example.com:']) t.equal((await h1(port, { host })).status, 200, `Host ${host}`)
+  t.equal((await h1(port, { host: '[::1]:80' })).status, 404, 'an IP literal is a host (no route names it)')
+  t.equal((await h1(port, { host: 'a_b-c.example~!$&()*+,;=%41' })).status, 404, 'every reg-name character is a host character')
 })
 
 t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async (t) => {
