@@ -151,23 +151,16 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.query = q === -1 ? null : target.slice(q + 1)
     this.authority = authority
     this.host = hostOf(authority)
-    // RFC 9112 §3.2 / RFC 3986: no fragment in a request target, an authority a host and port can be.
-    if (target.indexOf('#') !== -1) {
-      this.path = target
-      return this.fail(ErrorCode.BAD_REQUEST, 'a fragment in the request target')
-    }
-    const problem = authorityProblem(authority)
-    if (problem !== null) {
-      this.path = target
-      return this.fail(ErrorCode.BAD_REQUEST, problem)
-    }
-    // RFC 3986 normalization (path.ts): the route matches, and the upstream is sent, the same path.
+    // Until it is normalized, the path as it came (what the access line shows for a refused request).
     const raw = q === -1 ? target : target.slice(0, q)
+    this.path = raw
+    // RFC 9112 §3.2 / RFC 3986: no fragment in a request target, an authority a host and port can be.
+    if (target.indexOf('#') !== -1) return this.fail(ErrorCode.BAD_REQUEST, 'a fragment in the request target')
+    const problem = authorityProblem(authority)
+    if (problem !== null) return this.fail(ErrorCode.BAD_REQUEST, problem)
+    // RFC 3986 normalization (path.ts): the route matches, and the upstream is sent, the same path.
     const normalized = normalizePath(raw)
-    if (typeof normalized !== 'string') {
-      this.path = raw
-      return this.fail(ErrorCode.BAD_REQUEST, normalized.reason)
-    }
+    if (typeof normalized !== 'string') return this.fail(ErrorCode.BAD_REQUEST, normalized.reason)
     this.path = normalized
 
     const entry = this.table.ports.get(ex.port)

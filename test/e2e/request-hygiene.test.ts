@@ -60,8 +60,8 @@ spec:
   t.equal(await status(['--http2-prior-knowledge', `${base}/public/./b/../c`]), '200', 'over h2c too')
   t.equal(up.seen.at(-1)?.url, '/public/c', 'normalized before it is forwarded')
   t.equal(await status([`${base}/public/%zz`]), '400', 'a malformed escape is a 400')
-  await cli.waitFor(/"code":"SP_ERR_BAD_REQUEST"/, 5000)
-  t.pass('the access log names the code')
+  await cli.waitFor(/"path":"\/public\/%zz".*"code":"SP_ERR_BAD_REQUEST","reason":"bad request: malformed percent-encoding in the path"/, 5000)
+  t.pass('the access line shows the path as it came, the code and the reason')
 
   const seenBefore = up.seen.length
   const twoHosts = await rawExchange(port, 'GET /public/a HTTP/1.1\r\nHost: api.example.test\r\nHost: other.example.test\r\n\r\n')
