@@ -42,10 +42,14 @@ export function refusedBody(reason: string): string {
   return `bad request: ${reason}\n`
 }
 
-/** That 400 as raw bytes (for a socket node handed over), the connection closing after it. */
-export function refusedResponse(reason: string): string {
-  const body = refusedBody(reason)
-  return `HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+/**
+ * A whole response as raw bytes, for a socket no ServerResponse writes to (one
+ * node handed over, or one its parser gave up on), the connection closing after it.
+ */
+export function closingResponse(status: number, body: string): string {
+  const headers: OutgoingHeaders = { connection: 'close', 'content-length': String(Buffer.byteLength(body)) }
+  if (body !== '') headers['content-type'] = 'text/plain; charset=utf-8'
+  return head(status, headers) + body
 }
 
 /** RFC 9112 §6.3: a request has a body iff it carries Content-Length (> 0) or Transfer-Encoding. */

@@ -23,7 +23,7 @@ import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, UpgradeExchange, clientIp, refusedBody, refusedHead, refusedResponse } from './exchange-h1.ts'
+import { H1Exchange, UpgradeExchange, clientIp, closingResponse, refusedBody, refusedHead } from './exchange-h1.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
@@ -434,7 +434,7 @@ function refuseResponse(res: ServerResponse, reason: string): void {
 function refuse(socket: Socket, reason: string): void {
   log.debug({ reason }, 'request refused')
   socket.on('error', noop)
-  if (socket.writable) socket.end(refusedResponse(reason))
+  if (socket.writable) socket.end(closingResponse(400, refusedBody(reason)))
   else socket.destroy()
 }
 
@@ -442,7 +442,7 @@ function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   // node's defaults would answer 400/431/408 only without a listener; keep them, quietly.
   if (!socket.writable) { socket.destroy(); return }
   const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
-  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`)
+  socket.end(closingResponse(status, ''))
 }
 
 function onTlsError(err: Error): void {

@@ -5,6 +5,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { HeaderEdits } from '../compile/table.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
+import { unreserved } from './path.ts'
 
 /** Connection-specific headers never forwarded (plus any named in Connection). */
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
@@ -171,8 +172,7 @@ const INVALID_PORT = 'the authority\'s port is not a number'
 
 /** unreserved / pct-encoded / sub-delims (RFC 3986 §3.2.2 reg-name). */
 function regNameChar(c: number): boolean {
-  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) ||
-    c === 45 || c === 46 || c === 95 || c === 126 || c === 37 || // - . _ ~ %
+  return unreserved(c) || c === 37 /* % */ ||
     c === 33 || c === 36 || (c >= 38 && c <= 44) || c === 59 || c === 61 // ! $ & ' ( ) * + , ; =
 }
 

@@ -29,13 +29,10 @@ export const ESCAPED_DOT_SEGMENT = new PathRefused('an escaped slash next to a d
 // hot path
 /** The normalized path (`path` itself when nothing changes), or why it is refused. */
 export function normalizePath(path: string): string | PathRefused {
-  if (path.indexOf('%') === -1 && path.indexOf('\\') === -1 && path.indexOf('/.') === -1) return path
-  let decoded = path
-  if (path.indexOf('%') !== -1 || path.indexOf('\\') !== -1) {
-    const d = decodeUnreserved(path)
-    if (d === null) return MALFORMED_ESCAPE
-    decoded = d
-  }
+  const escapes = path.indexOf('%') !== -1 || path.indexOf('\\') !== -1
+  if (!escapes && path.indexOf('/.') === -1) return path
+  const decoded = escapes ? decodeUnreserved(path) : path
+  if (decoded === null) return MALFORMED_ESCAPE
   const out = decoded.charCodeAt(0) === 47 /* '/' */ && decoded.indexOf('/.') !== -1 ? removeDotSegments(decoded) : decoded
   // What dot segments are left after removal are made by escaped slashes.
   if (out.indexOf('.') !== -1 && ESCAPED_SLASH.test(out) && DOT_SEGMENT.test(out.replace(ESCAPED_SLASHES, '/'))) return ESCAPED_DOT_SEGMENT
@@ -54,7 +51,8 @@ function hexValue(c: number): number {
   return l >= 97 && l <= 102 ? l - 87 : -1
 }
 
-function unreserved(c: number): boolean {
+/** RFC 3986 §2.3 unreserved: ALPHA DIGIT - . _ ~ */
+export function unreserved(c: number): boolean {
   return (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c === 45 || c === 46 || c === 95 || c === 126
 }
 
