@@ -20,7 +20,11 @@
 // A variant's text after '=' is Node flags added after the image's own
 // (--max-semi-space-size=8); a word 'NAME=VALUE' sets an environment variable
 // instead, and 'BIN=path/to/dist/bin/sallyport.js' runs another build (an older
-// commit's, say: `git worktree add`, `node scripts/build.ts` there) to A/B code.
+// commit's, say: `git worktree add`, `node scripts/build.ts` there) to A/B code,
+// and 'serve:--flag=value' passes a flag to `sallyport serve`
+// ('serve:--http1-client=undici'). Every variant's process runs for the whole
+// A/B, pinned to core 0 like the others: one that burns CPU while it is not
+// the one loaded (a busy-polling experiment, say) skews every other's rounds.
 
 import { mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
@@ -46,7 +50,7 @@ const { values } = parseArgs({
   },
 })
 
-interface Variant { readonly name: string, readonly flags: string[], readonly env: Record<string, string>, readonly bin: string | undefined }
+interface Variant { readonly name: string, readonly flags: string[], readonly serveArgs: string[], readonly env: Record<string, string>, readonly bin: string | undefined }
 
 function parseVariant(text: string): Variant {
   const eq = text.indexOf('=')
@@ -54,18 +58,20 @@ function parseVariant(text: string): Variant {
   const words = text.slice(eq + 1).split(' ').filter((w) => w !== '')
   const env: Record<string, string> = {}
   const flags: string[] = []
+  const serveArgs: string[] = []
   let bin: string | undefined
   for (const w of words) {
     const m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(w)
-    if (m === null) flags.push(w)
+    if (w.startsWith('serve:')) serveArgs.push(w.slice('serve:'.length))
+    else if (m === null) flags.push(w)
     else if (m[1] === 'BIN') bin = path.resolve(m[2])
     else env[m[1]] = m[2]
   }
-  return { name: text.slice(0, eq), flags, env, bin }
+  return { name: text.slice(0, eq), flags, serveArgs, env, bin }
 }
 
 const variants = (values.variant ?? []).map(parseVariant)
-if (variants.length === 0) variants.push({ name: 'base', flags: [], env: {}, bin: undefined })
+if (variants.length === 0) variants.push({ name: 'base', flags: [], serveArgs: [], env: {}, bin: undefined })
 const rounds = Math.max(1, Math.min(20, Number(values.rounds)))
 const durationS = Math.max(2, Math.min(60, Number(values.duration)))
 const clients = Math.max(1, Math.min(64, Number(values.clients)))
@@ -98,7 +104,7 @@ async function main(): Promise<void> {
     Object.assign(process.env, v.env)
     const proc = await startGateway({
       configDir: dir, listenPort, adminPort: await freePort(), workers: null, cores: SUT, accessLog: values['access-log'] !== 'off',
-      logPath: path.join(tmp, `sallyport-${i}.log`), cpuProfDir: null, memoryCgroup: cg, extraNodeFlags: v.flags, bin: v.bin,
+      logPath: path.join(tmp, `sallyport-${i}.log`), cpuProfDir: null, memoryCgroup: cg, extraNodeFlags: v.flags, serveArgs: v.serveArgs, bin: v.bin,
     })
     process.env = saved
     procs.push(proc)
@@ -145,7 +151,7 @@ async function main(): Promise<void> {
   process.stdout.write(`fixed rate ${perClient * clients} req/s ${h1 ? 'HTTP/1.1' : 'h2c'}, ${clients} independent clients, ${rounds} rounds of ${durationS} s; ${h1 ? `direct p99 median ${directMed.toFixed(3)} ms` : 'no direct baseline: p99 as measured'}\n`)
   for (const g of gws) {
     const xs = p99.get(g.v.name) ?? []
-    process.stdout.write(`${g.v.name.padEnd(12)} p99 ${h1 ? 'added ' : ''}(median) ${h1 ? '+' : ''}${(median(xs) - directMed).toFixed(3)} ms; rounds ${xs.map((x) => x.toFixed(2)).join(' ')}; CPU ${median(cpu.get(g.v.name) ?? [0]).toFixed(0)} µs/req (user ${median(cpuUser.get(g.v.name) ?? [0]).toFixed(0)}); flags ${[...Object.entries(g.v.env).map(([k, v]) => `${k}=${v}`), ...g.v.flags].join(' ') || '(image defaults)'}${g.v.bin === undefined ? '' : `; ${g.v.bin}`}\n`)
+    process.stdout.write(`${g.v.name.padEnd(12)} p99 ${h1 ? 'added ' : ''}(median) ${h1 ? '+' : ''}${(median(xs) - directMed).toFixed(3)} ms; rounds ${xs.map((x) => x.toFixed(2)).join(' ')}; CPU ${median(cpu.get(g.v.name) ?? [0]).toFixed(0)} µs/req (user ${median(cpuUser.get(g.v.name) ?? [0]).toFixed(0)}); flags ${[...Object.entries(g.v.env).map(([k, v]) => `${k}=${v}`), ...g.v.flags, ...g.v.serveArgs].join(' ') || '(image defaults)'}${g.v.bin === undefined ? '' : `; ${g.v.bin}`}\n`)
   }
   for (const p of procs) await stopProc(p)
   if (process.env.SALLYPORT_BENCH_KEEP === '1') process.stderr.write(`kept ${tmp} (sallyport-N.log per variant)\n`)

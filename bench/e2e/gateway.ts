@@ -233,6 +233,8 @@ export interface GatewayStart {
   readonly extraNodeFlags?: readonly string[]
   /** Another build's dist/bin/sallyport.js (bench/flags-ab.ts BIN=); default: this tree's build. */
   readonly bin?: string
+  /** `serve` flags after the bench's own (bench/flags-ab.ts serve:--flag=value). */
+  readonly serveArgs?: readonly string[]
 }
 
 /** Starts sallyport and waits until the listener answers /small with 200. */
@@ -246,6 +248,7 @@ export async function startGateway(opts: GatewayStart): Promise<Proc> {
     '--access-log', opts.accessLog ? 'on' : 'off',
   ]
   if (opts.workers !== null) args.push('--workers', String(opts.workers))
+  args.push(...(opts.serveArgs ?? []))
   const proc = startProc('sallyport', inCgroup(opts.memoryCgroup, pinned(opts.cores, args)), opts.logPath, sallyportEnv())
   const ok = await waitForHttp(opts.listenPort, '/small', 30_000, proc)
   if (!ok) {
