@@ -48,6 +48,21 @@ t.test('header modifiers: rule then backend, request and response; hop-by-hop st
   t.equal(r.headers['x-upstream'], undefined)
 })
 
+t.test('a RequestHeaderModifier removing X-Forwarded-For / -Proto keeps client addresses from the upstream', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({
+    [port]: { routes: [{ name: 'r', rules: [{ requestHeaders: { ...NONE, remove: ['x-forwarded-for', 'x-forwarded-proto'] }, backends: [{ cluster: 'c' }] }] }] },
+  }, [cluster('c', up.port)]))
+  for (const send of [h1, h2]) {
+    const r = await send(port, { headers: { 'x-forwarded-for': '10.1.1.1' } })
+    t.equal(r.status, 200)
+    const seen = JSON.parse(r.body).headers as Record<string, string>
+    t.equal(seen['x-forwarded-for'], undefined, `${send.name}: neither the client's value nor the gateway's append`)
+    t.equal(seen['x-forwarded-proto'], undefined, `${send.name}: no X-Forwarded-Proto`)
+  }
+})
+
 t.test('an HTTP/2 client gets the response fields as given, without those HTTP/2 forbids', async (t) => {
   const up = await echoH1(t, 'h1', (_req, res) => {
     res.setHeader('set-cookie', ['a=1', 'b=2'])
