@@ -17,29 +17,50 @@ export function clientIp(address: string | undefined): string {
   return address.startsWith('::ffff:') && address.indexOf('.') !== -1 ? address.slice(7) : address
 }
 
+/** A request head the gateway answers itself, and closes the connection after. */
+export interface Refusal {
+  readonly status: 400 | 501
+  /** The response body: what was wrong, one line. */
+  readonly body: string
+}
+
+function refusal(status: 400 | 501, reason: string): Refusal {
+  return { status, body: `${status === 400 ? 'bad request' : 'not implemented'}: ${reason}\n` }
+}
+
+const TWO_HOSTS = refusal(400, 'more than one Host field')
+const HTTP10_CODING = refusal(400, 'Transfer-Encoding in an HTTP/1.0 request')
+const OTHER_CODING = refusal(501, 'a transfer coding other than chunked')
+
 /**
  * What node's HTTP/1.1 parser lets through and RFC 9112 has a server refuse:
  * more than one Host line (§3.2: node keeps the first and drops the rest, so
  * the gateway and whatever sits in front of it could route one request by two
- * hosts) and Transfer-Encoding in an HTTP/1.0 request (§6.1: faulty framing,
- * where node reads the chunks). Null: the head is fine. The fast path
- * (h1-fast.ts) sends every such head here: it takes no repeated field and no
- * HTTP/1.0.
+ * hosts), Transfer-Encoding in an HTTP/1.0 request (§6.1: faulty framing,
+ * where node reads the chunks), and a transfer coding other than chunked
+ * (§6.1: 501; node decodes only the chunking, so a `gzip, chunked` body would
+ * reach the upstream still gzip-coded and no longer saying so). Null: the head
+ * is fine. The fast path (h1-fast.ts) sends every such head here: it takes no
+ * repeated field, no Transfer-Encoding and no HTTP/1.0.
  */
-export function refusedHead(req: IncomingMessage): string | null {
-  if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) return 'Transfer-Encoding in an HTTP/1.0 request'
+export function refusedHead(req: IncomingMessage): Refusal | null {
+  const te = req.headers['transfer-encoding']
+  if (te !== undefined) {
+    if (req.httpVersionMinor === 0) return HTTP10_CODING
+    if (te.length !== 7 || te.toLowerCase() !== 'chunked') return OTHER_CODING
+  }
   const raw = req.rawHeaders
   let hosts = 0
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]
-    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return 'more than one Host field'
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return TWO_HOSTS
   }
   return null
 }
 
-/** The body of the 400 a refused head gets: what was wrong with it. */
+/** The body of a 400 the gateway answers itself: what was wrong with the request. */
 export function refusedBody(reason: string): string {
-  return `bad request: ${reason}\n`
+  return refusal(400, reason).body
 }
 
 /**

@@ -23,7 +23,7 @@ import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, UpgradeExchange, clientIp, closingResponse, refusedBody, refusedHead } from './exchange-h1.ts'
+import { H1Exchange, UpgradeExchange, clientIp, closingResponse, refusedBody, refusedHead, type Refusal } from './exchange-h1.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
@@ -422,19 +422,18 @@ function headerListSize(raw: readonly string[]): number {
   return size + (raw.length >> 1) * 32
 }
 
-/** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400, then the connection closes, its body unread. */
-function refuseResponse(res: ServerResponse, reason: string): void {
-  log.debug({ reason }, 'request refused')
-  const body = refusedBody(reason)
+/** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400 or 501, then the connection closes, its body unread. */
+function refuseResponse(res: ServerResponse, refused: Refusal): void {
+  log.debug({ status: refused.status, reason: refused.body }, 'request refused')
   res.shouldKeepAlive = false
-  res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+  res.writeHead(refused.status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(refused.body), connection: 'close' }).end(refused.body)
 }
 
 /** The same for a request node hands over with its socket (Upgrade, CONNECT). */
-function refuse(socket: Socket, reason: string): void {
-  log.debug({ reason }, 'request refused')
+function refuse(socket: Socket, refused: Refusal): void {
+  log.debug({ status: refused.status, reason: refused.body }, 'request refused')
   socket.on('error', noop)
-  if (socket.writable) socket.end(closingResponse(400, refusedBody(reason)))
+  if (socket.writable) socket.end(closingResponse(refused.status, refused.body))
   else socket.destroy()
 }
 

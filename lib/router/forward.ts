@@ -330,6 +330,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (this.cluster !== null && this.cluster.protocol === 'MCP') this.clearTimer()
     const headers = res.headers
     stripResponseHopByHop(headers)
+    // RFC 9110 §8.6: no Content-Length on a 204, whatever the upstream sent (an HTTP/2
+    // client would take a non-zero one without DATA for a malformed stream).
+    if (res.status === 204 && headers['content-length'] !== undefined) delete headers['content-length']
     const rule = this.rule
     if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
     const backend = this.backend

@@ -2,7 +2,8 @@
 // incremental (bytes arrive in any split), strict where leniency lets a
 // response be read two ways (RFC 9112 §6.3, §11.2: Content-Length with
 // Transfer-Encoding, differing Content-Lengths, obs-fold, bare CR or LF in
-// the head, a chunk size that is not hex), bounded (the head and each chunk
+// the head, a chunk size that is not hex; a transfer coding other than chunked,
+// which the client would get undecoded), bounded (the head and each chunk
 // line), and allocation-light: the head is decoded once, body bytes are
 // handed on as views of the socket's buffers, never copied.
 
@@ -27,6 +28,18 @@ export class H1ParseError extends Error {
     super(message)
     this.code = code
   }
+}
+
+/** Why a response whose Transfer-Encoding is not `chunked` alone is refused. */
+export const OTHER_CODING = 'a transfer coding other than chunked'
+
+/**
+ * A response's Transfer-Encoding is `chunked` and nothing else. Any other
+ * coding (gzip, identity, chunked twice) would reach the client as content it
+ * cannot know is coded: the framing toward the client is the gateway's own.
+ */
+export function chunkedOnly(te: string | readonly string[]): boolean {
+  return typeof te === 'string' && te.trim().toLowerCase() === 'chunked'
 }
 
 // States (numbers, not an enum: erasable syntax only).
@@ -271,11 +284,12 @@ export class H1ResponseParser {
     let chunked = false
     if (te !== undefined) {
       if (cl !== undefined) return this.#failHead('SP_H1_BAD_FRAMING', 'response has both Transfer-Encoding and Content-Length')
-      const codings = (Array.isArray(te) ? te.join(',') : te).split(',')
-      chunked = codings[codings.length - 1].trim().toLowerCase() === 'chunked'
       if (http10) return this.#failHead('SP_H1_BAD_FRAMING', 'Transfer-Encoding in an HTTP/1.0 response')
+      if (!chunkedOnly(te)) return this.#failHead('SP_H1_BAD_FRAMING', OTHER_CODING)
+      chunked = true
     } else if (cl !== undefined) {
-      const values = (Array.isArray(cl) ? cl.join(',') : cl).split(',')
+      const list = Array.isArray(cl) ? cl.join(',') : cl
+      const values = list.split(',')
       for (const v of values) {
         const t = v.trim()
         if (!CONTENT_LENGTH.test(t)) return this.#failHead('SP_H1_BAD_FRAMING', 'invalid Content-Length')
@@ -283,11 +297,13 @@ export class H1ResponseParser {
         if (length !== -1 && n !== length) return this.#failHead('SP_H1_BAD_FRAMING', 'differing Content-Length values')
         length = n
       }
+      // Identical values taken as one (RFC 9110 §8.6), and passed on as one.
+      if (values.length > 1) headers['content-length'] = String(length)
     }
     const bodiless = this.#head || status === 204 || status === 304
     if (bodiless) this.#state = DONE
     else if (chunked) this.#state = CHUNK_SIZE_LINE
-    else if (te !== undefined || length === -1) {
+    else if (length === -1) {
       this.#state = UNTIL
       keepAlive = false // the end of the connection ends the body
     } else if (length === 0) this.#state = DONE

@@ -16,6 +16,7 @@ import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Connector } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
+import { chunkedOnly, H1ParseError, OTHER_CODING } from './h1-parser.ts'
 import { connectH1, H1Connection, H1Request, openConnection, SWEEP_MS, type H1Host } from './h1-client.ts'
 import { h1RequestHeaders, responseHeaders } from './headers.ts'
 import { localError } from './normalize-error.ts'
@@ -359,6 +360,10 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt, ClockOwner {
 
   onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200) return
+    // What sallyport's own parser refuses (h1-parser.ts) and undici would pass on:
+    // a transfer coding the client would get undecoded.
+    const te = headers['transfer-encoding']
+    if (te !== undefined && !chunkedOnly(te)) { controller.abort(new H1ParseError('SP_H1_BAD_FRAMING', OTHER_CODING)); return }
     this.#clock.responded()
     this.#body = this.#ex.respond(statusCode, responseHeaders(headers, null), this, 'h1')
     if (this.#body === null) { this.#clock.stop(); controller.abort(new Error('answered')) }
