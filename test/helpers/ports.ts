@@ -7,8 +7,6 @@ import type { AddressInfo } from 'node:net'
 let anchor: net.Server | null = null
 /** Each held port's client socket, by port. */
 const holders = new Map<number, net.Socket>()
-/** The anchor's side of each holder's connection, by the holder's port. */
-const accepted = new Map<number, net.Socket>()
 
 /**
  * A loopback port that refuses connections for the rest of this test file.
@@ -20,7 +18,7 @@ const accepted = new Map<number, net.Socket>()
  */
 export async function closedPort(): Promise<number> {
   if (anchor === null) {
-    const server = net.createServer((s) => { s.unref(); accepted.set(s.remotePort as number, s) })
+    const server = net.createServer((s) => { s.unref() })
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
     server.unref()
     anchor = server
@@ -34,26 +32,10 @@ export async function closedPort(): Promise<number> {
 }
 
 /**
- * Lets a closedPort() port go, so the test can listen on it (free again, for
- * other tests too). The anchor's side closes first, so the wait in TIME_WAIT
- * is on the anchor's port and this one can be bound at once.
- */
-export async function releasePort(port: number): Promise<void> {
-  const holder = holders.get(port)
-  if (holder === undefined) return
-  holders.delete(port)
-  const closed = new Promise<void>((resolve) => holder.once('close', () => resolve()))
-  const peer = accepted.get(port)
-  accepted.delete(port)
-  if (peer !== undefined) peer.destroy()
-  else holder.destroy() // not accepted yet (never seen): close from this side
-  await closed
-}
-
-/**
- * Listens on a port just let go by releasePort(). Under load the holder's socket
- * can likely linger a moment in LAST_ACK (its bind conflicts until the final ACK is
- * in), so EADDRINUSE is retried for up to two seconds before it counts.
+ * Listens on a port that was closed until now (an unusedPort() a test kept an
+ * endpoint dead on). A socket another test just let go of can linger a moment
+ * in LAST_ACK there (its bind conflicts until the final ACK is in), so
+ * EADDRINUSE is retried for up to two seconds before it counts.
  */
 export async function listenOnReleased(server: net.Server, port: number): Promise<void> {
   for (let attempt = 0; ; attempt++) {

@@ -118,6 +118,6 @@ export async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
 /** Sum of a metric's samples whose labels include `labels`. */
 export { metricValue as metric } from '../helpers/metrics.ts'
 
-export { closedPort, listenOnReleased, releasePort } from '../helpers/ports.ts'
+export { closedPort, listenOnReleased } from '../helpers/ports.ts'
 
 export type { Cluster }

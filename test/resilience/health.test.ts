@@ -11,7 +11,7 @@ import type { ActiveHealthCheck, Cluster } from '../../lib/compile/table.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
 import { clusterTls } from '../upstream/fixtures.ts'
-import { PASSIVE, ask, bodies, closedPort, countOf, listenOnReleased, releasePort, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
+import { PASSIVE, ask, bodies, countOf, listenOnReleased, ep, gateway, metric, sleep, until, upstream, type Gateway } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -63,7 +63,10 @@ t.test('active HTTP check: 500 on the health path takes the endpoint out, 200 br
 
 t.test('active TCP check: a closed port is unhealthy until something listens there', async (t) => {
   const live = await upstream(t, 'live')
-  const deadPort = await closedPort()
+  // Below the ephemeral range (and in this process's slice of it): closed now, and no other
+  // test's outgoing connection can take it as its local port before this one listens there
+  // (a closedPort() released mid-run could be, and the listen then failed with EADDRINUSE).
+  const deadPort = await freePort()
   const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
   const gw = await serve(t, cluster('tcp', live.port, { endpoints: [ep(deadPort), ep(live.port)], healthCheck: { active: check, passive: null } }))
   t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === false), 'refused connect: unhealthy')
@@ -73,7 +76,6 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
   t.same(countOf(await bodies(gw.port, 10)), { live: 10 })
   t.equal(await metric('sallyport_upstream_connect_errors_total', { backend: 'tcp' }), before, 'no request was tried on the dead port')
   // Something starts listening on the port: the check passes again.
-  await releasePort(deadPort)
   const revived = http.createServer((_req, res) => { res.end('revived') })
   await listenOnReleased(revived, deadPort)
   t.teardown(() => new Promise<void>((r) => { revived.closeAllConnections(); revived.close(() => r()) }))
