@@ -142,7 +142,7 @@ export class H1Exchange implements Exchange, BodySink {
   headersSent(): boolean { return this.#res.headersSent }
 
   // hot path
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): boolean {
     const res = this.#res
     if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
     // Trailers travel only in a chunked body (RFC 9112 §7.1.2), and only to a client
@@ -152,19 +152,19 @@ export class H1Exchange implements Exchange, BodySink {
     try {
       res.writeHead(status, headers)
     } catch {
-      // An upstream header node refuses to write (invalid characters): answer 502 instead.
+      // A field node refuses to write (invalid characters): the caller answers instead.
+      if (!res.headersSent) return false
       if (body !== null && typeof body !== 'string') body.destroy()
-      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain; charset=utf-8' }).end('upstream protocol error\n')
-      else res.destroy()
-      return
+      res.destroy()
+      return true
     }
-    if (body === null) { res.end(); return }
-    if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return }
+    if (body === null) { res.end(); return true }
+    if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return true }
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (upstream/exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return true }
     // Copied by hand rather than with stream.pipeline (an AbortController and an
     // AbortError with a stack trace per call, ~7% of a small request's CPU) or
     // pipe() (six listeners and their closures on both streams): one 'data'
@@ -175,6 +175,7 @@ export class H1Exchange implements Exchange, BodySink {
     body.once('end', this.onBodyEnd)
     body.once('error', this.onBodyError)
     body.once('close', this.#onOutClose)
+    return true
   }
 
   #onOutData = (chunk: Buffer): void => {
@@ -299,7 +300,7 @@ export class UpgradeExchange implements Exchange {
 
   headersSent(): boolean { return this.#sent }
 
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): void {
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): boolean {
     const socket = this.#socket
     this.#sent = true
     headers.connection = 'close'
@@ -310,13 +311,14 @@ export class UpgradeExchange implements Exchange {
       this.#finished = true
       if (body === null) socket.end()
       else socket.end(body)
-      return
+      return true
     }
     body.on('data', (chunk: Buffer) => { this.#bytesOut += chunk.length })
     pipeline(body, socket, (err) => {
       if (err == null) this.#finished = true
       else { socket.destroy(); this.#observer.onBodyError(err) }
     })
+    return true
   }
 
   respondGrpc(grpcStatus: number, message: string): void {

@@ -100,34 +100,34 @@ export class H2Exchange implements Exchange, BodySink {
   headersSent(): boolean { return this.#stream.headersSent }
 
   // hot path
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): boolean {
     const stream = this.#stream
     if (isGone(stream)) {
       if (body !== null && typeof body !== 'string') body.destroy()
-      return
+      return true
     }
     try {
       const waitForTrailers = trailers !== null && body !== null && typeof body !== 'string'
       stream.respond(responseFields(status, headers), { endStream: body === null, waitForTrailers })
       if (waitForTrailers) stream.once('wantTrailers', () => sendTrailers(stream, trailers))
     } catch {
+      // Fields node's HTTP/2 refuses (a single-value field twice, say): the caller answers instead.
+      if (!isGone(stream) && !stream.headersSent) return false
       if (body !== null && typeof body !== 'string') body.destroy()
-      if (isGone(stream)) return
-      if (!stream.headersSent) stream.respond({ ':status': 502 }, { endStream: true })
-      else stream.close(constants.NGHTTP2_INTERNAL_ERROR)
-      return
+      if (!isGone(stream)) stream.close(constants.NGHTTP2_INTERNAL_ERROR)
+      return true
     }
-    if (body === null) { this.#finished = true; return }
+    if (body === null) { this.#finished = true; return true }
     if (typeof body === 'string') {
       this.#bytesOut += Buffer.byteLength(body)
       this.#finished = true
       stream.end(body)
-      return
+      return true
     }
     this.#out = body
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (upstream/exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return true }
     // Copied by hand, as in exchange-h1.ts: no stream.pipeline (an AbortController and
     // an AbortError with a stack trace per call), no pipe() (six listeners and their
     // closures); 'drain' is listened for only when the stream's window is full.
@@ -135,6 +135,7 @@ export class H2Exchange implements Exchange, BodySink {
     body.once('end', this.onBodyEnd)
     body.once('error', this.onBodyError)
     body.once('close', this.#onOutClose)
+    return true
   }
 
   #onOutData = (chunk: Buffer): void => {

@@ -356,43 +356,42 @@ export class FastH1Exchange implements Exchange, BodySink {
   }
 
   // hot path
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): void {
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): boolean {
     if (this.#sent || this.#over) {
       if (body !== null && typeof body !== 'string') body.destroy()
-      return
+      return true
     }
     this.#sent = true
     if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body))
     const withTrailers = trailers !== null && body !== null && typeof body !== 'string' && acceptsTrailers(this.headers.te)
     if (withTrailers) delete headers['content-length']
     if (!this.#buildHead(status, headers, body === null ? 'none' : typeof body === 'string' ? 'known' : 'stream')) {
-      // A field node would refuse to write (invalid name or characters): 502 instead, as H1Exchange does.
-      if (body !== null && typeof body !== 'string') body.destroy()
+      // A field node would refuse to write (invalid name or characters): nothing
+      // sent, the caller answers instead, as with H1Exchange.
+      this.#sent = false
       this.#chunked = false
       this.#declared = -1
-      const text = 'upstream protocol error\n'
-      this.#buildHead(502, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(text.length) }, 'known')
-      this.#finish(this.#bodiless ? HEAD.take() : withText(text), '')
-      return
+      return false
     }
-    if (body === null) { this.#finish(HEAD.take(), ''); return }
+    if (body === null) { this.#finish(HEAD.take(), ''); return true }
     if (typeof body === 'string') {
-      if (this.#bodiless) { this.#finish(HEAD.take(), ''); return }
+      if (this.#bodiless) { this.#finish(HEAD.take(), ''); return true }
       this.#bytesOut += Buffer.byteLength(body)
       this.#finish(withText(body), '')
-      return
+      return true
     }
     this.#head = HEAD.take()
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (exchange.ts BodySink).
-    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return }
+    if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return true }
     // Listeners made here, not per exchange: most bodies take the sink above.
     body.on('data', (chunk: Buffer) => this.#onOutData(chunk))
     body.once('end', () => this.onBodyEnd())
     body.once('error', (err: Error) => this.onBodyError(err))
     body.once('close', () => this.#onOutClose())
+    return true
   }
 
   /**

@@ -33,9 +33,11 @@ export interface Exchange {
   /**
    * Status + headers, then the body: streamed with backpressure, a short text,
    * or nothing. `trailers` (read after the body ends) are relayed where the
-   * downstream protocol can carry them (HTTP/2).
+   * downstream protocol can carry them (HTTP/2). False: the client's protocol
+   * cannot carry these fields (a field HTTP/2 takes once, given twice; a value
+   * node will not write); nothing was sent and `body` is the caller's still.
    */
-  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers?: (() => OutgoingHeaders | null) | null): void
+  respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers?: (() => OutgoingHeaders | null) | null): boolean
   /** gRPC trailers-only answer (HTTP 200, grpc-status in the only HEADERS). */
   respondGrpc(grpcStatus: number, message: string): void
   /** Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways. */

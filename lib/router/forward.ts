@@ -342,7 +342,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.answered = true
     this.status = res.status
     // Trailers matter only to clients that said they take them (gRPC sends `te: trailers`).
-    this.ex.respond(res.status, headers, res.body, res.trailers !== undefined && this.ex.headers.te !== undefined ? res.trailers : null)
+    if (this.ex.respond(res.status, headers, res.body, res.trailers !== undefined && this.ex.headers.te !== undefined ? res.trailers : null)) return
+    // Fields the client's protocol cannot carry (two content-type fields to an HTTP/2
+    // client): the upstream's answer is not one this client can be given.
+    this.answered = false
+    this.fail(ErrorCode.UPSTREAM_PROTOCOL, `response fields ${this.ex.protocol === 'h2' ? 'HTTP/2' : 'HTTP/1.1'} cannot carry`)
+    res.body?.destroy()
   }
 
   onTunnel(tunnel: UpstreamTunnel): void {

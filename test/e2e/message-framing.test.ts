@@ -4,10 +4,11 @@
 // a transfer coding other than chunked. What the client gets must be one
 // well-framed message (HTTP/1.1 raw bytes, and HTTP/2, where a 204 with a
 // non-zero content-length is a malformed stream); a coding the gateway cannot
-// pass on is a 502. And a request with a transfer coding other than chunked
-// is a 501 (RFC 9112 §6.1): its body would reach the upstream still coded
-// without saying so. Both HTTP/1.1 clients (sallyport's own and undici, which
-// refuses a repeated Content-Length, so that one is a 502 there).
+// pass on is a 502, and so are fields an HTTP/2 client cannot be sent (a field
+// node's HTTP/2 takes once, twice), saying so. A request with a transfer coding
+// other than chunked is a 501 (RFC 9112 §6.1): its body would reach the upstream
+// still coded without saying so. Both HTTP/1.1 clients (sallyport's own and
+// undici, which refuses a repeated Content-Length, so that one is a 502 there).
 import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
@@ -24,6 +25,8 @@ const ANSWERS: Readonly<Record<string, string>> = {
   '/length-list': 'HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello',
   '/gzip-chunked': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
   '/plain': 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok',
+  // Two Content-Type lines: an HTTP/1.1 client gets both, as sent; HTTP/2 (node's) cannot carry them.
+  '/type-twice': 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Type: text/html\r\nContent-Length: 2\r\n\r\nok',
   // Large enough that the head goes to the client before the body has all arrived.
   '/length-twice-big': `HTTP/1.1 200 OK\r\nContent-Length: ${BIG}\r\nContent-Length: ${BIG}\r\n\r\n${'a'.repeat(BIG)}`,
 }
@@ -161,6 +164,13 @@ for (const client of ['sallyport', 'undici']) {
         t.match(r.body, /^upstream (?:protocol error|reset)\n$/, 'before any of it reached the client')
       }
     }
+    const typeTwiceH1 = await raw(port, GET('/type-twice'), /\r\n\r\nok$/)
+    t.equal(typeTwiceH1.data.match(/\r\ncontent-type: /gi)?.length, 2, 'two Content-Type lines reach an HTTP/1.1 client as sent')
+    const typeTwice = await h2get(session, '/type-twice')
+    t.same([typeTwice.status, typeTwice.body, typeTwice.error], [502, 'upstream protocol error: response fields HTTP/2 cannot carry\n', null],
+      'over HTTP/2, which cannot carry them: a 502 saying why')
+    await cli.waitFor(/"path":"\/type-twice","status":502[^\n]*"protocol":"h2"[^\n]*"code":"SP_ERR_UPSTREAM_PROTOCOL","reason":"upstream protocol error: response fields HTTP\/2 cannot carry"/, 5000)
+    t.pass('and the access line says so (not a client abort)')
     const h2coded = await h2get(session, '/gzip-chunked')
     t.same([h2coded.status, h2coded.body], [502, 'upstream protocol error\n'], 'a transfer coding other than chunked over HTTP/2: 502')
 

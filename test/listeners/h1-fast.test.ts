@@ -343,22 +343,28 @@ t.test('a client leaving mid-response cancels the upstream response', async (t) 
   t.pass('the upstream response was closed')
 })
 
-t.test('answers the router makes itself: unwritable fields become a 502, no body has a length, text is UTF-8', async (t) => {
+t.test('answers the router makes itself: unwritable fields refused (the router answers 502 instead), no body has a length, text is UTF-8', async (t) => {
   // Upstream parsers refuse such fields already; the guard is for what the request path adds.
-  const answers: Array<(ex: FastH1Exchange) => void> = [
+  const answers: Array<(ex: FastH1Exchange) => boolean> = [
     (ex) => ex.respond(200, { 'bad name': 'x' }, 'body\n'),
     (ex) => ex.respond(200, { 'x-crlf': 'a\r\nx-injected: 1' }, 'body\n'),
     (ex) => ex.respond(200, { 'content-length': 'many' }, null),
     (ex) => ex.respond(204, {}, null),
     (ex) => ex.respond(200, { 'x-fine': 'yes' }, null),
     (ex) => ex.respond(403, { 'content-type': 'text/plain; charset=utf-8' }, 'refusé ✓\n'),
-    (ex) => ex.respondGrpc(14, 'unavailable'),
+    (ex) => { ex.respondGrpc(14, 'unavailable'); return true },
   ]
   let next = 0
+  const written: boolean[] = []
   const host: FastH1Host = {
     port: 0, scheme: 'http', maxHeaderSize: 16384, maxHeaders: 100, keepAliveTimeoutMs: 5000,
     closing: () => false,
-    handle: (ex) => answers[next++](ex),
+    handle: (ex) => {
+      const i = next++
+      written.push(answers[i](ex))
+      // As the router does (forward.ts onResponse): an answer that could not be written is a 502.
+      if (!written[i]) t.ok(ex.respond(502, { 'content-type': 'text/plain; charset=utf-8' }, 'upstream protocol error\n'), 'the 502 is written')
+    },
     fallback: (socket) => socket.destroy(),
     release: () => {},
   }
@@ -367,6 +373,7 @@ t.test('answers the router makes itself: unwritable fields become a 502, no body
   t.teardown(() => server.close())
   const r = await raw(port, [answers.map((_, i) => `GET /${i} HTTP/1.1\r\n${HOST}\r\n`).join('')], answers.length)
   const rs = r.responses ?? []
+  t.same(written, [false, false, false, true, true, true, true], 'an invalid name, a CR LF in a value, a non-numeric length: refused, nothing written')
   t.same(rs.map((x) => x.status), [502, 502, 502, 204, 200, 403, 200], 'every answer framed; the next one found where the last ended')
   t.equal(rs[0]?.body.toString(), 'upstream protocol error\n')
   t.notMatch(r.data.toString('latin1'), /x-injected/i, 'no field injected')
