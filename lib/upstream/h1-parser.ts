@@ -288,8 +288,7 @@ export class H1ResponseParser {
       if (!chunkedOnly(te)) return this.#failHead('SP_H1_BAD_FRAMING', OTHER_CODING)
       chunked = true
     } else if (cl !== undefined) {
-      const list = Array.isArray(cl) ? cl.join(',') : cl
-      const values = list.split(',')
+      const values = (Array.isArray(cl) ? cl.join(',') : cl).split(',')
       for (const v of values) {
         const t = v.trim()
         if (!CONTENT_LENGTH.test(t)) return this.#failHead('SP_H1_BAD_FRAMING', 'invalid Content-Length')
