@@ -366,6 +366,11 @@ class H2Attempt implements Attempt {
   }
 
   onEnd(): void {
+    // node also ends the stream's readable side when the session goes under it (its
+    // socket closed: the stream is closed with NGHTTP2_CANCEL first). Only an end with
+    // no error code is the upstream's END_STREAM; the other is a cut body, which
+    // onClose reports.
+    if (this.#stream.rstCode !== constants.NGHTTP2_NO_ERROR) return
     this.#ended = true
     const body = this.#body
     if (body !== null) body.push(null)

@@ -69,6 +69,30 @@ t.test('RST_STREAM from the upstream → SP_ERR_UPSTREAM_RESET', async (t) => {
   t.equal(err.code, 'SP_ERR_UPSTREAM_RESET')
 })
 
+t.test('the upstream connection lost mid-body: the body fails, it does not end (node emits "end" then)', async (t) => {
+  // node's client stream emits 'end' when its session's socket closes under it (rstCode
+  // NGHTTP2_CANCEL); taken for the end of the body, a cut response reached clients as whole.
+  const s = h2cServer((stream, headers) => {
+    stream.respond({ ':status': 200 })
+    if (headers[':path'] === '/whole') {
+      // Ended, then the connection goes at once: the body is whole.
+      stream.end('all of it', () => setImmediate(() => stream.session?.socket?.destroy()))
+      return
+    }
+    stream.write('part')
+    setTimeout(() => stream.session?.socket?.destroy(), 20)
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const cut = expectResponse(await forward(up, request(c, { path: '/cut' })))
+  t.equal(cut.status, 200)
+  await t.rejects(readBody(cut.body), { code: 'SP_ERR_UPSTREAM_RESET' }, 'the body fails as a reset')
+  const whole = expectResponse(await forward(up, request(c, { path: '/whole' })))
+  t.equal(await readBody(whole.body), 'all of it', 'a body that ended before the connection went is whole')
+})
+
 t.test('h2: headers timeout, and abort via signal resets the stream upstream', async (t) => {
   let upstreamStreamClosed!: (code: number) => void
   const streamClosed = new Promise<number>((resolve) => { upstreamStreamClosed = resolve })
