@@ -7,6 +7,7 @@ import { Readable, pipeline, type Duplex } from 'node:stream'
 import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
+import { CLIENT_GONE, localError } from '../upstream/normalize-error.ts'
 import { clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
 const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
@@ -266,9 +267,16 @@ class RequestBody extends Readable {
     if (!this.push(chunk)) this.#stream.pause()
   }
 
-  #onEnd = (): void => { this.push(null) }
+  // node also ends the request side of a stream destroyed under it (its session
+  // gone, the stream closed with an error code first): only an end with no error
+  // code is the client's END_STREAM, else the upstream would get a cut body whole.
+  #onEnd = (): void => {
+    if (this.#stream.rstCode !== constants.NGHTTP2_NO_ERROR) { this.#onAborted(); return }
+    this.push(null)
+  }
 
-  #onAborted = (): void => { this.destroy(new Error('client aborted the request body')) }
+  // The code says whose failure it is: the client's, not the upstream's (normalize-error.ts).
+  #onAborted = (): void => { this.destroy(localError(CLIENT_GONE, 'client aborted the request body')) }
 
   override _read(): void { this.#stream.resume() }
 

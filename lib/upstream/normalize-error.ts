@@ -51,6 +51,12 @@ const UNSENDABLE_CODES: ReadonlySet<string> = new Set([
   'ERR_HTTP2_INVALID_PSEUDOHEADER',
 ])
 
+/**
+ * The code of a request body that failed because its client went away (a reset
+ * HTTP/2 stream, a lost connection): the client's failure, never the endpoint's.
+ */
+export const CLIENT_GONE = 'SP_CLIENT_GONE'
+
 /** Code of an error, looking through AggregateError (happy-eyeballs) to the first inner code. */
 export function codeOf(err: unknown): string {
   if (typeof err !== 'object' || err === null) return ''
@@ -81,6 +87,7 @@ export function normalizeUpstreamError(err: unknown, signal: CancelSignal | null
     return new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted before the upstream answered', { cause: err })
   }
   const code = codeOf(err)
+  if (code === CLIENT_GONE) return new SallyportError(ErrorCode.CLIENT_ABORTED, 'the client went away during the request body', { cause: err })
   const connect = CONNECT_CODES[code]
   if (connect !== undefined) {
     const what = connect === 'dns' ? `DNS lookup failed for ${endpoint}` : connect === 'timeout' ? `connect to ${endpoint} timed out` : `connect to ${endpoint} failed (${code})`
