@@ -10,7 +10,7 @@
 import { connect as h2connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type IncomingHttpStatusHeader } from 'node:http2'
 import { createHash } from 'node:crypto'
 import type { Socket } from 'node:net'
-import { pipeline } from 'node:stream'
+import type { Readable } from 'node:stream'
 import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h2RequestHeaders, responseHeaders } from './headers.ts'
@@ -265,11 +265,9 @@ export class H2Pool implements UpstreamPool {
     const idleMs = idleMsOf(ex, this.#settings)
     stream.setTimeout(idleMs, onStreamTimeout)
     if (req.timeouts.headersMs !== null) attempt.headersTimer = setTimeout(onHeadersTimeout, req.timeouts.headersMs, attempt)
-    if (req.body !== null && upgrade === null) pipeline(req.body, stream, noop)
+    if (req.body !== null && upgrade === null) attempt.sendBody(req.body)
   }
 }
-
-function noop(): void {}
 
 const kAttempt = Symbol('sallyport.h2Attempt')
 type AttemptStream = ClientHttp2Stream & { [kAttempt]: H2Attempt }
@@ -293,6 +291,9 @@ function onStreamTrailers(this: ClientHttp2Stream, headers: IncomingHttpHeaders)
 }
 function onStreamError(this: ClientHttp2Stream, err: Error): void {
   attemptOf(this).error ??= err
+}
+function onBodyError(this: Readable & { [kAttempt]?: H2Attempt }, err: Error): void {
+  this[kAttempt]?.abortWith(err)
 }
 function onStreamClose(this: ClientHttp2Stream): void {
   attemptOf(this).onClose()
@@ -389,17 +390,42 @@ class H2Attempt implements Attempt {
     else this.#ex.failBody(err)
   }
 
-  /** Our own timers: reset the stream and report `err`. */
+  /**
+   * The request body into the stream, with pipe() rather than stream.pipeline():
+   * pipeline destroys the stream when it is closed under it, before node has sent
+   * the RST_STREAM, so a cancelled upload left the upstream's stream open for good
+   * (and its slot on the session). A body that fails resets the stream.
+   */
+  sendBody(body: Readable): void {
+    (body as Readable & { [kAttempt]?: H2Attempt })[kAttempt] = this
+    body.once('error', onBodyError)
+    body.pipe(this.#stream)
+  }
+
+  /** Our own timers, a failed request body: reset the stream and report `err`. */
   abortWith(err: Error): void {
     if (this.#ended || this.#tunnelled) return
     this.error ??= err
-    if (!this.#stream.closed) this.#stream.close(constants.NGHTTP2_CANCEL)
+    this.#reset()
   }
 
   cancel(): void {
     if (this.#cancelled || this.#tunnelled) return
     this.#cancelled = true
-    if (!this.#stream.closed) this.#stream.close(constants.NGHTTP2_CANCEL)
+    this.#reset()
+  }
+
+  #reset(): void {
+    const stream = this.#stream
+    const body = this.#ex.req.body
+    if (body !== null) body.unpipe(stream)
+    if (stream.closed) return
+    // close(CANCEL) on a stream whose request side is still open ends that side
+    // first: node flushes an END_STREAM before the RST_STREAM, and the upstream
+    // would take the cut body for a whole one. destroy() resets it without
+    // (INTERNAL_ERROR). A request already sent in full is cancelled (CANCEL).
+    if (stream.writableEnded) stream.close(constants.NGHTTP2_CANCEL)
+    else stream.destroy(localError('SP_STREAM_CANCELLED', 'request cancelled before its body was sent'))
   }
 
   resume(): void {

@@ -2,7 +2,9 @@
 // client resetting its stream (raw frames: a RST_STREAM without END_STREAM), an
 // HTTP/2 client whose connection drops, an HTTP/1.1 client whose connection
 // drops. The upstream must never get the cut body as a complete request, and
-// the access line must say the client went away (499, SP_ERR_CLIENT_ABORTED).
+// the access line must say the client went away (499, SP_ERR_CLIENT_ABORTED);
+// with an HTTP/1.1 upstream and with an h2c one, whose stream must be reset
+// (node's close() sends END_STREAM first) and not left open.
 // HTTP/2 clients were logged as 502 SP_ERR_UPSTREAM_PROTOCOL, which passive
 // health checking counts against the endpoint: a client dropping uploads could
 // have a healthy endpoint ejected.
@@ -18,20 +20,38 @@ import { listenLoopback } from '../helpers/ports.ts'
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
 
-t.test('CLI: a client gone mid-upload never reaches the upstream as a whole request', async (t) => {
+for (const upstream of ['h1', 'h2c']) {
+  t.test(`CLI (${upstream} upstream): a client gone mid-upload never reaches the upstream as a whole request`, async (t) => {
   const outcomes = new Map<string, string>()
-  const up = http.createServer((req, res) => {
-    let n = 0
-    req.on('data', (d: Buffer) => { n += d.length })
-    req.on('end', () => { outcomes.set(req.url ?? '', `complete ${n}`); res.end('ok') })
-    req.on('close', () => { if (!req.complete) outcomes.set(req.url ?? '', `aborted ${n}`) })
-  })
-  const upPort = await listenLoopback(up)
-  t.teardown(() => { up.closeAllConnections(); up.close() })
+  let upPort: number
+  if (upstream === 'h1') {
+    const up = http.createServer((req, res) => {
+      let n = 0
+      req.on('data', (d: Buffer) => { n += d.length })
+      req.on('end', () => { outcomes.set(req.url ?? '', `complete ${n}`); res.end('ok') })
+      req.on('close', () => { if (!req.complete) outcomes.set(req.url ?? '', `aborted ${n}`) })
+    })
+    upPort = await listenLoopback(up)
+    t.teardown(() => { up.closeAllConnections(); up.close() })
+  } else {
+    const up = http2.createServer()
+    up.on('stream', (stream, headers) => {
+      const p = String(headers[':path'])
+      let n = 0
+      stream.on('error', () => {})
+      stream.on('data', (d: Buffer) => { n += d.length })
+      stream.on('end', () => { outcomes.set(p, `complete ${n}`); stream.respond({ ':status': 200 }); stream.end('ok') })
+      stream.on('close', () => { if (!outcomes.has(p)) outcomes.set(p, `aborted ${n}`) })
+    })
+    up.on('session', (session) => { up.once('close', () => session.destroy()) })
+    upPort = await listenLoopback(up)
+    t.teardown(() => new Promise<void>((resolve) => up.close(() => resolve())))
+  }
   const [port, adminPort] = [await freePort(), await freePort()]
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
-  fs.writeFileSync(path.join(dir, 'backend.yaml'), backendYaml('api', upPort))
+  const backend = backendYaml('api', upPort)
+  fs.writeFileSync(path.join(dir, 'backend.yaml'), upstream === 'h1' ? backend : backend.replace('spec:\n', 'spec:\n  appProtocols:\n    - gateway.envoyproxy.io/h2c\n'))
   fs.writeFileSync(path.join(dir, 'route.yaml'), routeYaml('api', 'api.example.test', 'api', upPort))
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
@@ -86,3 +106,4 @@ t.test('CLI: a client gone mid-upload never reaches the upstream as a whole requ
     t.pass(`${p}: logged as the client going away`)
   }
 })
+}

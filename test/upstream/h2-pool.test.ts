@@ -1,8 +1,14 @@
 import t from 'tap'
 import http2 from 'node:http2'
-import { Readable } from 'node:stream'
+import { PassThrough, Readable } from 'node:stream'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { cluster, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+
+async function until(ok: () => boolean, ms: number): Promise<void> {
+  for (const end = Date.now() + ms; !ok() && Date.now() < end;) await sleep(10)
+}
 
 async function closeServer(s: http2.Http2Server): Promise<void> {
   await new Promise<void>((resolve) => s.close(() => resolve()))
@@ -91,6 +97,38 @@ t.test('the upstream connection lost mid-body: the body fails, it does not end (
   await t.rejects(readBody(cut.body), { code: 'SP_ERR_UPSTREAM_RESET' }, 'the body fails as a reset')
   const whole = expectResponse(await forward(up, request(c, { path: '/whole' })))
   t.equal(await readBody(whole.body), 'all of it', 'a body that ended before the connection went is whole')
+})
+
+t.test('a request cancelled mid-upload resets its upstream stream, which does not stay open', async (t) => {
+  // The request body went to the stream through stream.pipeline(); closing the stream
+  // then sent nothing at all: the upstream kept the stream open, the session its slot.
+  // And node's close(code) on a stream still sending its body flushes an END_STREAM
+  // before the RST_STREAM: the upstream would see a whole body first.
+  const seen: string[] = []
+  const s = h2cServer((stream) => {
+    stream.on('data', () => {})
+    stream.on('end', () => seen.push('end'))
+    stream.on('close', () => seen.push(`close ${stream.rstCode}`))
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  for (const cut of ['abort', 'body-error']) {
+    seen.length = 0
+    const body = new PassThrough()
+    const ac = new AbortController()
+    const outcome = forward(up, request(c, { method: 'POST', body, signal: ac.signal }))
+    body.write(Buffer.alloc(1000, 97))
+    await sleep(100)
+    if (cut === 'abort') ac.abort(new Error('client gone'))
+    else body.destroy(Object.assign(new Error('client gone'), { code: 'SP_CLIENT_GONE' }))
+    t.equal(expectError(await outcome).code, 'SP_ERR_CLIENT_ABORTED', `${cut}: the client's failure`)
+    await until(() => seen.length > 0, 2000)
+    t.same(seen, [`close ${http2.constants.NGHTTP2_INTERNAL_ERROR}`], `${cut}: the upstream stream is reset, never ended (a cut body is not a whole one)`)
+  }
+  await until(() => up.stats()[0]?.running === 0, 2000)
+  t.match(up.stats()[0], { protocol: 'h2c', running: 0 }, 'no stream left counted on the session')
 })
 
 t.test('h2: headers timeout, and abort via signal resets the stream upstream', async (t) => {
