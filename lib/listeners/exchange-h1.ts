@@ -9,6 +9,7 @@ import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
+import { chunkedOnly } from '../upstream/h1-parser.ts'
 import { STATUS_CODES } from 'node:http'
 
 /** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
@@ -47,7 +48,7 @@ export function refusedHead(req: IncomingMessage): Refusal | null {
   const te = req.headers['transfer-encoding']
   if (te !== undefined) {
     if (req.httpVersionMinor === 0) return HTTP10_CODING
-    if (te.length !== 7 || te.toLowerCase() !== 'chunked') return OTHER_CODING
+    if (!chunkedOnly(te)) return OTHER_CODING
   }
   const raw = req.rawHeaders
   let hosts = 0
@@ -58,10 +59,8 @@ export function refusedHead(req: IncomingMessage): Refusal | null {
   return null
 }
 
-/** The body of a 400 the gateway answers itself: what was wrong with the request. */
-export function refusedBody(reason: string): string {
-  return refusal(400, reason).body
-}
+/** RFC 9113 §8.3.1: an HTTP/2 request whose Host names another host than its :authority. */
+export const HOST_DIFFERS = refusal(400, 'Host differs from :authority')
 
 /**
  * A whole response as raw bytes, for a socket no ServerResponse writes to (one

@@ -267,13 +267,9 @@ class RequestBody extends Readable {
     if (!this.push(chunk)) this.#stream.pause()
   }
 
-  // node also ends the request side of a stream destroyed under it (its session
-  // gone, the stream closed with an error code first): only an end with no error
-  // code is the client's END_STREAM, else the upstream would get a cut body whole.
-  #onEnd = (): void => {
-    if (this.#stream.rstCode !== constants.NGHTTP2_NO_ERROR) { this.#onAborted(); return }
-    this.push(null)
-  }
+  // A stream reset or lost under it emits 'aborted' before the 'end' node then
+  // emits too, and #onAborted takes this listener off: a cut body never ends here.
+  #onEnd = (): void => { this.push(null) }
 
   // The code says whose failure it is: the client's, not the upstream's (normalize-error.ts).
   #onAborted = (): void => { this.destroy(localError(CLIENT_GONE, 'client aborted the request body')) }

@@ -23,7 +23,7 @@ import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, UpgradeExchange, clientIp, closingResponse, refusedBody, refusedHead, type Refusal } from './exchange-h1.ts'
+import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, refusedHead, type Refusal } from './exchange-h1.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
@@ -354,9 +354,9 @@ export class PortListener {
     // (sallyport routes by :authority; a proxy in front may have taken the Host).
     const host = headers.host
     if (host !== undefined && hostDiffers(host, headers[':authority'])) {
-      log.debug({ reason: 'Host differs from :authority' }, 'request refused')
-      stream.respond({ ':status': 400, 'content-type': 'text/plain; charset=utf-8' })
-      stream.end(refusedBody('Host differs from :authority'))
+      log.debug({ status: HOST_DIFFERS.status, reason: HOST_DIFFERS.body }, 'request refused')
+      stream.respond({ ':status': HOST_DIFFERS.status, 'content-type': 'text/plain; charset=utf-8' })
+      stream.end(HOST_DIFFERS.body)
       return
     }
     // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
