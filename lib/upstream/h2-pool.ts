@@ -248,8 +248,11 @@ export class H2Pool implements UpstreamPool {
       headers = h2RequestHeaders(req.headers, req.method, req.path, req.authority, this.#scheme, null)
     }
     let stream: ClientHttp2Stream
+    // A stream whose request side stays open (a body, a tunnel) gets an abort signal:
+    // node resets a stream aborted that way with CANCEL and no END_STREAM first (#reset).
+    const aborter = req.body === null && upgrade === null ? null : new AbortController()
     try {
-      stream = state.session.request(headers, { endStream: req.body === null && upgrade === null })
+      stream = state.session.request(headers, aborter === null ? { endStream: true } : { endStream: false, signal: aborter.signal })
     } catch (err) {
       state.dead = true
       ex.fail(err)
@@ -260,7 +263,7 @@ export class H2Pool implements UpstreamPool {
     const max = this.#settings.maxRequestsPerConnection
     // Retired: no new streams; closed when its last one ends (release).
     if (max !== null && ++state.started >= max) state.dead = true
-    const attempt = new H2Attempt(ex, stream, state, this, wsKey)
+    const attempt = new H2Attempt(ex, stream, state, this, wsKey, aborter)
     ex.setAttempt(attempt)
     const idleMs = idleMsOf(ex, this.#settings)
     stream.setTimeout(idleMs, onStreamTimeout)
@@ -312,6 +315,7 @@ class H2Attempt implements Attempt {
   readonly #state: SessionState
   readonly #pool: H2Pool
   readonly #wsKey: string | null
+  readonly #aborter: AbortController | null
   #body: ResponseBody | null = null
   #ended = false
   #tunnelled = false
@@ -319,12 +323,13 @@ class H2Attempt implements Attempt {
   error: Error | null = null
   headersTimer: NodeJS.Timeout | null = null
 
-  constructor(ex: Exchange, stream: ClientHttp2Stream, state: SessionState, pool: H2Pool, wsKey: string | null) {
+  constructor(ex: Exchange, stream: ClientHttp2Stream, state: SessionState, pool: H2Pool, wsKey: string | null, aborter: AbortController | null) {
     this.#ex = ex
     this.#stream = stream
     this.#state = state
     this.#pool = pool
     this.#wsKey = wsKey
+    this.#aborter = aborter
     ;(stream as AttemptStream)[kAttempt] = this
     stream.on('response', onStreamResponse)
     stream.on('error', onStreamError)
@@ -422,10 +427,11 @@ class H2Attempt implements Attempt {
     if (stream.closed) return
     // close(CANCEL) on a stream whose request side is still open ends that side
     // first: node flushes an END_STREAM before the RST_STREAM, and the upstream
-    // would take the cut body for a whole one. destroy() resets it without
-    // (INTERNAL_ERROR). A request already sent in full is cancelled (CANCEL).
-    if (stream.writableEnded) stream.close(constants.NGHTTP2_CANCEL)
-    else stream.destroy(localError('SP_STREAM_CANCELLED', 'request cancelled before its body was sent'))
+    // would take the cut body for a whole one. destroy(err) resets it without, but
+    // with INTERNAL_ERROR (a gRPC server reads a cancelled streaming call as
+    // INTERNAL); the stream's abort signal resets it with CANCEL alone.
+    if (stream.writableEnded || this.#aborter === null) stream.close(constants.NGHTTP2_CANCEL)
+    else this.#aborter.abort()
   }
 
   resume(): void {
