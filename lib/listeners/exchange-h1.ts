@@ -5,8 +5,9 @@ import { peerSpiffeId } from '../extensions/client.ts'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
-import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
+import type { ErrorCode } from '../errors.ts'
 import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { chunkedOnly } from '../upstream/h1-parser.ts'
@@ -80,7 +81,14 @@ export function hasBody(req: IncomingMessage): boolean {
   return cl !== undefined && cl !== '0'
 }
 
-const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
+
+const kInFlight = Symbol('sallyport.h1InFlight')
+type InFlightSocket = Socket & { [kInFlight]?: H1Exchange | undefined }
+
+/** The exchange node's HTTP/1.1 server began last on `socket` and has not closed, if any. */
+export function inFlightExchange(socket: Duplex): H1Exchange | undefined {
+  return (socket as InFlightSocket)[kInFlight]
+}
 
 export class H1Exchange implements Exchange, BodySink {
   readonly protocol = 'h1' as const
@@ -93,6 +101,7 @@ export class H1Exchange implements Exchange, BodySink {
   readonly upgrade = null
   readonly clientAddress: string
   readonly port: number
+  readonly #req: IncomingMessage
   readonly #res: ServerResponse
   readonly #socket: Socket
   readonly #bytesReadAtStart: number
@@ -122,6 +131,8 @@ export class H1Exchange implements Exchange, BodySink {
     this.port = port
     this.#socket = req.socket
     this.#bytesReadAtStart = req.socket.bytesRead
+    this.#req = req
+    ;(req.socket as InFlightSocket)[kInFlight] = this
   }
 
   observe(observer: ExchangeObserver): void {
@@ -129,9 +140,37 @@ export class H1Exchange implements Exchange, BodySink {
     this.#res.once('close', this.#onClose)
   }
 
+  /**
+   * node's parser failed on this connection with this exchange the last it began
+   * (it reads nothing more there). In this request's own body (a bad chunk): the
+   * request fails as the client's, a 400 and the connection closed, or, once the
+   * response has started, the connection cut. After it (a malformed request
+   * pipelined behind a whole one): the response goes out whole, then the
+   * refusal, and the connection closes. A connection that ended mid-request
+   * (`eof`) is a client gone away: closed, nothing refused. False: nothing in
+   * flight; refuse now.
+   */
+  clientError(refusal: string, code: ErrorCode, eof: boolean): boolean {
+    const res = this.#res
+    if (this.#closed || res.writableFinished) return false
+    if (this.#req.complete) {
+      res.once('finish', () => { if (this.#socket.writable) this.#socket.end(refusal) })
+      return true
+    }
+    if (eof) {
+      this.#socket.destroy()
+      return true
+    }
+    if (!res.headersSent) res.shouldKeepAlive = false
+    this.#observer.onRequestError(code, 'malformed request body')
+    return true
+  }
+
   #onClose = (): void => {
     const completed = this.#res.writableFinished
     this.#closed = true
+    const socket = this.#socket as InFlightSocket
+    if (socket[kInFlight] === this) socket[kInFlight] = undefined
     this.#observer.onEnd(completed)
     // The client went away mid-body: stop reading upstream (the router's abort usually got there first).
     const out = this.#out

@@ -4,13 +4,12 @@
 import { peerSpiffeId } from '../extensions/client.ts'
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { Readable, pipeline, type Duplex } from 'node:stream'
-import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CLIENT_GONE, localError } from '../upstream/normalize-error.ts'
 import { clientIp, closedBeforeEnd } from './exchange-h1.ts'
 
-const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
 const END_STREAM = constants.NGHTTP2_FLAG_END_STREAM
 
 /** Response headers HTTP/2 forbids (RFC 9113 §8.2.2) that an HTTP/1.1 upstream or a tunnel may carry. */

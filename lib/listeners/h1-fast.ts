@@ -21,7 +21,7 @@ import type { Socket } from 'node:net'
 import { METHODS, STATUS_CODES, type IncomingHttpHeaders } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { peerSpiffeId } from '../extensions/client.ts'
-import type { Exchange, ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
@@ -246,7 +246,6 @@ export class FastH1Connection {
   }
 }
 
-const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {} }
 
 // The fixed parts of a response head, made once (a head is built in bytes, HEAD).
 

@@ -23,7 +23,8 @@ import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, refusedHead, type Refusal } from './exchange-h1.ts'
+import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, type Refusal } from './exchange-h1.ts'
+import { ErrorCode } from '../errors.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
@@ -441,7 +442,11 @@ function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   // node's defaults would answer 400/431/408 only without a listener; keep them, quietly.
   if (!socket.writable) { socket.destroy(); return }
   const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
-  socket.end(closingResponse(status, ''))
+  const refusal = closingResponse(status, '')
+  // A request in flight: its answer is never corrupted or replaced by the refusal.
+  const code = status === 431 ? ErrorCode.HEADERS_TOO_LARGE : ErrorCode.BAD_REQUEST
+  if (inFlightExchange(socket)?.clientError(refusal, code, err.code === 'HPE_INVALID_EOF_STATE') === true) return
+  socket.end(refusal)
 }
 
 function onTlsError(err: Error): void {

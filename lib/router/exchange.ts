@@ -5,6 +5,7 @@
 
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
+import type { ErrorCode } from '../errors.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 
 export interface Exchange {
@@ -61,4 +62,12 @@ export interface ExchangeObserver {
   onEnd(completed: boolean): void
   /** The response body failed after headers were sent (upstream reset mid-body). */
   onBodyError(err: Error): void
+  /**
+   * The request itself turned out malformed after it was handed over (a bad chunk
+   * in its body): fail it as the client's (`code`, `detail` shown to the client).
+   */
+  onRequestError(code: ErrorCode, detail: string): void
 }
+
+/** The observer of an exchange the router has not taken. */
+export const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {}, onRequestError() {} }

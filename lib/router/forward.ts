@@ -390,6 +390,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (this.trace !== null) this.trace.end(this)
   }
 
+  onRequestError(code: ErrorCode, detail: string): void {
+    if (this.ended) return
+    this.fail(code, detail)
+    // The upstream request goes too (its body will never be whole); answered first, so its failure is not the answer.
+    const controller = this.controller
+    if (controller !== null && !controller.aborted) controller.abort(new SallyportError(code, detail))
+  }
+
   onBodyError(_err: Error): void {
     if (this.code === null || this.code === ErrorCode.CLIENT_ABORTED) {
       this.code = ErrorCode.UPSTREAM_RESET
