@@ -248,6 +248,8 @@ function sendTrailers(stream: ServerHttp2Stream, trailers: () => OutgoingHeaders
  * ServerHttp2Stream itself would reset the response half too. Destroying this
  * view only stops forwarding: the rest of the request is drained.
  */
+function ignoreError(): void {}
+
 class RequestBody extends Readable {
   readonly #stream: ServerHttp2Stream
   /** Request body bytes received. */
@@ -259,6 +261,9 @@ class RequestBody extends Readable {
     stream.on('data', this.#onData)
     stream.once('end', this.#onEnd)
     stream.once('aborted', this.#onAborted)
+    // The client can abort before anything reads the body (the upstream still being
+    // dialled): its failure is for whoever reads it, never an uncaught 'error'.
+    this.on('error', ignoreError)
   }
 
   #onData = (chunk: Buffer): void => {
