@@ -16,6 +16,8 @@ export const ErrorCode = {
   REQUEST_UNSENDABLE: 'SP_ERR_REQUEST_UNSENDABLE',
   REQUEST_TIMEOUT: 'SP_ERR_REQUEST_TIMEOUT',
   CLIENT_ABORTED: 'SP_ERR_CLIENT_ABORTED',
+  /** The request body stopped arriving from the client while the upstream waited for it: the client's timeout. */
+  CLIENT_TIMEOUT: 'SP_ERR_CLIENT_TIMEOUT',
   BAD_REQUEST: 'SP_ERR_BAD_REQUEST',
   HEADERS_TOO_LARGE: 'SP_ERR_HEADERS_TOO_LARGE',
   BODY_TOO_LARGE: 'SP_ERR_BODY_TOO_LARGE',
@@ -51,6 +53,7 @@ const STATUS: Record<ErrorCode, number> = {
   SP_ERR_REQUEST_UNSENDABLE: 500,
   SP_ERR_REQUEST_TIMEOUT: 504,
   SP_ERR_CLIENT_ABORTED: 499, // logged only; the client is gone
+  SP_ERR_CLIENT_TIMEOUT: 408,
   SP_ERR_BAD_REQUEST: 400,
   SP_ERR_HEADERS_TOO_LARGE: 431,
   SP_ERR_BODY_TOO_LARGE: 413,

@@ -52,6 +52,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_DESTINATION_REFUSED: 'destination refused',
   SP_ERR_REQUEST_TIMEOUT: 'request timeout',
   SP_ERR_CLIENT_ABORTED: 'client aborted',
+  SP_ERR_CLIENT_TIMEOUT: 'client timeout',
   SP_ERR_LOOP_DETECTED: 'loop detected',
   SP_ERR_OVERLOADED: 'overloaded',
   SP_ERR_SHUTTING_DOWN: 'shutting down',
@@ -64,7 +65,7 @@ function reasonOf(code: ErrorCode): string {
 /** gRPC status for an error answer: 12 UNIMPLEMENTED for no route, 4 DEADLINE_EXCEEDED for timeouts, else 14 UNAVAILABLE. */
 function grpcStatusOf(code: ErrorCode): number {
   if (code === ErrorCode.NO_ROUTE) return 12
-  if (code === ErrorCode.REQUEST_TIMEOUT || code === ErrorCode.UPSTREAM_TIMEOUT) return 4
+  if (code === ErrorCode.REQUEST_TIMEOUT || code === ErrorCode.UPSTREAM_TIMEOUT || code === ErrorCode.CLIENT_TIMEOUT) return 4
   return 14
 }
 
@@ -209,7 +210,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       authority: rule.rewriteHost ?? cluster.hostname ?? authority,
       headers,
       body: ex.body,
-      timeouts: { connectMs: timeouts.connectMs, headersMs: timeouts.backendRequestMs, idleMs: timeouts.idleMs },
+      timeouts: { connectMs: timeouts.connectMs, headersMs: null, deadlineMs: timeouts.backendRequestMs, idleMs: timeouts.idleMs },
       signal: controller,
       upgrade: ex.upgrade,
       clientAddress: ex.clientAddress,
@@ -398,10 +399,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (controller !== null && !controller.aborted) controller.abort(new SallyportError(code, detail))
   }
 
-  onBodyError(_err: Error): void {
+  onBodyError(err: Error): void {
     if (this.code === null || this.code === ErrorCode.CLIENT_ABORTED) {
-      this.code = ErrorCode.UPSTREAM_RESET
-      this.reason = reasonOf(ErrorCode.UPSTREAM_RESET)
+      // A response cut by its try's deadline says so; any other cut is a reset.
+      const code = err instanceof SallyportError && err.code === ErrorCode.UPSTREAM_TIMEOUT ? err.code : ErrorCode.UPSTREAM_RESET
+      this.code = code
+      this.reason = reasonOf(code)
     }
   }
 

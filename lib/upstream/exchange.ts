@@ -8,7 +8,7 @@ import { Readable, type Duplex } from 'node:stream'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
-import { connectReason, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
+import { BACKEND_REQUEST_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
 import {
   backendSeries, upstreamConnectErrors, upstreamTlsHandshakeErrors, type BackendSeries,
@@ -75,6 +75,9 @@ export class Exchange {
   #answered = false
   #finished = false
   #body: ResponseBody | null = null
+  /** The try's backendRequest deadline (req.timeouts.deadlineMs), from its first attempt on. */
+  #deadline: NodeJS.Timeout | null = null
+  #deadlineSet = false
 
   constructor(req: UpstreamRequest, handler: UpstreamHandler, redispatcher: Redispatcher) {
     this.req = req
@@ -98,6 +101,25 @@ export class Exchange {
 
   setAttempt(attempt: Attempt | null): void {
     this.#attempt = attempt
+    if (attempt === null || this.#deadlineSet) return
+    // The request starts going out: the try's deadline runs from here to its response's last byte.
+    this.#deadlineSet = true
+    const ms = this.req.timeouts.deadlineMs
+    if (ms !== undefined && ms !== null && ms > 0 && !this.#finished) this.#deadline = setTimeout(onDeadline, ms, this)
+  }
+
+  /** The backendRequest deadline ran out: before the head, the try fails as a timeout; after it, its body is cut. */
+  deadlineExpired(): void {
+    this.#deadline = null
+    if (this.#finished) return
+    const err = localError(BACKEND_REQUEST_TIMEOUT, `backendRequest timeout (${this.req.timeouts.deadlineMs} ms) exceeded`)
+    const attempt = this.#attempt
+    if (!this.#answered) {
+      this.fail(err)
+      if (attempt !== null) attempt.cancel(err)
+    } else if (this.#body !== null) {
+      this.#body.destroy(normalizeUpstreamError(err, null, this.endpoint))
+    }
   }
 
   /** Cancellation listener (an object, so no closure per request). */
@@ -121,6 +143,11 @@ export class Exchange {
       return null
     }
     this.#answered = true
+    // MCP event streams live as long as they keep sending (as with the route's own timeout, router/forward.ts).
+    if (this.#deadline !== null && this.cluster.protocol === 'MCP') {
+      clearTimeout(this.#deadline)
+      this.#deadline = null
+    }
     if (this.guard !== null) this.guard.responded(this, status, headers)
     const body = new ResponseBody(this, attempt, status)
     this.#body = body
@@ -146,7 +173,10 @@ export class Exchange {
    */
   fail(err: unknown): void {
     if (this.#answered) return
-    const error = normalizeUpstreamError(err, this.req.signal, this.endpoint)
+    let error = normalizeUpstreamError(err, this.req.signal, this.endpoint)
+    if (error.code === ErrorCode.UPSTREAM_TIMEOUT && awaitingClient(this.req.body)) {
+      error = new SallyportError(ErrorCode.CLIENT_TIMEOUT, 'the request body stopped arriving from the client', { cause: err })
+    }
     this.#count(error)
     if (this.guard !== null) this.guard.failed(this, error)
     if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.req.connectFallback !== false && this.#redispatcher.redispatch(this)) return
@@ -174,12 +204,20 @@ export class Exchange {
   finish(code: string): void {
     if (this.#finished) return
     this.#finished = true
+    if (this.#deadline !== null) {
+      clearTimeout(this.#deadline)
+      this.#deadline = null
+    }
     this.req.signal.removeEventListener('abort', this)
     if (this.guard !== null) this.guard.finished(this)
     const series = this.#series
     series.active--
     series.observe(code, (performance.now() - this.#started) / 1000)
   }
+}
+
+function onDeadline(ex: Exchange): void {
+  ex.deadlineExpired()
 }
 
 /**

@@ -5,6 +5,7 @@
 import { ErrorCode, SallyportError } from '../errors.ts'
 import { tlsFailureReason } from './tls.ts'
 import type { CancelSignal } from './cancel.ts'
+import type { Readable } from 'node:stream'
 
 const CONNECT_CODES: Readonly<Record<string, string>> = {
   ECONNREFUSED: 'refused',
@@ -26,8 +27,12 @@ const CONNECT_CODES: Readonly<Record<string, string>> = {
   SP_PROXY_REFUSED: 'proxy', // issue 9: the upstream CONNECT proxy said no (or closed)
 }
 
+/** A try's backendRequest deadline ran out (exchange.ts). */
+export const BACKEND_REQUEST_TIMEOUT = 'SP_BACKEND_REQUEST_TIMEOUT'
+
 const TIMEOUT_CODES: ReadonlySet<string> = new Set([
   'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'SP_HEADERS_TIMEOUT', 'SP_IDLE_TIMEOUT',
+  BACKEND_REQUEST_TIMEOUT,
 ])
 
 const RESET_CODES: ReadonlySet<string> = new Set([
@@ -111,6 +116,15 @@ export function normalizeUpstreamError(err: unknown, signal: CancelSignal | null
     return new SallyportError(ErrorCode.UPSTREAM_RESET, `upstream ${endpoint} exchange aborted`, { cause: err })
   }
   return new SallyportError(ErrorCode.UPSTREAM_PROTOCOL, `upstream ${endpoint} failed (${code === '' ? 'unknown' : code})`, { cause: err })
+}
+
+/**
+ * A request body the upstream exchange is waiting on its client for: not ended,
+ * nothing buffered, its reader not holding it back (a reader held back by the
+ * upstream pauses it). A timeout then is the client's stall, not the upstream's.
+ */
+export function awaitingClient(body: Readable | null): boolean {
+  return body !== null && !body.readableEnded && !body.destroyed && body.readableLength === 0 && body.readableFlowing === true
 }
 
 /** A local error with a code, for the timers and resets we raise ourselves. */

@@ -16,8 +16,13 @@ export type OutgoingHeaders = Record<string, string | string[]>
 export interface UpstreamTimeouts {
   /** TCP+TLS connect; null = the default (10 s). */
   readonly connectMs: number | null
-  /** Until the response headers arrive (HTTPRoute backendRequest); null = none beyond the overall request timeout. */
+  /** Until the response headers arrive, restarted by upload progress; null = the idle bound. */
   readonly headersMs: number | null
+  /**
+   * HTTPRoute backendRequest: this try, from its request going out to the response's
+   * last byte (a response already begun is cut); absent or null = none.
+   */
+  readonly deadlineMs?: number | null
   /** Max silence on an established exchange (body bytes either way); null = the default (5 min). */
   readonly idleMs: number | null
 }

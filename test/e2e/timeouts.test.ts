@@ -1,7 +1,10 @@
 // HTTPRoute timeouts through the real CLI and YAML: timeouts.backendRequest bounds
-// the wait for the backend's response headers, timeouts.request the whole exchange;
-// either one answers 504, cancels the upstream request and says why in the access log.
-// A backend that answers in time is untouched, on the same kept-alive pool.
+// each try from its request going out to the last byte of the response (Gateway
+// API: "to when the full response has been received"; it used to stop at the
+// response head, so a body trickling on ran past it), timeouts.request the whole
+// exchange; either one answers 504 (or cuts a response already begun), cancels
+// the upstream request and says why in the access log. A backend that answers in
+// time is untouched, on the same kept-alive pool.
 
 import t from 'tap'
 import fs from 'node:fs'
@@ -17,6 +20,17 @@ t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI',
     if (url.pathname === '/hang') {
       events.push(`arrived ${req.headers.host}`)
       res.on('close', () => { if (!res.writableFinished) events.push(`cancelled ${req.headers.host}`) })
+      return
+    }
+    if (url.pathname === '/trickle') {
+      // The head at once, then a byte every 100 ms for 1.5 s: past backendRequest.
+      res.writeHead(200, { 'content-length': '15' })
+      let n = 0
+      const timer = setInterval(() => {
+        if (res.destroyed || ++n > 15) { clearInterval(timer); res.end(); return }
+        res.write('x')
+      }, 100)
+      res.on('close', () => { clearInterval(timer); if (!res.writableFinished) events.push(`cancelled trickle ${req.headers.host}`) })
       return
     }
     // Answers after `ms`: within the backendRequest timeout below.
@@ -48,6 +62,22 @@ t.test('HTTPRoute timeouts.backendRequest and timeouts.request through the CLI',
   const whole = await request(`${base}/hang`, { host: 'whole.example.test' })
   t.equal(whole.status, 504, 'timeouts.request: 504')
   await eventually(async () => events.join(','), (s) => s.includes('cancelled whole.example.test'), 10000, 'upstream request cancelled')
+
+  const trickle = await new Promise<{ status: number; body: string; complete: boolean }>((resolve) => {
+    const req = http.get(`${base}/trickle`, { headers: { host: 'backend.example.test' }, agent: false }, (res) => {
+      let body = ''
+      res.setEncoding('latin1')
+      res.on('data', (c: string) => { body += c })
+      res.on('close', () => resolve({ status: res.statusCode ?? 0, body, complete: res.complete }))
+    })
+    req.on('error', () => resolve({ status: 0, body: '', complete: false }))
+  })
+  t.equal(trickle.status, 200, 'a response head in time is passed on')
+  t.notOk(trickle.complete, 'but a body still coming at backendRequest is cut, never passed on as whole')
+  t.ok(trickle.body.length < 15, `only part of it arrived (${trickle.body.length} of 15 bytes)`)
+  await eventually(async () => events.join(','), (s) => s.includes('cancelled trickle backend.example.test'), 10000, 'upstream request cancelled')
+  await cli.waitFor(/"path":"\/trickle","status":200[^\n]*"code":"SP_ERR_UPSTREAM_TIMEOUT"/, 5000)
+  t.pass('logged as an upstream timeout')
 
   // The pool is still good: the next request on the backend-request route is served.
   const after = await request(`${base}/answer?ms=10`, { host: 'backend.example.test' })

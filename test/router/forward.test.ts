@@ -53,7 +53,7 @@ t.test('UpstreamRequest: path, authority, timeouts, client address; abort on cli
   const req = up.requests[0]
   t.equal(req.path, '/a/b?c=d')
   t.equal(req.authority, 'api.example')
-  t.same(req.timeouts, { connectMs: 55, headersMs: 1234, idleMs: 777 })
+  t.same(req.timeouts, { connectMs: 55, headersMs: null, deadlineMs: 1234, idleMs: 777 }, 'backendRequest is the deadline of each try, to the last byte of its response')
   t.equal(req.clientAddress, '127.0.0.1')
   t.equal(req.body, null, 'END_STREAM on HEADERS: no body')
   t.equal(req.upgrade, null)
