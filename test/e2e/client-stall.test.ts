@@ -82,7 +82,8 @@ async function ejections(adminPort: number): Promise<number> {
   return n
 }
 
-t.test('CLI: a client that stalls mid-upload is timed out as the client, never against the endpoint', async (t) => {
+for (const client of ['sallyport', 'undici']) {
+t.test(`CLI (--http1-client ${client}): a client that stalls mid-upload is timed out as the client, never against the endpoint`, async (t) => {
   const healthy = http.createServer((req, res) => { req.resume(); req.on('end', () => res.end('ok')) })
   const healthyPort = await listenLoopback(healthy)
   // Reads nothing at all: the gateway's writes back up and its body is held back.
@@ -94,7 +95,7 @@ t.test('CLI: a client that stalls mid-upload is timed out as the client, never a
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
   fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backendYaml('api', healthyPort)}\n---\n${backendYaml('deaf', deafPort)}`)
   fs.writeFileSync(path.join(dir, 'routes.yaml'), `${route('api', 'api.example.test', healthyPort)}---\n${route('deaf', 'deaf.example.test', deafPort)}`)
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--http1-client', client])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
   const half = (host: string, length: number): string => `POST /upload HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${length}\r\n\r\n`
@@ -124,3 +125,4 @@ t.test('CLI: a client that stalls mid-upload is timed out as the client, never a
   await cli.waitFor(/"path":"\/upload","status":504[^\n]*"code":"SP_ERR_UPSTREAM_TIMEOUT"/, 5000)
   await eventually(() => ejections(adminPort), (n) => n === 1, 5000, 'the deaf endpoint is ejected')
 })
+}
