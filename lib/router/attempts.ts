@@ -31,6 +31,7 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, ExtensionChain, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import { Cancel } from '../upstream/cancel.ts'
+import { STREAM_REFUSED, codeOf } from '../upstream/normalize-error.ts'
 import { upstreamFailovers, upstreamRetries, upstreamRetryBudgetExhausted } from '../observe/resilience-metrics.ts'
 import { applyHeaderEdits } from './headers.ts'
 import { ReplayBody } from './replay-body.ts'
@@ -228,8 +229,9 @@ function errorReason(err: SallyportError, plan: RetryPlan, parent: boolean, time
     case ErrorCode.UPSTREAM_CONNECT: return plan.connect ? 'connect' : null
     case ErrorCode.UPSTREAM_RESET: {
       if (parent) return null
-      const cause = err.cause as { code?: unknown } | undefined
-      if (plan.refusedStream && cause !== undefined && cause.code === 'ERR_HTTP2_STREAM_ERROR') return 'refused_stream'
+      // Only REFUSED_STREAM (RFC 9113 §8.7: not processed) is a refusal; INTERNAL_ERROR
+      // and the rest are resets, retried only with the reset trigger.
+      if (plan.refusedStream && codeOf(err.cause) === STREAM_REFUSED) return 'refused_stream'
       return plan.reset ? 'reset' : null
     }
     case ErrorCode.UPSTREAM_TIMEOUT: return !parent && plan.timeout ? 'timeout' : null

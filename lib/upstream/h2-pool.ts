@@ -14,7 +14,7 @@ import type { Readable } from 'node:stream'
 import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { h2RequestHeaders, responseHeaders } from './headers.ts'
-import { localError } from './normalize-error.ts'
+import { STREAM_REFUSED, localError } from './normalize-error.ts'
 import { H1Pool } from './h1-pool.ts'
 import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 
@@ -390,7 +390,13 @@ class H2Attempt implements Attempt {
     this.#pool.release(this.#state)
     if (this.#ended || this.#tunnelled || this.#cancelled) return
     const stream = this.#stream
-    const err = this.error ?? localError('SP_STREAM_RESET', `upstream stream closed (RST_STREAM code ${stream.rstCode ?? 'none'})`)
+    // RFC 9113 §8.7: REFUSED_STREAM (from the peer, or nghttp2 for streams past a
+    // GOAWAY's last stream id) says the request was not processed; any other code
+    // may follow a request the upstream acted on. Node reports both as
+    // ERR_HTTP2_STREAM_ERROR, so the refusal gets its own code for the retry decision.
+    const err = stream.rstCode === constants.NGHTTP2_REFUSED_STREAM
+      ? localError(STREAM_REFUSED, 'upstream refused the stream (RST_STREAM code 7, REFUSED_STREAM)')
+      : this.error ?? localError('SP_STREAM_RESET', `upstream stream closed (RST_STREAM code ${stream.rstCode ?? 'none'})`)
     if (this.#body === null) this.#ex.fail(err)
     else this.#ex.failBody(err)
   }

@@ -42,7 +42,15 @@ const RESET_CODES: ReadonlySet<string> = new Set([
   'ERR_HTTP2_ERROR', 'SP_STREAM_RESET', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
   'SP_H1_INCOMPLETE', 'SP_POOL_CLOSED', // h1-client.ts: the upstream closed mid-response; a pool closed under a request
   'SP_CONNECT_CANCELLED', // connect.ts: a closing pool stopped a connection no request waited for
+  'SP_STREAM_REFUSED', // STREAM_REFUSED below
 ])
+
+/**
+ * The code of an HTTP/2 stream closed with REFUSED_STREAM (h2-pool.ts): a reset
+ * like any other, but the only one that says the upstream did not process the
+ * request (RFC 9113 §8.7), which the refused-stream retry trigger relies on.
+ */
+export const STREAM_REFUSED = 'SP_STREAM_REFUSED'
 
 /**
  * The request cannot be encoded for the upstream (checked before anything is

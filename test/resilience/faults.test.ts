@@ -267,3 +267,29 @@ t.test('refused-stream trigger: an HTTP/2 stream refused by the upstream is retr
   t.equal(streams, 2)
   t.equal(await metric('sallyport_upstream_retries_total', { backend: 'rs', reason: 'refused_stream' }), before + 1)
 })
+
+t.test('refused-stream trigger: a stream reset with any other code (INTERNAL_ERROR after reading a POST) is not retried', async (t) => {
+  // RFC 9113 §8.7: only REFUSED_STREAM says the request was not processed; INTERNAL_ERROR after the
+  // body was read may follow a charge the upstream already made.
+  const seen: string[] = []
+  const server = http2.createServer()
+  server.on('stream', (stream) => {
+    stream.on('error', () => {})
+    let body = ''
+    stream.setEncoding('utf8').on('data', (s: string) => { body += s })
+    stream.on('end', () => {
+      seen.push(body)
+      if (seen.length === 1) stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR)
+      else { stream.respond({ ':status': 200 }); stream.end('second') }
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())))
+  const port = (server.address() as AddressInfo).port
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'ie', reason: 'refused_stream' })
+  const gw = await serve(t, [cluster('ie', port, { protocol: 'H2C' })], { retry: policy({ triggers: ['refused-stream'] }) })
+  const r = await ask(gw.port, { method: 'POST', body: 'amount=100' })
+  t.equal(r.status, 502, 'the reset answers 502')
+  t.same(seen, ['amount=100'], 'the POST reached the upstream once')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'ie', reason: 'refused_stream' }), before, 'no refused_stream retry counted')
+})

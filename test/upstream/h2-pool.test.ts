@@ -76,6 +76,23 @@ t.test('RST_STREAM from the upstream → SP_ERR_UPSTREAM_RESET', async (t) => {
   t.equal(err.code, 'SP_ERR_UPSTREAM_RESET')
 })
 
+t.test('RST_STREAM REFUSED_STREAM is told apart from other codes (only it says the request was not processed)', async (t) => {
+  let code: number = http2.constants.NGHTTP2_REFUSED_STREAM
+  const s = h2cServer((stream) => { stream.close(code) })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  const refused = expectError(await forward(up, request(c)))
+  t.equal(refused.code, 'SP_ERR_UPSTREAM_RESET')
+  t.equal((refused.cause as { code?: string }).code, 'SP_STREAM_REFUSED')
+  for (code of [http2.constants.NGHTTP2_INTERNAL_ERROR, http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_PROTOCOL_ERROR]) {
+    const err = expectError(await forward(up, request(c)))
+    t.equal(err.code, 'SP_ERR_UPSTREAM_RESET', `code ${code}`)
+    t.not((err.cause as { code?: string }).code, 'SP_STREAM_REFUSED', `code ${code} is not a refusal`)
+  }
+})
+
 t.test('the upstream connection lost mid-body: the body fails, it does not end (node emits "end" then)', async (t) => {
   // node's client stream emits 'end' when its session's socket closes under it (rstCode
   // NGHTTP2_CANCEL); taken for the end of the body, a cut response reached clients as whole.
