@@ -279,7 +279,7 @@ function compileRule(
     retrySpec = {
       attempts: retry?.attempts ?? p?.numRetries ?? 1,
       codes: retry !== null && retry.codes.length > 0 ? retry.codes : p?.httpStatusCodes ?? [],
-      backoffMs: retry?.backoff ?? p?.backoffBase ?? null,
+      backoffMs: retry?.backoff ?? null,
       policy: p,
     }
   }

@@ -346,6 +346,11 @@ export interface UpstreamProxy {
 export interface RetrySpec {
   readonly attempts: number
   readonly codes: readonly number[]
+  /**
+   * HTTPRoute retry.backoff, the minimum wait before a retry (Gateway API); null when the
+   * route sets none. A BackendTrafficPolicy's perRetry.backOff stays in `policy`: its base
+   * is not a minimum (full jitter, router/attempts.ts).
+   */
   readonly backoffMs: number | null
   readonly policy: RetryPolicy | null
 }

@@ -23,9 +23,14 @@
 // - Parent mode (a Backend that is another egress gateway): only failures to
 //   connect are retried (the request never left), never the request itself;
 //   the parent does request-level retries (egress proposal, Parent Mode).
-// - Backoff: full jitter, random(0, min(max, base × 2^n)); Retry-After on a
-//   retried answer is honoured when no other backend can take the retry, up
-//   to RETRY_AFTER_CAP_MS (a longer wait answers the client instead).
+// - Backoff: an HTTPRoute retry.backoff is a minimum (Gateway API
+//   HTTPRouteRetry: "not retried before the configured minimum duration"):
+//   the n-th retry waits d = min(max, backoff × 2^n), never below backoff,
+//   plus up to d/2 of jitter above it. Otherwise (BackendTrafficPolicy
+//   perRetry.backOff, or no backoff given) full jitter as Envoy does,
+//   random(0, min(max, base × 2^n)). Retry-After on a retried answer is
+//   honoured when no other backend can take the retry, up to
+//   RETRY_AFTER_CAP_MS (a longer wait answers the client instead).
 
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, ExtensionChain, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
@@ -55,6 +60,8 @@ export interface RetryPlan {
   readonly codes: ReadonlySet<number>
   readonly baseMs: number
   readonly maxMs: number
+  /** HTTPRoute retry.backoff: no retry goes out sooner; 0: none (full jitter from 0). */
+  readonly minMs: number
   /** null: no per-try timeout. */
   readonly perTryMs: number | null
 }
@@ -71,7 +78,7 @@ export interface AttemptPlan {
 
 const NO_RETRY: RetryPlan = {
   retries: 0, connect: false, reset: false, refusedStream: false, timeout: false, status5xx: false, gatewayError: false,
-  codes: new Set(), baseMs: DEFAULT_BACKOFF_BASE_MS, maxMs: DEFAULT_BACKOFF_BASE_MS * 10, perTryMs: null,
+  codes: new Set(), baseMs: DEFAULT_BACKOFF_BASE_MS, maxMs: DEFAULT_BACKOFF_BASE_MS * 10, minMs: 0, perTryMs: null,
 }
 
 /** HTTPRoute retry and BackendTrafficPolicy retry (merged by compile into RetrySpec) → what to retry on. */
@@ -95,6 +102,7 @@ export function retryPlanOf(rule: RouteRule): RetryPlan {
     codes: new Set(triggers.has('retriable-status-codes') || fromRoute ? codes : []),
     baseMs,
     maxMs: p?.backoffMax ?? baseMs * 10,
+    minMs: spec.backoffMs ?? 0,
     perTryMs: p?.perTryTimeout ?? null,
   }
 }
@@ -465,9 +473,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   }
 
   #backoff(): number {
-    const r = this.#plan.retry
-    const cap = Math.min(r.maxMs, r.baseMs * 2 ** this.#retries)
-    return Math.floor(Math.random() * cap)
+    return backoffDelay(this.#plan.retry, this.#retries, Math.random())
   }
 
   backoffDone(): void {
@@ -495,6 +501,14 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     this.#body?.release()
     this.#base.signal.removeEventListener('abort', this)
   }
+}
+
+/** The wait before retry `n` (0: the first), `rnd` in [0, 1). See the backoff note at the top. */
+export function backoffDelay(r: RetryPlan, n: number, rnd: number): number {
+  const d = Math.min(r.maxMs, r.baseMs * 2 ** n)
+  if (r.minMs === 0) return Math.floor(rnd * d)
+  const floor = Math.max(r.minMs, d)
+  return floor + Math.floor(rnd * floor / 2)
 }
 
 function onPerTryTimeout(loop: AttemptLoop): void {

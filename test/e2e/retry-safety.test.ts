@@ -100,3 +100,44 @@ spec:
   t.equal(seen.length, 2, 'refused, then the retry')
   t.equal(metricSum(await metrics(), 'sallyport_upstream_retries_total', { reason: 'refused_stream' }), 1)
 })
+
+t.test('HTTPRoute retry.backoff: no retry reaches the upstream before the configured minimum', async (t) => {
+  const at: number[] = []
+  const server = http.createServer((_req, res) => {
+    at.push(performance.now())
+    res.writeHead(at.length % 3 === 0 ? 200 : 503).end(at.length % 3 === 0 ? 'ok' : 'busy')
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  const upPort = (server.address() as AddressInfo).port
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), backend('busy', upPort))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: busy, namespace: default }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [busy.example.test]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: busy, port: ${upPort} }]
+      retry: { codes: [503], attempts: 2, backoff: 200ms }
+`)
+  serve(t, dir, adminPort)
+  await ready(adminPort)
+  const url = `http://127.0.0.1:${port}/`
+  const host = 'busy.example.test'
+  await eventually(() => request(url, { host }), (r) => r.status !== 404, 20_000, 'route served')
+  // Line up on a fresh cycle of 503, 503, 200.
+  while (at.length % 3 !== 0) await request(url, { host })
+  for (let round = 0; round < 3; round++) {
+    const from = at.length
+    const r = await request(url, { host })
+    t.same([r.status, r.body], [200, 'ok'], `round ${round}: two 503s retried, then 200`)
+    t.equal(at.length - from, 3)
+    // A gap also holds the 503's way back to the gateway: it can only exceed the backoff
+    // (1 ms of slack for timers on libuv's millisecond clock).
+    for (let i = from + 1; i < at.length; i++) t.ok(at[i] - at[i - 1] >= 199, `a retry came ${Math.round(at[i] - at[i - 1])} ms after the try before (backoff 200 ms)`)
+  }
+})

@@ -4,7 +4,8 @@
 import t, { type Test } from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import type { Cluster, RouteTable } from '../../lib/compile/table.ts'
+import type { Cluster, RetryPolicy, RouteRule, RouteTable } from '../../lib/compile/table.ts'
+import { backoffDelay, retryPlanOf } from '../../lib/router/attempts.ts'
 import { createDataPlane } from '../../lib/listeners/data-plane.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
@@ -67,6 +68,42 @@ t.test('a retry that succeeds answers the client; a 508 loop answer is never ret
   t.equal(u.hits, 2)
   t.equal((await get(gw, '/loop')).status, 508)
   t.equal(u.hits, 3, 'the 508 went out once')
+})
+
+t.test('HTTPRoute retry.backoff is the minimum wait: no retry reaches the upstream before it (Gateway API HTTPRouteRetry)', async (t) => {
+  const at: number[] = []
+  const u = await upstream(t, (_req, res) => {
+    at.push(performance.now())
+    res.writeHead(at.length < 3 ? 503 : 200).end('x')
+  })
+  const port = await freePort()
+  const retry = { attempts: 2, codes: [503], backoffMs: 200, policy: null }
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry, backends: [{ cluster: 'a' }] }] }] } }, [cluster('a', u.port)]))
+  t.equal((await get(gw)).status, 200)
+  t.equal(at.length, 3, '503, 503, then 200')
+  // Each gap also holds the 503's way back to the gateway, so it can only be longer than the
+  // backoff; 1 ms of slack for timers on libuv's millisecond clock.
+  for (let i = 1; i < at.length; i++) t.ok(at[i] - at[i - 1] >= 199, `retry ${i} came ${Math.round(at[i] - at[i - 1])} ms after the try before (backoff 200 ms)`)
+})
+
+t.test('backoffDelay: an HTTPRoute backoff is a floor that grows; a BackendTrafficPolicy backOff keeps full jitter', (t) => {
+  const rule = (retry: RouteRule['retry']): RouteRule => ({ retry } as RouteRule)
+  const route = retryPlanOf(rule({ attempts: 3, codes: [503], backoffMs: 200, policy: null }))
+  for (const rnd of [0, 0.5, 0.999]) {
+    t.ok(backoffDelay(route, 0, rnd) >= 200, `first retry, rnd ${rnd}: ${backoffDelay(route, 0, rnd)} ms`)
+    t.ok(backoffDelay(route, 1, rnd) >= 400, `second retry, rnd ${rnd}: ${backoffDelay(route, 1, rnd)} ms`)
+    t.ok(backoffDelay(route, 9, rnd) >= 2000 && backoffDelay(route, 9, rnd) <= 3000, 'capped at 10 × backoff, plus at most half of it')
+  }
+  // A BackendTrafficPolicy's maxInterval below the route's backoff does not undercut the minimum.
+  const policy: RetryPolicy = { numRetries: 2, perTryTimeout: null, backoffBase: 10, backoffMax: 50, triggers: [], httpStatusCodes: [] }
+  const both = retryPlanOf(rule({ attempts: 2, codes: [], backoffMs: 200, policy }))
+  t.ok(backoffDelay(both, 0, 0) >= 200 && backoffDelay(both, 3, 0) >= 200)
+  // BackendTrafficPolicy perRetry.backOff alone: full jitter, random(0, min(max, base × 2ⁿ)) (Envoy's).
+  const btp = retryPlanOf(rule({ attempts: 2, codes: [], backoffMs: null, policy }))
+  t.equal(backoffDelay(btp, 0, 0), 0)
+  t.ok(backoffDelay(btp, 0, 0.999) < 10)
+  t.ok(backoffDelay(btp, 5, 0.999) < 50)
+  t.end()
 })
 
 t.test('failover: primary refuses connections → secondary answers; Retry-After overload spills; fail-back', async (t) => {
