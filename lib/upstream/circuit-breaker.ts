@@ -16,7 +16,9 @@
 // - Overload: a backend that answers 429/503 three times in a row, or once with
 //   Retry-After, is "overloaded" for the Retry-After time (capped at 60 s) or
 //   5 s; the router spills to the next priority level meanwhile, and comes back
-//   once the time is over (the next answer decides again).
+//   once the time is over (the next answer decides again). Our own breaker
+//   refusals count toward the three like 503s: a backend at its limits is as
+//   overloaded as one that says so.
 
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { CircuitBreakerPolicy } from '../compile/table.ts'
@@ -105,7 +107,12 @@ export class ClusterGuard {
     this.consecutiveOverload++
     const after = headers['retry-after'] === undefined ? null : retryAfterMs(headers, Date.now())
     if (after !== null) this.overloadedUntil = now + Math.min(after, OVERLOAD_MAX_MS)
-    else if (this.consecutiveOverload >= OVERLOAD_CONSECUTIVE) this.overloadedUntil = now + OVERLOAD_DEFAULT_MS
+    else if (this.consecutiveOverload >= OVERLOAD_CONSECUTIVE) this.#markOverloaded(now)
+  }
+
+  /** Overloaded for the default time from `now`, never shortening a longer (Retry-After) one. */
+  #markOverloaded(now: number): void {
+    this.overloadedUntil = Math.max(this.overloadedUntil, now + OVERLOAD_DEFAULT_MS)
   }
 
   // hot path
@@ -119,7 +126,8 @@ export class ClusterGuard {
 
   #overflow(limit: string): SallyportError {
     upstreamOverloads.inc({ backend: this.id, limit })
-    this.consecutiveOverload++
+    // A refusal counts as a 503 answer toward the three (the clock is read only here, off the admitted path).
+    if (++this.consecutiveOverload >= OVERLOAD_CONSECUTIVE) this.#markOverloaded(performance.now())
     return new SallyportError(ErrorCode.OVERLOADED, `${this.id}: circuit breaker ${limit} reached`)
   }
 }

@@ -169,6 +169,58 @@ spec:
   t.ok(new Set(sockets).size >= 3, 'five requests used at least three connections')
 })
 
+t.test('circuit-breaker refusals mark the primary overloaded: after three, traffic stays on the secondary', async (t) => {
+  const held: http.ServerResponse[] = []
+  const primary = http.createServer((req, res) => { if (req.url === '/slow') held.push(res); else res.end('primary') })
+  await new Promise<void>((resolve) => primary.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { primary.closeAllConnections(); primary.close(() => resolve()) }))
+  const pp = (primary.address() as AddressInfo).port
+  const secondary = await upstream(t, 'secondary')
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backendYaml('primary', pp)}---\n${backendYaml('secondary', secondary.port)}`)
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: api
+  namespace: default
+  annotations:
+    sallyport.io/backend-priority: "primary=0,secondary=1"
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [api.example.test]
+  rules:
+    - backendRefs:
+        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${pp} }
+        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${secondary.port} }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: api-limits, namespace: default }
+spec:
+  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: api }]
+  circuitBreaker: { maxParallelRequests: 1 }
+`)
+  serve(t, dir, adminPort)
+  await ready(adminPort)
+  const url = `http://127.0.0.1:${port}`
+  const host = 'api.example.test'
+  await eventually(() => request(`${url}/`, { host }), (r) => r.body === 'primary', 20_000, 'route served by the primary')
+
+  // One slow request holds the primary's only slot: the next three are refused by its breaker.
+  const slow = request(`${url}/slow`, { host })
+  await eventually(async () => held.length, (n) => n === 1, 5000, 'slow request at the primary')
+  for (let i = 0; i < 3; i++) t.equal((await request(`${url}/`, { host })).body, 'secondary', `breaker refusal → secondary (${i})`)
+  held[0].end('primary')
+  t.equal((await slow).body, 'primary')
+  const dump = JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as { upstreamHealth: Array<{ backend: string; overloaded: boolean }> }
+  t.equal(dump.upstreamHealth.find((h) => h.backend.includes('primary'))?.overloaded, true, '/config_dump: the primary is overloaded')
+  // Overloaded for 5 s: the freed slot does not bring the traffic back at once.
+  for (let i = 0; i < 3; i++) t.equal((await request(`${url}/`, { host })).body, 'secondary', `overloaded primary → secondary (${i})`)
+  await eventually(() => request(`${url}/`, { host }), (r) => r.body === 'primary', 15_000, 'fail-back once the overload time is over')
+})
+
 t.test('parent mode: a loop through two gateways is refused with 508, connect failures to the parent are retried, its 503 is not', async (t) => {
   const busy = await upstream(t, 'busy')
   busy.mode = '503'

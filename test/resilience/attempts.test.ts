@@ -154,6 +154,26 @@ t.test('circuit breaker: requests beyond maxParallelRequests get 503 marked over
   t.same(done.map((r) => r.status), [200, 200])
 })
 
+t.test('circuit-breaker refusals mark the primary overloaded: after three, traffic stays on priority 1 once the slot frees', async (t) => {
+  const held: http.ServerResponse[] = []
+  // The first request is held (it takes the one slot); any later one is answered at once.
+  const primary = await upstream(t, (_req, res) => { if (held.length === 0) held.push(res); else res.end('primary') })
+  const secondary = await upstream(t, (_req, res) => { res.writeHead(200).end('secondary') })
+  const port = await freePort()
+  const p: Cluster = cluster('p', primary.port, { circuitBreaker: { maxConnections: null, maxPendingRequests: null, maxParallelRequests: 1, maxParallelRetries: null, maxRequestsPerConnection: null } })
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'p', priority: 0 }, { cluster: 'b', priority: 1 }] }] }] } }, [p, cluster('b', secondary.port)])
+  const gw = await gateway(t, table)
+  const slow = get(gw)
+  for (let i = 0; i < 100 && held.length < 1; i++) await new Promise((r) => setTimeout(r, 10))
+  // The primary's one slot is taken: each request is refused by its breaker and goes to priority 1.
+  for (let i = 0; i < 3; i++) t.equal((await get(gw)).body, 'secondary', `refused by the breaker → secondary (${i})`)
+  held[0].writeHead(200).end('primary')
+  t.equal((await slow).body, 'primary')
+  // README: overloaded for 5 s after 3 consecutive 429/503 answers, breaker refusals included.
+  for (let i = 0; i < 3; i++) t.equal((await get(gw)).body, 'secondary', `the primary is overloaded: still secondary (${i})`)
+  t.equal(primary.hits, 1, 'only the slow request reached the primary')
+})
+
 t.test('passive outlier detection ejects a failing endpoint, the healthy one takes the traffic', async (t) => {
   const bad = await upstream(t, (_req, res) => { res.writeHead(500).end() })
   const good = await upstream(t, (_req, res) => { res.writeHead(200).end() })
