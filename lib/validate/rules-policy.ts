@@ -50,7 +50,10 @@ export function checkBackendTLSPolicyV1alpha2(doc: Obj, f: Findings): void {
   if (!refs && !system) f.error('spec.tls.certRefs', 'one of certRefs or standardCerts: System is required')
 }
 
-const BTP_TARGETS = ['Gateway', 'HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute', 'UDPRoute']
+// A Backend (Envoy Gateway, or the egress proposal's Backend/XBackend) takes
+// backend-level fields, between a route's policy and a listener's
+// (compile/policies.ts): unlike BackendTLSPolicy, nothing excludes it here.
+const BTP_TARGETS = ['Gateway', 'HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute', 'UDPRoute', 'Backend', 'XBackend']
 
 /** Envoy Gateway BackendTrafficPolicy: target, and the unions of its sub-structures. */
 export function checkBackendTrafficPolicy(doc: Obj, f: Findings): void {

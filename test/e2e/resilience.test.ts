@@ -11,7 +11,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 
 interface Upstream { server: http.Server; port: number; hits: number; mode: 'ok' | '503' }
 
@@ -219,6 +219,41 @@ spec:
   // Overloaded for 5 s: the freed slot does not bring the traffic back at once.
   for (let i = 0; i < 3; i++) t.equal((await request(`${url}/`, { host })).body, 'secondary', `overloaded primary → secondary (${i})`)
   await eventually(() => request(`${url}/`, { host }), (r) => r.body === 'primary', 15_000, 'fail-back once the overload time is over')
+})
+
+t.test('a BackendTrafficPolicy targeting a Backend validates, and its circuit limits and passive health check apply to that Backend', async (t) => {
+  const failing = await upstream(t, 'failing')
+  failing.mode = '503'
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), backendYaml('flaky', failing.port))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `${routeYaml('flaky', 'flaky.example.test', 'flaky', failing.port)}---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: flaky-backend, namespace: default }
+spec:
+  targetRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: flaky }]
+  circuitBreaker: { maxParallelRequests: 7 }
+  healthCheck:
+    passive: { consecutive5XxErrors: 2, interval: 10s, baseEjectionTime: 30s, maxEjectionPercent: 100 }
+`)
+  const validate = await runCli(t, ['validate', dir])
+  t.equal(validate.code, 0, `sallyport validate accepts it: ${validate.stdout}${validate.stderr}`)
+  serve(t, dir, adminPort)
+  await ready(adminPort)
+  const url = `http://127.0.0.1:${port}/`
+  const host = 'flaky.example.test'
+  await eventually(() => request(url, { host }), (r) => r.status !== 404, 20_000, 'route served')
+  for (let i = 0; i < 3; i++) await request(url, { host })
+  const dump = JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as {
+    upstreamHealth: Array<{ backend: string; outlierDetection: boolean; circuitLimits: { maxParallelRequests: number } | null; endpoints: Array<{ ejections: number }> }>
+  }
+  const h = dump.upstreamHealth.find((x) => x.backend.includes('flaky'))
+  t.equal(h?.circuitLimits?.maxParallelRequests, 7, 'the policy\'s circuitBreaker is the Backend\'s')
+  t.equal(h?.outlierDetection, true, 'its passive health check runs')
+  t.ok((h?.endpoints[0]?.ejections ?? 0) >= 1, 'two 503s in a row ejected the endpoint')
+  t.ok(metricSum((await request(`http://127.0.0.1:${adminPort}/metrics`)).body, 'sallyport_upstream_ejections_total') >= 1, 'ejection counted')
 })
 
 t.test('parent mode: a loop through two gateways is refused with 508, connect failures to the parent are retried, its 503 is not', async (t) => {
