@@ -81,7 +81,6 @@ export function hasBody(req: IncomingMessage): boolean {
   return cl !== undefined && cl !== '0'
 }
 
-
 const kInFlight = Symbol('sallyport.h1InFlight')
 type InFlightSocket = Socket & { [kInFlight]?: H1Exchange | undefined }
 
