@@ -119,6 +119,8 @@ export class FileSource {
   #emittedHash: string | null = null
   /** Issue 11: a reload validates and reads only the documents that changed. */
   readonly #docs = new DocumentCache()
+  /** The files of the last reload not applied (unreadable, unparsable); empty once a set is applied. */
+  #rejected: readonly ConfigProblem[] = []
   #onSnapshot: SnapshotListener | null = null
   /** The reload in progress; a change during it schedules one more after it. */
   readonly #passes = new SerialPasses(() => this.#reload(false), () => !this.#closed)
@@ -140,6 +142,11 @@ export class FileSource {
   /** Re-read now (tests, SIGHUP). */
   reload(): Promise<void> {
     return this.#schedule()
+  }
+
+  /** Why the files on disk are not what serves: the problems of the last reload, kept out (none once one applies). */
+  rejected(): readonly ConfigProblem[] {
+    return this.#rejected
   }
 
   close(): void {
@@ -211,9 +218,11 @@ export class FileSource {
       }
       if (!first) {
         log.warn({ files: set.problems.map((p) => p.source.file) }, 'keeping the last good configuration')
+        this.#rejected = set.problems
         return
       }
     }
+    this.#rejected = []
     // Back to the content already serving (a broken save, then undo): nothing to do.
     if (set.hash === this.#emittedHash) return
     this.#emittedHash = set.hash

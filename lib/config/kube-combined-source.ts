@@ -23,6 +23,8 @@ export interface ConfigSource {
   start(onSnapshot: SnapshotListener): Promise<void>
   reload(): Promise<void>
   close(): void
+  /** Problems of the latest reload that was not applied (the file source's unreadable or unparsable files). */
+  rejected?(): readonly ConfigProblem[]
 }
 
 export class CombinedSource implements ConfigSource {
@@ -55,6 +57,10 @@ export class CombinedSource implements ConfigSource {
   close(): void {
     this.#files.close()
     this.#kube.close()
+  }
+
+  rejected(): readonly ConfigProblem[] {
+    return this.#files.rejected?.() ?? []
   }
 
   async #emit(): Promise<void> {

@@ -128,6 +128,8 @@ export class Runtime {
       failedPorts: this.#failedPorts,
       status: this.#status === null ? [] : [...this.#status.objects.values()],
       problems: this.#problems.map((p) => ({ ...p, line: formatProblem(p) })),
+      // The files on disk that are not what serves: the last reload, kept out (the table is the last good one).
+      reloadRejected: (this.#source.rejected?.() ?? []).map((p) => ({ ...p, line: formatProblem(p) })),
       upstreams: this.#upstreams.stats(),
       // Issue 6: health, ejection, overload and circuit state per backend.
       upstreamHealth: this.#upstreams.resilience?.health() ?? [],

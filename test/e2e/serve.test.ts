@@ -120,6 +120,17 @@ data:
     const m = await request(`${admin}/metrics`)
     t.match(m.body, /sallyport_config_reload_failures_total\{source="file",reason="parse"\} 1/)
     t.equal((await request(`${admin}/readyz`)).status, 200)
+    // /config_dump says the files on disk are not what serves (it used to show the old table, no problem at all).
+    const dump = JSON.parse((await request(`${admin}/config_dump`)).body) as { reloadRejected: { line: string }[]; problems: unknown[] }
+    t.equal(dump.reloadRejected.length, 1, '/config_dump: the rejected reload')
+    t.match(dump.reloadRejected[0]?.line, /routes\.yaml:0: <no kind> <no name>: line 5\b/, 'naming file and line')
+  })
+
+  await t.test('undoing the broken save clears the rejected reload', async (t) => {
+    fs.writeFileSync(path.join(dir, 'routes.yaml'), `${routeYaml('one', 'one.example.test', 'a', upstreamA.address.port)}---\n${routeYaml('two', 'two.example.test', 'b', upstreamB.address.port)}`)
+    await eventually(async () => (JSON.parse((await request(`${admin}/config_dump`)).body) as { reloadRejected: unknown[] }).reloadRejected.length, (n) => n === 0, 15000, 'rejected reload cleared')
+    const r = await request(`http://127.0.0.1:${httpPort}/`, { host: 'two.example.test' })
+    t.equal((JSON.parse(r.body) as Echo).upstream, 'b', 'the table serving is the one on disk again')
   })
 
   await t.test('SIGTERM drains an in-flight request and exits 0', async (t) => {
