@@ -17,6 +17,7 @@ import path from 'node:path'
 import { backendYaml, eventually, freePort, gatewayYaml, routeYaml, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
+import { PREFACE, frame, postFields, rstStream } from '../helpers/h2-frames.ts'
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
 
@@ -73,26 +74,13 @@ for (const upstream of ['h1', 'h2c']) {
   }
   // A stream reset mid-body, the connection kept: raw frames, because node's own client
   // sends END_STREAM before its RST_STREAM (the body is then whole, by the protocol).
-  const frame = (type: number, flags: number, stream: number, payload: Buffer): Buffer => {
-    const head = Buffer.alloc(9)
-    head.writeUIntBE(payload.length, 0, 3)
-    head[3] = type
-    head[4] = flags
-    head.writeUInt32BE(stream, 5)
-    return Buffer.concat([head, payload])
-  }
-  const literal = (index: number, value: string): Buffer => Buffer.concat([Buffer.from([index, value.length]), Buffer.from(value)])
-  const fields = Buffer.concat([Buffer.from([0x83, 0x86]), literal(0x04, '/h2-reset'), literal(0x01, 'api.example.test')]) // POST, http, :path, :authority
-  const rst = Buffer.alloc(4)
-  rst.writeUInt32BE(http2.constants.NGHTTP2_CANCEL)
   const h2raw = net.connect(port, '127.0.0.1')
   h2raw.on('error', () => {})
   h2raw.resume()
   await new Promise<void>((resolve) => h2raw.once('connect', () => resolve()))
-  h2raw.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(4, 0, 0, Buffer.alloc(0)),
-    frame(1, 0x4, 1, fields), frame(0, 0, 1, Buffer.alloc(1000, 97))]))
+  h2raw.write(Buffer.concat([PREFACE, frame(1, 0x4, 1, postFields('/h2-reset', 'api.example.test')), frame(0, 0, 1, Buffer.alloc(1000, 97))]))
   await sleep(150)
-  h2raw.write(frame(3, 0, 1, rst))
+  h2raw.write(rstStream(1, http2.constants.NGHTTP2_CANCEL))
   t.teardown(() => h2raw.destroy())
   await h2Upload('/h2-dropped', (c) => c.socket.destroy())
 

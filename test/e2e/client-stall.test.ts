@@ -14,30 +14,13 @@ import http from 'node:http'
 import http2 from 'node:http2'
 import net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, routeYaml, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
 
+/** A route with backendRequest 500ms and a BackendTrafficPolicy ejecting after two 5xx. */
 function route(name: string, host: string, upPort: number): string {
-  return `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  parentRefs:
-    - name: egress
-  hostnames:
-    - ${host}
-  rules:
-    - timeouts:
-        backendRequest: 500ms
-      backendRefs:
-        - group: gateway.envoyproxy.io
-          kind: Backend
-          name: ${name}
-          port: ${upPort}
----
+  return `${routeYaml(name, host, name, upPort, '', 'backendRequest: 500ms')}---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata:

@@ -13,20 +13,7 @@ import path from 'node:path'
 import { backendYaml, eventually, freePort, gatewayYaml, routeYaml, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
-
-const frame = (type: number, flags: number, stream: number, payload: Buffer): Buffer => {
-  const head = Buffer.alloc(9)
-  head.writeUIntBE(payload.length, 0, 3)
-  head[3] = type
-  head[4] = flags
-  head.writeUInt32BE(stream, 5)
-  return Buffer.concat([head, payload])
-}
-const literal = (index: number, value: string): Buffer => Buffer.concat([Buffer.from([index, value.length]), Buffer.from(value)])
-/** POST, http, :path, :authority and content-length: 3 (static index 28, without indexing). */
-const postHead = (p: string): Buffer =>
-  Buffer.concat([Buffer.from([0x83, 0x86]), literal(0x04, p), literal(0x01, 'api.example.test'), Buffer.from([0x0f, 0x0d, 1]), Buffer.from('3')])
-const PREFACE = Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(4, 0, 0, Buffer.alloc(0))])
+import { PREFACE, frame, postFields, rstStream } from '../helpers/h2-frames.ts'
 
 /** Writes `first` on a new connection, `then` 300 ms later, and waits for it to close (bounded: 2 s). */
 async function send(port: number, first: Buffer, then: Buffer): Promise<void> {
@@ -54,12 +41,10 @@ t.test('CLI: an HTTP/2 stream aborted before its body is read does not take the 
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
-  const cancel = Buffer.alloc(4)
-  cancel.writeUInt32BE(8)
   // A first stream waits on the upstream (its connection busy), so the next one needs a new connection dialled.
-  const waiting = (p: string): Buffer => Buffer.concat([PREFACE, frame(1, 0x4, 1, postHead(p)), frame(0, 1, 1, Buffer.from('abc'))])
-  await send(port, waiting('/hang-1'), Buffer.concat([frame(1, 0x4, 3, postHead('/too-long')), frame(0, 1, 3, Buffer.from('hello'))]))
-  await send(port, waiting('/hang-2'), Buffer.concat([frame(1, 0x4, 3, postHead('/reset')), frame(0, 0, 3, Buffer.from('a')), frame(3, 0, 3, cancel)]))
+  const waiting = (p: string): Buffer => Buffer.concat([PREFACE, frame(1, 0x4, 1, postFields(p, 'api.example.test', 3)), frame(0, 1, 1, Buffer.from('abc'))])
+  await send(port, waiting('/hang-1'), Buffer.concat([frame(1, 0x4, 3, postFields('/too-long', 'api.example.test', 3)), frame(0, 1, 3, Buffer.from('hello'))]))
+  await send(port, waiting('/hang-2'), Buffer.concat([frame(1, 0x4, 3, postFields('/reset', 'api.example.test', 3)), frame(0, 0, 3, Buffer.from('a')), rstStream(3, 8)]))
   for (const p of ['/too-long', '/reset', '/hang-1', '/hang-2']) {
     await cli.waitFor(new RegExp(`"path":"${p}","status":499[^\\n]*"code":"SP_ERR_CLIENT_ABORTED"`), 5000)
     t.pass(`${p}: logged as the client going away`)
