@@ -210,13 +210,17 @@ class Tunnel {
     stream.once('close', () => { upstream.destroy(); this.#onClose() })
     upstream.once('close', this.#onClose)
     if (stream.destroyed) { this.#onClientError(); this.#onClose(); return } // the client left while we dialled
-    if (head !== null && head.length > 0) upstream.write(head)
-    if (decision.verifySni) this.#checkHello(stream, upstream)
-    else this.#splice(stream, upstream)
+    const first = head !== null && head.length > 0 ? head : null
+    // connect-verify-sni: bytes the client sent with the CONNECT head are the
+    // start of its ClientHello, checked like the rest; nothing reaches the
+    // destination before the check passes.
+    if (decision.verifySni) { this.#checkHello(stream, upstream, first); return }
+    if (first !== null) upstream.write(first)
+    this.#splice(stream, upstream)
   }
 
-  /** connect-verify-sni: the first bytes must be a ClientHello naming the requested host. */
-  #checkHello(stream: Duplex, upstream: Socket): void {
+  /** connect-verify-sni: the first bytes (`first`, then what the client sends) must be a ClientHello naming the requested host. */
+  #checkHello(stream: Duplex, upstream: Socket, first: Buffer | null): void {
     let buffered: Buffer = Buffer.alloc(0)
     const timer = setTimeout(() => this.#deny('client_hello_timeout'), HELLO_TIMEOUT_MS)
     const onData = (chunk: Buffer): void => {
@@ -236,6 +240,7 @@ class Tunnel {
       this.#splice(stream, upstream)
     }
     stream.on('data', onData)
+    if (first !== null) onData(first)
   }
 
   #deny(code: L4Code): void {

