@@ -32,6 +32,7 @@ import type { Upstreams } from '../upstream/types.ts'
 import { relay } from '../upstream/relay.ts'
 import type { EventSink } from '../extensions/events.ts'
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
+import { endAndDiscard } from './linger.ts'
 
 const log = logger('forward-proxy')
 
@@ -79,7 +80,7 @@ export function h1Client(socket: Socket, address: string): ClientSide {
     address,
     refuse(status: number, body: string): void {
       const text = body + '\n'
-      socket.end(`HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Bad Gateway'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`)
+      endAndDiscard(socket, `HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Bad Gateway'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`)
     },
     accept(): Duplex {
       socket.allowHalfOpen = true

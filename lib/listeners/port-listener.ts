@@ -29,6 +29,7 @@ import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange } from './exchange-h2.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
+import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
 import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
 
@@ -434,7 +435,7 @@ function refuseResponse(res: ServerResponse, refused: Refusal): void {
 function refuse(socket: Socket, refused: Refusal): void {
   log.debug({ status: refused.status, reason: refused.body }, 'request refused')
   socket.on('error', noop)
-  if (socket.writable) socket.end(closingResponse(refused.status, refused.body))
+  if (socket.writable) endAndDiscard(socket, closingResponse(refused.status, refused.body))
   else socket.destroy()
 }
 

@@ -37,6 +37,8 @@ const webPort = await listen(http.createServer((req, res) => {
 const tlsServer = tls.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (s) => { s.end(`tls ok ${s.servername}\n`) })
 tlsServer.on('tlsClientError', () => {})
 const tlsPort = await listen(tlsServer)
+// dead.test: nothing listens there (a 502).
+const deadPort = await freePort()
 
 function connectRoute(name: string, host: string, port: number, verifySni = false): string {
   return `---
@@ -65,7 +67,8 @@ const [gwPort, adminPort] = [await freePort(), await freePort()]
 const dir = tempDir(t)
 fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(gwPort)
   + connectRoute('web', 'web.test', webPort, true)
-  + connectRoute('tlsweb', 'sni.test', tlsPort, true))
+  + connectRoute('tlsweb', 'sni.test', tlsPort, true)
+  + connectRoute('dead', 'dead.test', deadPort))
 const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
 await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
@@ -152,4 +155,52 @@ t.test('connect-verify-sni: bytes pipelined with the CONNECT are the start of th
   t.equal(await pipelinedTls('sni.test:443', 'sni.test'), 'tls ok sni.test\n', 'a pipelined ClientHello naming the host is checked and passed on')
   // And one naming another host is refused just the same.
   t.equal(await pipelinedTls('sni.test:443', 'web.test'), 'closed without an answer', 'a pipelined ClientHello naming another host closes the tunnel')
+})
+
+async function activeConnections(): Promise<number> {
+  const metrics = await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')
+  return metricSum(metrics.body, 'sallyport_downstream_active_connections', { port: String(gwPort) })
+}
+
+t.test('a refused CONNECT followed by more bytes than the socket buffers hold is still released', async (t) => {
+  await eventually(activeConnections, (n) => n === 0, 10000, 'no client connection open before')
+  const twoHosts = Buffer.from('CONNECT web.test:443 HTTP/1.1\r\nhost: web.test:443\r\nhost: web.test:443\r\n\r\n')
+  const cases: Array<[string, Buffer, string, 'reset' | 'close']> = [
+    ['no route', connectHead('nope.test:443'), 'HTTP/1.1 403 ', 'reset'],
+    ['no route', connectHead('nope.test:443'), 'HTTP/1.1 403 ', 'close'],
+    ['dial failed', connectHead('dead.test:443'), 'HTTP/1.1 502 ', 'reset'],
+    ['not host:port', connectHead('nope.test'), 'HTTP/1.1 400 ', 'reset'],
+    ['two Host fields', twoHosts, 'HTTP/1.1 400 ', 'reset'],
+  ]
+  for (const [what, head, status, how] of cases) {
+    const answer = await new Promise<string>((resolve) => {
+      const sock = net.connect(gwPort, '127.0.0.1', () => {
+        sock.write(head)
+        sock.write(Buffer.alloc(512 * 1024, 0x41)) // a client that does not wait for the 200
+      })
+      let text = ''
+      sock.setEncoding('latin1').on('data', (d: string) => {
+        text += d
+        if (!text.includes('\r\n\r\n')) return
+        if (how === 'reset') sock.resetAndDestroy()
+        else sock.destroy()
+      })
+      sock.on('error', () => {})
+      sock.on('close', () => resolve(text))
+    })
+    t.ok(answer.startsWith(status), `${what}: ${status.trim()}`)
+    await eventually(activeConnections, (n) => n === 0, 10000, `the gateway's side of the refused CONNECT (${what}, client ${how}) closed`)
+    t.pass(`${what}, client ${how}: the gateway released the connection`)
+  }
+  // A client that keeps its side open after the answer: released after a bounded wait.
+  const sock = net.connect({ port: gwPort, host: '127.0.0.1', allowHalfOpen: true }, () => {
+    sock.write(connectHead('nope.test:443'))
+    sock.write(Buffer.alloc(512 * 1024, 0x41))
+  })
+  t.teardown(() => { sock.destroy() })
+  sock.on('error', () => {})
+  await new Promise<void>((resolve) => { sock.once('data', () => { sock.resume(); resolve() }) })
+  t.equal(await activeConnections(), 1, 'answered, and still open')
+  await eventually(activeConnections, (n) => n === 0, 15000, 'the gateway\'s side of a refused CONNECT whose client stays')
+  t.pass('a client that never closes is let go')
 })
