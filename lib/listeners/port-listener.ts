@@ -317,6 +317,13 @@ export class PortListener {
   }
 
   #onConnect = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    // RFC 9110 §9.3.6: a client's FIN is a half-close, even one read with the
+    // CONNECT head while the destination is dialled. Set before the socket's
+    // 'end' can be emitted (the tick after this event), or node would end our
+    // side and the tunnel could not answer. Set here, not on the listener's
+    // sockets: node's HTTP/1.1 server and h1-fast.ts rely on node closing a
+    // connection whose client has ended.
+    socket.allowHalfOpen = true
     const refused = refusedHead(req)
     if (refused !== null) { refuse(socket, refused); return }
     const table = this.#plane.current()

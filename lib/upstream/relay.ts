@@ -67,7 +67,11 @@ export function relay(src: Duplex, dst: Duplex): RelayDirection {
     }
   }
   src.on('data', onData)
-  src.once('end', () => { dst.end() })
+  // A source that ended before the relay began (a CONNECT client's FIN read
+  // with its request head, during the dial) has nothing left to give: its end
+  // travels at once.
+  if (src.readableEnded) dst.end()
+  else src.once('end', () => { dst.end() })
   // A source paused before (a peeked ClientHello, say) flows again.
   src.resume()
   return state

@@ -37,6 +37,13 @@ const webPort = await listen(http.createServer((req, res) => {
 const tlsServer = tls.createServer({ cert: leaf.certPem, key: leaf.keyPem }, (s) => { s.end(`tls ok ${s.servername}\n`) })
 tlsServer.on('tlsClientError', () => {})
 const tlsPort = await listen(tlsServer)
+// echo.test: reads to the client's FIN, then answers with what it got (needs half-close).
+const echoPort = await listen(net.createServer({ allowHalfOpen: true }, (s) => {
+  const chunks: Buffer[] = []
+  s.on('data', (d: Buffer) => chunks.push(d))
+  s.on('end', () => s.end(`echo:${Buffer.concat(chunks).toString('latin1')}`))
+  s.on('error', () => {})
+}))
 // dead.test: nothing listens there (a 502).
 const deadPort = await freePort()
 
@@ -68,7 +75,8 @@ const dir = tempDir(t)
 fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(gwPort)
   + connectRoute('web', 'web.test', webPort, true)
   + connectRoute('tlsweb', 'sni.test', tlsPort, true)
-  + connectRoute('dead', 'dead.test', deadPort))
+  + connectRoute('dead', 'dead.test', deadPort)
+  + connectRoute('echo', 'echo.test', echoPort))
 const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
 await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
@@ -203,4 +211,24 @@ t.test('a refused CONNECT followed by more bytes than the socket buffers hold is
   t.equal(await activeConnections(), 1, 'answered, and still open')
   await eventually(activeConnections, (n) => n === 0, 15000, 'the gateway\'s side of a refused CONNECT whose client stays')
   t.pass('a client that never closes is let go')
+})
+
+t.test('HTTP/1.1 CONNECT: a FIN sent with the CONNECT, before the 200, is a half-close', async (t) => {
+  // Bytes and FIN in one go, while the destination is still being dialled (RFC 9110 §9.3.6).
+  // Which of the dial and the FIN the gateway sees first is a race: run it a few times.
+  const answers = new Set<string>()
+  for (let i = 0; i < 10; i++) {
+    const answer = await new Promise<string>((resolve) => {
+      const sock = net.connect({ port: gwPort, host: '127.0.0.1', allowHalfOpen: true }, () => {
+        sock.end(Buffer.concat([connectHead('echo.test:443'), Buffer.from(`hello ${i}`)]))
+      })
+      let text = ''
+      sock.setEncoding('latin1').on('data', (d: string) => { text += d })
+      sock.on('error', () => {})
+      const timer = setTimeout(() => { sock.destroy() }, 10_000)
+      sock.on('close', () => { clearTimeout(timer); resolve(text.replace(`hello ${i}`, 'hello N')) })
+    })
+    answers.add(answer)
+  }
+  t.same([...answers], ['HTTP/1.1 200 Connection Established\r\n\r\necho:hello N'], 'every time: the 200, then the destination\'s answer to the bytes sent')
 })
