@@ -18,7 +18,9 @@
 //    duration, how it ended) and one access-log line with protocol 'connect',
 //    the destination and the client's identity.
 
+import http2 from 'node:http2'
 import type { Socket } from 'node:net'
+import { TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import type { RouteRule, RouteTable } from '../compile/table.ts'
 import { ErrorCode, type SallyportError } from '../errors.ts'
@@ -51,6 +53,10 @@ export interface ClientSide {
   accept(): Duplex
   /** Calls `fn` when the client goes away; returns what stops watching. */
   whenGone(fn: () => void): () => void
+  /** Calls `fn` when the client resets the tunnel without an 'error' (HTTP/2: its RST_STREAM). */
+  onReset(fn: () => void): void
+  /** The destination reset the tunnel: so does the client's side (a TCP RST; HTTP/2: RST_STREAM CONNECT_ERROR). */
+  reset(): void
 }
 
 export interface TunnelEnv {
@@ -91,11 +97,14 @@ export function h1Client(socket: Socket, address: string): ClientSide {
       socket.once('close', fn)
       return () => { socket.removeListener('close', fn) }
     },
+    // A reset reaches the tunnel as the socket's 'error' (ECONNRESET).
+    onReset: noop,
+    reset(): void { resetSocket(socket) },
   }
 }
 
 /** HTTP/2 CONNECT stream (RFC 9113 §8.5): the stream itself is the tunnel. */
-export function h2Client(stream: import('node:http2').ServerHttp2Stream, address: string): ClientSide {
+export function h2Client(stream: http2.ServerHttp2Stream, address: string): ClientSide {
   return {
     protocol: 'h2',
     address,
@@ -111,6 +120,19 @@ export function h2Client(stream: import('node:http2').ServerHttp2Stream, address
     whenGone(fn: () => void): () => void {
       stream.once('close', fn)
       return () => { stream.removeListener('close', fn) }
+    },
+    // A stream reset while we may still send ('aborted', before node's 'end' and 'close'
+    // for it): node emits no 'error' for CANCEL or NO_ERROR, and an 'end' that reads as
+    // the client's END_STREAM.
+    onReset(fn: () => void): void { stream.once('aborted', fn) },
+    // RFC 9113 §8.5: a TCP reset from the destination is a stream error CONNECT_ERROR.
+    // node's close() ends the writable side first, and that sends an END_STREAM
+    // ahead of the RST_STREAM: the client would read a complete download. With
+    // _final a no-op the end stays local and only the reset goes out.
+    reset(): void {
+      if (stream.destroyed) return
+      stream._final = finalWithoutEndStream
+      stream.close(http2.constants.NGHTTP2_CONNECT_ERROR)
     },
   }
 }
@@ -208,6 +230,9 @@ class Tunnel {
     this.#stream = stream
     upstream.on('error', this.#onUpstreamError)
     stream.on('error', this.#onClientError)
+    // RFC 9113 §8.5: a reset stream makes the proxy reset its TCP connection; a
+    // FIN would tell the destination the upload was complete.
+    client.onReset(this.#onClientReset)
     stream.once('close', () => { upstream.destroy(); this.#onClose() })
     upstream.once('close', this.#onClose)
     if (stream.destroyed) { this.#onClientError(); this.#onClose(); return } // the client left while we dialled
@@ -259,15 +284,21 @@ class Tunnel {
     relay(upstream, stream)
   }
 
+  /** The client reset (or broke) its side: the destination's connection is reset, not ended, so a cut upload never looks whole. */
   #onClientError = (): void => {
-    this.#end ??= 'client_reset'
-    this.#upstream.destroy()
+    this.#onClientReset()
     this.#stream?.destroy()
   }
 
+  #onClientReset = (): void => {
+    this.#end ??= 'client_reset'
+    resetSocket(this.#upstream)
+  }
+
+  /** The destination reset (or broke) its side: so is the client's, so a cut download never looks whole. */
   #onUpstreamError = (): void => {
     this.#end ??= 'upstream_reset'
-    this.#stream?.destroy()
+    this.#client.reset()
     this.#upstream.destroy()
   }
 
@@ -308,3 +339,12 @@ function recordTunnel(
 }
 
 function noop(): void {}
+
+/** A TCP RST to the peer; a TLS socket (node resets only plain TCP handles) is destroyed instead. */
+function resetSocket(socket: Socket): void {
+  if (socket.destroyed) return
+  if (socket instanceof TLSSocket) socket.destroy()
+  else socket.resetAndDestroy()
+}
+
+function finalWithoutEndStream(callback: (err?: Error | null) => void): void { callback() }

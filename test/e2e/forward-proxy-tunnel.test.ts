@@ -44,6 +44,22 @@ const echoPort = await listen(net.createServer({ allowHalfOpen: true }, (s) => {
   s.on('end', () => s.end(`echo:${Buffer.concat(chunks).toString('latin1')}`))
   s.on('error', () => {})
 }))
+// sink.test: takes bytes; says how each connection ended (a FIN, or an error such as a reset).
+const sinkReceived: number[] = []
+const sinkEnds: string[] = []
+const sinkPort = await listen(net.createServer({ allowHalfOpen: true }, (s) => {
+  const i = sinkReceived.push(0) - 1
+  let ended: string | null = null
+  s.on('data', (d: Buffer) => { sinkReceived[i] += d.length })
+  s.on('end', () => { ended ??= 'FIN'; s.end() })
+  s.on('error', (e: NodeJS.ErrnoException) => { ended ??= e.code ?? e.message })
+  s.on('close', () => { sinkEnds[i] = ended ?? 'closed' })
+}))
+// rst.test: resets the connection on the first byte it gets.
+const rstPort = await listen(net.createServer((s) => {
+  s.on('error', () => {})
+  s.once('data', () => { s.resetAndDestroy() })
+}))
 // dead.test: nothing listens there (a 502).
 const deadPort = await freePort()
 
@@ -76,7 +92,9 @@ fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(gwPort)
   + connectRoute('web', 'web.test', webPort, true)
   + connectRoute('tlsweb', 'sni.test', tlsPort, true)
   + connectRoute('dead', 'dead.test', deadPort)
-  + connectRoute('echo', 'echo.test', echoPort))
+  + connectRoute('echo', 'echo.test', echoPort)
+  + connectRoute('sink', 'sink.test', sinkPort)
+  + connectRoute('rst', 'rst.test', rstPort))
 const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
 await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
@@ -231,4 +249,110 @@ t.test('HTTP/1.1 CONNECT: a FIN sent with the CONNECT, before the 200, is a half
     answers.add(answer)
   }
   t.same([...answers], ['HTTP/1.1 200 Connection Established\r\n\r\necho:hello N'], 'every time: the 200, then the destination\'s answer to the bytes sent')
+})
+
+/** Waits (bounded) until `cond` holds. */
+async function until(cond: () => boolean, what: string): Promise<void> {
+  await eventually(async () => cond(), (v) => v, 10000, what)
+}
+
+/**
+ * A bare HTTP/2 client (prior knowledge) with one CONNECT stream, speaking frames
+ * itself: node's client sends END_STREAM before any RST_STREAM it is asked for,
+ * and turns a received reset into an 'end', so it cannot show what a reset does.
+ */
+interface Frame { type: number; flags: number; stream: number; payload: Buffer }
+const DATA = 0x0
+const HEADERS = 0x1
+const RST_STREAM = 0x3
+const END_STREAM = 0x1
+
+function frame(type: number, flags: number, stream: number, payload: Buffer): Buffer {
+  const h = Buffer.alloc(9)
+  h.writeUIntBE(payload.length, 0, 3)
+  h[3] = type
+  h[4] = flags
+  h.writeUInt32BE(stream, 5)
+  return Buffer.concat([h, payload])
+}
+
+function literal(index: number, value: string): Buffer {
+  // HPACK literal without indexing, name from the static table (RFC 7541 §6.2.2); short values only.
+  return Buffer.concat([Buffer.from([index, value.length]), Buffer.from(value, 'latin1')])
+}
+
+function rawH2Connect(authority: string): { frames: Frame[]; send(type: number, flags: number, payload: Buffer): void; socket: net.Socket } {
+  const frames: Frame[] = []
+  const socket = net.connect(gwPort, '127.0.0.1')
+  socket.on('error', () => {})
+  let buf = Buffer.alloc(0)
+  socket.on('data', (d: Buffer) => {
+    buf = Buffer.concat([buf, d])
+    while (buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
+      const len = buf.readUIntBE(0, 3)
+      frames.push({ type: buf[3], flags: buf[4], stream: buf.readUInt32BE(5) & 0x7fffffff, payload: buf.subarray(9, 9 + len) })
+      buf = buf.subarray(9 + len)
+    }
+  })
+  // :method (static 2) CONNECT, :authority (static 1); END_HEADERS.
+  socket.write(Buffer.concat([
+    Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'),
+    frame(0x4, 0, 0, Buffer.alloc(0)),
+    frame(HEADERS, 0x4, 1, Buffer.concat([literal(2, 'CONNECT'), literal(1, authority)])),
+  ]))
+  return { frames, socket, send: (type, flags, payload) => { socket.write(frame(type, flags, 1, payload)) } }
+}
+
+function rstCode(code: number): Buffer {
+  const b = Buffer.alloc(4)
+  b.writeUInt32BE(code)
+  return b
+}
+
+t.test('resets cross a tunnel as resets, both ways (RFC 9113 §8.5)', async (t) => {
+  // An HTTP/2 client cancels mid-upload: the destination must not see an orderly end.
+  const before = sinkReceived.length
+  const cancelled = rawH2Connect('sink.test:443')
+  t.teardown(() => { cancelled.socket.destroy() })
+  await until(() => cancelled.frames.some((f) => f.type === HEADERS && f.stream === 1), 'the answer to the CONNECT')
+  cancelled.send(DATA, 0, Buffer.alloc(1000, 0x61))
+  await until(() => sinkReceived.length > before && sinkReceived[before] === 1000, 'the bytes at the destination')
+  cancelled.send(RST_STREAM, 0, rstCode(http2.constants.NGHTTP2_CANCEL))
+  await until(() => sinkEnds[before] !== undefined, 'the destination connection closing')
+  t.equal(sinkEnds[before], 'ECONNRESET', 'RST_STREAM from the client: the destination connection is reset, not ended')
+  await cli.waitFor(/"component":"access"[^\n]*"via":"h2"[^\n]*"route":"default\/sink"[^\n]*"reason":"client_reset"/, 10000)
+  t.pass('logged as client_reset')
+
+  // The destination resets: the client's stream is reset with CONNECT_ERROR, never ended as if complete.
+  const reset = rawH2Connect('rst.test:443')
+  t.teardown(() => { reset.socket.destroy() })
+  await until(() => reset.frames.some((f) => f.type === HEADERS && f.stream === 1), 'the answer to the CONNECT')
+  reset.send(DATA, 0, Buffer.from('x'))
+  await until(() => reset.frames.some((f) => f.type === RST_STREAM && f.stream === 1), 'the stream reset')
+  const onStream = reset.frames.filter((f) => f.stream === 1)
+  const rst = onStream.findIndex((f) => f.type === RST_STREAM)
+  t.equal(onStream[rst]?.payload.readUInt32BE(0), http2.constants.NGHTTP2_CONNECT_ERROR, 'TCP reset from the destination: RST_STREAM CONNECT_ERROR')
+  t.same(onStream.slice(0, rst).filter((f) => (f.flags & END_STREAM) !== 0).map((f) => f.type), [], 'and no END_STREAM before it')
+
+  // The same over HTTP/1.1: a client's reset reaches the destination as a reset...
+  const client = net.connect(gwPort, '127.0.0.1', () => client.write(connectHead('sink.test:443')))
+  client.on('error', () => {})
+  await new Promise<void>((resolve) => client.once('data', () => resolve()))
+  const h1At = sinkReceived.length - 1
+  client.write(Buffer.alloc(1000, 0x61))
+  await until(() => sinkReceived[h1At] === 1000, 'the HTTP/1.1 bytes at the destination')
+  client.resetAndDestroy()
+  await until(() => sinkEnds[h1At] !== undefined, 'the destination connection closing')
+  t.equal(sinkEnds[h1At], 'ECONNRESET', 'HTTP/1.1 client reset: the destination connection is reset, not ended')
+
+  // ...and the destination's reset reaches the client as one.
+  const h1Reset = await new Promise<string>((resolve) => {
+    const sock = net.connect(gwPort, '127.0.0.1', () => sock.write(connectHead('rst.test:443')))
+    let outcome = 'closed'
+    sock.once('data', () => { sock.write('x') })
+    sock.on('end', () => { outcome = 'FIN' })
+    sock.on('error', (e: NodeJS.ErrnoException) => { outcome = e.code ?? e.message })
+    sock.on('close', () => resolve(outcome))
+  })
+  t.equal(h1Reset, 'ECONNRESET', 'TCP reset from the destination: the HTTP/1.1 client connection is reset')
 })
