@@ -142,7 +142,7 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
   const startedAt = performance.now()
   const decision = routeConnect(table, port, authority)
   if (!decision.ok) {
-    refuse(client, decision.status, decision.reason, decision.host, decision.rule, table, port, env)
+    refuse(client, decision.status, decision.reason, decision.destination, decision.rule, table, port, env)
     return
   }
   const { rule, cluster } = decision
@@ -157,7 +157,7 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
     }
     if (err !== null || conn === null) {
       const reason: ConnectRefusal = isPolicyError(err) ? 'destination_refused' : 'connect_failed'
-      refuse(client, reason === 'connect_failed' ? 502 : 403, reason, decision.host, rule, table, port, env, err?.message)
+      refuse(client, reason === 'connect_failed' ? 502 : 403, reason, `${decision.host}:${decision.port}`, rule, table, port, env, err?.message)
       return
     }
     new Tunnel(client, decision, conn.socket, conn.endpoint, head, table, port, env, startedAt)
@@ -184,19 +184,19 @@ function identityOf(table: RouteTable, address: string): string | null {
 }
 
 function refuse(
-  client: ClientSide, status: number, reason: ConnectRefusal, host: string, rule: RouteRule | null,
+  client: ClientSide, status: number, reason: ConnectRefusal, destination: string, rule: RouteRule | null,
   table: RouteTable, port: number, env: TunnelEnv, detail?: string,
 ): void {
   client.refuse(status, REASON_TEXT[reason])
   forwardProxyRefusals.inc({ reason })
   const { gateway, listener } = gatewayOf(rule, table, port)
   const route = rule === null ? '' : `${rule.route.namespace}/${rule.route.name}`
-  const fields = { gateway, listener, client: client.address, identity: identityOf(table, client.address), destination: host, route, reason, status }
+  const fields = { gateway, listener, client: client.address, identity: identityOf(table, client.address), destination, route, reason, status }
   log.info(detail === undefined ? fields : { ...fields, detail }, 'CONNECT refused')
   if (env.accessLog !== null) env.accessLog.info({ protocol: 'connect', ...fields }, 'connection')
   if (env.events !== null && reason !== 'connect_failed') {
     const [namespace = '', name = ''] = gateway.split('/')
-    env.events.emit({ type: 'Warning', reason: 'ConnectRefused', object: { kind: 'Gateway', namespace, name }, message: `CONNECT to ${host} refused: ${reason}`, count: 1 })
+    env.events.emit({ type: 'Warning', reason: 'ConnectRefused', object: { kind: 'Gateway', namespace, name }, message: `CONNECT to ${destination} refused: ${reason}`, count: 1 })
   }
 }
 
@@ -258,7 +258,7 @@ class Tunnel {
       stream.pause()
       if (r.kind !== 'hello' || r.sni === null || r.sni.toLowerCase() !== this.#decision.host) {
         forwardProxyRefusals.inc({ reason: 'sni_mismatch' })
-        log.info({ ...this.#labels, client: this.#client.address, destination: this.#decision.host, sni: r.kind === 'hello' ? r.sni : null }, 'CONNECT tunnel closed: SNI does not match')
+        log.info({ ...this.#labels, client: this.#client.address, destination: `${this.#decision.host}:${this.#decision.port}`, sni: r.kind === 'hello' ? r.sni : null }, 'CONNECT tunnel closed: SNI does not match')
         this.#deny('forbidden')
         return
       }

@@ -23,6 +23,7 @@
 // routes them by the URL's authority through the normal pipeline.
 
 import type { Cluster, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
+import { isIPv6 } from 'node:net'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
 import { pickBackend } from './filters.ts'
@@ -53,7 +54,8 @@ export interface ConnectRefused {
   readonly status: number
   readonly reason: ConnectRefusal
   readonly rule: RouteRule | null
-  readonly host: string
+  /** `host:port` as requested (the raw target when it is unreadable), for logs. */
+  readonly destination: string
 }
 
 export type ConnectDecision = ConnectAllowed | ConnectRefused
@@ -76,35 +78,46 @@ export function parseAuthority(authority: string): { host: string; port: number 
     rest = authority.slice(colon)
   }
   if (!rest.startsWith(':') || host === '') return null
-  const port = Number(rest.slice(1))
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return null
-  return { host: host.toLowerCase().replace(/\.$/, ''), port }
+  // RFC 3986 §3.2.3: port = *DIGIT (Number() also reads 0x1bb, +443, 4.43e2 as 443).
+  const digits = rest.slice(1)
+  if (!PORT.test(digits)) return null
+  const port = Number(digits)
+  if (port < 1 || port > 65535) return null
+  const name = host.toLowerCase().replace(/\.$/, '')
+  // A DNS name (RFC 1035: at most 253 characters) or an IP literal; nothing a
+  // resolver or an upstream proxy would read otherwise (a path, %-encoding).
+  if (authority.startsWith('[') ? !isIPv6(name) : name.length > 253 || !DNS_NAME.test(name)) return null
+  return { host: name, port }
 }
 
-function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null, host: string): ConnectRefused {
-  return { ok: false, status, reason, rule, host }
+const PORT = /^[0-9]{1,5}$/
+const DNS_NAME = /^[a-z0-9_-]+(?:\.[a-z0-9_-]+)*$/
+
+function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null, destination: string): ConnectRefused {
+  return { ok: false, status, reason, rule, destination }
 }
 
 /** The verdict on `CONNECT authority` arriving on `port`, from the table the request arrived with. */
 export function routeConnect(table: RouteTable, port: number, authority: string): ConnectDecision {
   const target = parseAuthority(authority)
   if (target === null) return refused(400, 'bad_authority', null, authority)
+  const dest = `${target.host}:${target.port}`
   const entry = table.ports.get(port)
-  if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, target.host)
+  if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, dest)
   const match = matchOnPort(entry.http, target.host, CONNECT_INPUT)
-  if (match === null) return refused(403, 'no_route', null, target.host)
+  if (match === null) return refused(403, 'no_route', null, dest)
   const rule = match.rule
   const connect = rule.connect ?? null
-  if (connect === null) return refused(403, 'connect_not_allowed', rule, target.host)
-  if (!connect.ports.includes(target.port)) return refused(403, 'port_not_allowed', rule, target.host)
+  if (connect === null) return refused(403, 'connect_not_allowed', rule, dest)
+  if (!connect.ports.includes(target.port)) return refused(403, 'port_not_allowed', rule, dest)
   const requested = connect.requested ?? null
   if (requested !== null) return toRequested(requested, rule, target.host, target.port, connect.verifySni)
-  if (rule.direct !== null) return refused(rule.direct.status === 403 ? 403 : 502, rule.direct.status === 403 ? 'destination_denied' : 'no_backend', rule, target.host)
+  if (rule.direct !== null) return refused(rule.direct.status === 403 ? 403 : 502, rule.direct.status === 403 ? 'destination_denied' : 'no_backend', rule, dest)
   const backend = pickBackend(rule, Math.random())
-  if (backend === null) return refused(502, 'no_backend', rule, target.host)
-  if (backend.denied !== undefined) return refused(403, 'destination_denied', rule, target.host)
+  if (backend === null) return refused(502, 'no_backend', rule, dest)
+  if (backend.denied !== undefined) return refused(403, 'destination_denied', rule, dest)
   const cluster = backend.cluster === null ? undefined : table.clusters.get(backend.cluster)
-  if (cluster === undefined) return refused(502, 'no_backend', rule, target.host)
+  if (cluster === undefined) return refused(502, 'no_backend', rule, dest)
   return { ok: true, host: target.host, port: target.port, rule, cluster, verifySni: connect.verifySni }
 }
 
@@ -116,10 +129,10 @@ function listed(p: HostPatterns, host: string): boolean {
 
 /** A tunnel to the requested host itself: one endpoint, the Gateway's rules for it. */
 function toRequested(r: RequestedDestination, rule: RouteRule, host: string, port: number, verifySni: boolean): ConnectDecision {
-  if (r.refusal !== null) return refused(403, 'destination_denied', rule, host)
-  if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, host)
+  if (r.refusal !== null) return refused(403, 'destination_denied', rule, `${host}:${port}`)
+  if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, `${host}:${port}`)
   const destination = r.allow === null || listed(r.allow, host) ? r.listed : r.unlisted
-  if (destination === null) return refused(403, 'destination_denied', rule, host)
+  if (destination === null) return refused(403, 'destination_denied', rule, `${host}:${port}`)
   // Per tunnel: the dialler keeps its per-cluster state in WeakMaps, so this goes with the tunnel.
   const cluster: Cluster = { ...r.cluster, port, destination, endpoints: [{ host, port, kind: 'hostname', weight: 1, zone: null }] }
   return { ok: true, host, port, rule, cluster, verifySni }

@@ -174,7 +174,7 @@ t.test('connect-verify-sni: bytes pipelined with the CONNECT are the start of th
   t.equal(smuggled.closedBy, 'gateway', 'the gateway closes the tunnel')
   t.notMatch(smuggled.received, /secret answer/, 'no answer from the destination comes back')
   t.same(webRequests, [], 'the pipelined plaintext never reached the destination')
-  await cli.waitFor(/"component":"forward-proxy"[^\n]*"destination":"web.test"[^\n]*SNI does not match/, 10000)
+  await cli.waitFor(/"component":"forward-proxy"[^\n]*"destination":"web.test:443"[^\n]*SNI does not match/, 10000)
   t.pass('logged as an SNI mismatch')
 
   // A real TLS client whose ClientHello leaves with the CONNECT head.
@@ -355,4 +355,27 @@ t.test('resets cross a tunnel as resets, both ways (RFC 9113 §8.5)', async (t) 
     sock.on('close', () => resolve(outcome))
   })
   t.equal(h1Reset, 'ECONNRESET', 'TCP reset from the destination: the HTTP/1.1 client connection is reset')
+})
+
+t.test('a CONNECT target that is not host:port with a decimal port is a 400', async (t) => {
+  const statusOf = async (authority: string): Promise<string> => {
+    const { received } = await exchange(Buffer.from(`CONNECT ${authority} HTTP/1.1\r\nhost: echo.test\r\n\r\n`), (s, got) => {
+      if (got.includes('\r\n')) s.destroy()
+    })
+    return received.slice(0, received.indexOf('\r\n'))
+  }
+  t.equal(await statusOf('echo.test:443'), 'HTTP/1.1 200 Connection Established', 'echo.test:443 is tunnelled')
+  // RFC 3986 §3.2.3: port = *DIGIT; Number() also read these as 443.
+  for (const port of ['0x1bb', '+443', '443.0', '4.43e2', ' 443', '']) {
+    t.equal(await statusOf(`echo.test:${port}`), 'HTTP/1.1 400 Bad Request', `port ${JSON.stringify(port)}: 400`)
+  }
+  t.equal(await statusOf('echo.test:65536'), 'HTTP/1.1 400 Bad Request', 'a port past 65535: 400')
+  // A host is a DNS name or an IP literal: no path, no percent-encoding, at most 253 characters.
+  for (const host of ['echo.test/x', 'echo.test%2fx', 'a'.repeat(5000), '[not-ip]', 'echo..test']) {
+    t.equal(await statusOf(`${host}:443`), 'HTTP/1.1 400 Bad Request', `host ${JSON.stringify(host.length > 40 ? `${host.slice(0, 10)}… (${host.length})` : host)}: 400`)
+  }
+  // Refusals log the destination as host:port, like tunnels.
+  await statusOf('nope.test:8443')
+  await cli.waitFor(/"component":"forward-proxy"[^\n]*"destination":"nope.test:8443"[^\n]*CONNECT refused/, 10000)
+  t.pass('the refusal log names host:port')
 })
