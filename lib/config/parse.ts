@@ -75,26 +75,118 @@ function parseYaml(file: string, text: string): RawResult {
 }
 
 function parseJson(file: string, text: string): RawResult {
-  if (text.trim() === '') return { values: [], problems: [] }
+  // A byte order mark is not JSON (RFC 8259 §8.1 lets a parser ignore it);
+  // editors on Windows write one, and the YAML parser already skips it.
+  const body = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text
+  if (body.trim() === '') return { values: [], problems: [] }
   try {
-    return { values: [JSON.parse(text)], problems: [] }
-  } catch (err) {
-    // V8's JSON messages sometimes quote the input (which may hold Secret data):
-    // keep only the reason, and find the line from the position, or else from the
-    // YAML parser (JSON is YAML 1.2), or else say line 1.
-    const message = messageOf(err)
-    const reason = message.replace(/, (\.\.\.)?".*" is not valid JSON$/s, '').replace(/ in JSON at position.*$/s, '')
-    const lineMatch = /\(line (\d+) column (\d+)\)/.exec(message)
-    const posMatch = /at position (\d+)/.exec(message)
-    let where = '1'
-    if (lineMatch !== null) where = `${lineMatch[1]}, column ${lineMatch[2]}`
-    else if (posMatch !== null) where = String(text.slice(0, Number(posMatch[1])).split('\n').length)
-    else {
-      const yaml = parseYaml(file, text).problems[0]
-      if (yaml !== undefined) where = /^line ([^:]+)/.exec(yaml.message)?.[1] ?? '1'
+    return { values: [JSON.parse(body)], problems: [] }
+  } catch {
+    // V8's messages quote the input around the bad token (and then give no
+    // position), and the input may be a Secret: the problem is built from our
+    // own scan of the text, a position and a reason, never from V8's words.
+    const error = findJsonError(body)
+    if (error === null) return { values: [], problems: [syntaxProblem(file, 0, 1, 'invalid JSON')] }
+    let line = 1
+    let lineStart = 0
+    for (let i = 0; i < error.offset; i++) {
+      if (body.charCodeAt(i) === 0x0a) { line++; lineStart = i + 1 }
     }
-    return { values: [], problems: [syntaxProblem(file, 0, where, `invalid JSON: ${reason}`)] }
+    const where = `${line}, column ${error.offset - lineStart + 1}`
+    return { values: [], problems: [syntaxProblem(file, 0, where, `invalid JSON: ${error.reason}`)] }
   }
+}
+
+interface JsonError {
+  readonly offset: number
+  readonly reason: string
+}
+
+// What the scanner expects next.
+const Expect = { VALUE: 0, FIRST_VALUE: 1, KEY: 2, FIRST_KEY: 3, AFTER: 4 } as const
+type Expect = typeof Expect[keyof typeof Expect]
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y
+
+/**
+ * Where `text` first stops being JSON (RFC 8259), and why, in words that
+ * quote nothing. Iterative (an explicit stack), so deep nesting cannot
+ * overflow the call stack. `null` if the whole text is one valid JSON value.
+ */
+function findJsonError(text: string): JsonError | null {
+  const n = text.length
+  const stack: boolean[] = [] // true: inside an object, false: inside an array
+  let mode: Expect = Expect.VALUE
+  let i = 0
+  for (;;) {
+    while (i < n && isJsonSpace(text.charCodeAt(i))) i++
+    if (i >= n) return mode === Expect.AFTER && stack.length === 0 ? null : { offset: n, reason: 'unexpected end of input' }
+    const c = text[i]
+    if (mode === Expect.AFTER) {
+      if (stack.length === 0) return { offset: i, reason: 'unexpected text after the value' }
+      const inObject = stack[stack.length - 1] === true
+      if (c === ',') { i++; mode = inObject ? Expect.KEY : Expect.VALUE; continue }
+      if (c === (inObject ? '}' : ']')) { i++; stack.pop(); continue }
+      return { offset: i, reason: inObject ? 'expected \',\' or \'}\' after a property value' : 'expected \',\' or \']\' after an array element' }
+    }
+    if (mode === Expect.KEY || mode === Expect.FIRST_KEY) {
+      if (mode === Expect.FIRST_KEY && c === '}') { i++; stack.pop(); mode = Expect.AFTER; continue }
+      if (c !== '"') return { offset: i, reason: 'expected a double-quoted property name' }
+      const end = scanJsonString(text, i)
+      if (typeof end !== 'number') return end
+      i = end
+      while (i < n && isJsonSpace(text.charCodeAt(i))) i++
+      if (i >= n) return { offset: n, reason: 'unexpected end of input' }
+      if (text[i] !== ':') return { offset: i, reason: 'expected \':\' after a property name' }
+      i++
+      mode = Expect.VALUE
+      continue
+    }
+    // A value is expected (or, right after '[', the end of the array).
+    if (mode === Expect.FIRST_VALUE && c === ']') { i++; stack.pop(); mode = Expect.AFTER; continue }
+    mode = Expect.AFTER
+    if (c === '{') { i++; stack.push(true); mode = Expect.FIRST_KEY; continue }
+    if (c === '[') { i++; stack.push(false); mode = Expect.FIRST_VALUE; continue }
+    if (c === '"') {
+      const end = scanJsonString(text, i)
+      if (typeof end !== 'number') return end
+      i = end
+      continue
+    }
+    if (c === '-' || (c !== undefined && c >= '0' && c <= '9')) {
+      NUMBER.lastIndex = i
+      if (!NUMBER.test(text)) return { offset: i, reason: 'invalid number' }
+      i = NUMBER.lastIndex
+      continue
+    }
+    const literal = text.startsWith('true', i) ? 4 : text.startsWith('null', i) ? 4 : text.startsWith('false', i) ? 5 : 0
+    if (literal === 0) return { offset: i, reason: 'expected a value' }
+    i += literal
+  }
+}
+
+/** The offset just past the string starting at `start` (a '"'), or the error in it. */
+function scanJsonString(text: string, start: number): number | JsonError {
+  for (let i = start + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0x22) return i + 1
+    if (c < 0x20) return { offset: i, reason: 'control character in a string' }
+    if (c !== 0x5c) continue
+    const e = text[i + 1]
+    if (e === undefined) break
+    if (e === 'u') {
+      if (!/^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) return { offset: i, reason: 'invalid \\u escape in a string' }
+      i += 5
+    } else if ('"\\/bfnrt'.includes(e)) {
+      i++
+    } else {
+      return { offset: i, reason: 'invalid escape in a string' }
+    }
+  }
+  return { offset: text.length, reason: 'unexpected end of input' }
+}
+
+function isJsonSpace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 }
 
 function syntaxProblem(file: string, doc: number, line: number | string, message: string): ConfigProblem {

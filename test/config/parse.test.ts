@@ -53,3 +53,40 @@ t.test('alias bombs are refused', async (t) => {
   t.equal(r.docs.length, 0)
   t.match(r.problems[0]?.message, /^line \d+/)
 })
+
+// V8 quotes the input around a bad token ("...\"token\": 'k9X2'\"... is not
+// valid JSON") and gives no position for that form; the problem must quote
+// nothing from the file, whatever V8's wording, and still name the line.
+t.test('JSON: a syntax error inside a Secret value quotes nothing and names its line and column', async (t) => {
+  const text = '{\n  "apiVersion": "v1",\n  "kind": "Secret",\n  "metadata": { "name": "provider-key", "namespace": "default" },\n  "stringData": { "token": \'k9X2qT7w\' },\n  "type": "Opaque"\n}\n'
+  const r = parseManifests('10-secret.json', text)
+  t.same(r.docs, [])
+  const message = r.problems[0]?.message ?? ''
+  t.match(message, /^line 5, column 28: invalid JSON/)
+  t.notMatch(message, /k9X2|'/, 'no source text, not even the bad character')
+  const cases: Array<[string, RegExp]> = [
+    ['{"a": 1,}', /^line 1, column 9: invalid JSON/],
+    ['{"a": 1', /^line 1, column 8: invalid JSON: unexpected end/],
+    ['[1,\n2', /^line 2, column 2: invalid JSON: unexpected end/],
+    ['{"a": tru}', /^line 1, column 7: invalid JSON/],
+    ['{"k": "v"}\n  xyz-secret', /^line 2, column 3: invalid JSON/],
+    ['{"k": "sec\u0001ret"}', /^line 1, column 11: invalid JSON/],
+    ['{"k": "se\\qcret"}', /^line 1, column 10: invalid JSON/],
+    ['{"k": 01}', /^line 1, column 8: invalid JSON/],
+    ['{"k": "secret-no-end', /^line 1, column 21: invalid JSON: unexpected end/],
+    ['{\'secret-key\': 1}', /^line 1, column 2: invalid JSON/],
+  ]
+  for (const [input, expected] of cases) {
+    const m = parseManifests('x.json', input).problems[0]?.message ?? ''
+    t.match(m, expected, JSON.stringify(input))
+    t.notMatch(m, /secret|xyz|tru\b|sec|\\q/, `${JSON.stringify(input)} quotes nothing`)
+  }
+})
+
+t.test('JSON: a UTF-8 byte order mark is accepted, as in YAML', async (t) => {
+  const json = parseManifests('bom.json', '\uFEFF{"kind":"A"}\n')
+  t.same(json.problems, [])
+  t.same(json.docs, [{ source: { file: 'bom.json', doc: 0 }, doc: { kind: 'A' } }])
+  const yaml = parseManifests('bom.yaml', '\uFEFFkind: A\n')
+  t.same(yaml.docs.map((d) => d.doc), [{ kind: 'A' }])
+})
