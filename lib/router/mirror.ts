@@ -8,6 +8,9 @@
 // When the body ends within the bound, the mirrors get it whole, with its
 // content-length. A larger body drops the mirror copies (a truncated body would
 // be a different request), as does a body that fails or is abandoned.
+//
+// A mirror gets the request as it was before any backend's extension chain:
+// what a chain adds (a credential) is for that backend alone.
 
 import { PassThrough, Transform, pipeline, type Readable, type TransformCallback } from 'node:stream'
 import type { Cluster, Mirror } from '../compile/table.ts'
@@ -48,7 +51,11 @@ export function mirrorRequest(mirrors: readonly Mirror[], clusters: ReadonlyMap<
     send(picked, upstreams, req, null)
     return req
   }
-  const tee = new MirrorTee((copy) => send(picked, upstreams, req, copy))
+  // The copies go out when the body ends, after the backend's extension chain
+  // has run on `req` (a CredentialInjector writes its key into req.headers):
+  // they are sent from the request as it is now, before any chain.
+  const before: UpstreamRequest = { ...req, headers: { ...req.headers } }
+  const tee = new MirrorTee((copy) => send(picked, upstreams, before, copy))
   // The main consumer may destroy the tee (upstream failure): the client's body goes with it.
   pipeline(body, tee, noop)
   return { ...req, body: tee }
