@@ -288,7 +288,7 @@ function afterResponseHeaders(flow: Flow): void {
   const res = flow.res as UpstreamResponse
   const encoded = res.headers['content-encoding']
   const readable = encoded === undefined || encoded === 'identity'
-  if (chain.responseBody.length > 0 && readable) {
+  if (chain.responseBody.length > 0 && readable && hasBody(flow.view.method, res.status)) {
     return collect(res.body, chain.responseBodyBound, (err, buf, over) => {
       if (flow.host.isDone()) return
       if (err !== null) return flow.host.fail(ErrorCode.UPSTREAM_RESET)
@@ -302,6 +302,11 @@ function afterResponseHeaders(flow: Flow): void {
     })
   }
   relay(flow, res)
+}
+
+/** RFC 9110 §6.4.1: a HEAD answer, a 1xx, a 204 and a 304 have no body; their Content-Length is kept as sent. */
+function hasBody(method: string, status: number): boolean {
+  return method !== 'HEAD' && status >= 200 && status !== 204 && status !== 304
 }
 
 function afterResponseBody(flow: Flow): void {

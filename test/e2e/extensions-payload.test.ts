@@ -1,0 +1,86 @@
+// The real CLI with a PayloadProcessor redacting responses: a HEAD, 204 or
+// 304 answer keeps its headers (there is no body to see).
+import t from 'tap'
+import fs from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import zlib from 'node:zlib'
+import { eventually, freePort, gatewayYaml, request, settleLogs, startCli, tempDir } from './harness.ts'
+import { egressBackend, recorder, route, sample } from './extensions-helpers.ts'
+
+const PII = JSON.stringify({ m: 'bob@example.com', n: 1 })
+const REDACTED = JSON.stringify({ m: '[REDACTED]', n: 1 })
+const BOUND = 4096
+// Compresses to far less than BOUND, decodes to far more.
+const BIG = JSON.stringify({ m: 'bob@example.com', pad: 'x'.repeat(BOUND * 8) })
+
+interface Raw { status: number; headers: http.IncomingHttpHeaders; body: Buffer }
+
+/** One request on a fresh connection; the body as bytes (never decoded). */
+function raw(port: number, host: string, p: string, method = 'GET'): Promise<Raw> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers: { host, 'accept-encoding': 'gzip, br' } }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }))
+    })
+    req.setTimeout(10000, () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) => {
+  const up = await recorder(t, (req, res) => {
+    const json = { 'content-type': 'application/json' }
+    switch (req.url) {
+      case '/gzip': res.writeHead(200, { ...json, 'content-encoding': 'gzip', etag: '"v1"' }); res.end(zlib.gzipSync(PII)); return
+      case '/x-gzip': res.writeHead(200, { ...json, 'content-encoding': 'x-gzip' }); res.end(zlib.gzipSync(PII)); return
+      case '/br': res.writeHead(200, { ...json, 'content-encoding': 'br' }); res.end(zlib.brotliCompressSync(PII)); return
+      case '/deflate': res.writeHead(200, { ...json, 'content-encoding': 'deflate' }); res.end(zlib.deflateSync(PII)); return
+      case '/deflate-raw': res.writeHead(200, { ...json, 'content-encoding': 'deflate' }); res.end(zlib.deflateRawSync(PII)); return
+      case '/corrupt': res.writeHead(200, { ...json, 'content-encoding': 'gzip' }); res.end('not gzip at all'); return
+      case '/big': res.writeHead(200, { ...json, 'content-encoding': 'gzip' }); res.end(zlib.gzipSync(BIG)); return
+      case '/compress': res.writeHead(200, { ...json, 'content-encoding': 'compress' }); res.end('LZW bytes'); return
+      case '/json':
+        res.writeHead(200, { ...json, 'content-length': String(Buffer.byteLength(PII)) })
+        res.end(req.method === 'HEAD' ? undefined : PII)
+        return
+      case '/204': res.writeHead(204, { 'x-kept': 'yes' }); res.end(); return
+      case '/304': res.writeHead(304, { etag: '"v1"', 'content-length': '55' }); res.end(); return
+    }
+    res.writeHead(404); res.end()
+  })
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort))
+  const pp = (name: string, failOpen: boolean): string => egressBackend(name, up.port, `  - name: ${name}
+    type: PayloadProcessor
+    failOpen: ${failOpen}
+    config:
+      maxBodyBytes: ${BOUND}
+      response: { redact: { patterns: [email] } }
+`)
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), `${pp('closed', false)}---\n${pp('open', true)}`)
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), `${route('closed', 'closed.example.test', 'closed', up.port)}---\n${route('open', 'open.example.test', 'open', up.port)}`)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const metrics = async (): Promise<string> => (await request(`http://127.0.0.1:${adminPort}/metrics`)).body
+
+  t.test('HEAD, 204 and 304 keep their headers', async (t) => {
+    const head = await raw(httpPort, 'closed.example.test', '/json', 'HEAD')
+    t.equal(head.status, 200)
+    t.equal(head.headers['content-length'], String(Buffer.byteLength(PII)), 'HEAD: the length of the GET answer')
+    const get = await raw(httpPort, 'closed.example.test', '/json')
+    t.equal(get.body.toString(), REDACTED)
+    t.equal(get.headers['content-length'], String(Buffer.byteLength(REDACTED)))
+    const noContent = await raw(httpPort, 'closed.example.test', '/204')
+    t.equal(noContent.status, 204)
+    t.equal(noContent.headers['x-kept'], 'yes')
+    t.equal(noContent.headers['content-length'], undefined, '204: no Content-Length')
+    const notModified = await raw(httpPort, 'closed.example.test', '/304')
+    t.equal(notModified.status, 304)
+    t.equal(notModified.headers['content-length'], '55', '304: the Content-Length as sent')
+    await settleLogs()
+  })
+})
