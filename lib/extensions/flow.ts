@@ -9,8 +9,13 @@
 // SP_ERR_RESPONSE_TOO_LARGE — unless every body extension of that phase is
 // failOpen, in which case the body passes through untouched and the body hooks
 // are skipped (counted as failures, "open").
+//
+// A compressed response body is decoded for the body hooks (gzip, deflate, br;
+// within the same bound) and sent on as identity; HEAD, 204 and 304 answers
+// have no body and skip the body hooks.
 
 import { Readable, Transform, type TransformCallback } from 'node:stream'
+import zlib from 'node:zlib'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { ExtensionChain } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamRequest, UpstreamResponse } from '../upstream/types.ts'
@@ -158,7 +163,8 @@ export class Flow {
     this.chain = chain
     this.req = req
     this.view = new View(req, info, host)
-    // A body we must read cannot come compressed (we do not inflate): ask for identity.
+    // A body we read is easier uncompressed: ask for identity (an upstream that
+    // compresses anyway is decoded, afterResponseHeaders).
     if (chain.readsResponseBody) delete req.headers['accept-encoding']
   }
 
@@ -286,27 +292,71 @@ function afterRequestBody(flow: Flow): void {
 function afterResponseHeaders(flow: Flow): void {
   const chain = flow.chain
   const res = flow.res as UpstreamResponse
-  const encoded = res.headers['content-encoding']
-  const readable = encoded === undefined || encoded === 'identity'
-  if (chain.responseBody.length > 0 && readable && hasBody(flow.view.method, res.status)) {
-    return collect(res.body, chain.responseBodyBound, (err, buf, over) => {
-      if (flow.host.isDone()) return
-      if (err !== null) return flow.host.fail(ErrorCode.UPSTREAM_RESET)
-      if (over !== null) {
-        if (!chain.responseBodyFailOpen) return flow.host.fail(ErrorCode.RESPONSE_TOO_LARGE)
-        flow.skipped(chain.responseBody, 'response body')
-        return relay(flow, { ...res, body: over })
-      }
+  if (chain.responseBody.length === 0 || !hasBody(flow.view.method, res.status)) return relay(flow, res)
+  collect(res.body, chain.responseBodyBound, (err, buf, over) => {
+    if (flow.host.isDone()) return
+    if (err !== null) return flow.host.fail(ErrorCode.UPSTREAM_RESET)
+    if (over !== null) return overBound(flow, res, over)
+    const coding = codingOf(res.headers['content-encoding'])
+    if (coding === null) {
       flow.body = buf
-      runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+      return runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+    }
+    // We asked for identity (Flow's constructor), but an upstream may compress
+    // anyway: body hooks must see the body, not skip it unseen (a redaction
+    // passed over is a leak). Decoded within the same bound, then sent as identity.
+    decode(coding, buf, chain.responseBodyBound, (decodeErr, decoded) => {
+      if (flow.host.isDone()) return
+      if (decodeErr === null) {
+        const headers = res.headers
+        delete headers['content-encoding']
+        // Another representation than the one the upstream tagged (RFC 9110 §8.8.1).
+        const etag = headers.etag
+        if (typeof etag === 'string' && !etag.startsWith('W/')) headers.etag = 'W/' + etag
+        flow.body = decoded
+        return runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+      }
+      const original = { ...res, body: Readable.from([buf]) }
+      if ((decodeErr as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return overBound(flow, res, original.body)
+      // Corrupt or an unknown coding: each body extension fails (failOpen
+      // decides); when all continue, the body passes as the upstream sent it.
+      const failure = new Error(`response Content-Encoding ${coding} cannot be decoded: ${decodeErr.message}`)
+      for (const inst of chain.responseBody) if (!flow.failed(inst, failure)) return
+      relay(flow, original)
     })
-  }
-  relay(flow, res)
+  })
 }
 
 /** RFC 9110 §6.4.1: a HEAD answer, a 1xx, a 204 and a 304 have no body; their Content-Length is kept as sent. */
 function hasBody(method: string, status: number): boolean {
   return method !== 'HEAD' && status >= 200 && status !== 204 && status !== 304
+}
+
+function overBound(flow: Flow, res: UpstreamResponse, body: Readable): void {
+  const chain = flow.chain
+  if (!chain.responseBodyFailOpen) return flow.host.fail(ErrorCode.RESPONSE_TOO_LARGE)
+  flow.skipped(chain.responseBody, 'response body')
+  relay(flow, { ...res, body })
+}
+
+/** The response's content coding, lowercased; null for none (identity). */
+function codingOf(value: string | string[] | undefined): string | null {
+  const v = (Array.isArray(value) ? value.join(',') : value ?? '').trim().toLowerCase()
+  return v === '' || v === 'identity' ? null : v
+}
+
+/** Decodes gzip, deflate (zlib-wrapped, or raw as some servers send it) and br, to at most `bound` bytes. */
+function decode(coding: string, buf: Buffer, bound: number, done: (err: Error | null, out: Buffer) => void): void {
+  const options = { maxOutputLength: bound }
+  if (coding === 'gzip' || coding === 'x-gzip') return zlib.gunzip(buf, options, done)
+  if (coding === 'br') return zlib.brotliDecompress(buf, options, done)
+  if (coding === 'deflate') {
+    return zlib.inflate(buf, options, (err, out) => {
+      if (err === null || (err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return done(err, out)
+      zlib.inflateRaw(buf, options, done)
+    })
+  }
+  done(new Error('not a supported coding (gzip, deflate, br)'), Buffer.alloc(0))
 }
 
 function afterResponseBody(flow: Flow): void {

@@ -1,5 +1,7 @@
-// The real CLI with a PayloadProcessor redacting responses: a HEAD, 204 or
-// 304 answer keeps its headers (there is no body to see).
+// The real CLI with a PayloadProcessor redacting responses: an upstream that
+// answers compressed anyway (we ask for identity) is decoded within the bound
+// and redacted, or fails per failOpen, never passed on unredacted in silence;
+// a HEAD, 204 or 304 answer keeps its headers (there is no body to see).
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -66,6 +68,42 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
   await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
   const metrics = async (): Promise<string> => (await request(`http://127.0.0.1:${adminPort}/metrics`)).body
+
+  t.test('a compressed answer is decoded, redacted and sent as identity', async (t) => {
+    for (const p of ['/gzip', '/x-gzip', '/br', '/deflate', '/deflate-raw']) {
+      const r = await raw(httpPort, 'closed.example.test', p)
+      t.equal(r.status, 200, p)
+      t.equal(r.body.toString(), REDACTED, `${p}: redacted`)
+      t.equal(r.headers['content-encoding'], undefined, `${p}: no Content-Encoding`)
+      t.equal(r.headers['content-length'], String(r.body.length), `${p}: the length of what is sent`)
+    }
+    t.equal((await raw(httpPort, 'closed.example.test', '/gzip')).headers.etag, 'W/"v1"', 'the ETag of the gzip representation is weakened')
+  })
+
+  t.test('a body that cannot be decoded fails per failOpen, never silently', async (t) => {
+    for (const p of ['/corrupt', '/compress']) {
+      const closed = await raw(httpPort, 'closed.example.test', p)
+      t.equal(closed.status, 500, `${p}: failOpen false`)
+      t.match(closed.body.toString(), /SP_ERR_EXTENSION_FAILED/)
+      const open = await raw(httpPort, 'open.example.test', p)
+      t.equal(open.status, 200, `${p}: failOpen true passes`)
+      t.equal(open.headers['content-encoding'], p === '/corrupt' ? 'gzip' : 'compress', `${p}: untouched`)
+    }
+    const m = await metrics()
+    t.ok(sample(m, 'sallyport_extension_failures_total', { extension: 'closed', outcome: 'closed' }) >= 2, 'closed failures counted')
+    t.ok(sample(m, 'sallyport_extension_failures_total', { extension: 'open', outcome: 'open' }) >= 2, 'open failures counted')
+    await cli.waitFor(/"msg":"extension failed"/, 5000)
+  })
+
+  t.test('decoded past maxBodyBytes: 502, or passed through unprocessed when failOpen', async (t) => {
+    const closed = await raw(httpPort, 'closed.example.test', '/big')
+    t.equal(closed.status, 502)
+    t.match(closed.body.toString(), /SP_ERR_RESPONSE_TOO_LARGE/)
+    const open = await raw(httpPort, 'open.example.test', '/big')
+    t.equal(open.status, 200)
+    t.equal(open.headers['content-encoding'], 'gzip')
+    t.equal(zlib.gunzipSync(open.body).toString(), BIG, 'the original bytes')
+  })
 
   t.test('HEAD, 204 and 304 keep their headers', async (t) => {
     const head = await raw(httpPort, 'closed.example.test', '/json', 'HEAD')
