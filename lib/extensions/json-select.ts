@@ -2,6 +2,8 @@
 // `['name']`, `[n]`, `[*]`, `.*` and `..name` (any depth), e.g.
 // `$.messages[*].content` or `$..email`. Parsed once at load.
 
+import { isRawNumber } from './json-source.ts'
+
 export type Step =
   | { readonly kind: 'name'; readonly name: string }
   | { readonly kind: 'index'; readonly index: number }
@@ -52,7 +54,8 @@ function walk(value: unknown, steps: readonly Step[], i: number, visit: Visit, p
     if (parent !== null && key !== null) visit(parent, key, value)
     return
   }
-  if (value === null || typeof value !== 'object') return
+  // A number kept as its source text (json-source.ts) is a leaf, not an object to walk into.
+  if (value === null || typeof value !== 'object' || isRawNumber(value)) return
   const step = steps[i] as Step
   const obj = value as Record<string, unknown> | unknown[]
   switch (step.kind) {

@@ -11,6 +11,7 @@ import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders } from './plugin-api.ts'
 import { parseSelector, select, type Step } from './json-select.ts'
 import { compilePattern, findMatch, redactText, type Pattern } from './pii-patterns.ts'
+import { isRawNumber, parseKeepingNumbers } from './json-source.ts'
 
 interface DenyRule { readonly patterns: readonly Pattern[]; readonly fields: readonly Step[][] | null; readonly reason: string }
 
@@ -54,7 +55,7 @@ function isJson(headers: OutgoingHeaders): boolean {
 function eachString(root: unknown, scope: readonly Step[][] | null, fn: (s: string, set: (v: string) => void) => void): void {
   const visit = (parent: Record<string, unknown> | unknown[], key: string | number, value: unknown): void => {
     if (typeof value === 'string') fn(value, v => { (parent as Record<string | number, unknown>)[key] = v })
-    else if (value !== null && typeof value === 'object') {
+    else if (value !== null && typeof value === 'object' && !isRawNumber(value)) {
       if (Array.isArray(value)) value.forEach((_, i) => visit(value, i, value[i]))
       else for (const k of Object.keys(value)) visit(value as Record<string, unknown>, k, (value as Record<string, unknown>)[k])
     }
@@ -70,7 +71,8 @@ function eachString(root: unknown, scope: readonly Step[][] | null, fn: (s: stri
 export function processJson(rules: Rules, body: Buffer): HookResult {
   if (body.length === 0) return
   let doc: unknown
-  try { doc = JSON.parse(body.toString('utf8')) } catch { throw new Error('body is not valid JSON') }
+  // Numbers keep their source text: only what the rules select may change.
+  try { doc = parseKeepingNumbers(body.toString('utf8')) } catch { throw new Error('body is not valid JSON') }
   for (const d of rules.deny) {
     let hit = false
     eachString(doc, d.fields, (s) => { if (!hit) hit = d.patterns.some(p => findMatch(s, p)) })

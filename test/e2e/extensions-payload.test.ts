@@ -1,7 +1,8 @@
 // The real CLI with a PayloadProcessor redacting responses: an upstream that
 // answers compressed anyway (we ask for identity) is decoded within the bound
 // and redacted, or fails per failOpen, never passed on unredacted in silence;
-// a HEAD, 204 or 304 answer keeps its headers (there is no body to see).
+// a HEAD, 204 or 304 answer keeps its headers (there is no body to see);
+// numbers the rules do not select keep their text.
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -19,16 +20,18 @@ const BIG = JSON.stringify({ m: 'bob@example.com', pad: 'x'.repeat(BOUND * 8) })
 interface Raw { status: number; headers: http.IncomingHttpHeaders; body: Buffer }
 
 /** One request on a fresh connection; the body as bytes (never decoded). */
-function raw(port: number, host: string, p: string, method = 'GET'): Promise<Raw> {
+function raw(port: number, host: string, p: string, method = 'GET', body: string | null = null): Promise<Raw> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers: { host, 'accept-encoding': 'gzip, br' } }, (res) => {
+    const headers: Record<string, string> = { host, 'accept-encoding': 'gzip, br' }
+    if (body !== null) headers['content-type'] = 'application/json'
+    const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }))
     })
     req.setTimeout(10000, () => req.destroy(new Error('timeout')))
     req.on('error', reject)
-    req.end()
+    req.end(body ?? undefined)
   })
 }
 
@@ -48,6 +51,10 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
         res.writeHead(200, { ...json, 'content-length': String(Buffer.byteLength(PII)) })
         res.end(req.method === 'HEAD' ? undefined : PII)
         return
+      case '/numbers':
+        res.writeHead(200, json)
+        res.end(`{"email":"ann@example.com","id":12345678901234567890,"price":1.10,"big":1e400,"echo":${req.body}}`)
+        return
       case '/204': res.writeHead(204, { 'x-kept': 'yes' }); res.end(); return
       case '/304': res.writeHead(304, { etag: '"v1"', 'content-length': '55' }); res.end(); return
     }
@@ -61,6 +68,7 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
     failOpen: ${failOpen}
     config:
       maxBodyBytes: ${BOUND}
+      request: { redact: { patterns: [email] } }
       response: { redact: { patterns: [email] } }
 `)
   fs.writeFileSync(path.join(dir, 'backends.yaml'), `${pp('closed', false)}---\n${pp('open', true)}`)
@@ -103,6 +111,13 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
     t.equal(open.status, 200)
     t.equal(open.headers['content-encoding'], 'gzip')
     t.equal(zlib.gunzipSync(open.body).toString(), BIG, 'the original bytes')
+  })
+
+  t.test('numbers the rules do not touch pass as written, both ways', async (t) => {
+    const r = await raw(httpPort, 'closed.example.test', '/numbers', 'POST', '{"msg":"mail bob@example.com","amount":12345678901234567890,"price":1.10,"big":1e400}')
+    t.equal(r.status, 200)
+    t.equal(r.body.toString(), '{"email":"[REDACTED]","id":12345678901234567890,"price":1.10,"big":1e400,' +
+      '"echo":{"msg":"mail [REDACTED]","amount":12345678901234567890,"price":1.10,"big":1e400}}')
   })
 
   t.test('HEAD, 204 and 304 keep their headers', async (t) => {

@@ -81,3 +81,20 @@ t.test('selectors, Luhn, type names', async (t) => {
   t.equal(canonicalType('sallyport.io/RateLimit'), 'RateLimit')
   t.equal(canonicalType('sallyport.io/QoS:v1'), null)
 })
+
+// Issue bug6: the document was JSON.parse'd and JSON.stringify'd whole, so every
+// number went through a double: 12345678901234567890 → 12345678901234567000,
+// 1e400 → null, 1.10 → 1.1. Only what the rules change may change.
+t.test('PayloadProcessor: numbers the rules do not touch keep their source text', async (t) => {
+  const rules = compileRules({ redact: { fields: ['$.secret', '$.drop.*'], patterns: ['email', 'phone', 'card'] } })
+  if (rules === null) throw new Error('rules')
+  const text = '{"msg":"mail bob@example.com","amount":12345678901234567890,"price":1.10,"big":1e400,"neg":-0,' +
+    '"card":4111111111111111,"list":[1.0,2E+3,{"phone":4155550100}],"secret":98765432109876543210,"drop":{"a":1.50,"b":"x"}}'
+  const r = processJson(rules, Buffer.from(text)) as { body: Buffer }
+  t.equal(r.body.toString(), '{"msg":"mail [REDACTED]","amount":12345678901234567890,"price":1.10,"big":1e400,"neg":-0,' +
+    '"card":4111111111111111,"list":[1.0,2E+3,{"phone":4155550100}],"secret":"[REDACTED]","drop":{"a":"[REDACTED]","b":"[REDACTED]"}}')
+  const scoped = compileRules({ redact: { patterns: ['email'], scope: ['$..n', '$.*'] } })
+  if (scoped === null) throw new Error('rules')
+  const s = processJson(scoped, Buffer.from('{"n":1.10,"m":"a@example.com","o":{"n":12345678901234567890}}')) as { body: Buffer }
+  t.equal(s.body.toString(), '{"n":1.10,"m":"[REDACTED]","o":{"n":12345678901234567890}}', 'selectors reaching numbers leave them as they are')
+})
