@@ -1,8 +1,8 @@
 // OAuth2 client credentials (RFC 6749 §4.4) as a credential injector: the
 // access token is fetched from the provider's token endpoint with the client
 // id and secret of a Secret, cached, and refreshed in the background before it
-// expires (`refreshBeforeSeconds`, default 60) — one fetch at a time
-// (single-flight), never one per request. Requests wait only when there is no
+// expires (`refreshBeforeSeconds`, default 60, or half the token's lifetime if
+// that is shorter) — one fetch at a time (single-flight), never one per request. Requests wait only when there is no
 // valid token at all (the first one, or after the provider was unreachable).
 
 import type { CompiledExtension } from '../compile/table.ts'
@@ -14,8 +14,15 @@ const log = logger('oauth2')
 
 /** After a failed fetch, requests fail fast for this long instead of hammering the endpoint. */
 const FAILURE_BACKOFF_MS = 1000
+/** The earliest a refresh follows the fetch it replaces, whatever the token's lifetime. */
+const MIN_REFRESH_MS = 1000
 
-interface Token { readonly rendered: string; readonly expiresAt: number }
+interface Token {
+  readonly rendered: string
+  readonly expiresAt: number
+  /** When the background refresh is due: `refreshBeforeSeconds` ahead of expiry, or half the lifetime if that is shorter. */
+  readonly refreshAt: number
+}
 
 export class TokenSource {
   readonly #config: Readonly<Record<string, unknown>>
@@ -47,7 +54,8 @@ export class TokenSource {
     const t = this.#token
     const now = Date.now()
     if (t !== null && now < t.expiresAt) {
-      if (now >= t.expiresAt - this.#refreshBeforeMs) void this.refresh().catch(() => {})
+      // Due (the timer may lag): one refresh, single-flight; a failed one is retried after the backoff.
+      if (now >= t.refreshAt && now - this.#failedAt >= FAILURE_BACKOFF_MS) void this.refresh().catch(() => {})
       return t.rendered
     }
     if (this.#failure !== null && now - this.#failedAt < FAILURE_BACKOFF_MS) return Promise.reject(this.#failure)
@@ -85,7 +93,7 @@ export class TokenSource {
   #schedule(tok: Token): void {
     if (this.#closed) return
     if (this.#timer !== null) clearTimeout(this.#timer)
-    const delay = Math.max(1000, tok.expiresAt - this.#refreshBeforeMs - Date.now())
+    const delay = Math.max(0, tok.refreshAt - Date.now())
     this.#timer = setTimeout(() => { this.#timer = null; void this.refresh().catch(() => {}) }, delay)
     this.#timer.unref()
   }
@@ -115,7 +123,17 @@ export class TokenSource {
     try { body = JSON.parse(text) as Record<string, unknown> } catch { throw new Error('token endpoint answered non-JSON') }
     if (typeof body.access_token !== 'string') throw new Error('token endpoint answer has no access_token')
     const expiresIn = typeof body.expires_in === 'number' ? body.expires_in : Number(body.expires_in ?? 300)
-    return { rendered: this.#format.split('{value}').join(body.access_token), expiresAt: Date.now() + (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000 }
+    const now = Date.now()
+    const lifetimeMs = (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000
+    // A lead as long as the lifetime (expires_in 60, the default lead 60 s)
+    // would make every token due at once: a fetch per request, and one a
+    // second while idle. Refresh at half the lifetime then.
+    const lead = Math.min(this.#refreshBeforeMs, lifetimeMs / 2)
+    return {
+      rendered: this.#format.split('{value}').join(body.access_token),
+      expiresAt: now + lifetimeMs,
+      refreshAt: Math.max(now + MIN_REFRESH_MS, now + lifetimeMs - lead),
+    }
   }
 }
 
