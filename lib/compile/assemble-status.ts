@@ -3,6 +3,7 @@
 // source dropped as invalid (snapshot.problems).
 
 import type { BackendTrafficPolicy, EgressExtension } from '../resources/model.ts'
+import { backendKey, keyOfBackend } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, ObjectStatus, ParentStatus, Status } from './status.ts'
 import type { RouteOutcome } from './compile.ts'
@@ -87,7 +88,8 @@ export function assembleStatus(input: StatusInput): Status {
   const destinations = input.resolver.destinations
   for (const b of sortedValues(snapshot.backends)) {
     const gen = b.meta.generation
-    const key = `${b.meta.namespace}/${b.meta.name}`
+    // Keyed by group and kind too (backendKey): an XBackend and a Backend of one name each get their status.
+    const key = keyOfBackend(b)
     const conditions = [condition('Accepted', true, 'Accepted', '', gen)]
     let parents = ancestors(input.resolver.backendUse.get(key) ?? [], conditions)
     // Issue 5: a Gateway whose destination policy denies the Backend says so on its parent entry;
@@ -103,10 +105,10 @@ export function assembleStatus(input: StatusInput): Status {
     }
     const problems = destinations.backendProblems.get(key)
     if (problems !== undefined) objectConditions = [...objectConditions, condition('sallyport.io/DestinationPolicy', false, 'Invalid', problems.join('; '), gen)]
-    input.resolver.proxies.forBackend(b.meta.namespace, b.meta.name)
-    const proxy = proxyCondition(input.resolver.proxies, `Backend/${key}`, gen)
+    input.resolver.proxies.forBackend(key)
+    const proxy = proxyCondition(input.resolver.proxies, key, gen)
     if (proxy !== null) objectConditions = [...objectConditions, proxy]
-    put({ kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions: objectConditions, parents, listeners: [] })
+    objects.set(key, { kind: 'Backend', apiVersion: b.apiVersion, namespace: b.meta.namespace, name: b.meta.name, generation: gen, conditions: objectConditions, parents, listeners: [] })
   }
 
   // Gateways with destination annotations (issue 5): one condition says whether they were read.
@@ -157,7 +159,7 @@ export function assembleStatus(input: StatusInput): Status {
     const keys: string[] = []
     for (const t of p.targetRefs) {
       if (t.kind === 'Gateway') keys.push(`${p.meta.namespace}/${t.name}`)
-      else keys.push(...(routeGateways.get(`${t.kind}/${p.meta.namespace}/${t.name}`) ?? input.resolver.backendUse.get(`${p.meta.namespace}/${t.name}`) ?? []))
+      else keys.push(...(routeGateways.get(`${t.kind}/${p.meta.namespace}/${t.name}`) ?? input.resolver.backendUse.get(backendKey(t.group, t.kind, p.meta.namespace, t.name)) ?? []))
     }
     put({ kind: p.kind, apiVersion: p.apiVersion, namespace: p.meta.namespace, name: p.meta.name, generation: gen, conditions, parents: ancestors(keys, conditions), listeners: [] })
   }

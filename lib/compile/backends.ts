@@ -4,6 +4,7 @@
 // ResolvedRefs=False and a null cluster (requests picked for it get 500).
 
 import type { Backend, BackendRef, BackendTLSPolicy, Service, ServicePort } from '../resources/model.ts'
+import { backendKey, keyOfBackend } from '../resources/model.ts'
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Cluster, ClusterTls, Endpoint, UpstreamProtocol } from './table.ts'
@@ -21,9 +22,11 @@ export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
 /** Who uses a cluster: policy merge looks at these. */
 export interface ClusterUser { readonly routeKind: RouteKind; readonly routeKey: string; readonly gatewayKey: string }
 
+// The group/kind pairs a Backend object can be written as (resources/model.ts
+// backendKey); x-k8s.io `Backend` is the XBackend's earlier name.
 const BACKEND_KINDS = new Set([
   'gateway.networking.k8s.io/Backend', 'gateway.networking.x-k8s.io/Backend', 'gateway.networking.x-k8s.io/XBackend',
-  'gateway.envoyproxy.io/Backend', 'sallyport.io/Backend',
+  'gateway.envoyproxy.io/Backend',
 ])
 
 const BACKEND_KIND_NAMES = new Set(['Backend', 'XBackend'])
@@ -74,7 +77,7 @@ export class BackendResolver {
    */
   takesGatewayProxy(id: string, c: Cluster): boolean {
     if (this.#inCluster.has(id) || c.upstreamProxy != null || c.endpoints.some(e => e.kind === 'unix')) return false
-    return c.kind !== 'Backend' || this.proxies.forBackend(c.namespace, c.name) === null
+    return c.kind !== 'Backend' || c.backendKey == null || this.proxies.forBackend(c.backendKey) === null
   }
 
   /** While set, resolve() and denial() calls are appended here (compile-cache.ts). */
@@ -214,15 +217,19 @@ export class BackendResolver {
   }
 
   #backend(ref: BackendRef, routeKind: RouteKind, gatewayKey: string): Resolved<string> {
-    const key = `${ref.namespace}/${ref.name}`
+    // By group and kind too: an XBackend and an Envoy Gateway Backend with one name
+    // are different objects, and a ref to one never reaches the other (its
+    // endpoints, its credentials).
+    const key = backendKey(ref.group, ref.kind, ref.namespace, ref.name)
     const backend = this.#snapshot.backends.get(key)
-    if (backend === undefined) return fail('BackendNotFound', `Backend ${key} not found`)
+    const what = `${ref.kind} ${ref.namespace}/${ref.name} (${ref.group})`
+    if (backend === undefined) return fail('BackendNotFound', `${what} not found`)
     const port = ref.port === null ? backend.ports[0] : backend.ports.find(p => p.port === ref.port)
-    if (port === undefined) return fail('BackendNotFound', `Backend ${key} has no port ${ref.port}`)
+    if (port === undefined) return fail('BackendNotFound', `${what} has no port ${ref.port}`)
     const use = this.backendUse.get(key) ?? new Set()
     use.add(gatewayKey)
     this.backendUse.set(key, use)
-    const id = `Backend/${key}:${port.port}${l4Suffix(routeKind)}`
+    const id = `${key}:${port.port}${l4Suffix(routeKind)}`
     const d = backend.destination
     if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
     return this.#cache(id, () => this.#backendCluster(backend, port, routeKind))
@@ -305,14 +312,15 @@ export class BackendResolver {
       }
     }
     const c = cluster('Backend', ns, backend.meta.name, port.port, protocol, hostname, endpoints, tls, port.protocol === 'MCP' ? (port.mcp?.path ?? '/mcp') : null)
+    const key = keyOfBackend(backend)
     return {
       ok: true,
       value: {
-        ...c, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
+        ...c, id: `${key}:${port.port}`, backendKey: key, extensions: backend.extensions.length > 0 ? backend.extensions : null, fallback: backend.fallback, region: backend.region,
         // Issue 6, parent mode: the Backend is another egress gateway; only connections to it are retried.
         parentGateway: backend.meta.annotations[ANNOTATIONS.PARENT_GATEWAY] === 'true',
         // Issue 9: the Backend's own proxy; `none` keeps it direct whatever its Gateways say (compile.ts).
-        ...ownProxy(this.proxies.forBackend(ns, backend.meta.name)),
+        ...ownProxy(this.proxies.forBackend(key)),
       },
     }
   }

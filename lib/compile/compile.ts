@@ -325,7 +325,7 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
     const users = resolver.users.get(id) ?? []
     // No BackendTrafficPolicy at all (the common case): skip building a slot per user of the cluster (issue 11).
     const policy = traffic.winners.size === 0 ? null : traffic.forCluster(
-      c.kind === 'Backend' ? `${c.namespace}/${c.name}` : null,
+      c.backendKey ?? null,
       [...new Set(users.map(u => `${u.routeKind}/${u.routeKey}`))],
       [...new Set(users.map(u => u.gatewayKey))],
       [...(listenerUse.get(id) ?? [])],

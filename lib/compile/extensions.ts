@@ -16,6 +16,7 @@
 
 import { createHash } from 'node:crypto'
 import type { BackendTrafficPolicy, ExtensionSpec } from '../resources/model.ts'
+import { backendKey } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
 import type { CompiledExtension, ExtensionChain } from './table.ts'
@@ -25,7 +26,8 @@ import { condition, statusKey } from './conditions.ts'
 
 /** Where a list of extensions was declared. */
 export interface ExtensionOwner {
-  readonly kind: 'EgressExtension' | 'Backend' | 'BackendTrafficPolicy'
+  readonly kind: 'EgressExtension' | 'Backend' | 'XBackend' | 'BackendTrafficPolicy'
+  /** The owner's API group: with the kind, whom a ReferenceGrant `from` must name. */
   readonly group: string
   readonly namespace: string
   readonly name: string
@@ -53,8 +55,14 @@ const RUN_RANK: Record<CompiledExtension['scope'], number> = { Gateway: 0, Backe
 
 const SECRET_PATHS = ['secretRef', 'oauth2.secretRef', 'awsSigV4.secretRef'] as const
 
+/** `Kind namespace/name`: the owner in messages, dumps and Events (chain.ts reads it back). */
 function ownerKey(o: ExtensionOwner): string {
   return `${o.kind} ${o.namespace}/${o.name}`
+}
+
+/** ownerKey with the group: a gateway.networking.k8s.io and a gateway.envoyproxy.io Backend of one name are two owners. */
+function ownerId(o: ExtensionOwner): string {
+  return `${o.group}/${ownerKey(o)}`
 }
 
 function olderThan(a: ExtensionOwner, b: ExtensionOwner): boolean {
@@ -100,7 +108,7 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, config: Reado
 function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<Record<string, unknown>>): string {
   // Hash, not values: the key is printed in dumps and used in logs.
   const h = createHash('sha256').update(JSON.stringify([spec.type, spec.phase, spec.config, secrets])).digest('hex').slice(0, 16)
-  return `${ownerKey(owner)}/${spec.name}#${h}`
+  return `${ownerId(owner)}/${spec.name}#${h}`
 }
 
 /** Compiles one extension: canonical type, phases, secrets. Pure. */
@@ -171,7 +179,7 @@ export class ExtensionCompiler {
   get handedOut(): number { return this.#handedOut }
 
   #compiled(s: ScopedExtensions, spec: ExtensionSpec): CompiledExtension {
-    const k = `${s.scope}|${ownerKey(s.owner)}|${spec.name}`
+    const k = `${s.scope}|${ownerId(s.owner)}|${spec.name}`
     let c = this.#cache.get(k)
     if (c === undefined) this.#cache.set(k, c = compileExtension(this.#snapshot, s.scope, s.owner, spec))
     return c
@@ -203,7 +211,7 @@ export class ExtensionCompiler {
     const list = [...byName.values()]
       .sort((a, b) => b.ext.priority - a.ext.priority || RUN_RANK[a.ext.scope] - RUN_RANK[b.ext.scope] || a.order - b.order)
       .map(e => e.ext)
-    const shareKey = list.map(e => `${e.scope}|${e.source}|${e.name}`).join('\n')
+    const shareKey = list.map(e => `${e.scope}|${e.key}`).join('\n')
     const shared = this.#chains.get(shareKey)
     if (shared !== undefined) return shared
     const chain: ExtensionChain = { id, extensions: list }
@@ -212,16 +220,25 @@ export class ExtensionCompiler {
   }
 
   #verdict(loser: ExtensionOwner, winner: ExtensionOwner, extension: string, sameScope: boolean): void {
-    const k = `${ownerKey(loser)}|${ownerKey(winner)}|${extension}`
+    const k = `${ownerId(loser)}|${ownerId(winner)}|${extension}`
     if (this.#seenVerdicts.has(k)) return
     this.#seenVerdicts.add(k)
     this.verdicts.push({ loser, winner, extension, sameScope })
   }
 
-  /** The owner record of a Backend's spec.extensions. */
-  backendOwner(namespace: string, name: string): ExtensionOwner {
-    const b = this.#snapshot.backends.get(`${namespace}/${name}`)
-    return { kind: 'Backend', group: 'gateway.networking.k8s.io', namespace, name, createdAt: b?.meta.creationTimestamp ?? '' }
+  /**
+   * The owner record of a Backend's spec.extensions, by its key (backendKey):
+   * its own group and kind, which a ReferenceGrant for its Secrets must name
+   * (gateway.envoyproxy.io Backend, gateway.networking.x-k8s.io XBackend, ...).
+   */
+  backendOwner(key: string): ExtensionOwner | null {
+    const b = this.#snapshot.backends.get(key)
+    if (b === undefined) return null
+    const slash = b.apiVersion.indexOf('/')
+    return {
+      kind: b.flavor === 'XBackend' ? 'XBackend' : 'Backend', group: slash === -1 ? '' : b.apiVersion.slice(0, slash),
+      namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp,
+    }
   }
 
   /** Every distinct chain compiled, for RouteTable.extensionChains. */
@@ -238,7 +255,8 @@ export class ExtensionCompiler {
 export function addExtensionVerdicts(objects: Map<string, ObjectStatus>, verdicts: readonly ExtensionVerdict[]): void {
   const byLoser = new Map<string, ExtensionVerdict[]>()
   for (const v of verdicts) {
-    const key = statusKey(v.loser.kind, v.loser.namespace, v.loser.name)
+    const l = v.loser
+    const key = l.kind === 'Backend' || l.kind === 'XBackend' ? backendKey(l.group, l.kind, l.namespace, l.name) : statusKey(l.kind, l.namespace, l.name)
     const list = byLoser.get(key) ?? []
     list.push(v)
     byLoser.set(key, list)

@@ -7,6 +7,7 @@
 // no field-level merge); the less specific one gets Overridden=True.
 
 import type { BackendTrafficPolicy, EgressExtension, ExtensionSpec, PolicyTargetRef } from '../resources/model.ts'
+import { backendKey } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { GATEWAY_GROUP, compareAge } from './conditions.ts'
 import { isBackendKind } from './backends.ts'
@@ -23,7 +24,7 @@ export interface PolicyVerdict {
 function slotOf(ref: PolicyTargetRef, namespace: string): string | null {
   if (ref.group === GATEWAY_GROUP && ref.kind === 'Gateway') return ref.sectionName === null ? `Gateway/${namespace}/${ref.name}` : `Listener/${namespace}/${ref.name}/${ref.sectionName}`
   if (ref.group === GATEWAY_GROUP && (ref.kind === 'HTTPRoute' || ref.kind === 'GRPCRoute' || ref.kind === 'TCPRoute' || ref.kind === 'TLSRoute')) return `${ref.kind}/${namespace}/${ref.name}`
-  if (isBackendKind(ref.group, ref.kind)) return `Backend/${namespace}/${ref.name}`
+  if (isBackendKind(ref.group, ref.kind)) return `Backend/${backendKey(ref.group, ref.kind, namespace, ref.name)}`
   return null
 }
 
@@ -38,7 +39,7 @@ function targetExists(snapshot: Snapshot, ref: PolicyTargetRef, namespace: strin
     case 'GRPCRoute': return snapshot.grpcRoutes.has(key)
     case 'TCPRoute': return snapshot.tcpRoutes.has(key)
     case 'TLSRoute': return snapshot.tlsRoutes.has(key)
-    default: return snapshot.backends.has(key)
+    default: return snapshot.backends.has(backendKey(ref.group, ref.kind, namespace, ref.name))
   }
 }
 

@@ -356,9 +356,8 @@ function ruleScopes(route: HTTPRoute | GRPCRoute, ctx: RuleContext, refScopes: r
 function clusterChain(ctx: RuleContext, compiler: ExtensionCompiler, ruleId: string, clusterId: string, scopes: readonly ScopedExtensions[]): import('./table.ts').ExtensionChain | null {
   const cluster = ctx.resolver.cluster(clusterId)
   const list = scopes.slice()
-  if (cluster !== null && cluster.extensions !== null && cluster.kind === 'Backend') {
-    list.push({ scope: 'Backend', owner: compiler.backendOwner(cluster.namespace, cluster.name), list: cluster.extensions })
-  }
+  const owner = cluster === null || cluster.extensions === null || cluster.backendKey === undefined ? null : compiler.backendOwner(cluster.backendKey)
+  if (owner !== null && cluster !== null && cluster.extensions !== null) list.push({ scope: 'Backend', owner, list: cluster.extensions })
   if (list.length === 0) return null
   return compiler.chain(`${ruleId} → ${clusterId}`, list)
 }

@@ -421,11 +421,13 @@ export interface ClusterTls {
 }
 
 export interface Cluster {
-  /** `Backend/ns/name:port` or `Service/ns/name:port`. */
+  /** `Kind.group/ns/name:port` for Backends (resources/model.ts backendKey), `Service/ns/name:port`. */
   readonly id: string
   readonly kind: 'Backend' | 'Service'
   readonly namespace: string
   readonly name: string
+  /** The Backend's snapshot key (backendKey: group and kind included); absent for Services and CONNECT tunnels. */
+  readonly backendKey?: string
   readonly port: number
   readonly protocol: UpstreamProtocol
   /** External hostname: sent as Host/:authority and used for SNI. null for Services/IPs. */

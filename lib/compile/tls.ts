@@ -24,6 +24,7 @@
 
 import { createHash, X509Certificate } from 'node:crypto'
 import type { BackendTLSPolicy, Gateway, UpstreamTLS } from '../resources/model.ts'
+import { keyOfBackend } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { ClusterTls, UpstreamProtocol } from './table.ts'
 import type { ObjectStatus } from './status.ts'
@@ -250,8 +251,7 @@ export function tlsPolicyFor(plan: TlsPolicyPlan, namespace: string, service: st
  * registry's, at every load).
  */
 export function addTlsWarnings(snapshot: Snapshot, objects: Map<string, ObjectStatus>): void {
-  const warn = (kind: string, namespace: string, name: string, generation: number): void => {
-    const key = statusKey(kind, namespace, name)
+  const warn = (key: string, generation: number): void => {
     const s = objects.get(key)
     if (s === undefined) return
     const c = condition('sallyport.io/InsecureSkipVerify', true, 'VerificationDisabled',
@@ -259,9 +259,9 @@ export function addTlsWarnings(snapshot: Snapshot, objects: Map<string, ObjectSt
     objects.set(key, { ...s, conditions: [...s.conditions, c] })
   }
   for (const b of snapshot.backends.values()) {
-    if (b.ports.some(p => p.tls !== null && p.tls.insecureSkipVerify)) warn('Backend', b.meta.namespace, b.meta.name, b.meta.generation)
+    if (b.ports.some(p => p.tls !== null && p.tls.insecureSkipVerify)) warn(keyOfBackend(b), b.meta.generation)
   }
   for (const p of snapshot.backendTLSPolicies.values()) {
-    if (p.tls.insecureSkipVerify) warn('BackendTLSPolicy', p.meta.namespace, p.meta.name, p.meta.generation)
+    if (p.tls.insecureSkipVerify) warn(statusKey('BackendTLSPolicy', p.meta.namespace, p.meta.name), p.meta.generation)
   }
 }

@@ -29,7 +29,7 @@ export class UpstreamProxies {
   readonly #snapshot: Snapshot
   readonly #gateways = new Map<string, UpstreamProxy | null>()
   readonly #backends = new Map<string, ProxyChoice>()
-  /** `Kind/namespace/name` → problems, for objects that carry the annotation. */
+  /** Holder (`Gateway/namespace/name`, or a Backend's backendKey) → problems, for objects that carry the annotation. */
   readonly problems = new Map<string, string[]>()
   /** Objects that carry the annotation (status shows the condition only for them). */
   readonly annotated = new Set<string>()
@@ -38,14 +38,13 @@ export class UpstreamProxies {
     this.#snapshot = snapshot
   }
 
-  /** A Backend's own choice: a proxy, `none` (direct), or null (none set: its Gateway's applies). */
-  forBackend(namespace: string, name: string): ProxyChoice {
-    const holder = `Backend/${namespace}/${name}`
-    let choice = this.#backends.get(holder)
+  /** A Backend's own choice by its key (backendKey): a proxy, `none` (direct), or null (none set: its Gateway's applies). */
+  forBackend(key: string): ProxyChoice {
+    let choice = this.#backends.get(key)
     if (choice === undefined) {
-      const backend = this.#snapshot.backends.get(`${namespace}/${name}`)
-      choice = backend === undefined ? null : this.#read(holder, namespace, backend.meta.annotations)
-      this.#backends.set(holder, choice)
+      const backend = this.#snapshot.backends.get(key)
+      choice = backend === undefined ? null : this.#read(key, backend.meta.namespace, backend.meta.annotations)
+      this.#backends.set(key, choice)
     }
     return choice
   }

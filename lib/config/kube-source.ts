@@ -25,7 +25,7 @@ import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@ku
 import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
-import { CLUSTER_SCOPED } from '../resources/model.ts'
+import { snapshotKeyOf } from '../resources/model.ts'
 import { KubeApiError, errorText, type KubeClient } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
 import { buildSnapshot } from './snapshot-builder.ts'
@@ -199,7 +199,7 @@ export class KubeSource {
       const mapName = MAP_OF[object.kind]
       let map = maps.get(mapName)
       if (map === undefined) maps.set(mapName, map = snap[mapName] as Map<string, ModelObject>)
-      const key = CLUSTER_SCOPED.has(object.kind) ? object.meta.name : `${object.meta.namespace}/${object.meta.name}`
+      const key = snapshotKeyOf(object)
       const first = map.get(key)
       if (first !== undefined) {
         problems.push({ source: object.source, kind: object.kind, namespace: object.meta.namespace, name: object.meta.name, field: '',

@@ -5,7 +5,7 @@
 import { logger } from '../observe/log.ts'
 import { readObject } from '../resources/read.ts'
 import { validateDocument, isKnownKind } from '../validate/validate.ts'
-import { CLUSTER_SCOPED } from '../resources/model.ts'
+import { snapshotKeyOf } from '../resources/model.ts'
 import type { ModelKind, ModelObject } from '../resources/model.ts'
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
@@ -80,7 +80,7 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
     const object = checked.object
     if (object === null) continue
     const map = maps[MAP_OF[object.kind]]
-    const key = CLUSTER_SCOPED.has(object.kind) ? object.meta.name : `${object.meta.namespace}/${object.meta.name}`
+    const key = snapshotKeyOf(object)
     const first = map.get(key)
     if (first !== undefined) {
       problems.push(problem(source, object.kind, object.meta.namespace, object.meta.name,

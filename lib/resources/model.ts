@@ -515,3 +515,28 @@ export type ModelKind = ModelObject['kind']
 
 /** Kinds without a namespace. */
 export const CLUSTER_SCOPED: ReadonlySet<string> = new Set(['GatewayClass', 'Namespace', 'ClusterTrustBundle'])
+
+/**
+ * Three CRDs publish a Backend: gateway.networking.k8s.io `Backend`,
+ * gateway.networking.x-k8s.io `XBackend` and gateway.envoyproxy.io `Backend`.
+ * They are different objects even with one namespace and name, so a Backend is
+ * known by group, kind, namespace and name: `Kind.group/namespace/name`. A
+ * backendRef or targetRef to `gateway.networking.x-k8s.io` kind `Backend`
+ * means the XBackend (the experimental channel's kind before its rename).
+ */
+export function backendKey(group: string, kind: string, namespace: string, name: string): string {
+  const k = group === 'gateway.networking.x-k8s.io' ? 'XBackend' : kind
+  return `${k}.${group}/${namespace}/${name}`
+}
+
+/** The key of a Backend object (backendKey): the group of its apiVersion, the kind it was written as. */
+export function keyOfBackend(b: Backend): string {
+  const slash = b.apiVersion.indexOf('/')
+  return backendKey(slash === -1 ? '' : b.apiVersion.slice(0, slash), b.flavor === 'XBackend' ? 'XBackend' : 'Backend', b.meta.namespace, b.meta.name)
+}
+
+/** Where a Snapshot map keeps an object: `namespace/name`, `name` when cluster-scoped, keyOfBackend for Backends. */
+export function snapshotKeyOf(o: ModelObject): string {
+  if (o.kind === 'Backend') return keyOfBackend(o)
+  return CLUSTER_SCOPED.has(o.kind) ? o.meta.name : `${o.meta.namespace}/${o.meta.name}`
+}

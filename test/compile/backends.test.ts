@@ -7,6 +7,8 @@ import { compile } from '../../lib/compile/compile.ts'
 import type { RouteRule, RouteTable } from '../../lib/compile/table.ts'
 import type { ObjectStatus } from '../../lib/compile/status.ts'
 import * as b from './builders.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { parseManifests } from '../../lib/config/parse.ts'
 
 type Obj = Parameters<typeof b.snapshotOf>[0][number]
 
@@ -119,8 +121,82 @@ t.test('Backend kinds resolve to one cluster per object and port, shared by rule
     b.rule([b.match('/a')], [b.backendRef('openai', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
     b.rule([b.match('/b')], [b.backendRef('openai', null, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
   ])])
-  t.same([...table.clusters.keys()], ['Backend/default/openai:443'])
-  const c = table.clusters.get('Backend/default/openai:443')
+  t.same([...table.clusters.keys()], ['XBackend.gateway.networking.x-k8s.io/default/openai:443'])
+  const c = table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/openai:443')
   t.equal(c?.hostname, 'api.openai.com', 'hostnames are lowercased')
   t.equal(c?.tls?.servername, 'api.openai.com', 'SNI defaults to the external hostname')
+})
+
+t.test('a backendRef resolves by group and kind: an XBackend and an Envoy Backend named alike stay apart', async t => {
+  const yaml = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: gw, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: 8080 }]
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: api, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.10, port: 8443 } }]
+  extensions:
+    - name: inject
+      type: CredentialInjector
+      config: { secretRef: { name: team1-key } }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: team1-key, namespace: default }
+stringData: { token: TEAM1-SECRET }
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: { name: api, namespace: default }
+spec:
+  type: ExternalHostname
+  externalHostname: { hostname: partner.example.com }
+  port: { port: 8443 }
+  protocol: HTTP
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: partner, namespace: default }
+spec:
+  parentRefs: [{ name: gw }]
+  hostnames: [x.test]
+  rules:
+    - backendRefs: [{ group: gateway.networking.x-k8s.io, kind: XBackend, name: api, port: 8443 }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: team1, namespace: default }
+spec:
+  parentRefs: [{ name: gw }]
+  hostnames: [e.test]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: api, port: 8443 }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: missing, namespace: default }
+spec:
+  parentRefs: [{ name: gw }]
+  hostnames: [missing.test]
+  rules:
+    - backendRefs: [{ group: gateway.networking.k8s.io, kind: Backend, name: api, port: 8443 }]
+`
+  const snapshot = buildSnapshot(parseManifests('set.yaml', yaml).docs)
+  t.same(snapshot.problems, [])
+  const { table, status } = compile(snapshot, b.opts)
+  const ruleFor = (host: string) => table.ports.get(8080)?.http?.exact.get(host)?.prefixes.matches[0]?.rule
+  const xb = table.clusters.get(ruleFor('x.test')?.backends?.[0]?.cluster ?? '')
+  t.same(xb?.endpoints.map(e => e.host), ['partner.example.com'], 'the XBackend ref reaches the XBackend')
+  t.equal(ruleFor('x.test')?.backends?.[0]?.extensions ?? null, null, 'and never the Envoy Backend\'s credential')
+  const eb = table.clusters.get(ruleFor('e.test')?.backends?.[0]?.cluster ?? '')
+  t.same(eb?.endpoints.map(e => e.host), ['192.0.2.10'], 'the Envoy Backend ref reaches the Envoy Backend')
+  t.not(ruleFor('e.test')?.backends?.[0]?.extensions ?? null, null, 'with its credential injector')
+  // No gateway.networking.k8s.io Backend named api exists: unresolved, not another kind's object.
+  t.match(resolvedRefs(status.objects, 'HTTPRoute/default/missing'), /^False\/BackendNotFound: /)
+  t.equal(ruleFor('missing.test')?.direct?.status, 500)
 })

@@ -5,6 +5,7 @@ import type {
 } from '../../lib/resources/model.ts'
 import type { ObjectMeta } from '../../lib/resources/meta.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
+import { snapshotKeyOf } from '../../lib/resources/model.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 
 export const G = 'gateway.networking.k8s.io'
@@ -85,10 +86,10 @@ export function tlsPolicy(name: string, targetKind: string, targetName: string, 
   }
 }
 
-export function trafficPolicy(name: string, target: { kind: string; name: string; sectionName?: string }, extra: Partial<BackendTrafficPolicy> = {}, m: Partial<ObjectMeta> = {}): BackendTrafficPolicy {
+export function trafficPolicy(name: string, target: { group?: string; kind: string; name: string; sectionName?: string }, extra: Partial<BackendTrafficPolicy> = {}, m: Partial<ObjectMeta> = {}): BackendTrafficPolicy {
   return {
     kind: 'BackendTrafficPolicy', apiVersion: 'gateway.envoyproxy.io/v1alpha1', meta: meta(name, 'default', m), source,
-    targetRefs: [{ group: G, kind: target.kind, name: target.name, sectionName: target.sectionName ?? null }],
+    targetRefs: [{ group: target.group ?? G, kind: target.kind, name: target.name, sectionName: target.sectionName ?? null }],
     enableIPv6: null, retry: null, timeout: null, circuitBreaker: null, healthCheck: null, loadBalancer: null, rateLimit: null, ...extra,
   }
 }
@@ -121,7 +122,7 @@ const FIELD: Record<string, keyof Snapshot> = {
 export function snapshotOf(objects: Obj[], problems: Snapshot['problems'] = []): Snapshot {
   const s = emptySnapshot() as unknown as Record<string, Map<string, Obj> | Snapshot['problems']>
   for (const o of objects) {
-    const key = o.meta.namespace === '' ? o.meta.name : `${o.meta.namespace}/${o.meta.name}`
+    const key = snapshotKeyOf(o as import('../../lib/resources/model.ts').ModelObject)
     ;(s[FIELD[o.kind]] as Map<string, Obj>).set(key, o)
   }
   s.problems = problems

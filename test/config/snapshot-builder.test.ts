@@ -100,3 +100,33 @@ t.test('with a DocumentCache an unchanged document keeps its object; a changed o
   t.equal(s3.httpRoutes.get('apps/b')?.source.doc, 0)
   t.equal(s3.problems.length, 0, 'the dropped document is gone from the cache and from the problems')
 })
+
+t.test('Backends of different groups or kinds with one namespace/name are different objects, all kept', async (t) => {
+  const yaml = `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: api, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 127.0.0.1, port: 41001 } }]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: { name: api, namespace: default }
+spec:
+  type: ExternalHostname
+  externalHostname: { hostname: partner.example.com }
+  port: { port: 443 }
+---
+apiVersion: gateway.networking.k8s.io/v1alpha1
+kind: Backend
+metadata: { name: api, namespace: default }
+spec:
+  type: ExternalHostname
+  externalHostname: { hostname: gep.example.com }
+  port: { port: 443 }
+`
+  const snapshot = buildSnapshot(parseManifests('backends.yaml', yaml).docs)
+  t.same(snapshot.problems, [], 'no duplicate: the group and kind are part of the identity')
+  t.equal(snapshot.backends.size, 3)
+  t.same([...snapshot.backends.values()].map((b) => b.apiVersion).sort(),
+    ['gateway.envoyproxy.io/v1alpha1', 'gateway.networking.k8s.io/v1alpha1', 'gateway.networking.x-k8s.io/v1alpha1'])
+})

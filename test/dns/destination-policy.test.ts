@@ -100,8 +100,13 @@ function ruleFor(table: RouteTable, host: string, port = 8080): RouteRule {
   return rule
 }
 
+/** Status of the XBackend `name`, else of the Envoy Gateway Backend `name` (status keys carry group and kind). */
+function backendStatus(status: Status, name: string) {
+  return status.objects.get(`XBackend.gateway.networking.x-k8s.io/default/${name}`) ?? status.objects.get(`Backend.gateway.envoyproxy.io/default/${name}`)
+}
+
 function backendParent(status: Status, name: string, gatewayName = 'egress'): string {
-  const c = status.objects.get(`Backend/default/${name}`)?.parents.find(p => p.parentRef.name === gatewayName)?.conditions[0]
+  const c = backendStatus(status, name)?.parents.find(p => p.parentRef.name === gatewayName)?.conditions[0]
   return c === undefined ? 'none' : `${c.type}=${c.status} ${c.reason}`
 }
 
@@ -124,7 +129,7 @@ t.test('region lock: a Backend outside the allowed regions (or unlabelled) gets 
   t.equal(mixed.backends?.[1]?.denied?.status, 403, 'the denied share answers 403')
   t.equal(mixed.backends?.[0]?.denied, undefined)
   t.equal(backendParent(status, 'us'), 'Accepted=False RegionNotAllowed')
-  t.match(status.objects.get('Backend/default/us')?.conditions[0]?.message, /region us-east-1 is not among/)
+  t.match(backendStatus(status, 'us')?.conditions[0]?.message, /region us-east-1 is not among/)
   t.equal(backendParent(status, 'eu'), 'Accepted=True Accepted')
   t.equal(backendParent(status, 'nowhere'), 'Accepted=False RegionNotAllowed')
   const gw = status.objects.get('Gateway/default/egress')?.conditions.find(c => c.type === 'sallyport.io/DestinationPolicy')
@@ -143,8 +148,8 @@ t.test('the lock is per Gateway: the same Backend is fine through a Gateway with
   t.equal(ruleFor(table, 'us-open.test', 8081).direct, null)
   t.equal(backendParent(status, 'us', 'egress'), 'Accepted=False RegionNotAllowed')
   t.equal(backendParent(status, 'us', 'open'), 'Accepted=True Accepted')
-  t.equal(status.objects.get('Backend/default/us')?.conditions[0]?.status, 'True', 'accepted by one Gateway: the object stays Accepted')
-  t.same(table.clusters.get('Backend/default/us:443')?.destination?.gateways.map(g => g.gateway), ['default/open'], 'the locked Gateway does not narrow the other')
+  t.equal(backendStatus(status, 'us')?.conditions[0]?.status, 'True', 'accepted by one Gateway: the object stays Accepted')
+  t.same(table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/us:443')?.destination?.gateways.map(g => g.gateway), ['default/open'], 'the locked Gateway does not narrow the other')
 })
 
 t.test('hostname deny-list and allow-list (exact and wildcard)', async t => {
@@ -180,10 +185,10 @@ t.test('static Ip backends need an explicit allowance for guarded ranges; CIDR l
   const refused = run([gateway({}), ...docs], { destination: { allowCidrs: [], clusterCidrs: ['198.51.100.0/24'] } })
   t.equal(ruleFor(refused.table, 'loop.test').direct?.status, 403, 'loopback needs an allowance')
   t.equal(backendParent(refused.status, 'loop'), 'Accepted=False DestinationRefused')
-  t.match(refused.status.objects.get('Backend/default/loop')?.conditions[0]?.message, /127\.0\.0\.1 is a loopback address; allow it explicitly with the Gateway annotation sallyport\.io\/allow-destination-cidrs/)
+  t.match(backendStatus(refused.status, 'loop')?.conditions[0]?.message, /127\.0\.0\.1 is a loopback address; allow it explicitly with the Gateway annotation sallyport\.io\/allow-destination-cidrs/)
   t.equal(ruleFor(refused.table, 'meta.test').direct?.status, 403, 'the metadata service needs an allowance')
   t.equal(ruleFor(refused.table, 'public.test').direct, null, 'public addresses need none')
-  t.match(refused.status.objects.get('Backend/default/pod')?.conditions[0]?.message, /198\.51\.100\.7 is a cluster address/, '--cluster-cidr')
+  t.match(backendStatus(refused.status, 'pod')?.conditions[0]?.message, /198\.51\.100\.7 is a cluster address/, '--cluster-cidr')
 
   const allowed = run([gateway({ 'sallyport.io/allow-destination-cidrs': '127.0.0.1/32' }), ...docs])
   t.equal(ruleFor(allowed.table, 'loop.test').direct, null, 'allowed by the Gateway annotation')
@@ -212,13 +217,13 @@ t.test('what upstream/ enforces on resolved addresses travels on the Cluster', a
     route('listed', 'listed.test', [{ kind: 'XBackend', name: 'listed' }]),
     route('unlisted', 'unlisted.test', [{ kind: 'XBackend', name: 'unlisted' }]),
   ])
-  const listed = table.clusters.get('Backend/default/listed:443')
+  const listed = table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/listed:443')
   t.same(listed?.destination, {
     gateways: [{ gateway: 'default/egress', allowCidrs: ['10.0.0.0/8'], denyCidrs: ['203.0.113.0/24'], onlyCidrs: null, reverseDnsSuffixes: ['.amazonaws.com'] }],
     reverseDnsSuffixes: ['.googleapis.com', 'example.net'],
   }, 'a listed hostname: no CIDR restriction on its addresses')
   t.equal(listed?.enableIPv6, false, 'IPv4 only unless a BackendTrafficPolicy enables IPv6')
-  t.same(table.clusters.get('Backend/default/unlisted:443')?.destination?.gateways[0]?.onlyCidrs, ['198.51.100.0/24'],
+  t.same(table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/unlisted:443')?.destination?.gateways[0]?.onlyCidrs, ['198.51.100.0/24'],
     'an unlisted hostname may still reach addresses the allow-list names')
   t.equal(ruleFor(table, 'unlisted.test').direct, null, 'decided at run time, not here')
 })
