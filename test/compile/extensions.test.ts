@@ -1,0 +1,116 @@
+// Backend-scope extensions (lib/compile/extensions.ts): Secret references
+// resolved in compile, under ReferenceGrant with the owning object's own
+// group and kind.
+import t from 'tap'
+import { compile } from '../../lib/compile/compile.ts'
+import type { CompiledExtension, RouteTable } from '../../lib/compile/table.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { parseManifests } from '../../lib/config/parse.ts'
+import * as b from './builders.ts'
+
+const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: gw, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: 8080 }]
+`
+
+const INJECT = `  extensions:
+    - name: inject
+      type: CredentialInjector
+      config: { secretRef: { name: shared-key, namespace: secrets } }`
+
+/** An Envoy Backend, an XBackend and a GEP-4488 Backend, each injecting the Secret secrets/shared-key, each with a route. */
+const BACKENDS = `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: eg, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+${INJECT}
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: { name: xb, namespace: default }
+spec:
+  type: ExternalHostname
+  externalHostname: { hostname: xb.example.com }
+  port: { port: 80 }
+  protocol: HTTP
+${INJECT}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha1
+kind: Backend
+metadata: { name: gep, namespace: default }
+spec:
+  type: ExternalHostname
+  externalHostname: { hostname: gep.example.com }
+  port: { port: 80 }
+  protocol: HTTP
+${INJECT}
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: shared-key, namespace: secrets }
+stringData: { token: XNS-SECRET }
+`
+
+function routeTo(host: string, group: string, kind: string, name: string): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: ${name}, namespace: default }
+spec:
+  parentRefs: [{ name: gw }]
+  hostnames: [${host}]
+  rules:
+    - backendRefs: [{ group: ${group}, kind: ${kind}, name: ${name}, port: 80 }]
+`
+}
+
+function grant(from: ReadonlyArray<{ group: string; kind: string }>): string {
+  return `apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: { name: backends-read-keys, namespace: secrets }
+spec:
+  from:
+${from.map(f => `    - { group: ${f.group}, kind: ${f.kind}, namespace: default }`).join('\n')}
+  to: [{ group: "", kind: Secret }]
+`
+}
+
+function build(...docs: string[]): RouteTable {
+  const parsed = parseManifests('set.yaml', [GATEWAY, BACKENDS, routeTo('eg.test', 'gateway.envoyproxy.io', 'Backend', 'eg'),
+    routeTo('xb.test', 'gateway.networking.x-k8s.io', 'XBackend', 'xb'), routeTo('gep.test', 'gateway.networking.k8s.io', 'Backend', 'gep'), ...docs].join('---\n'))
+  const snapshot = buildSnapshot(parsed.docs, parsed.problems)
+  return compile(snapshot, b.opts).table
+}
+
+function injector(table: RouteTable, host: string): CompiledExtension | undefined {
+  return table.ports.get(8080)?.http?.exact.get(host)?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions[0]
+}
+
+t.test('a Secret in another namespace: the ReferenceGrant must name the Backend\'s own group and kind', async t => {
+  const own = build(grant([
+    { group: 'gateway.envoyproxy.io', kind: 'Backend' },
+    { group: 'gateway.networking.x-k8s.io', kind: 'XBackend' },
+    { group: 'gateway.networking.k8s.io', kind: 'Backend' },
+  ]))
+  for (const host of ['eg.test', 'xb.test', 'gep.test']) {
+    t.equal(injector(own, host)?.error, null, `${host}: granted by its own group/kind`)
+    t.same(injector(own, host)?.secrets, { secretRef: { token: 'XNS-SECRET' } })
+  }
+
+  const envoyOnly = build(grant([{ group: 'gateway.envoyproxy.io', kind: 'Backend' }]))
+  t.equal(injector(envoyOnly, 'eg.test')?.error, null, 'the Envoy Gateway Backend grant is the one that counts')
+  t.match(injector(envoyOnly, 'gep.test')?.error, /no ReferenceGrant allows it/)
+  const xOnly = build(grant([{ group: 'gateway.networking.x-k8s.io', kind: 'XBackend' }]))
+  t.equal(injector(xOnly, 'xb.test')?.error, null, 'an XBackend is granted as XBackend')
+  t.match(injector(xOnly, 'eg.test')?.error, /no ReferenceGrant allows it/)
+
+  // A grant for gateway.networking.k8s.io Backends covers exactly those.
+  const k8sOnly = build(grant([{ group: 'gateway.networking.k8s.io', kind: 'Backend' }]))
+  t.equal(injector(k8sOnly, 'gep.test')?.error, null)
+  t.match(injector(k8sOnly, 'eg.test')?.error, /Secret secrets\/shared-key is in another namespace and no ReferenceGrant allows it/, 'not an Envoy Gateway Backend')
+  t.match(injector(k8sOnly, 'xb.test')?.error, /no ReferenceGrant allows it/, 'not an XBackend')
+  t.same(injector(k8sOnly, 'eg.test')?.secrets, {}, 'nothing of the Secret is read')
+})
