@@ -13,7 +13,7 @@ import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { condition, gatewayParent, sortedValues, statusKey } from './conditions.ts'
 import { addTlsWarnings } from './tls.ts'
-import { addExtensionVerdicts, type ExtensionVerdict } from './extensions.ts'
+import { addExtensionVerdicts, addSecretRefConditions, type ExtensionVerdict, type SecretRefProblem } from './extensions.ts'
 import type { UpstreamProxies } from './upstream-proxy.ts'
 
 export interface StatusInput {
@@ -27,6 +27,8 @@ export interface StatusInput {
   readonly extensions: PolicyIndex<EgressExtension>
   /** Issue 7: extension precedence decisions (Conflicted / Overridden). */
   readonly extensionVerdicts?: readonly ExtensionVerdict[]
+  /** Extension Secret references that cannot be used (ResolvedRefs=False on their owners). */
+  readonly secretRefs?: readonly SecretRefProblem[]
 }
 
 /** A route's status is a function of its outcome (and the controller name): kept per outcome object. */
@@ -182,6 +184,7 @@ export function assembleStatus(input: StatusInput): Status {
   }
   addTlsWarnings(snapshot, objects)
   if (input.extensionVerdicts !== undefined) addExtensionVerdicts(objects, input.extensionVerdicts)
+  if (input.secretRefs !== undefined) addSecretRefConditions(objects, input.secretRefs)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   return { objects: sorted }
 }

@@ -26,7 +26,8 @@ import { ANY_HOST } from './hostnames.ts'
 import { sortedValues } from './conditions.ts'
 import { assembleStatus } from './assemble-status.ts'
 import { deepFreeze } from './freeze.ts'
-import { ExtensionCompiler } from './extensions.ts'
+import { ExtensionCompiler, secretRefProblems, type SecretRefProblem } from './extensions.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -53,7 +54,12 @@ export interface CompileOptions {
   readonly cache?: CompileCache
 }
 
-export interface CompileResult { readonly table: RouteTable; readonly status: Status }
+export interface CompileResult {
+  readonly table: RouteTable
+  readonly status: Status
+  /** What compile found wrong in objects it kept (extension Secret references): for /config_dump and the log. */
+  readonly problems: readonly ConfigProblem[]
+}
 
 /** What the route step learned about each route, for status. */
 export interface RouteOutcome {
@@ -209,11 +215,16 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   // the swap, so a reload's new routes serve without waiting for it. Every
   // input is final here; the result is the same whenever it is read.
   let status: Status | null = null
+  let secretRefs: SecretRefProblem[] | null = null
+  const refs = (): SecretRefProblem[] => (secretRefs ??= secretRefProblems(snapshot))
   return {
     table: options.freeze === false ? table : deepFreeze(table),
     get status(): Status {
-      status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts })
+      status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts, secretRefs: refs() })
       return status
+    },
+    get problems(): readonly ConfigProblem[] {
+      return refs().map(r => r.problem)
     },
   }
 }

@@ -15,10 +15,11 @@
 // changed Secret recompiles into new values (rotation without restart).
 
 import { createHash } from 'node:crypto'
-import type { BackendTrafficPolicy, ExtensionSpec } from '../resources/model.ts'
-import { backendKey } from '../resources/model.ts'
+import type { Backend, BackendTrafficPolicy, EgressExtension, ExtensionSpec } from '../resources/model.ts'
+import { backendKey, keyOfBackend } from '../resources/model.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
-import { SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
+import { ExtensionType, SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
 import type { CompiledExtension, ExtensionChain } from './table.ts'
 import { isReferenceAllowed, type From } from './refs.ts'
 import type { ObjectStatus } from './status.ts'
@@ -81,25 +82,51 @@ function at(config: Readonly<Record<string, unknown>>, path: string): unknown {
   return v
 }
 
-/** Resolves the Secret references of one extension; returns the data by config path, or a problem. */
-function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, config: Readonly<Record<string, unknown>>): { secrets: Record<string, Record<string, string>>; error: string | null } {
+/** A Secret reference of an extension that cannot be used: its config path, a ResolvedRefs reason, a message. */
+export interface SecretRefError { readonly path: string; readonly reason: 'RefNotPermitted' | 'InvalidSecretRef'; readonly message: string }
+
+/**
+ * The Secret keys a built-in reads at `path`, as [key field of the ref, default
+ * key] (lib/extensions/credential-injector.ts secretValue: the named key, else
+ * the only key, else the default). Other types read what they like.
+ */
+function keysRead(type: string, config: Readonly<Record<string, unknown>>, path: string): ReadonlyArray<readonly [string, string]> {
+  switch (type) {
+    case ExtensionType.CREDENTIAL_INJECTOR: return path === 'secretRef' ? [['key', 'token']] : []
+    case ExtensionType.OAUTH2: return path === (config.oauth2 !== undefined ? 'oauth2.secretRef' : 'secretRef') ? [['clientIdKey', 'client_id'], ['clientSecretKey', 'client_secret']] : []
+    case ExtensionType.AWS_SIGV4: return path === (config.awsSigV4 !== undefined ? 'awsSigV4.secretRef' : 'secretRef') ? [['accessKeyIdKey', 'AWS_ACCESS_KEY_ID'], ['secretAccessKeyKey', 'AWS_SECRET_ACCESS_KEY']] : []
+    default: return []
+  }
+}
+
+/**
+ * Resolves the Secret references of one extension of type `type`; returns the
+ * data by config path, or the first reference that cannot be used (another
+ * namespace without a grant, no such Secret, or not the key the extension reads).
+ */
+function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string, config: Readonly<Record<string, unknown>>): { secrets: Record<string, Record<string, string>>; error: SecretRefError | null } {
   const secrets: Record<string, Record<string, string>> = {}
   for (const path of SECRET_PATHS) {
     const ref = at(config, path)
     if (ref === undefined) continue
-    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: `${path} must name a Secret` }
+    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret` } }
     const r = ref as Record<string, unknown>
     const namespace = typeof r.namespace === 'string' ? r.namespace : owner.namespace
     const name = r.name as string
     const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
     // Gateway API ReferenceGrant: a Secret in another namespace only with a grant there.
     if (!isReferenceAllowed(snapshot, from, { group: '', kind: 'Secret', namespace, name })) {
-      return { secrets, error: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it` }
+      return { secrets, error: { path, reason: 'RefNotPermitted', message: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it` } }
     }
     const secret = snapshot.secrets.get(`${namespace}/${name}`)
-    if (secret === undefined) return { secrets, error: `Secret ${namespace}/${name} not found` }
+    if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found` } }
+    const keys = Object.keys(secret.data).sort()
+    for (const [field, fallback] of keysRead(type, config, path)) {
+      const key = typeof r[field] === 'string' ? r[field] as string : keys.length === 1 ? keys[0] as string : fallback
+      if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}` } }
+    }
     const data: Record<string, string> = {}
-    for (const k of Object.keys(secret.data).sort()) data[k] = (secret.data[k] as Buffer).toString('utf8')
+    for (const k of keys) data[k] = (secret.data[k] as Buffer).toString('utf8')
     secrets[path] = data
   }
   return { secrets, error: null }
@@ -115,12 +142,12 @@ function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<
 export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['scope'], owner: ExtensionOwner, spec: ExtensionSpec): CompiledExtension {
   const canonical = canonicalType(spec.type)
   const type = canonical === null ? spec.type : effectiveType(canonical, spec.config)
-  const { secrets, error } = resolveSecrets(snapshot, owner, spec.config)
+  const { secrets, error } = resolveSecrets(snapshot, owner, type, spec.config)
   const phases: Phase[] = spec.phase !== null ? [spec.phase as Phase] : defaultPhases(canonical === null ? null : type as never, spec.config)
   return {
     key: stateKey(owner, spec, secrets), name: spec.name, type, phases, priority: spec.priority, failOpen: spec.failOpen,
     scope, source: ownerKey(owner), namespace: owner.namespace, config: spec.config, secrets,
-    error: error ?? (canonical === null ? `unknown extension type ${spec.type}` : null),
+    error: error?.message ?? (canonical === null ? `unknown extension type ${spec.type}` : null),
   }
 }
 
@@ -161,6 +188,69 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
   const redis = policy.meta.annotations[RATE_LIMIT_REDIS]
   const config: Record<string, unknown> = { rules, ...(rl.type === 'Global' && redis !== undefined && redis !== '' ? { global: { redis } } : {}) }
   return { name: 'rate-limit', type: 'RateLimit', phase: null, priority: 0, failOpen: false, config }
+}
+
+/** The owner record of a Backend's spec.extensions: its own group and kind, which a ReferenceGrant for its Secrets must name. */
+export function backendExtensionOwner(b: Backend): ExtensionOwner {
+  const slash = b.apiVersion.indexOf('/')
+  return {
+    kind: b.flavor === 'XBackend' ? 'XBackend' : 'Backend', group: slash === -1 ? '' : b.apiVersion.slice(0, slash),
+    namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp,
+  }
+}
+
+export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
+  return { kind: 'EgressExtension', group: 'sallyport.io', namespace: ext.meta.namespace, name: ext.meta.name, createdAt: ext.meta.creationTimestamp }
+}
+
+/** An owner's extension Secret reference that cannot be used, where it is written, and the status key of the owner. */
+export interface SecretRefProblem { readonly statusKey: string; readonly reason: SecretRefError['reason']; readonly problem: ConfigProblem }
+
+/**
+ * Every Backend's and EgressExtension's Secret references that cannot be used,
+ * whether or not a route uses the owner yet: the requests through such an
+ * extension fail (500; never sent without the credential), and this says why,
+ * naming the file, the object and the field (status, /config_dump, validate).
+ * `missingSecrets: false` leaves out Secrets that are not in the snapshot at
+ * all (`sallyport validate` of a set that holds no Secrets).
+ */
+export function secretRefProblems(snapshot: Snapshot, options: { readonly missingSecrets: boolean } = { missingSecrets: true }): SecretRefProblem[] {
+  const out: SecretRefProblem[] = []
+  const check = (owner: ExtensionOwner, statusKey: string, source: ConfigProblem['source'], list: readonly ExtensionSpec[]): void => {
+    list.forEach((spec, i) => {
+      const canonical = canonicalType(spec.type)
+      const type = canonical === null ? spec.type : effectiveType(canonical, spec.config)
+      const { error } = resolveSecrets(snapshot, owner, type, spec.config)
+      if (error === null) return
+      if (!options.missingSecrets && / not found$/.test(error.message)) return
+      out.push({
+        statusKey, reason: error.reason,
+        problem: {
+          source, kind: owner.kind, namespace: owner.namespace, name: owner.name, field: `spec.extensions[${i}].config.${error.path}`,
+          message: `${error.message}; requests through extension ${spec.name} fail`, severity: 'error',
+        },
+      })
+    })
+  }
+  for (const b of snapshot.backends.values()) check(backendExtensionOwner(b), keyOfBackend(b), b.source, b.extensions)
+  for (const e of snapshot.egressExtensions.values()) check(egressExtensionOwner(e), statusKey('EgressExtension', e.meta.namespace, e.meta.name), e.source, e.extensions)
+  return out.sort((a, b) => a.problem.source.file < b.problem.source.file ? -1 : a.problem.source.file > b.problem.source.file ? 1 : a.problem.source.doc - b.problem.source.doc)
+}
+
+/** ResolvedRefs=False on each owner with an unusable extension Secret reference (the fields and messages joined). */
+export function addSecretRefConditions(objects: Map<string, ObjectStatus>, problems: readonly SecretRefProblem[]): void {
+  const byOwner = new Map<string, SecretRefProblem[]>()
+  for (const p of problems) {
+    const list = byOwner.get(p.statusKey) ?? []
+    list.push(p)
+    byOwner.set(p.statusKey, list)
+  }
+  for (const [key, list] of byOwner) {
+    const s = objects.get(key)
+    if (s === undefined) continue
+    const message = list.map(p => `${p.problem.field}: ${p.problem.message}`).join('; ')
+    objects.set(key, { ...s, conditions: [...s.conditions, condition('ResolvedRefs', false, (list[0] as SecretRefProblem).reason, message, s.generation)] })
+  }
 }
 
 /** Memoizes compiled extensions by owner and name (one object per extension in the table). */
@@ -226,19 +316,10 @@ export class ExtensionCompiler {
     this.verdicts.push({ loser, winner, extension, sameScope })
   }
 
-  /**
-   * The owner record of a Backend's spec.extensions, by its key (backendKey):
-   * its own group and kind, which a ReferenceGrant for its Secrets must name
-   * (gateway.envoyproxy.io Backend, gateway.networking.x-k8s.io XBackend, ...).
-   */
+  /** The owner record of the Backend with this key (backendKey), or null. */
   backendOwner(key: string): ExtensionOwner | null {
     const b = this.#snapshot.backends.get(key)
-    if (b === undefined) return null
-    const slash = b.apiVersion.indexOf('/')
-    return {
-      kind: b.flavor === 'XBackend' ? 'XBackend' : 'Backend', group: slash === -1 ? '' : b.apiVersion.slice(0, slash),
-      namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp,
-    }
+    return b === undefined ? null : backendExtensionOwner(b)
   }
 
   /** Every distinct chain compiled, for RouteTable.extensionChains. */

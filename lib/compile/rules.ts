@@ -12,7 +12,7 @@ import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
-import { rateLimitExtension, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
+import { egressExtensionOwner, rateLimitExtension, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
 import { ANNOTATIONS, parseBool, parseConnectPorts } from '../validate/annotations.ts'
 
 export interface RuleContext {
@@ -338,9 +338,7 @@ function connectPolicyOf(route: HTTPRoute | GRPCRoute, requestedFrom: RuleContex
 
 // ── extension scopes (issue 7) ──
 
-function egressOwner(ext: EgressExtension): import('./extensions.ts').ExtensionOwner {
-  return { kind: 'EgressExtension', group: 'sallyport.io', namespace: ext.meta.namespace, name: ext.meta.name, createdAt: ext.meta.creationTimestamp }
-}
+const egressOwner = egressExtensionOwner
 
 /** Route scope (the route's EgressExtension and ExtensionRef filters) and Gateway scope (listener, else whole Gateway). */
 function ruleScopes(route: HTTPRoute | GRPCRoute, ctx: RuleContext, refScopes: readonly ScopedExtensions[]): ScopedExtensions[] {

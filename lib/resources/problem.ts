@@ -15,7 +15,11 @@ export interface ConfigProblem {
   /** Dotted path from the object root, e.g. `spec.rules[0].matches[1].path.value`; '' for the whole object. */
   readonly field: string
   readonly message: string
-  /** 'error' drops the object; 'warning' keeps it (e.g. insecureSkipVerify). */
+  /**
+   * 'error' drops the object, or (found by compile in an object it keeps: an
+   * extension's Secret reference) fails the requests that need it; 'warning'
+   * keeps it working (e.g. insecureSkipVerify).
+   */
   readonly severity: 'error' | 'warning'
 }
 

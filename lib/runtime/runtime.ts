@@ -158,7 +158,7 @@ export class Runtime {
     this.#statusLog.problems(snapshot.problems)
     const version = this.#version + 1
     const started = performance.now()
-    let compiled: { table: RouteTable; status: Status }
+    let compiled: { table: RouteTable; status: Status; problems: readonly ConfigProblem[] }
     try {
       compiled = compile(snapshot, {
         now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME,
@@ -181,7 +181,10 @@ export class Runtime {
     tableVersion.set(table.version)
     tableBuiltAt.set(table.builtAt / 1000)
     const reuse = this.#compileCache.stats
-    log.info({ version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length, routesReused: reuse.routesReused, routesCompiled: reuse.routesCompiled }, 'route table applied')
+    // Problems compile found in objects it kept (an extension's Secret reference): logged once per load, listed with the rest.
+    const kept = compiled.problems
+    this.#statusLog.keptProblems(kept)
+    log.info({ version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length + kept.length, routesReused: reuse.routesReused, routesCompiled: reuse.routesCompiled }, 'route table applied')
     // Issue 11: the new table serves from here. What is left — the freeze,
     // the compact lookup index (until it exists the matcher walks the host
     // maps) and the status — is ~35 ms at 5,000 routes of event-loop time,
@@ -192,7 +195,7 @@ export class Runtime {
     deepFreeze(table)
     if (this.#table === table) ensureLookupIndexes(table)
     this.#status = compiled.status
-    this.#problems = snapshot.problems
+    this.#problems = kept.length === 0 ? snapshot.problems : [...snapshot.problems, ...kept]
     this.#statusLog.status(compiled.status)
     setInvalidObjects(snapshot.problems)
     try {

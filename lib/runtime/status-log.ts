@@ -39,6 +39,15 @@ export class StatusLog {
     }
   }
 
+  /** Problems of objects that are kept but cannot do all they should (compile's: an extension Secret reference). */
+  keptProblems(problems: readonly ConfigProblem[]): void {
+    for (const p of problems) {
+      const fields = { file: p.source.file, doc: p.source.doc, kind: p.kind, namespace: p.namespace, name: p.name, field: p.field, problem: formatProblem(p) }
+      if (!this.#loud) log.debug(fields, 'config problem')
+      else log.error(fields, 'config problem: requests that need it fail')
+    }
+  }
+
   status(status: Status): void {
     const next = new Map<string, string>()
     for (const obj of status.objects.values()) {

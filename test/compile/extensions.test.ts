@@ -114,3 +114,66 @@ t.test('a Secret in another namespace: the ReferenceGrant must name the Backend\
   t.match(injector(k8sOnly, 'xb.test')?.error, /no ReferenceGrant allows it/, 'not an XBackend')
   t.same(injector(k8sOnly, 'eg.test')?.secrets, {}, 'nothing of the Secret is read')
 })
+
+const UNRESOLVED = `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: missing, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+  extensions:
+    - name: inject
+      type: CredentialInjector
+      config: { secretRef: { name: no-such-secret } }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: wrongkey, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+  extensions:
+    - name: audit
+      type: Audit
+    - name: inject
+      type: CredentialInjector
+      config: { secretRef: { name: key-a, key: apikey } }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: fine, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+  extensions:
+    - name: inject
+      type: CredentialInjector
+      config: { secretRef: { name: key-a } }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: key-a, namespace: default }
+stringData: { token: SECRET-A-123 }
+`
+
+t.test('an extension\'s missing Secret or Secret key is a problem naming file, object and field, and ResolvedRefs=False on its owner', async t => {
+  const parsed = parseManifests('set.yaml', [GATEWAY, UNRESOLVED, routeTo('m.test', 'gateway.envoyproxy.io', 'Backend', 'missing'),
+    routeTo('w.test', 'gateway.envoyproxy.io', 'Backend', 'wrongkey'), routeTo('f.test', 'gateway.envoyproxy.io', 'Backend', 'fine')].join('---\n'))
+  const snapshot = buildSnapshot(parsed.docs, parsed.problems)
+  t.same(snapshot.problems, [])
+  const { table, status, problems } = compile(snapshot, b.opts)
+  t.same(problems.map(p => [p.source.file, p.source.doc, p.kind, p.namespace, p.name, p.field, p.severity]), [
+    ['set.yaml', 1, 'Backend', 'default', 'missing', 'spec.extensions[0].config.secretRef', 'error'],
+    ['set.yaml', 2, 'Backend', 'default', 'wrongkey', 'spec.extensions[1].config.secretRef', 'error'],
+  ])
+  t.match(problems[0]?.message, /Secret default\/no-such-secret not found/)
+  t.match(problems[1]?.message, /Secret default\/key-a has no key apikey/)
+
+  const cond = (name: string) => status.objects.get(`Backend.gateway.envoyproxy.io/default/${name}`)?.conditions.find(c => c.type === 'ResolvedRefs')
+  t.match(cond('missing'), { status: 'False', reason: 'InvalidSecretRef', message: /spec\.extensions\[0\]\.config\.secretRef: Secret default\/no-such-secret not found/ })
+  t.match(cond('wrongkey'), { status: 'False', reason: 'InvalidSecretRef', message: /has no key apikey/ })
+  t.equal(cond('fine'), undefined, 'a Backend whose references resolve gets no such condition')
+
+  // Requests keep failing (never sent without the credential): the compiled extension carries the error.
+  t.match(injector(table, 'm.test')?.error, /not found/)
+  const w = table.ports.get(8080)?.http?.exact.get('w.test')?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions.find(e => e.name === 'inject')
+  t.match(w?.error, /has no key apikey/)
+  t.equal(injector(table, 'f.test')?.error, null)
+})
