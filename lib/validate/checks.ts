@@ -3,6 +3,7 @@
 // caller decides the field and the severity.
 
 import { isIP } from 'node:net'
+import { parseCidr } from '../address-ranges.ts'
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
@@ -72,6 +73,25 @@ export function regexProblem(source: string): string | null {
     const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
     return `regular expression ${JSON.stringify(source)} does not compile: ${why}`
   }
+}
+
+/**
+ * A header value of type RegularExpression in a rate-limit match or an Envoy
+ * Gateway clientSelector: matched whole, as extensions/rate-limit.ts builds it.
+ */
+export function wholeRegexProblem(source: string): string | null {
+  try {
+    new RegExp(`^(?:${source})$`)
+    return null
+  } catch (err) {
+    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
+    return `not a valid regular expression ${JSON.stringify(source)}: ${why}`
+  }
+}
+
+/** `a.b.c.d/n`, `x::y/n` or a bare address; null when it is one. */
+export function cidrProblem(text: string): string | null {
+  return parseCidr(text) === null ? `must be a CIDR (a.b.c.d/n or x::y/n), got ${JSON.stringify(text)}` : null
 }
 
 const GW_DURATION = /^([0-9]{1,5}(h|m|s|ms)){1,4}$/

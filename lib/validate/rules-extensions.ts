@@ -7,6 +7,7 @@
 import { ExtensionType, PHASES, canonicalType, effectiveType } from '../extension-types.ts'
 import { asArr, asObj, asStr, type Obj } from './access.ts'
 import { Findings, child, item, show } from './findings.ts'
+import { cidrProblem, wholeRegexProblem } from './checks.ts'
 
 const UNITS = ['Second', 'Minute', 'Hour', 'Day']
 const KEY_PARTS = ['namespace', 'serviceAccount', 'route', 'backend', 'client']
@@ -81,11 +82,39 @@ function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: re
       f.error(item(child(at, 'key'), i), `must be one of ${KEY_PARTS.join(', ')} or { header: name }, got ${show(k)}`)
     }
   })
+  matchBlock(o.match, child(at, 'match'), f)
   const g = asObj(o.global)
   if (o.global !== undefined && g === null) f.error(child(at, 'global'), 'must be an object { redis: host:port }')
   if (g !== null) {
     known(g, child(at, 'global'), ['redis', 'timeoutMs', 'failureMode'], f)
     if (typeof g.redis !== 'string' && asObj(g.redis) === null) f.error(child(at, 'global.redis'), 'required: host:port of the Redis every replica shares')
+  }
+}
+
+/**
+ * A rate-limit `match` (extensions/rate-limit.ts compileMatch): a value that
+ * does not compile, or a range that does not parse, would fail or never match
+ * every request, so it is an error here.
+ */
+function matchBlock(v: unknown, at: string, f: Findings): void {
+  if (v === undefined) return
+  const m = asObj(v)
+  if (m === null) { f.error(at, 'must be an object { headers, sourceCIDR }'); return }
+  known(m, at, ['headers', 'sourceCIDR'], f)
+  asArr(m.headers).forEach((h, i) => {
+    const o = asObj(h)
+    const p = item(child(at, 'headers'), i)
+    if (o === null || typeof o.name !== 'string' || o.name === '') { f.error(child(p, 'name'), 'required: the header name'); return }
+    known(o, p, ['name', 'value', 'type'], f)
+    oneOf(o, p, 'type', ['Exact', 'RegularExpression'], f)
+    const value = asStr(o.value)
+    const problem = o.type === 'RegularExpression' && value !== null ? wholeRegexProblem(value) : null
+    if (problem !== null) f.error(child(p, 'value'), problem)
+  })
+  if (m.sourceCIDR !== undefined) {
+    const cidr = asStr(m.sourceCIDR)
+    const problem = cidr === null ? 'must be a CIDR string' : cidrProblem(cidr)
+    if (problem !== null) f.error(child(at, 'sourceCIDR'), problem)
   }
 }
 

@@ -5,6 +5,7 @@ import { asArr, has, objAt, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
 import { Findings, child, item } from './findings.ts'
 import { checkCaChoice, checkExtensions, checkSubjectAltNames, checkTargetRef } from './rules-common.ts'
+import { cidrProblem, wholeRegexProblem } from './checks.ts'
 
 // GEP-4488 / egress proposal: "Backend is explicitly disallowed as a targetRef
 // for BackendTLSPolicy" — a Backend carries its own TLS.
@@ -102,6 +103,21 @@ export function checkBackendTrafficPolicy(doc: Obj, f: Findings): void {
     for (const [t, key] of [['Local', 'local'], ['Global', 'global']] as const) {
       if (type === t && !has(rl, key)) f.error(`spec.rateLimit.${key}`, `required when type is ${t}`)
       if (type !== t && has(rl, key)) f.error(`spec.rateLimit.${key}`, `must not be set when type is ${type ?? ''}`)
+      // Each rule becomes a RateLimit extension match (compile/extensions.ts rateLimitExtension):
+      // a value that does not compile or a range that does not parse would fail or never match.
+      for (const [rule, r] of objsAt(objAt(rl, key), 'rules')) {
+        for (const [sel, s] of objsAt(rule, 'clientSelectors')) {
+          const at = `${item(`spec.rateLimit.${key}.rules`, r)}.${item('clientSelectors', s)}`
+          for (const [h, i] of objsAt(sel, 'headers')) {
+            const value = strAt(h, 'value')
+            const problem = strAt(h, 'type') === 'RegularExpression' && value !== null ? wholeRegexProblem(value) : null
+            if (problem !== null) f.error(`${item(`${at}.headers`, i)}.value`, problem)
+          }
+          const cidr = strAt(objAt(sel, 'sourceCIDR'), 'value')
+          const problem = cidr === null ? null : cidrProblem(cidr)
+          if (problem !== null) f.error(`${at}.sourceCIDR.value`, problem)
+        }
+      }
     }
   }
 }

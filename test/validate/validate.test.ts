@@ -110,3 +110,46 @@ t.test('map keys that are not identifiers use brackets', async (t) => {
   const r = validateDocument({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', labels: { 'app.kubernetes.io/name': 1 } } }, src)
   t.same(r.problems.map((p) => p.field), ['metadata.labels[app.kubernetes.io/name]'])
 })
+
+/** The error fields and messages of one document. */
+function errorsOf(doc: unknown): string[] {
+  return validateDocument(doc, src).problems.filter((p) => p.severity === 'error').map((p) => `${p.field}: ${p.message}`)
+}
+
+t.test('RateLimit match: an invalid regular expression or sourceCIDR is an error naming its path', async (t) => {
+  const backend = (match: unknown): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'a', namespace: 'default' },
+    spec: {
+      endpoints: [{ ip: { address: '127.0.0.1', port: 41001 } }],
+      extensions: [{ name: 'per-tenant', type: 'RateLimit', config: { rules: [{ requests: 5, unit: 'Second', match }] } }],
+    },
+  })
+  const bad = errorsOf(backend({ headers: [{ name: 'x-tenant', type: 'RegularExpression', value: 'team-(a|b' }], sourceCIDR: '300.1.1.1/40' }))
+  t.match(bad, [
+    /^spec\.extensions\[0\]\.config\.rules\[0\]\.match\.headers\[0\]\.value: not a valid regular expression/,
+    /^spec\.extensions\[0\]\.config\.rules\[0\]\.match\.sourceCIDR: must be a CIDR/,
+  ])
+  t.equal(bad.length, 2)
+  t.same(errorsOf(backend({ headers: [{ name: 'x-tenant', type: 'RegularExpression', value: 'team-(a|b)' }], sourceCIDR: '10.0.0.0/8' })), [])
+  t.same(errorsOf(backend({ headers: [{ name: 'x-tenant', value: 'team-(a|b' }], sourceCIDR: 'fd00::/8' })), [], 'Exact values are not regular expressions')
+})
+
+t.test('BackendTrafficPolicy rateLimit clientSelectors: an invalid regular expression or sourceCIDR is an error naming its path', async (t) => {
+  const policy = (selector: unknown): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default' },
+    spec: {
+      targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'b' }],
+      rateLimit: { type: 'Global', global: { rules: [
+        { clientSelectors: [{ headers: [{ name: 'x-tenant', type: 'Distinct' }] }], limit: { requests: 3, unit: 'Minute' } },
+        { clientSelectors: [selector], limit: { requests: 2, unit: 'Minute' } },
+      ] } },
+    },
+  })
+  const bad = errorsOf(policy({ headers: [{ name: 'x-plan', type: 'RegularExpression', value: 'free-(a|b' }], sourceCIDR: { type: 'Exact', value: '300.1.1.1/40' } }))
+  t.match(bad, [
+    /^spec\.rateLimit\.global\.rules\[1\]\.clientSelectors\[0\]\.headers\[0\]\.value: not a valid regular expression/,
+    /^spec\.rateLimit\.global\.rules\[1\]\.clientSelectors\[0\]\.sourceCIDR\.value: must be a CIDR/,
+  ])
+  t.equal(bad.length, 2)
+  t.same(errorsOf(policy({ headers: [{ name: 'x-plan', type: 'RegularExpression', value: 'free-(a|b)' }], sourceCIDR: { type: 'Distinct', value: '10.0.0.0/8' } })), [])
+})
