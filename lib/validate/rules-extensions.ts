@@ -27,6 +27,16 @@ function positive(o: Obj, at: string, name: string, f: Findings): void {
   if (v !== undefined && !(typeof v === 'number' && v > 0)) f.error(child(at, name), `must be a positive number, got ${show(v)}`)
 }
 
+/**
+ * A count of requests: a token bucket holds whole requests, so below 1 (or
+ * 0.5) it never holds one and every request is refused (Envoy Gateway's
+ * RateLimitValue.requests is a uint for the same reason).
+ */
+function wholeCount(o: Obj, at: string, name: string, f: Findings): void {
+  const v = o[name]
+  if (v !== undefined && !(typeof v === 'number' && Number.isInteger(v) && v >= 1)) f.error(child(at, name), `must be a whole number of requests, at least 1, got ${show(v)}`)
+}
+
 function oneOf(o: Obj, at: string, name: string, values: readonly string[], f: Findings): void {
   const v = o[name]
   if (v !== undefined && !(typeof v === 'string' && values.includes(v))) f.error(child(at, name), `must be one of ${values.join(', ')}, got ${show(v)}`)
@@ -71,8 +81,13 @@ function selectors(v: unknown, at: string, f: Findings): void {
 
 function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: readonly string[], f: Findings): void {
   known(o, at, [amount, 'unit', 'burst', 'key', 'global', 'failureMode', 'cost', 'name', 'match', ...extra], f)
-  positive(o, at, amount, f)
-  positive(o, at, 'burst', f)
+  if (amount === 'requests') {
+    wholeCount(o, at, 'requests', f)
+    wholeCount(o, at, 'burst', f)
+  } else {
+    positive(o, at, amount, f)
+    positive(o, at, 'burst', f)
+  }
   positive(o, at, 'cost', f)
   oneOf(o, at, 'unit', UNITS, f)
   oneOf(o, at, 'failureMode', ['open', 'closed'], f)

@@ -64,3 +64,21 @@ t.test('CLI: invalid rate-limit regular expressions and CIDRs are validate error
   // The policy is dropped, not its route: b serves, without a limit that would answer 500 or never match.
   for (let i = 0; i < 4; i++) t.equal((await get(`http://127.0.0.1:${httpPort}/`, 'b.test', { 'x-plan': 'free-a' })).status, 200)
 })
+
+t.test('CLI validate: a fractional RateLimit requests (every request would get 429 forever) is an error naming the field', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(await freePort()))
+  fs.writeFileSync(path.join(dir, 'half.yaml'), `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: half, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 127.0.0.1, port: 41001 } }]
+  extensions:
+    - name: slow
+      type: RateLimit
+      config: { requests: 0.5, unit: Second }
+`)
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 1)
+  t.match(v.stdout, `${path.join(dir, 'half.yaml')}:0: Backend default/half: spec.extensions[0].config.requests: must be a whole number of requests, at least 1, got 0.5`)
+})

@@ -153,3 +153,18 @@ t.test('BackendTrafficPolicy rateLimit clientSelectors: an invalid regular expre
   t.equal(bad.length, 2)
   t.same(errorsOf(policy({ headers: [{ name: 'x-plan', type: 'RegularExpression', value: 'free-(a|b)' }], sourceCIDR: { type: 'Distinct', value: '10.0.0.0/8' } })), [])
 })
+
+t.test('RateLimit requests and burst are whole numbers of requests, at least 1 (a bucket of 0.5 never holds one request)', async (t) => {
+  const backend = (limit: Record<string, unknown>): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'a', namespace: 'default' },
+    spec: {
+      endpoints: [{ ip: { address: '127.0.0.1', port: 41001 } }],
+      extensions: [{ name: 'rl', type: 'RateLimit', config: limit.rules === undefined ? { unit: 'Second', ...limit } : limit }],
+    },
+  })
+  t.match(errorsOf(backend({ requests: 0.5 })), [/^spec\.extensions\[0\]\.config\.requests: must be a whole number of requests, at least 1, got 0\.5/])
+  t.match(errorsOf(backend({ requests: 10, burst: 0.5 })), [/^spec\.extensions\[0\]\.config\.burst: must be a whole number of requests, at least 1/])
+  t.match(errorsOf(backend({ rules: [{ requests: 2.5, unit: 'Minute' }] })), [/^spec\.extensions\[0\]\.config\.rules\[0\]\.requests: must be a whole number/])
+  t.same(errorsOf(backend({ requests: 1 })), [])
+  t.same(errorsOf(backend({ requests: 3, burst: 6 })), [])
+})
