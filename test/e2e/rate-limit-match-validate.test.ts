@@ -55,7 +55,9 @@ t.test('CLI: invalid rate-limit regular expressions and CIDRs are validate error
 
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
-  const dump = JSON.parse((await get(`http://127.0.0.1:${adminPort}/config_dump`, 'x')).body) as { problems: Array<{ name: string; field: string }> }
+  // Problems show in /config_dump once the table settles (runtime.ts SETTLE_MS).
+  const dump = await eventually(async () => JSON.parse((await get(`http://127.0.0.1:${adminPort}/config_dump`, 'x')).body) as { problems: Array<{ name: string; field: string }> },
+    (d) => d.problems.length > 0, 10000, 'problems in /config_dump')
   t.same(dump.problems.map(p => `${p.name} ${p.field}`).sort(), [
     'a spec.extensions[0].config.rules[0].match.headers[0].value',
     'a spec.extensions[0].config.rules[0].match.sourceCIDR',
