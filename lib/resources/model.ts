@@ -517,16 +517,21 @@ export type ModelKind = ModelObject['kind']
 export const CLUSTER_SCOPED: ReadonlySet<string> = new Set(['GatewayClass', 'Namespace', 'ClusterTrustBundle'])
 
 /**
- * Three CRDs publish a Backend: gateway.networking.k8s.io `Backend`,
- * gateway.networking.x-k8s.io `XBackend` and gateway.envoyproxy.io `Backend`.
- * They are different objects even with one namespace and name, so a Backend is
- * known by group, kind, namespace and name: `Kind.group/namespace/name`. A
- * backendRef or targetRef to `gateway.networking.x-k8s.io` kind `Backend`
+ * Three CRDs publish a Backend: gateway.envoyproxy.io `Backend`,
+ * gateway.networking.x-k8s.io `XBackend` and gateway.networking.k8s.io
+ * `Backend`. They are different objects even with one namespace and name, so a
+ * Backend is known by group, kind, namespace and name. The key (also the
+ * cluster id, the `backend` label of the metrics and the access line's
+ * `backend`) keeps the short `Backend/namespace/name` it always had for Envoy
+ * Gateway's, the one most configurations use; the others say which they are:
+ * `XBackend/namespace/name`, `Backend.gateway.networking.k8s.io/namespace/name`.
+ * A backendRef or targetRef to `gateway.networking.x-k8s.io` kind `Backend`
  * means the XBackend (the experimental channel's kind before its rename).
  */
 export function backendKey(group: string, kind: string, namespace: string, name: string): string {
-  const k = group === 'gateway.networking.x-k8s.io' ? 'XBackend' : kind
-  return `${k}.${group}/${namespace}/${name}`
+  if (group === 'gateway.networking.x-k8s.io') return `XBackend/${namespace}/${name}`
+  if (group === 'gateway.envoyproxy.io' && kind === 'Backend') return `Backend/${namespace}/${name}`
+  return `${kind}.${group}/${namespace}/${name}`
 }
 
 /** The key of a Backend object (backendKey): the group of its apiVersion, the kind it was written as. */

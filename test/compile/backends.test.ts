@@ -121,8 +121,8 @@ t.test('Backend kinds resolve to one cluster per object and port, shared by rule
     b.rule([b.match('/a')], [b.backendRef('openai', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
     b.rule([b.match('/b')], [b.backendRef('openai', null, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })]),
   ])])
-  t.same([...table.clusters.keys()], ['XBackend.gateway.networking.x-k8s.io/default/openai:443'])
-  const c = table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/openai:443')
+  t.same([...table.clusters.keys()], ['XBackend/default/openai:443'])
+  const c = table.clusters.get('XBackend/default/openai:443')
   t.equal(c?.hostname, 'api.openai.com', 'hostnames are lowercased')
   t.equal(c?.tls?.servername, 'api.openai.com', 'SNI defaults to the external hostname')
 })

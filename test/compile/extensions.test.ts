@@ -166,7 +166,7 @@ t.test('an extension\'s missing Secret or Secret key is a problem naming file, o
   t.match(problems[0]?.message, /Secret default\/no-such-secret not found/)
   t.match(problems[1]?.message, /Secret default\/key-a has no key apikey/)
 
-  const cond = (name: string) => status.objects.get(`Backend.gateway.envoyproxy.io/default/${name}`)?.conditions.find(c => c.type === 'ResolvedRefs')
+  const cond = (name: string) => status.objects.get(`Backend/default/${name}`)?.conditions.find(c => c.type === 'ResolvedRefs')
   t.match(cond('missing'), { status: 'False', reason: 'InvalidSecretRef', message: /spec\.extensions\[0\]\.config\.secretRef: Secret default\/no-such-secret not found/ })
   t.match(cond('wrongkey'), { status: 'False', reason: 'InvalidSecretRef', message: /has no key apikey/ })
   t.equal(cond('fine'), undefined, 'a Backend whose references resolve gets no such condition')

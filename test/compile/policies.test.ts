@@ -81,7 +81,7 @@ t.test('cluster scope: Route > Backend > Gateway for load balancing', async t =>
   const gwPol = b.trafficPolicy('gw-pol', { kind: 'Gateway', name: 'gw' }, lb('Random'), at(1))
   const bePol = b.trafficPolicy('be-pol', { group: 'gateway.networking.x-k8s.io', kind: 'XBackend', name: 'ext' }, lb('LeastRequest'), at(2))
   const rtPol = b.trafficPolicy('rt-pol', { kind: 'HTTPRoute', name: 'r' }, lb('RoundRobin'), at(3))
-  const id = 'XBackend.gateway.networking.x-k8s.io/default/ext:443'
+  const id = 'XBackend/default/ext:443'
 
   t.equal(run([backend, route, gwPol]).table.clusters.get(id)?.lb?.type, 'Random', 'Gateway policy alone applies')
 
@@ -113,7 +113,7 @@ t.test('cluster scope: a listener (sectionName) policy sets backend-level fields
   const gwPol = b.trafficPolicy('gw-pol', { kind: 'Gateway', name: 'gw' }, lb('Random'), at(1))
   const lsPol = b.trafficPolicy('ls-pol', { kind: 'Gateway', name: 'gw', sectionName: 'http' }, lb('ConsistentHash'), at(2))
   const bePol = b.trafficPolicy('be-pol', { group: 'gateway.networking.x-k8s.io', kind: 'XBackend', name: 'ext' }, lb('LeastRequest'), at(3))
-  const id = 'XBackend.gateway.networking.x-k8s.io/default/ext:443'
+  const id = 'XBackend/default/ext:443'
 
   const alone = run([backend, route, lsPol])
   t.equal(alone.table.clusters.get(id)?.lb?.type, 'ConsistentHash', 'the listener policy alone applies to the cluster')

@@ -156,7 +156,7 @@ t.test('a Backend is not a BackendTLSPolicy target (GEP-4488): status says it is
   const backend = b.externalBackend('ext', 'api.example.com', 443, null)
   const pol = b.tlsPolicy('on-backend', 'Backend', 'ext', null, b.upstreamTls())
   const { table, status } = run([backend, pol, b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('ext', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })])])])
-  t.equal(table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/ext:443')?.tls, null, 'the Backend stays plaintext (its own tls is None)')
+  t.equal(table.clusters.get('XBackend/default/ext:443')?.tls, null, 'the Backend stays plaintext (its own tls is None)')
   const c = status.get('BackendTLSPolicy/default/on-backend')?.conditions[0]
   t.equal(c?.status, 'False')
   t.match(c?.message, /not applied.*not valid BackendTLSPolicy targets \(GEP-4488\)/)
@@ -180,7 +180,7 @@ t.test('insecureSkipVerify shows as a status condition on the Backend and the Ba
   const backend = b.externalBackend('loose', 'api.example.com', 443, b.upstreamTls({ insecureSkipVerify: true }))
   const pol = b.tlsPolicy('loose-policy', 'Service', 'api', null, b.upstreamTls({ insecureSkipVerify: true }))
   const { status } = run([backend, pol, svc, eps, b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('loose', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' }), b.backendRef('api', 443)])])])
-  for (const key of ['XBackend.gateway.networking.x-k8s.io/default/loose', 'BackendTLSPolicy/default/loose-policy']) {
+  for (const key of ['XBackend/default/loose', 'BackendTLSPolicy/default/loose-policy']) {
     const c = status.get(key)?.conditions.find(x => x.type === 'sallyport.io/InsecureSkipVerify')
     t.equal(c?.status, 'True', key)
     t.match(c?.message, /NOT verified/)

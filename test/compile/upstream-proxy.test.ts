@@ -71,9 +71,9 @@ metadata: { name: creds, namespace: default }
 stringData: { username: u, password: p }
 `)
   const proxyOf = (id: string): unknown => table.clusters.get(id)?.upstreamProxy ?? null
-  t.same(proxyOf('Backend.gateway.envoyproxy.io/default/ext:443'), { host: 'proxy.corp', port: 3128, authorization: 'Basic ' + Buffer.from('u:p').toString('base64') })
-  t.same(proxyOf('Backend.gateway.envoyproxy.io/default/own:443'), { host: 'other.proxy', port: 8080, authorization: null }, 'the Backend\'s own proxy wins')
-  t.equal(proxyOf('Backend.gateway.envoyproxy.io/default/none:443'), null, '`none` keeps the Backend direct')
+  t.same(proxyOf('Backend/default/ext:443'), { host: 'proxy.corp', port: 3128, authorization: 'Basic ' + Buffer.from('u:p').toString('base64') })
+  t.same(proxyOf('Backend/default/own:443'), { host: 'other.proxy', port: 8080, authorization: null }, 'the Backend\'s own proxy wins')
+  t.equal(proxyOf('Backend/default/none:443'), null, '`none` keeps the Backend direct')
   t.equal(proxyOf('Service/default/svc:80'), null, 'an in-cluster Service is never proxied')
   t.equal(status.objects.get('Gateway/default/gw')?.conditions.find(c => c.type === 'sallyport.io/UpstreamProxy')?.status, 'True')
 })
@@ -95,11 +95,11 @@ t.test('an unreadable Gateway proxy is ignored and says why; a missing Secret ke
   const c = bad.status.objects.get('Gateway/default/gw')?.conditions.find(x => x.type === 'sallyport.io/UpstreamProxy')
   t.equal(c?.status, 'False')
   t.match(c?.message, /scheme socks5 is not supported.*connecting directly/)
-  t.equal(bad.table.clusters.get('Backend.gateway.envoyproxy.io/default/ext:443')?.upstreamProxy ?? null, null)
+  t.equal(bad.table.clusters.get('Backend/default/ext:443')?.upstreamProxy ?? null, null)
   const noSecret = build('    sallyport.io/upstream-proxy: http://proxy.corp:3128\n    sallyport.io/upstream-proxy-secret: missing')
   const m = noSecret.status.objects.get('Gateway/default/gw')?.conditions.find(x => x.type === 'sallyport.io/UpstreamProxy')
   t.match(m?.message, /Secret default\/missing not found; no credentials sent/)
-  t.same(noSecret.table.clusters.get('Backend.gateway.envoyproxy.io/default/ext:443')?.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null })
+  t.same(noSecret.table.clusters.get('Backend/default/ext:443')?.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null })
 })
 
 t.test('annotation parsers', async (t) => {

@@ -102,7 +102,7 @@ function ruleFor(table: RouteTable, host: string, port = 8080): RouteRule {
 
 /** Status of the XBackend `name`, else of the Envoy Gateway Backend `name` (status keys carry group and kind). */
 function backendStatus(status: Status, name: string) {
-  return status.objects.get(`XBackend.gateway.networking.x-k8s.io/default/${name}`) ?? status.objects.get(`Backend.gateway.envoyproxy.io/default/${name}`)
+  return status.objects.get(`XBackend/default/${name}`) ?? status.objects.get(`Backend/default/${name}`)
 }
 
 function backendParent(status: Status, name: string, gatewayName = 'egress'): string {
@@ -149,7 +149,7 @@ t.test('the lock is per Gateway: the same Backend is fine through a Gateway with
   t.equal(backendParent(status, 'us', 'egress'), 'Accepted=False RegionNotAllowed')
   t.equal(backendParent(status, 'us', 'open'), 'Accepted=True Accepted')
   t.equal(backendStatus(status, 'us')?.conditions[0]?.status, 'True', 'accepted by one Gateway: the object stays Accepted')
-  t.same(table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/us:443')?.destination?.gateways.map(g => g.gateway), ['default/open'], 'the locked Gateway does not narrow the other')
+  t.same(table.clusters.get('XBackend/default/us:443')?.destination?.gateways.map(g => g.gateway), ['default/open'], 'the locked Gateway does not narrow the other')
 })
 
 t.test('hostname deny-list and allow-list (exact and wildcard)', async t => {
@@ -217,13 +217,13 @@ t.test('what upstream/ enforces on resolved addresses travels on the Cluster', a
     route('listed', 'listed.test', [{ kind: 'XBackend', name: 'listed' }]),
     route('unlisted', 'unlisted.test', [{ kind: 'XBackend', name: 'unlisted' }]),
   ])
-  const listed = table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/listed:443')
+  const listed = table.clusters.get('XBackend/default/listed:443')
   t.same(listed?.destination, {
     gateways: [{ gateway: 'default/egress', allowCidrs: ['10.0.0.0/8'], denyCidrs: ['203.0.113.0/24'], onlyCidrs: null, reverseDnsSuffixes: ['.amazonaws.com'] }],
     reverseDnsSuffixes: ['.googleapis.com', 'example.net'],
   }, 'a listed hostname: no CIDR restriction on its addresses')
   t.equal(listed?.enableIPv6, false, 'IPv4 only unless a BackendTrafficPolicy enables IPv6')
-  t.same(table.clusters.get('XBackend.gateway.networking.x-k8s.io/default/unlisted:443')?.destination?.gateways[0]?.onlyCidrs, ['198.51.100.0/24'],
+  t.same(table.clusters.get('XBackend/default/unlisted:443')?.destination?.gateways[0]?.onlyCidrs, ['198.51.100.0/24'],
     'an unlisted hostname may still reach addresses the allow-list names')
   t.equal(ruleFor(table, 'unlisted.test').direct, null, 'decided at run time, not here')
 })

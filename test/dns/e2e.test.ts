@@ -98,7 +98,7 @@ t.test('serve --dns-server: ExternalHostname backends resolved by a real DNS ser
   t.match(await cli.waitFor(/"reason":"DestinationDenied"[^\n]*/, 5000), /HTTPRoute default\//)
 
   const m = (await request(`${admin}/metrics`)).body
-  t.match(m, /sallyport_destination_refusals_total\{backend="Backend\/default\/evil:80",reason="link-local"\} 1/)
+  t.match(m, /sallyport_destination_refusals_total\{backend="XBackend\/default\/evil:80",reason="link-local"\} 1/)
   t.match(m, /sallyport_dns_lookups_total\{type="A",result="ok"\} \d+/)
   const dump = JSON.parse((await request(`${admin}/config_dump`)).body) as { status: Array<{ kind: string; name: string; parents: Array<{ conditions: Array<{ reason: string }> }> }> }
   t.equal(dump.status.find((s) => s.kind === 'Backend' && s.name === 'us')?.parents[0]?.conditions[0]?.reason, 'RegionNotAllowed', 'status says why')

@@ -130,7 +130,7 @@ t.test('serve: Backend TLS origination, failure reasons, mTLS, rotation by editi
     t.equal(r.status, 502)
     t.match(r.body, /upstream tls handshake failed: unknown_ca/)
     const m = await request(`${admin}/metrics`)
-    t.match(m.body, /sallyport_upstream_tls_handshake_errors_total\{[^}]*backend="Backend\.gateway\.envoyproxy\.io\/default\/wrong-ca:\d+"[^}]*reason="unknown_ca"[^}]*\} 1/)
+    t.match(m.body, /sallyport_upstream_tls_handshake_errors_total\{[^}]*backend="Backend\/default\/wrong-ca:\d+"[^}]*reason="unknown_ca"[^}]*\} 1/)
     await cli.waitFor(/upstream TLS handshake failed/, 5000)
     t.pass('logged with the backend')
   })
