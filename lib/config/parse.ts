@@ -62,13 +62,13 @@ function parseYaml(file: string, text: string): RawResult {
     const error = document.errors[0]
     if (error !== undefined) {
       const { line, col } = lineCounter.linePos(error.pos[0])
-      return { values: [], problems: [syntaxProblem(file, i, `${line}, column ${col}`, firstLine(error.message))] }
+      return { values: [], problems: [syntaxProblem(file, i, `${line}, column ${col}`, withoutInput(firstLine(error.message)))] }
     }
     try {
       values.push(document.toJS({ maxAliasCount: MAX_ALIAS_COUNT }))
     } catch (err) {
       const line = document.range === undefined ? 1 : lineCounter.linePos(document.range[0]).line
-      return { values: [], problems: [syntaxProblem(file, i, line, firstLine(messageOf(err)))] }
+      return { values: [], problems: [syntaxProblem(file, i, line, withoutInput(firstLine(messageOf(err))))] }
     }
   }
   return { values, problems: [] }
@@ -200,6 +200,28 @@ function isList(value: unknown): value is { items: unknown[] } {
   if (typeof value !== 'object' || value === null) return false
   const v = value as Record<string, unknown>
   return v.kind === 'List' && Array.isArray(v.items)
+}
+
+/**
+ * The yaml library's messages that end with the input they stopped at: a block
+ * scalar header with text after it (a newline forgotten after `|-`), an escape,
+ * an alias. In a Secret that input is the secret, and these messages reach the
+ * log, `validate` and /config_dump: only the fixed part is kept (the line and
+ * column say where).
+ */
+const QUOTING_MESSAGES: readonly RegExp[] = [
+  /^(Block scalar header includes extra characters)\b/,
+  /^(Invalid escape sequence)\b/,
+  /^(Unresolved tag)\b/,
+  /^(Unresolved alias \(the anchor must be set before the alias\))/,
+]
+
+function withoutInput(message: string): string {
+  for (const re of QUOTING_MESSAGES) {
+    const m = re.exec(message)
+    if (m !== null) return m[1] as string
+  }
+  return message
 }
 
 function firstLine(message: string): string {

@@ -90,3 +90,24 @@ t.test('JSON: a UTF-8 byte order mark is accepted, as in YAML', async (t) => {
   const yaml = parseManifests('bom.yaml', '\uFEFFkind: A\n')
   t.same(yaml.docs.map((d) => d.doc), [{ kind: 'A' }])
 })
+
+t.test('YAML: a syntax error inside a Secret value quotes none of it', async (t) => {
+  // The yaml library's messages quote the input for a few errors: a block scalar
+  // header with text after it (a newline forgotten after `|-`), an invalid escape,
+  // an unresolved alias. In a Secret that text is the secret.
+  const cases: Record<string, string> = {
+    'block scalar header': 'token: |-sk-live-ABCDEF123456',
+    'folded header': 'token: >sk-live-ABCDEF123456',
+    'escape': 'token: "\\Usk-live-ABCDEF123456"',
+    'hex escape': 'token: "\\xZsk-live-ABCDEF123456"',
+    'alias': 'token: *sk-live-ABCDEF123456',
+  }
+  for (const [name, line] of Object.entries(cases)) {
+    const text = `apiVersion: v1\nkind: Secret\nmetadata:\n  name: k\n  namespace: default\nstringData:\n  ${line}\n`
+    const { problems } = parseManifests('s.yaml', text)
+    t.equal(problems.length, 1, `${name}: one problem`)
+    // An alias fails when the document is built: the line is the document's.
+    t.match(problems[0]?.message ?? '', name === 'alias' ? /^line 1\b/ : /^line 7, column \d+: /, `${name}: its line`)
+    t.notMatch(problems[0]?.message ?? '', /sk-live|ABCDEF/, `${name}: none of the value: ${problems[0]?.message}`)
+  }
+})
