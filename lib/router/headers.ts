@@ -143,31 +143,38 @@ export function hostOf(authority: string): string {
  * What is wrong with a request's authority (Host or :authority) as RFC 3986
  * §3.2.2–3 reads one, null when nothing: a host of reg-name characters
  * (unreserved, %-escapes, sub-delims) or a bracketed IP literal, and a port
- * of digits (it may be empty). RFC 9112 §3.2 answers an invalid one 400.
+ * of digits (it may be empty), and no userinfo (RFC 9110 §4.2.4). RFC 9112
+ * §3.2 answers an invalid one 400.
  */
 export function authorityProblem(authority: string): string | null {
   let end = authority.length
   let i = 0
   if (authority.charCodeAt(0) === 91 /* '[' */) {
     const close = authority.indexOf(']')
-    if (close === -1) return INVALID_HOST
-    for (i = 1; i < close; i++) if (!ipLiteralChar(authority.charCodeAt(i))) return INVALID_HOST
+    if (close === -1) return invalid(authority, INVALID_HOST)
+    for (i = 1; i < close; i++) if (!ipLiteralChar(authority.charCodeAt(i))) return invalid(authority, INVALID_HOST)
     i = close + 1
-    if (i < end && authority.charCodeAt(i) !== 58 /* ':' */) return INVALID_HOST
+    if (i < end && authority.charCodeAt(i) !== 58 /* ':' */) return invalid(authority, INVALID_HOST)
   } else {
     const colon = authority.lastIndexOf(':')
     if (colon !== -1) end = colon
-    for (; i < end; i++) if (!regNameChar(authority.charCodeAt(i))) return INVALID_HOST
+    for (; i < end; i++) if (!regNameChar(authority.charCodeAt(i))) return invalid(authority, INVALID_HOST)
     end = authority.length
   }
   for (i++; i < end; i++) {
     const c = authority.charCodeAt(i)
-    if (c < 48 || c > 57) return INVALID_PORT
+    if (c < 48 || c > 57) return invalid(authority, INVALID_PORT)
   }
   return null
 }
 
+/** What is wrong, or userinfo (`user:pw@host` reads as a bad port, `user@host` as a bad host) when that is it. */
+function invalid(authority: string, why: string): string {
+  return authority.indexOf('@') === -1 ? why : USERINFO
+}
+
 const INVALID_HOST = 'the authority\'s host has a character no host has'
+const USERINFO = 'the authority has userinfo (user@), which http and https URIs never carry'
 const INVALID_PORT = 'the authority\'s port is not a number'
 
 /** unreserved / pct-encoded / sub-delims (RFC 3986 §3.2.2 reg-name). */

@@ -102,7 +102,13 @@ t.test('a fragment in the request target and a Host that is no host and port are
   t.equal(badPort.status, 400)
   t.equal(badPort.body, 'bad request: the authority\'s port is not a number\n')
   t.equal((await h2(port, { host: 'example.com:8x' })).status, 400, 'HTTP/2 :authority too')
-  for (const host of ['user@example.com', 'example.com x', 'exa/mple.com', '[::1', '[::1]x', '[fe80::1%25eth0]']) {
+  // Userinfo (RFC 9110 §4.2.4: never sent in an http(s) URI) says so; `user:pw@` read as a bad port.
+  for (const host of ['user@example.com', 'user:pw@example.com', 'user:pw@example.com:80']) {
+    const r = await h1(port, { host })
+    t.equal(r.status, 400, `Host ${host}`)
+    t.equal(r.body, 'bad request: the authority has userinfo (user@), which http and https URIs never carry\n')
+  }
+  for (const host of ['example.com x', 'exa/mple.com', '[::1', '[::1]x', '[fe80::1%25eth0]']) {
     const r = await h1(port, { host })
     t.equal(r.status, 400, `Host ${host}`)
     t.equal(r.body, "bad request: the authority's host has a character no host has\n")
