@@ -56,7 +56,7 @@ export class PolicyIndex<P extends Policy> {
       for (const ref of p.targetRefs) {
         // Policy attachment: targetRefs are local; a policy targets objects in its own namespace.
         const slot = slotOf(ref, p.meta.namespace)
-        if (slot === null) { verdict.rejected = { reason: 'Invalid', message: `targetRef kind ${ref.kind} is not supported` }; continue }
+        if (slot === null) { verdict.rejected = { reason: 'Invalid', message: `targetRef ${ref.group === '' ? '' : ref.group + '/'}${ref.kind} is not supported` }; continue }
         if (!targetExists(snapshot, ref, p.meta.namespace)) { verdict.rejected = { reason: 'TargetNotFound', message: `${ref.kind} ${p.meta.namespace}/${ref.name}${ref.sectionName !== null ? ` section ${ref.sectionName}` : ''} not found` }; continue }
         const owner = this.winners.get(slot)
         if (owner !== undefined && owner !== p) {

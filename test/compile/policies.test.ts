@@ -100,6 +100,15 @@ t.test('a policy whose target does not exist is TargetNotFound and changes nothi
   t.equal(ruleFor(table, 'r.example')?.timeouts.requestMs, null)
 })
 
+t.test('a targetRef of a kind no policy attaches to says which group and kind', async t => {
+  // A Backend is one of three groups' kinds: in another group the message used to say only
+  // "kind Backend is not supported", which reads as if no Backend could be targeted.
+  const { status } = run([routeTo('r', 'r.example'), b.trafficPolicy('wrong', { group: 'example.com', kind: 'Backend', name: 'ext' }, timeout(1), at(1))])
+  t.equal(conditions(status, 'wrong').Accepted, 'False/Invalid')
+  const accepted = status.get('BackendTrafficPolicy/default/wrong')?.conditions.find((c) => c.type === 'Accepted')
+  t.match(accepted?.message, /targetRef example\.com\/Backend is not supported/)
+})
+
 t.test('a policy in another namespace does not reach a target of the same name (targetRefs are local)', async t => {
   const foreign = { ...b.trafficPolicy('foreign', { kind: 'HTTPRoute', name: 'r' }, timeout(1)), meta: b.meta('foreign', 'elsewhere') }
   const { table } = run([routeTo('r', 'r.example'), foreign])
