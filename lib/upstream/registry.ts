@@ -146,7 +146,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       connectTimeoutMs: this.#settings.connectTimeoutMs,
     })
     this.#unregister = addPoolStatsSource(() => this.#samples())
-    this.#resilience = new Resilience(this.#resolver)
+    // Health checks resolve hostnames through the destination guard, as requests do.
+    this.#resilience = new Resilience((cluster) => this.#destinations.guardedResolver(cluster))
   }
 
   // hot path

@@ -116,8 +116,11 @@ export class ClusterRuntime implements ExchangeGuard {
   }
 }
 
+/** The resolver a cluster's connections use outside the request path: its hostnames, guarded as requests' are. */
+export type GuardedResolverFor = (cluster: Cluster) => Resolver
+
 export class Resilience implements ResilienceView {
-  readonly #resolver: Resolver
+  readonly #resolverFor: GuardedResolverFor
   readonly #guards = new Map<string, ClusterGuard>()
   readonly #endpoints = new Map<string, EndpointHealth>()
   readonly #checkers = new Map<string, HealthChecker>()
@@ -126,8 +129,8 @@ export class Resilience implements ResilienceView {
   readonly #unregister: () => void
   #table: RouteTable | null = null
 
-  constructor(resolver: Resolver) {
-    this.#resolver = resolver
+  constructor(resolverFor: GuardedResolverFor) {
+    this.#resolverFor = resolverFor
     this.#unregister = addEndpointHealthSource(() => this.#samples())
   }
 
@@ -198,6 +201,18 @@ export class Resilience implements ResilienceView {
     if (guard !== undefined && guard.activeRetries > 0) guard.activeRetries--
   }
 
+  /**
+   * What a cluster's health checker resolves its hostnames with: the destination
+   * guard of the cluster as the current table has it (a checker outlives tables
+   * that keep its check, while the Gateway's allowed ranges may change), so a
+   * probe never goes where a request could not (a name resolving to the
+   * metadata service, loopback...). A refused address fails the check.
+   */
+  #checkResolver(cluster: Cluster): Resolver {
+    const id = cluster.id
+    return { resolve: (hostname: string) => this.#resolverFor(this.#table?.clusters.get(id) ?? cluster).resolve(hostname) }
+  }
+
   /** After a swap: health state and checkers for the table's clusters; the rest goes. */
   retain(table: RouteTable): void {
     this.#table = table
@@ -214,7 +229,7 @@ export class Resilience implements ResilienceView {
         const existing = this.#checkers.get(key)
         if (existing !== undefined && existing.sameAs(active)) continue
         existing?.stop()
-        const checker = new HealthChecker(cluster, endpoint, this.#endpointHealth(cluster, endpoint, performance.now()), active, this.#resolver)
+        const checker = new HealthChecker(cluster, endpoint, this.#endpointHealth(cluster, endpoint, performance.now()), active, this.#checkResolver(cluster))
         this.#checkers.set(key, checker)
         checker.start()
       }

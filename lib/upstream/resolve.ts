@@ -130,6 +130,17 @@ export class DestinationResolver {
     return done
   }
 
+  /** For connections outside the request path (active health checks): `cluster`'s addresses, guarded as its requests' are. */
+  guardedResolver(cluster: Cluster): Resolver {
+    return {
+      resolve: async (hostname: string) => {
+        const r = await this.resolve(cluster, hostname)
+        if (r.error !== null) throw r.error
+        return [...r.addresses]
+      },
+    }
+  }
+
   /** For connect.ts (hostname endpoints not expanded by the registry): DNS only, no guard. */
   connectorResolver(): Resolver {
     return {
