@@ -159,6 +159,16 @@ export const GUARDED_RANGES: ReadonlyArray<{ readonly cidr: Cidr; readonly reaso
 export function guardedRangeOf(address: string): string | null {
   const ip = parseIp(address)
   if (ip === null) return 'invalid'
+  const hit = rangeOf(ip)
+  if (hit !== null || ip.family === 4) return hit
+  // An IPv6 address that carries an IPv4 destination reaches it: through a NAT64
+  // gateway (an IPv6-only cluster's way out: 64:ff9b::a9fe:a9fe is the metadata
+  // service), a 6to4 relay, or as the old IPv4-compatible form.
+  const v4 = embeddedIpv4(ip.value)
+  return v4 === null ? null : rangeOf({ family: 4, value: v4 })
+}
+
+function rangeOf(ip: { readonly family: 4 | 6; readonly value: bigint }): string | null {
   let hit: string | null = null
   for (const g of GUARDED_RANGES) {
     if (!cidrContains(g.cidr, ip)) continue
@@ -166,4 +176,16 @@ export function guardedRangeOf(address: string): string | null {
     if (hit === null || g.cidr.prefix === 128) hit = g.reason
   }
   return hit
+}
+
+const NAT64_WELL_KNOWN = 0x64ff9bn << 64n // 64:ff9b::/96 (RFC 6052), >> 32
+const NAT64_LOCAL_USE = 0x64ff9b0001n // 64:ff9b:1::/48 (RFC 8215), >> 80; a /96 inside it, the IPv4 last
+const SIX_TO_FOUR = 0x2002n // 2002::/16 (RFC 3056), >> 112; the IPv4 in bits 16-47
+
+/** The IPv4 address an IPv6 one carries (NAT64, 6to4, IPv4-compatible), or null. */
+function embeddedIpv4(v6: bigint): bigint | null {
+  const low = v6 & 0xffffffffn
+  if (v6 >> 32n === NAT64_WELL_KNOWN || v6 >> 80n === NAT64_LOCAL_USE || v6 >> 32n === 0n) return low
+  if (v6 >> 112n === SIX_TO_FOUR) return (v6 >> 80n) & 0xffffffffn
+  return null
 }

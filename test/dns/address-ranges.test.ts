@@ -37,3 +37,19 @@ t.test('guarded ranges: what the guard refuses without an allowance, and what it
   ]
   for (const [address, reason] of cases) t.equal(guardedRangeOf(address), reason, `${address}: ${reason ?? 'public'}`)
 })
+
+t.test('an IPv6 address that carries an IPv4 destination is judged by it', async t => {
+  // In an IPv6-only cluster a NAT64 gateway reaches 64:ff9b::a9fe:a9fe at 169.254.169.254:
+  // an AAAA record can name the metadata service that way. So can 6to4 and the old
+  // IPv4-compatible form.
+  const cases: Array<[string, string | null]> = [
+    ['64:ff9b::a9fe:a9fe', 'link-local'], ['64:ff9b::169.254.169.254', 'link-local'], ['64:ff9b::7f00:1', 'loopback'],
+    ['64:ff9b::a00:1', 'private'], ['64:ff9b:1::a9fe:a9fe', 'link-local'], ['2002:7f00:1::1', 'loopback'],
+    ['2002:a9fe:a9fe::', 'link-local'], ['::127.0.0.1', 'loopback'], ['::a9fe:a9fe', 'link-local'],
+    // Their public IPv4 destinations stay public.
+    ['64:ff9b::808:808', null], ['2002:808:808::1', null], ['::8.8.8.8', null],
+  ]
+  for (const [address, reason] of cases) t.equal(guardedRangeOf(address), reason, `${address}: ${reason ?? 'public'}`)
+  t.equal(guardedRangeOf('::'), 'unspecified', ':: stays unspecified')
+  t.equal(guardedRangeOf('::1'), 'loopback', '::1 stays loopback')
+})
