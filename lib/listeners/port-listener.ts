@@ -114,10 +114,16 @@ export class PortListener {
     this.#h1.on('clientError', onClientError)
 
     this.#h2 = http2.createServer({
-      maxHeaderListPairs: limits.maxHeaders + 8, // + pseudo-headers
+      // Both limits are enforced in #onStream, where the answer is ours (431, a reset
+      // counted in the field limit's terms); node's and nghttp2's sit above them, for
+      // what must not reach JavaScript at all. nghttp2 enforces the
+      // SETTINGS_MAX_HEADER_LIST_SIZE we announce once the client has acknowledged it,
+      // with a bare RST_STREAM: announced at the limit, only a connection's first
+      // requests got the 431.
+      maxHeaderListPairs: limits.maxHeaders * 2,
       settings: {
         maxConcurrentStreams: limits.maxConcurrentStreams,
-        maxHeaderListSize: limits.maxHeaderSize,
+        maxHeaderListSize: limits.maxHeaderSize * 4,
         enableConnectProtocol: true, // RFC 8441 extended CONNECT (WebSocket over HTTP/2)
       },
     })
@@ -355,8 +361,15 @@ export class PortListener {
     }
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's maxHeaderSize.
-    if (headerListSize(rawHeaders) > this.#plane.limits.maxHeaderSize) {
+    const limits = this.#plane.limits
+    if (headerListSize(rawHeaders) > limits.maxHeaderSize) {
       stream.respond({ ':status': 431 }, { endStream: true })
+      return
+    }
+    // Over the field limit (pseudo-headers aside), a reset as Envoy answers it.
+    if (regularFields(rawHeaders) > limits.maxHeaders) {
+      stream.on('error', noop) // node reports the reset we send as the stream's error
+      stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
       return
     }
     // RFC 9113 §8.3.1: a Host field naming another host than :authority makes the request malformed
@@ -425,6 +438,13 @@ function probeAfterGoaway(session: ServerHttp2Session): void {
  * repeated is counted each time, as the RFC counts it, where node's header
  * object joins such fields into one value.
  */
+/** Fields of a raw HTTP/2 header list that are not pseudo-headers. */
+function regularFields(raw: readonly string[]): number {
+  let n = 0
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].charCodeAt(0) !== 58 /* ':' */) n++
+  return n
+}
+
 function headerListSize(raw: readonly string[]): number {
   let size = 0
   for (let i = 0; i < raw.length; i++) size += raw[i].length

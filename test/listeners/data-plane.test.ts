@@ -3,10 +3,11 @@
 
 import t from 'tap'
 import { execFile } from 'node:child_process'
+import http2 from 'node:http2'
 import { promisify } from 'node:util'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
-import { echoH1, echoH2c, h1, h2, startPlane } from './fixtures.ts'
+import { echoH1, echoH2c, h1, h2, h2On, startPlane } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 const run = promisify(execFile)
@@ -133,6 +134,28 @@ t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async
   const many = Array.from({ length: 90 }, () => 'v'.repeat(30))
   t.equal((await h2(port, { headers: { 'x-many': many as unknown as string } })).status, 431, 'HTTP/2: a repeated field counts once per field')
   t.equal((await h1(port)).status, 200, 'normal requests still pass')
+})
+
+t.test('HTTP/2 limits hold on every request of a connection: 431 over the size, a reset over 100 fields', async (t) => {
+  // Over the size, only a connection's first requests got the 431: once the client had
+  // acknowledged our SETTINGS, nghttp2 enforced the SETTINGS_MAX_HEADER_LIST_SIZE we
+  // announced and reset the stream (ENHANCE_YOUR_CALM) before sallyport saw it. And
+  // node's field-count limit had room for the pseudo-headers, so 101-104 fields passed.
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  t.teardown(() => session.destroy())
+  await new Promise<void>((resolve) => session.once('remoteSettings', () => resolve()))
+  t.equal((await h2On(session)).status, 200, 'a first request, so our SETTINGS are acknowledged')
+  const big = 'x'.repeat(16_300)
+  for (const n of [1, 2]) t.equal((await h2On(session, { headers: { 'x-big': big } })).status, 431, `over the size, request ${n}: 431`)
+  const fields = (n: number): Record<string, string> => Object.fromEntries(Array.from({ length: n }, (_, i) => [`x-f${i}`, 'v']))
+  t.equal((await h2On(session, { headers: fields(100) })).status, 200, '100 fields pass')
+  const over = await h2On(session, { headers: fields(101) }).then(() => -1, (err: { code?: string; message: string }) => err.message)
+  t.match(over, /NGHTTP2_ENHANCE_YOUR_CALM/, '101 fields: the stream is reset')
+  t.equal((await h2On(session)).status, 200, 'and the connection serves on')
 })
 
 t.test('HTTP/2: a Host field that names another host than :authority is a 400 (RFC 9113 §8.3.1)', async (t) => {
