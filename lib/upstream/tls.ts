@@ -11,7 +11,7 @@
 // runs after the handshake (tls-verify.ts). CRLs are deliberately NOT given to
 // OpenSSL (`crl` option): see revocation.ts for why.
 
-import { createHash } from 'node:crypto'
+import { createHash, X509Certificate } from 'node:crypto'
 import { isIP } from 'node:net'
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls'
 import type { ClusterTls } from '../compile/table.ts'
@@ -72,11 +72,20 @@ function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate)
       if (err !== undefined) return err
     }
     if (pins.size > 0) {
-      const pin = cert.pubkey === undefined ? '' : createHash('sha256').update(cert.pubkey).digest('base64')
-      if (!pins.has(pin)) return tlsError(SpTlsCode.PIN_MISMATCH, 'certificate public key matches no configured SPKI pin')
+      if (!pins.has(spkiPinOf(cert))) return tlsError(SpTlsCode.PIN_MISMATCH, 'certificate public key matches no configured SPKI pin')
     }
     return undefined
   }
+}
+
+// A pin is the sha256 of the DER SubjectPublicKeyInfo (RFC 7469 §2.4, what
+// `openssl x509 -pubkey | openssl pkey -pubin -outform der` hashes). Node's
+// `cert.pubkey` is that only for RSA: for EC it is the bare point, for Ed25519
+// absent. Parsing the certificate again costs about as much as the hash, and
+// this runs only on full handshakes (resumed sessions skip checkServerIdentity).
+function spkiPinOf(cert: PeerCertificate): string {
+  const spki = new X509Certificate(cert.raw).publicKey.export({ type: 'spki', format: 'der' })
+  return createHash('sha256').update(spki).digest('base64')
 }
 
 function matchesSan(san: { readonly type: 'Hostname' | 'URI'; readonly value: string }, cert: PeerCertificate): boolean {

@@ -4,9 +4,11 @@
 // client certificates; CRLs (fresh or past nextUpdate) and OCSP responses
 // (good / revoked / unknown, signed by the issuer or a delegated responder).
 // RSA keys from node:crypto (fast), certificates with node-forge, CRLs and OCSP
-// responses assembled with forge's ASN.1 and signed with node:crypto.
+// responses assembled with forge's ASN.1 and signed with node:crypto. Leaves
+// with EC or Ed25519 keys (forge knows only RSA keys) are forge's certificate
+// with the key swapped, re-signed by the RSA test CA.
 
-import { createHash, generateKeyPairSync, randomBytes, sign } from 'node:crypto'
+import { createHash, generateKeyPairSync, randomBytes, sign, X509Certificate } from 'node:crypto'
 import forge from 'node-forge'
 
 export interface Issued {
@@ -161,6 +163,34 @@ export function notYetValidCert(ca: TestCa, dnsNames: readonly string[]): Leaf {
   return serverCert(ca, dnsNames, { notBefore: new Date(Date.now() + DAY), notAfter: new Date(Date.now() + 2 * DAY) })
 }
 
+export interface KeyedLeaf extends Issued {
+  readonly serial: string
+  readonly fullChainPem: string
+}
+
+/**
+ * A server certificate for `dnsNames` and 127.0.0.1 whose key is EC P-256 or
+ * Ed25519, issued by the (RSA) `ca`. forge signs only RSA keys into
+ * certificates, so it builds the TBSCertificate around a throwaway RSA key,
+ * and the SubjectPublicKeyInfo is swapped for the real one before signing.
+ */
+export function serverCertWithKey(ca: TestCa, dnsNames: readonly string[], type: 'ec' | 'ed25519'): KeyedLeaf {
+  const pair = type === 'ec' ? generateKeyPairSync('ec', { namedCurve: 'P-256' }) : generateKeyPairSync('ed25519')
+  const keyPem = pair.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const spki = pair.publicKey.export({ type: 'spki', format: 'der' })
+  const draft = issue(ca, { cn: dnsNames[0] ?? 'localhost', dns: dnsNames, ips: ['127.0.0.1'] })
+  // getTBSCertificate is in forge but not in its type declarations.
+  const tbs = (forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): Asn1 }).getTBSCertificate(draft.cert)
+  const fields = tbs.value as Asn1[]
+  // TBSCertificate: [0] version, serial, signature, issuer, validity, subject, subjectPublicKeyInfo, ...
+  fields[6] = asn1.fromDer(spki.toString('binary'))
+  const tbsDer = der(tbs)
+  const signature = sign('sha256', tbsDer, ca.keyPem)
+  const certDer = der(seq(asn1.fromDer(tbsDer.toString('binary')), SHA256_RSA(), bits(signature)))
+  const certPem = `-----BEGIN CERTIFICATE-----\n${certDer.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END CERTIFICATE-----\n`.replace('\n\n', '\n')
+  return { certPem, keyPem, id: id(certPem, keyPem), serial: draft.serial, fullChainPem: certPem + ca.chainPem }
+}
+
 /** CN of a PEM certificate (for asserting which one a server presented). */
 export function commonName(certPem: string): string {
   const field = forge.pki.certificateFromPem(certPem).subject.getField('CN') as { value: string } | null
@@ -169,9 +199,9 @@ export function commonName(certPem: string): string {
 
 /** Base64 SHA-256 of the SubjectPublicKeyInfo (the sallyport.io/spki-pins form). */
 export function spkiPin(certPem: string): string {
-  const cert = forge.pki.certificateFromPem(certPem)
-  const der = forge.asn1.toDer(forge.pki.publicKeyToAsn1(cert.publicKey)).getBytes()
-  return createHash('sha256').update(Buffer.from(der, 'binary')).digest('base64')
+  // node:crypto rather than forge: forge reads only RSA keys.
+  const der = new X509Certificate(certPem).publicKey.export({ type: 'spki', format: 'der' })
+  return createHash('sha256').update(der).digest('base64')
 }
 
 // ── ASN.1 building blocks ──

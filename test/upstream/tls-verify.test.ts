@@ -7,13 +7,15 @@ import t, { type Test } from 'tap'
 import https from 'node:https'
 import http2 from 'node:http2'
 import type { TLSSocket } from 'node:tls'
+import { createHash, X509Certificate } from 'node:crypto'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { upstreamTlsHandshakeErrors } from '../../lib/observe/upstream-metrics.ts'
 import type { Cluster, ClusterTls } from '../../lib/compile/table.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
 import {
-  clientCert, createCa, createIntermediate, expiredCert, issue, notYetValidCert, serverCert, spkiPin, type Leaf,
+  clientCert, createCa, createIntermediate, expiredCert, issue, notYetValidCert, serverCert, serverCertWithKey, spkiPin,
+  type KeyedLeaf, type Leaf,
 } from '../helpers/pki.ts'
 
 const root = createCa('verify root')
@@ -23,7 +25,7 @@ const good = serverCert(inter, ['api.test'], { uris: ['spiffe://cluster.local/ns
 const gatewayClient = clientCert(inter, 'gateway-client')
 const strangerClient = clientCert(other, 'stranger')
 
-function server(leaf: Leaf, options: https.ServerOptions = {}, cert = leaf.fullChainPem): https.Server {
+function server(leaf: Leaf | KeyedLeaf, options: https.ServerOptions = {}, cert = leaf.fullChainPem): https.Server {
   return https.createServer({ key: leaf.keyPem, cert, ALPNProtocols: ['http/1.1'], ...options }, (req, res) => {
     const socket = req.socket as TLSSocket
     const peer = socket.getPeerCertificate()
@@ -112,6 +114,19 @@ t.test('failure reasons: hostname, expired, not yet valid, pins', async (t) => {
   const pinned = tlsCluster(a.port, { spkiPins: [spkiPin(other.certPem)] })
   t.equal(await reason(a.up, pinned), 'pin_mismatch')
   t.equal(await reason(a.up, tlsCluster(a.port, { caPem: other.certPem, spkiPins: [spkiPin(good.certPem)] })), 'unknown_ca', 'a pin never replaces chain verification')
+})
+
+t.test('SPKI pins match RSA, EC P-256 and Ed25519 keys: the sha256 of the DER SubjectPublicKeyInfo', async (t) => {
+  const rsaPin = createHash('sha256').update(new X509Certificate(good.certPem).publicKey.export({ type: 'spki', format: 'der' })).digest('base64')
+  t.equal(spkiPin(good.certPem), rsaPin, 'the helper pins what openssl x509 -pubkey | openssl pkey -pubin -outform der hashes')
+  for (const type of ['ec', 'ed25519'] as const) {
+    const leaf = serverCertWithKey(inter, ['api.test'], type)
+    const { up, port } = await setup(t, server(leaf))
+    await ok(t, up, tlsCluster(port, {}), `${type}: the certificate verifies without pins`)
+    await ok(t, up, tlsCluster(port, { spkiPins: [spkiPin(leaf.certPem)] }), `${type}: its own SPKI pin matches`)
+    await ok(t, up, tlsCluster(port, { spkiPins: [`sha256/${spkiPin(leaf.certPem)}`, spkiPin(other.certPem)] }), `${type}: among others, with the sha256/ prefix`)
+    t.equal(await reason(up, tlsCluster(port, { spkiPins: [spkiPin(good.certPem)] })), 'pin_mismatch', `${type}: another key's pin does not`)
+  }
 })
 
 t.test('subjectAltNames: Hostname and URI (SPIFFE ID) replace the hostname check', async (t) => {
