@@ -68,7 +68,7 @@ function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate)
         return tlsError(SpTlsCode.SAN_MISMATCH, `certificate matches none of the ${sans.length} configured subjectAltNames`)
       }
     } else {
-      const err = checkServerIdentity(verifyHostname ?? host, cert)
+      const err = checkServerIdentity(verifyHostname ?? host, withoutCn(cert))
       if (err !== undefined) return err
     }
     if (pins.size > 0) {
@@ -88,8 +88,16 @@ function spkiPinOf(cert: PeerCertificate): string {
   return createHash('sha256').update(spki).digest('base64')
 }
 
+// Node's checkServerIdentity matches the subject CN when the certificate has
+// no DNS subjectAltName; RFC 9525 §6.3 (and Go, and browsers) never do. Hiding
+// the CN leaves Node only the SANs: a certificate without a matching DNS or IP
+// SAN fails ERR_TLS_CERT_ALTNAME_INVALID ("Cert does not contain a DNS name").
+function withoutCn(cert: PeerCertificate): PeerCertificate {
+  return cert.subject?.CN === undefined ? cert : { ...cert, subject: { ...cert.subject, CN: '' } }
+}
+
 function matchesSan(san: { readonly type: 'Hostname' | 'URI'; readonly value: string }, cert: PeerCertificate): boolean {
-  if (san.type === 'Hostname') return checkServerIdentity(san.value, cert) === undefined
+  if (san.type === 'Hostname') return checkServerIdentity(san.value, withoutCn(cert)) === undefined
   const list = cert.subjectaltname ?? ''
   return list.split(', ').includes(`URI:${san.value}`)
 }

@@ -129,6 +129,17 @@ t.test('SPKI pins match RSA, EC P-256 and Ed25519 keys: the sha256 of the DER Su
   }
 })
 
+t.test('a DNS name is never matched against the subject CN (RFC 9525 §6.3): no subjectAltName, no match', async (t) => {
+  const cnOnly = issue(inter, { cn: 'api.test' })
+  const { up, port } = await setup(t, server(cnOnly))
+  t.equal(await reason(up, tlsCluster(port, {})), 'hostname_mismatch', 'hostname api.test against CN=api.test without SANs')
+  t.equal(await reason(up, tlsCluster(port, { subjectAltNames: [{ type: 'Hostname', value: 'api.test' }] })), 'hostname_mismatch', 'nor a configured Hostname subjectAltName')
+  const uriOnly = issue(inter, { cn: 'api.test', uris: ['spiffe://cluster.local/ns/pay/sa/api'] })
+  const u = await setup(t, server(uriOnly))
+  t.equal(await reason(u.up, tlsCluster(u.port, {})), 'hostname_mismatch', 'a URI SAN is no DNS name either')
+  await ok(t, u.up, tlsCluster(u.port, { subjectAltNames: [{ type: 'URI', value: 'spiffe://cluster.local/ns/pay/sa/api' }] }), 'the URI SAN itself still matches')
+})
+
 t.test('subjectAltNames: Hostname and URI (SPIFFE ID) replace the hostname check', async (t) => {
   const { up, port } = await setup(t, server(good))
   await ok(t, up, tlsCluster(port, { verifyHostname: 'nope.test', subjectAltNames: [{ type: 'URI', value: 'spiffe://cluster.local/ns/pay/sa/api' }] }), 'SPIFFE URI SAN matches')
