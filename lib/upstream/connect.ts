@@ -107,6 +107,8 @@ export class Connector {
   readonly #proxy: UpstreamProxy | null
   /** Last TLS session ticket of this pool: offered on the next connection (resumption). */
   #session: Buffer | undefined = undefined
+  /** When the verdict #session was made under stops holding (tls-verify.ts): not offered from then on. */
+  #sessionUntil = Infinity
 
   constructor(options: ConnectorOptions) {
     this.endpoint = options.endpoint
@@ -163,15 +165,28 @@ export class Connector {
     let socket: Socket
     const tls = this.#tls
     let staple: Buffer | null = null
+    // A session is kept only once its connection passed every check, and with
+    // the time that verdict holds until: a ticket from a handshake refused after
+    // OpenSSL accepted it (revoked, stale CRL, bad staple) would otherwise let the
+    // next connection resume past those checks. A resumed connection's tickets
+    // inherit the verdict of the session it resumed.
+    const offered = this.#resume && this.#session !== undefined && Date.now() < this.#sessionUntil ? this.#session : undefined
+    const validity = { until: offered === undefined ? Infinity : this.#sessionUntil }
+    let accepted = false
+    let issued: Buffer | undefined
+    const keep = (session: Buffer): void => {
+      this.#session = session
+      this.#sessionUntil = validity.until
+    }
     if (tls !== null) {
       const tlsSocket: TLSSocket = tlsConnect({
         ...tls.options,
         ...(tunnel !== undefined ? { socket: tunnel } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
         servername: tls.servername,
         ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
-        session: this.#resume ? this.#session : undefined,
+        session: offered,
       })
-      if (this.#resume) tlsSocket.on('session', (session: Buffer) => { this.#session = session })
+      if (this.#resume) tlsSocket.on('session', (session: Buffer) => { if (accepted) keep(session); else issued = session })
       if (tls.verifier !== null && tls.verifier.requestOCSP) tlsSocket.once('OCSPResponse', (response: Buffer) => { staple = response })
       socket = tlsSocket
     } else if (tunnel !== undefined) {
@@ -189,6 +204,8 @@ export class Connector {
     const accept = (): void => {
       if (settled || opening.done) return
       settled = true
+      accepted = true
+      if (issued !== undefined) keep(issued)
       clearTimeout(timer)
       socket.removeListener('error', onError)
       socket.setNoDelay(true)
@@ -208,9 +225,15 @@ export class Connector {
       socket.once('close', () => { clearTimeout(waited); onError(localError('SP_TLS_CLIENT_CERT_REJECTED', 'upstream closed the connection instead of accepting our client certificate')) })
     }
     const onConnect = (): void => {
+      if (tls !== null && !(socket as TLSSocket).isSessionReused()) {
+        // A full handshake (also when the offered session was declined) is judged
+        // afresh. OpenSSL checked notAfter now; a resumed session is not checked again.
+        const notAfter = Date.parse((socket as TLSSocket).getPeerCertificate().valid_to)
+        validity.until = notAfter < Infinity ? notAfter : Infinity
+      }
       const verifier = tls === null ? null : tls.verifier
       if (verifier === null) return verified()
-      const verdict = verifier.verify(socket as TLSSocket, staple)
+      const verdict = verifier.verify(socket as TLSSocket, staple, validity)
       if (verdict === null) return verified()
       if (verdict instanceof Error) return onError(verdict)
       verdict.then((err) => { if (err === null) verified(); else onError(err) }, onError)

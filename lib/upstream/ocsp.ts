@@ -19,7 +19,9 @@ const OID_OCSP_SIGNING = '1.3.6.1.5.5.7.3.9'
 const SKEW_MS = 5 * 60_000
 
 export type StapleVerdict =
-  | { readonly status: 'good' | 'unknown' }
+  /** nextUpdate plus the allowed skew: when this answer stops being accepted (Infinity: never). */
+  | { readonly status: 'good'; readonly until: number }
+  | { readonly status: 'unknown' }
   | { readonly status: 'revoked'; readonly revokedAt: number }
   | { readonly status: 'invalid'; readonly message: string }
 
@@ -68,7 +70,7 @@ function verify(staple: Buffer, leaf: CertFacts, issuer: CertFacts, now: number)
     if (thisUpdate > now + SKEW_MS) return invalid('OCSP response thisUpdate is in the future')
     if (nextUpdate !== null && nextUpdate < now - SKEW_MS) return invalid(`OCSP response expired at ${new Date(nextUpdate).toISOString()}`)
     if (status.cls !== 2) return invalid('bad OCSP certStatus')
-    if (status.tag === 0) return { status: 'good' }
+    if (status.tag === 0) return { status: 'good', until: nextUpdate === null ? Infinity : nextUpdate + SKEW_MS }
     if (status.tag === 1) return { status: 'revoked', revokedAt: time(children(status)[0]) }
     return { status: 'unknown' }
   }

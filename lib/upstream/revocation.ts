@@ -73,6 +73,11 @@ export interface CrlSource {
   get(url: string): Promise<Crl>
 }
 
+/** Until when a verdict holds (ms since the epoch): the checks lower it to the earliest time that would change it. */
+export interface Validity {
+  until: number
+}
+
 export interface RevocationOptions {
   readonly crls: readonly Crl[]
   readonly stale: 'fail' | 'allow'
@@ -95,22 +100,25 @@ export class RevocationChecker {
     return this.#crls.length > 0 || this.#fetcher !== null
   }
 
-  /** `chain`: leaf first, each certificate followed by its issuer. Sync unless a CRL must be fetched. */
-  check(chain: readonly CertFacts[], now: number): Error | null | Promise<Error | null> {
+  /**
+   * `chain`: leaf first, each certificate followed by its issuer. Sync unless a CRL must be fetched.
+   * `validity` is lowered to the nextUpdate of every CRL relied on (when stale ones fail).
+   */
+  check(chain: readonly CertFacts[], now: number, validity: Validity = { until: Infinity }): Error | null | Promise<Error | null> {
     const missing: number[] = []
     for (let i = 0; i < chain.length; i++) {
       const cert = chain[i]
       const issuer = chain[i + 1]
       if (issuer === undefined) break // the trust anchor (or a chain we could not complete): nothing to check
-      const verdict = this.#checkOne(cert, issuer, this.#crls, now)
+      const verdict = this.#checkOne(cert, issuer, this.#crls, now, validity)
       if (verdict === 'none' && this.#fetcher !== null && cert.crlUrls.length > 0) missing.push(i)
       else if (verdict instanceof Error) return verdict
     }
     if (missing.length === 0) return null
-    return this.#checkFetched(chain, missing, now)
+    return this.#checkFetched(chain, missing, now, validity)
   }
 
-  async #checkFetched(chain: readonly CertFacts[], missing: readonly number[], now: number): Promise<Error | null> {
+  async #checkFetched(chain: readonly CertFacts[], missing: readonly number[], now: number, validity: Validity): Promise<Error | null> {
     const fetcher = this.#fetcher as CrlSource
     for (const i of missing) {
       const cert = chain[i]
@@ -127,7 +135,7 @@ export class RevocationChecker {
       if (fetched.length === 0) {
         return revocationError('SP_TLS_CRL_UNAVAILABLE', `no CRL could be fetched for ${cert.x509.subject.replace(/\n/g, ', ')}: ${lastError instanceof Error ? lastError.message : String(lastError)}`)
       }
-      const verdict = this.#checkOne(cert, chain[i + 1] as CertFacts, fetched, now)
+      const verdict = this.#checkOne(cert, chain[i + 1] as CertFacts, fetched, now, validity)
       if (verdict === 'none') return revocationError('SP_TLS_CRL_UNAVAILABLE', `the CRL fetched for ${cert.x509.subject.replace(/\n/g, ', ')} is not signed by its issuer`)
       if (verdict instanceof Error) return verdict
     }
@@ -135,7 +143,7 @@ export class RevocationChecker {
   }
 
   /** 'none': no usable CRL from this issuer; null: checked and not revoked. */
-  #checkOne(cert: CertFacts, issuer: CertFacts, crls: readonly Crl[], now: number): Error | null | 'none' {
+  #checkOne(cert: CertFacts, issuer: CertFacts, crls: readonly Crl[], now: number, validity: Validity): Error | null | 'none' {
     let found = false
     for (const crl of crls) {
       if (!crl.issuerDer.equals(cert.issuerDer)) continue
@@ -144,6 +152,7 @@ export class RevocationChecker {
       if (crl.nextUpdate !== null && crl.nextUpdate < now && this.#stale === 'fail') {
         return revocationError('CRL_HAS_EXPIRED', `CRL (${crl.source}) of ${issuer.x509.subject.replace(/\n/g, ', ')} is past its nextUpdate ${new Date(crl.nextUpdate).toISOString()}`)
       }
+      if (crl.nextUpdate !== null && this.#stale === 'fail' && crl.nextUpdate < validity.until) validity.until = crl.nextUpdate
       if (crl.revoked.has(cert.serial)) {
         return revocationError('CERT_REVOKED', `certificate ${cert.serial} (${cert.x509.subject.replace(/\n/g, ', ')}) is revoked by CRL (${crl.source})`)
       }

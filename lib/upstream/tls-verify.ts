@@ -5,21 +5,28 @@
 // so the Connector runs them on 'secureConnect' and hands the socket to a pool
 // only when they pass. Built once per pool, like the rest of the client TLS.
 //
-// Resumed sessions skip them, as Node skips checkServerIdentity: the session
-// was verified when it was made, and any change of CRLs or settings changes
-// the pool key (identityHash), so no session survives it.
+// Resumed sessions skip them, as Node skips checkServerIdentity: a resumed
+// handshake carries no certificates to check. The session was verified when it
+// was made, and any change of CRLs or settings changes the pool key
+// (identityHash), so no session survives it. Time changes no key, though: a
+// verdict holds only until the earliest nextUpdate it relied on (configured or
+// fetched CRLs when stale ones fail, the stapled OCSP response) or the leaf's
+// notAfter, and the Connector offers a session only until then (connect.ts).
 
 import type { PeerCertificate, TLSSocket } from 'node:tls'
 import type { ClusterTls } from '../compile/table.ts'
 import { certFacts, type CertFacts } from './tls-cert.ts'
 import { checkStaple } from './ocsp.ts'
-import { CrlCache, RevocationChecker, parseCrlPem, revocationError, type CrlSource } from './revocation.ts'
+import { CrlCache, RevocationChecker, parseCrlPem, revocationError, type CrlSource, type Validity } from './revocation.ts'
 
 export interface PeerVerifier {
   /** Whether to ask the server for a stapled OCSP response. */
   readonly requestOCSP: boolean
-  /** null: accepted. A Promise only when a CRL has to be fetched. */
-  verify(socket: TLSSocket, staple: Buffer | null): Error | null | Promise<Error | null>
+  /**
+   * null: accepted, until `validity.until` (lowered here; resumed sessions leave it alone).
+   * A Promise only when a CRL has to be fetched.
+   */
+  verify(socket: TLSSocket, staple: Buffer | null, validity: Validity): Error | null | Promise<Error | null>
 }
 
 let sharedCrlCache: CrlCache | null = null
@@ -59,7 +66,7 @@ class Verifier implements PeerVerifier {
     this.requestOCSP = ocsp !== 'off'
   }
 
-  verify(socket: TLSSocket, staple: Buffer | null): Error | null | Promise<Error | null> {
+  verify(socket: TLSSocket, staple: Buffer | null, validity: Validity): Error | null | Promise<Error | null> {
     if (this.#buildError !== null) return this.#buildError
     if (socket.isSessionReused()) return null
     let chain: CertFacts[]
@@ -70,13 +77,13 @@ class Verifier implements PeerVerifier {
     }
     if (chain.length === 0) return revocationError('SP_TLS_BAD_CERT', 'the peer sent no certificate')
     const now = Date.now()
-    const ocspError = this.#checkOcsp(chain, staple, now)
+    const ocspError = this.#checkOcsp(chain, staple, now, validity)
     if (ocspError !== null) return ocspError
     const checker = this.#checker
-    return checker === null || !checker.active ? null : checker.check(chain, now)
+    return checker === null || !checker.active ? null : checker.check(chain, now, validity)
   }
 
-  #checkOcsp(chain: readonly CertFacts[], staple: Buffer | null, now: number): Error | null {
+  #checkOcsp(chain: readonly CertFacts[], staple: Buffer | null, now: number, validity: Validity): Error | null {
     const mode = this.#ocsp
     if (mode === 'off') return null
     const leaf = chain[0]
@@ -87,7 +94,10 @@ class Verifier implements PeerVerifier {
         return revocationError('CERT_REVOKED', `certificate ${leaf.serial} is revoked (stapled OCSP, since ${new Date(verdict.revokedAt).toISOString()})`)
       }
       if (verdict.status === 'invalid') return revocationError('SP_TLS_OCSP_INVALID', verdict.message)
-      if (verdict.status === 'good') return null
+      if (verdict.status === 'good') {
+        if (verdict.until < validity.until) validity.until = verdict.until
+        return null
+      }
     }
     // No staple (or status unknown): RFC 7633 says a must-staple certificate without one is refused.
     if (mode === 'require' || (mode === 'must-staple' && leaf.mustStaple)) {

@@ -156,3 +156,71 @@ t.test('the server sees the OCSP request only when asked', async (t) => {
   t.equal(await outcome(up, c(port, {})), 'ok 200')
   t.equal(asked, 1)
 })
+
+// A resumed session skips the certificate exchange, so nothing about the chain
+// can be checked on it: time-bound verdicts (a CRL's nextUpdate, a staple's)
+// must end the session's reuse instead. `connection: close` makes every request
+// a new TLS connection, which resumes when it can.
+function resumingServer(t: Test, leaf: Leaf, version: 'TLSv1.2' | 'TLSv1.3', staple: ((leaf: Leaf) => Buffer) | null = null): Promise<number> {
+  const s = https.createServer({ key: leaf.keyPem, cert: leaf.fullChainPem, maxVersion: version }, (req, res) => {
+    res.setHeader('connection', 'close')
+    res.end((req.socket as tls.TLSSocket).isSessionReused() ? 'resumed' : 'full')
+  })
+  if (staple !== null) s.on('OCSPRequest', (_c: Buffer, _i: Buffer, cb: (err: Error | null, resp?: Buffer) => void) => cb(null, staple(leaf)))
+  t.teardown(() => new Promise<void>((resolve) => { s.closeAllConnections(); s.close(() => resolve()) }))
+  return listen(s)
+}
+
+async function answer(up: Upstreams, cl: Cluster): Promise<string> {
+  const o = await forward(up, request(cl))
+  if (o.kind === 'response') return readBody(o.res.body)
+  const err = expectError(o)
+  return err.detail ?? `${err.code} ${err.message}`
+}
+
+/** Requests until the answer is `until` (or `deadline` passes); every answer in order. */
+async function pollUntil(up: Upstreams, cl: Cluster, until: string, deadline: number): Promise<string[]> {
+  const seen: string[] = []
+  while (Date.now() < deadline) {
+    const a = await answer(up, cl)
+    seen.push(a)
+    if (a === until) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return seen
+}
+
+for (const version of ['TLSv1.2', 'TLSv1.3'] as const) {
+  t.test(`${version}: a CRL that goes past nextUpdate fails closed on resumed sessions too`, async (t) => {
+    const up = upstreams(t)
+    const port = await resumingServer(t, good, version)
+    // CRL times have whole seconds: three of them leave room to resume before it goes stale.
+    const nextUpdate = new Date(Date.now() + 3000)
+    const cl = c(port, { crlPem: makeCrl(inter, { nextUpdate }) + makeCrl(root) })
+    const seen = await pollUntil(up, cl, 'crl_expired', nextUpdate.getTime() + 10_000)
+    t.equal(seen[0], 'full', 'the first connection is a full handshake')
+    t.ok(seen.includes('resumed'), `later ones resume while the CRL is fresh (${seen.join(',')})`)
+    t.equal(seen[seen.length - 1], 'crl_expired', 'once it is stale, no connection is accepted')
+    t.equal(await answer(up, cl), 'crl_expired', 'and stays refused: the failed handshake left no session to resume')
+  })
+}
+
+t.test('a refused handshake leaves no session behind to resume', async (t) => {
+  const up = upstreams(t)
+  const port = await resumingServer(t, revoked, 'TLSv1.2')
+  const cl = c(port, { crlPem: freshCrls })
+  for (let i = 0; i < 3; i++) t.equal(await answer(up, cl), 'revoked', `connection ${i}`)
+})
+
+t.test('a stapled OCSP response that expires ends the reuse of its session', async (t) => {
+  const up = upstreams(t)
+  // checkStaple allows 5 minutes of clock skew past nextUpdate: this staple has 3 s of them left.
+  const nextUpdate = new Date(Date.now() - 5 * 60_000 + 3000)
+  const staple = ocspResponse(inter, good, { thisUpdate: new Date(Date.now() - DAY), nextUpdate })
+  const port = await resumingServer(t, good, 'TLSv1.3', () => staple)
+  const cl = c(port, {})
+  const seen = await pollUntil(up, cl, 'ocsp_invalid', nextUpdate.getTime() + 5 * 60_000 + 10_000)
+  t.equal(seen[0], 'full')
+  t.ok(seen.includes('resumed'), `later ones resume while the staple is valid (${seen.join(',')})`)
+  t.equal(seen[seen.length - 1], 'ocsp_invalid', 'an expired staple refuses the next full handshake')
+})
