@@ -242,14 +242,14 @@ function sendTrailers(stream: ServerHttp2Stream, trailers: () => OutgoingHeaders
   }
 }
 
+function ignoreError(): void {}
+
 /**
  * The request half of an HTTP/2 stream as a plain Readable. upstream/ may
  * destroy the body it was given once sent (undici does); destroying the
  * ServerHttp2Stream itself would reset the response half too. Destroying this
  * view only stops forwarding: the rest of the request is drained.
  */
-function ignoreError(): void {}
-
 class RequestBody extends Readable {
   readonly #stream: ServerHttp2Stream
   /** Request body bytes received. */

@@ -246,7 +246,6 @@ export class FastH1Connection {
   }
 }
 
-
 // The fixed parts of a response head, made once (a head is built in bytes, HEAD).
 
 /** `Date: <node's own Date value>\r\n`, recomputed once a second. */

@@ -360,14 +360,15 @@ export class PortListener {
       stream.once('close', () => { info.streams-- })
     }
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
-    // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's maxHeaderSize.
+    // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's
+    // maxHeaderSize (431), and the field limit with a reset, as Envoy answers it.
     const limits = this.#plane.limits
-    if (headerListSize(rawHeaders) > limits.maxHeaderSize) {
+    const over = headerListOver(rawHeaders, limits.maxHeaderSize, limits.maxHeaders)
+    if (over === 'size') {
       stream.respond({ ':status': 431 }, { endStream: true })
       return
     }
-    // Over the field limit (pseudo-headers aside), a reset as Envoy answers it.
-    if (regularFields(rawHeaders) > limits.maxHeaders) {
+    if (over === 'fields') {
       stream.on('error', noop) // node reports the reset we send as the stream's error
       stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
       return
@@ -433,22 +434,23 @@ function probeAfterGoaway(session: ServerHttp2Session): void {
 
 // hot path
 /**
- * RFC 9113 §6.5.2 size: name + value + 32 per field, over the fields as they
- * came (node's 'stream' event gives them as a flat name, value list): a name
- * repeated is counted each time, as the RFC counts it, where node's header
- * object joins such fields into one value.
+ * Which of an HTTP/2 request's header limits its list is over, in one pass:
+ * 'size' (RFC 9113 §6.5.2: name + value + 32 per field, over the fields as they
+ * came, node's flat name, value list: a name repeated is counted each time, as
+ * the RFC counts it, where node's header object joins such fields into one
+ * value), else 'fields' (more regular fields than allowed, pseudo-headers
+ * aside); null when within both.
  */
-/** Fields of a raw HTTP/2 header list that are not pseudo-headers. */
-function regularFields(raw: readonly string[]): number {
-  let n = 0
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].charCodeAt(0) !== 58 /* ':' */) n++
-  return n
-}
-
-function headerListSize(raw: readonly string[]): number {
+function headerListOver(raw: readonly string[], maxSize: number, maxFields: number): 'size' | 'fields' | null {
   let size = 0
-  for (let i = 0; i < raw.length; i++) size += raw[i].length
-  return size + (raw.length >> 1) * 32
+  let fields = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]
+    size += name.length + raw[i + 1].length + 32
+    if (name.charCodeAt(0) !== 58 /* ':' */) fields++
+  }
+  if (size > maxSize) return 'size'
+  return fields > maxFields ? 'fields' : null
 }
 
 /** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400 or 501, then the connection closes, its body unread. */
