@@ -229,7 +229,7 @@ export class Connector {
         // A full handshake (also when the offered session was declined) is judged
         // afresh. OpenSSL checked notAfter now; a resumed session is not checked again.
         const notAfter = Date.parse((socket as TLSSocket).getPeerCertificate().valid_to)
-        validity.until = notAfter < Infinity ? notAfter : Infinity
+        validity.until = Number.isFinite(notAfter) ? notAfter : Infinity
       }
       const verifier = tls === null ? null : tls.verifier
       if (verifier === null) return verified()

@@ -122,6 +122,12 @@ export class Exchange {
     }
   }
 
+  #clearDeadline(): void {
+    if (this.#deadline === null) return
+    clearTimeout(this.#deadline)
+    this.#deadline = null
+  }
+
   /** Cancellation listener (an object, so no closure per request). */
   handleEvent(): void {
     const reason = new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted by the client or the route timeout', { cause: this.req.signal.reason })
@@ -144,10 +150,7 @@ export class Exchange {
     }
     this.#answered = true
     // MCP event streams live as long as they keep sending (as with the route's own timeout, router/forward.ts).
-    if (this.#deadline !== null && this.cluster.protocol === 'MCP') {
-      clearTimeout(this.#deadline)
-      this.#deadline = null
-    }
+    if (this.cluster.protocol === 'MCP') this.#clearDeadline()
     if (this.guard !== null) this.guard.responded(this, status, headers)
     const body = new ResponseBody(this, attempt, status)
     this.#body = body
@@ -204,10 +207,7 @@ export class Exchange {
   finish(code: string): void {
     if (this.#finished) return
     this.#finished = true
-    if (this.#deadline !== null) {
-      clearTimeout(this.#deadline)
-      this.#deadline = null
-    }
+    this.#clearDeadline()
     this.req.signal.removeEventListener('abort', this)
     if (this.guard !== null) this.guard.finished(this)
     const series = this.#series

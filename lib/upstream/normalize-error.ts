@@ -35,6 +35,13 @@ const TIMEOUT_CODES: ReadonlySet<string> = new Set([
   BACKEND_REQUEST_TIMEOUT,
 ])
 
+/**
+ * The code of an HTTP/2 stream closed with REFUSED_STREAM (h2-pool.ts): a reset
+ * like any other, but the only one that says the upstream did not process the
+ * request (RFC 9113 §8.7), which the refused-stream retry trigger relies on.
+ */
+export const STREAM_REFUSED = 'SP_STREAM_REFUSED'
+
 const RESET_CODES: ReadonlySet<string> = new Set([
   'ECONNRESET', 'EPIPE', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'UND_ERR_DESTROYED',
   'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR', 'ERR_HTTP2_GOAWAY_SESSION',
@@ -42,15 +49,8 @@ const RESET_CODES: ReadonlySet<string> = new Set([
   'ERR_HTTP2_ERROR', 'SP_STREAM_RESET', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
   'SP_H1_INCOMPLETE', 'SP_POOL_CLOSED', // h1-client.ts: the upstream closed mid-response; a pool closed under a request
   'SP_CONNECT_CANCELLED', // connect.ts: a closing pool stopped a connection no request waited for
-  'SP_STREAM_REFUSED', // STREAM_REFUSED below
+  STREAM_REFUSED,
 ])
-
-/**
- * The code of an HTTP/2 stream closed with REFUSED_STREAM (h2-pool.ts): a reset
- * like any other, but the only one that says the upstream did not process the
- * request (RFC 9113 §8.7), which the refused-stream retry trigger relies on.
- */
-export const STREAM_REFUSED = 'SP_STREAM_REFUSED'
 
 /**
  * The request cannot be encoded for the upstream (checked before anything is
