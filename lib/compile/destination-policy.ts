@@ -216,8 +216,9 @@ export class DestinationPolicies {
     const known = byGateway.get(gatewayKey)
     if (known !== undefined) return known
     const key = cluster.backendKey
-    const backend = key === undefined ? undefined : this.#snapshot.backends.get(key)
-    if (key === undefined || backend === undefined) return null
+    if (key === undefined) return null
+    const backend = this.#snapshot.backends.get(key)
+    if (backend === undefined) return null
     const d = this.#verdict(backend, cluster, this.gatewayPolicy(gatewayKey))
     byGateway.set(gatewayKey, d)
     if (d !== null) {
@@ -269,8 +270,9 @@ export class DestinationPolicies {
   clusterDestination(cluster: Cluster, gatewayKeys: readonly string[]): ClusterDestination | null {
     if (cluster.kind !== 'Backend' || !cluster.endpoints.some(e => e.kind === 'hostname')) return null
     const key = cluster.backendKey
-    const backend = key === undefined ? undefined : this.#snapshot.backends.get(key)
-    if (key === undefined || backend === undefined) return null
+    if (key === undefined) return null
+    const backend = this.#snapshot.backends.get(key)
+    if (backend === undefined) return null
     const problems: string[] = []
     const own = readSuffixes(backend.meta.annotations[ANNOTATION.REVERSE_DNS], ANNOTATION.REVERSE_DNS, problems)
     if (problems.length > 0) this.backendProblems.set(key, problems)

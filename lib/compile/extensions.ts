@@ -16,7 +16,7 @@
 
 import { createHash } from 'node:crypto'
 import type { Backend, BackendTrafficPolicy, EgressExtension, ExtensionSpec } from '../resources/model.ts'
-import { backendKey, keyOfBackend } from '../resources/model.ts'
+import { backendKey, groupKindOf, keyOfBackend } from '../resources/model.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { ExtensionType, SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
@@ -83,7 +83,13 @@ function at(config: Readonly<Record<string, unknown>>, path: string): unknown {
 }
 
 /** A Secret reference of an extension that cannot be used: its config path, a ResolvedRefs reason, a message. */
-export interface SecretRefError { readonly path: string; readonly reason: 'RefNotPermitted' | 'InvalidSecretRef'; readonly message: string }
+export interface SecretRefError {
+  readonly path: string
+  readonly reason: 'RefNotPermitted' | 'InvalidSecretRef'
+  readonly message: string
+  /** The Secret is not in the snapshot at all (not: it lacks the key, or no grant allows it). */
+  readonly missing: boolean
+}
 
 /**
  * The Secret keys a built-in reads at `path`, as [key field of the ref, default
@@ -109,21 +115,21 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string,
   for (const path of SECRET_PATHS) {
     const ref = at(config, path)
     if (ref === undefined) continue
-    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret` } }
+    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret`, missing: false } }
     const r = ref as Record<string, unknown>
     const namespace = typeof r.namespace === 'string' ? r.namespace : owner.namespace
     const name = r.name as string
     const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
     // Gateway API ReferenceGrant: a Secret in another namespace only with a grant there.
     if (!isReferenceAllowed(snapshot, from, { group: '', kind: 'Secret', namespace, name })) {
-      return { secrets, error: { path, reason: 'RefNotPermitted', message: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it` } }
+      return { secrets, error: { path, reason: 'RefNotPermitted', message: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it`, missing: false } }
     }
     const secret = snapshot.secrets.get(`${namespace}/${name}`)
-    if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found` } }
+    if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found`, missing: true } }
     const keys = Object.keys(secret.data).sort()
     for (const [field, fallback] of keysRead(type, config, path)) {
       const key = typeof r[field] === 'string' ? r[field] as string : keys.length === 1 ? keys[0] as string : fallback
-      if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}` } }
+      if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}`, missing: false } }
     }
     const data: Record<string, string> = {}
     for (const k of keys) data[k] = (secret.data[k] as Buffer).toString('utf8')
@@ -138,10 +144,19 @@ function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<
   return `${ownerId(owner)}/${spec.name}#${h}`
 }
 
+/**
+ * An extension's canonical type (null: unknown), and the type it runs as: the
+ * canonical one as its config selects it (OAuth2 in a CredentialInjector...),
+ * or as written when unknown.
+ */
+function typesOf(spec: ExtensionSpec): { readonly canonical: ReturnType<typeof canonicalType>; readonly type: string } {
+  const canonical = canonicalType(spec.type)
+  return { canonical, type: canonical === null ? spec.type : effectiveType(canonical, spec.config) }
+}
+
 /** Compiles one extension: canonical type, phases, secrets. Pure. */
 export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['scope'], owner: ExtensionOwner, spec: ExtensionSpec): CompiledExtension {
-  const canonical = canonicalType(spec.type)
-  const type = canonical === null ? spec.type : effectiveType(canonical, spec.config)
+  const { canonical, type } = typesOf(spec)
   const { secrets, error } = resolveSecrets(snapshot, owner, type, spec.config)
   const phases: Phase[] = spec.phase !== null ? [spec.phase as Phase] : defaultPhases(canonical === null ? null : type as never, spec.config)
   return {
@@ -192,11 +207,7 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
 
 /** The owner record of a Backend's spec.extensions: its own group and kind, which a ReferenceGrant for its Secrets must name. */
 export function backendExtensionOwner(b: Backend): ExtensionOwner {
-  const slash = b.apiVersion.indexOf('/')
-  return {
-    kind: b.flavor === 'XBackend' ? 'XBackend' : 'Backend', group: slash === -1 ? '' : b.apiVersion.slice(0, slash),
-    namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp,
-  }
+  return { ...groupKindOf(b), namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp }
 }
 
 export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
@@ -218,11 +229,9 @@ export function secretRefProblems(snapshot: Snapshot, options: { readonly missin
   const out: SecretRefProblem[] = []
   const check = (owner: ExtensionOwner, statusKey: string, source: ConfigProblem['source'], list: readonly ExtensionSpec[]): void => {
     list.forEach((spec, i) => {
-      const canonical = canonicalType(spec.type)
-      const type = canonical === null ? spec.type : effectiveType(canonical, spec.config)
-      const { error } = resolveSecrets(snapshot, owner, type, spec.config)
+      const { error } = resolveSecrets(snapshot, owner, typesOf(spec).type, spec.config)
       if (error === null) return
-      if (!options.missingSecrets && / not found$/.test(error.message)) return
+      if (!options.missingSecrets && error.missing) return
       out.push({
         statusKey, reason: error.reason,
         problem: {

@@ -217,7 +217,7 @@ function compileRule(
           refProblems.push({ reason: ref.kind === 'EgressExtension' ? 'BackendNotFound' : 'InvalidKind', message: badFilter })
         } else {
           refExtensions.push(...ext.extensions)
-          refScopes.push({ scope: 'Route', owner: egressOwner(ext), list: ext.extensions })
+          refScopes.push({ scope: 'Route', owner: egressExtensionOwner(ext), list: ext.extensions })
         }
         break
       }
@@ -338,24 +338,24 @@ function connectPolicyOf(route: HTTPRoute | GRPCRoute, requestedFrom: RuleContex
 
 // ── extension scopes (issue 7) ──
 
-const egressOwner = egressExtensionOwner
-
 /** Route scope (the route's EgressExtension and ExtensionRef filters) and Gateway scope (listener, else whole Gateway). */
 function ruleScopes(route: HTTPRoute | GRPCRoute, ctx: RuleContext, refScopes: readonly ScopedExtensions[]): ScopedExtensions[] {
   const out: ScopedExtensions[] = [...refScopes]
   if (ctx.extensions.winners.size === 0) return out // no EgressExtension policy at all: no keys to build per rule (issue 11)
   const own = ctx.extensions.get(`${route.kind}/${route.meta.namespace}/${route.meta.name}`)
-  if (own !== null && !refScopes.some(s => s.owner.namespace === own.meta.namespace && s.owner.name === own.meta.name)) out.push({ scope: 'Route', owner: egressOwner(own), list: own.extensions })
+  if (own !== null && !refScopes.some(s => s.owner.namespace === own.meta.namespace && s.owner.name === own.meta.name)) out.push({ scope: 'Route', owner: egressExtensionOwner(own), list: own.extensions })
   const gw = ctx.extensions.get(`Listener/${ctx.gatewayKey}/${ctx.listenerName}`) ?? ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
-  if (gw !== null) out.push({ scope: 'Gateway', owner: egressOwner(gw), list: gw.extensions })
+  if (gw !== null) out.push({ scope: 'Gateway', owner: egressExtensionOwner(gw), list: gw.extensions })
   return out
 }
 
 function clusterChain(ctx: RuleContext, compiler: ExtensionCompiler, ruleId: string, clusterId: string, scopes: readonly ScopedExtensions[]): import('./table.ts').ExtensionChain | null {
   const cluster = ctx.resolver.cluster(clusterId)
   const list = scopes.slice()
-  const owner = cluster === null || cluster.extensions === null || cluster.backendKey === undefined ? null : compiler.backendOwner(cluster.backendKey)
-  if (owner !== null && cluster !== null && cluster.extensions !== null) list.push({ scope: 'Backend', owner, list: cluster.extensions })
+  if (cluster !== null && cluster.extensions !== null && cluster.backendKey !== undefined) {
+    const owner = compiler.backendOwner(cluster.backendKey)
+    if (owner !== null) list.push({ scope: 'Backend', owner, list: cluster.extensions })
+  }
   if (list.length === 0) return null
   return compiler.chain(`${ruleId} → ${clusterId}`, list)
 }

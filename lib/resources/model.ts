@@ -534,10 +534,16 @@ export function backendKey(group: string, kind: string, namespace: string, name:
   return `${kind}.${group}/${namespace}/${name}`
 }
 
-/** The key of a Backend object (backendKey): the group of its apiVersion, the kind it was written as. */
-export function keyOfBackend(b: Backend): string {
+/** A Backend object's API group (of its apiVersion) and the kind it was written as. */
+export function groupKindOf(b: Backend): { readonly group: string; readonly kind: 'Backend' | 'XBackend' } {
   const slash = b.apiVersion.indexOf('/')
-  return backendKey(slash === -1 ? '' : b.apiVersion.slice(0, slash), b.flavor === 'XBackend' ? 'XBackend' : 'Backend', b.meta.namespace, b.meta.name)
+  return { group: slash === -1 ? '' : b.apiVersion.slice(0, slash), kind: b.flavor === 'XBackend' ? 'XBackend' : 'Backend' }
+}
+
+/** The key of a Backend object (backendKey). */
+export function keyOfBackend(b: Backend): string {
+  const { group, kind } = groupKindOf(b)
+  return backendKey(group, kind, b.meta.namespace, b.meta.name)
 }
 
 /** Where a Snapshot map keeps an object: `namespace/name`, `name` when cluster-scoped, keyOfBackend for Backends. */

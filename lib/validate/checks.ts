@@ -66,13 +66,8 @@ export function regexProblem(source: string): string | null {
     body = body.slice(4)
     flags = 'i'
   }
-  try {
-    new RegExp(body, flags)
-    return null
-  } catch (err) {
-    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
-    return `regular expression ${JSON.stringify(source)} does not compile: ${why}`
-  }
+  const why = compileError(body, flags)
+  return why === null ? null : `regular expression ${JSON.stringify(source)} does not compile: ${why}`
 }
 
 /**
@@ -80,12 +75,17 @@ export function regexProblem(source: string): string | null {
  * Gateway clientSelector: matched whole, as extensions/rate-limit.ts builds it.
  */
 export function wholeRegexProblem(source: string): string | null {
+  const why = compileError(`^(?:${source})$`, '')
+  return why === null ? null : `not a valid regular expression ${JSON.stringify(source)}: ${why}`
+}
+
+/** Why `body` does not compile as a RegExp (V8's words, without its prefix); null when it does. */
+function compileError(body: string, flags: string): string | null {
   try {
-    new RegExp(`^(?:${source})$`)
+    new RegExp(body, flags)
     return null
   } catch (err) {
-    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
-    return `not a valid regular expression ${JSON.stringify(source)}: ${why}`
+    return err instanceof Error ? err.message.replace(/^Invalid regular expression: /, '') : 'invalid'
   }
 }
 
