@@ -178,6 +178,18 @@ export class H1Exchange implements Exchange, BodySink {
 
   headersSent(): boolean { return this.#res.headersSent }
 
+  informational(status: number, headers: OutgoingHeaders): void {
+    const res = this.#res
+    // RFC 9110 §15.2: never to an HTTP/1.0 client.
+    if (this.#closed || res.headersSent || this.#req.httpVersionMajor !== 1 || this.#req.httpVersionMinor === 0) return
+    if (status < 102 || status > 199) return
+    try {
+      res.writeInformation(status, headers)
+    } catch {
+      // A field node will not write: an interim response is advice, dropped.
+    }
+  }
+
   // hot path
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): boolean {
     const res = this.#res
@@ -336,6 +348,9 @@ export class UpgradeExchange implements Exchange {
   #onClose = (): void => { this.#observer.onEnd(this.#finished || this.#tunnelled) }
 
   headersSent(): boolean { return this.#sent }
+
+  /** A tunnel request's answer is the 101 or a refusal; interim responses are not passed on. */
+  informational(): void {}
 
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null): boolean {
     const socket = this.#socket

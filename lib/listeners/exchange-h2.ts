@@ -99,6 +99,21 @@ export class H2Exchange implements Exchange, BodySink {
 
   headersSent(): boolean { return this.#stream.headersSent }
 
+  informational(status: number, headers: OutgoingHeaders): void {
+    const stream = this.#stream
+    if (this.upgrade !== null || isGone(stream) || stream.headersSent || status < 102 || status > 199) return
+    const fields: Record<string, string | string[]> = { ':status': String(status) }
+    for (const name in headers) {
+      const v = headers[name]
+      if (v !== undefined && !H2_FORBIDDEN.has(name)) fields[name] = v
+    }
+    try {
+      stream.additionalHeaders(fields)
+    } catch {
+      // Fields HTTP/2 will not carry: an interim response is advice, dropped.
+    }
+  }
+
   // hot path
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers: (() => OutgoingHeaders | null) | null = null): boolean {
     const stream = this.#stream

@@ -392,6 +392,23 @@ export class FastH1Exchange implements Exchange, BodySink {
     return true
   }
 
+  informational(status: number, headers: OutgoingHeaders): void {
+    if (this.#sent || this.#over || status < 102 || status > 199) return
+    // The fast path serves HTTP/1.1 clients only, one request at a time: nothing else is being written.
+    HEAD.start(statusLine(status))
+    for (const name in headers) {
+      const v = headers[name]
+      if (v === undefined) continue
+      if (!TOKEN.test(name)) return
+      for (const one of typeof v === 'string' ? [v] : v) {
+        if (INVALID_VALUE.test(one)) return
+        HEAD.field(name, one)
+      }
+    }
+    HEAD.put('\r\n')
+    this.#socket.write(HEAD.take())
+  }
+
   /**
    * Status line and fields as node's ServerResponse writes them, built in HEAD
    * (take() it); false if a field is not writable. `body`: none (Content-Length: 0 unless the fields

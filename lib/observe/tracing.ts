@@ -363,6 +363,10 @@ class ClientSpan implements UpstreamHandler {
     this.#inner.onResponse(res)
   }
 
+  onInformational(status: number, headers: OutgoingHeaders): void {
+    this.#inner.onInformational?.(status, headers)
+  }
+
   onTunnel(tunnel: UpstreamTunnel): void {
     setEndpoint(this.span, tunnel.endpoint)
     this.span.set('http.response.status_code', tunnel.status)

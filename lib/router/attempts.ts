@@ -384,6 +384,11 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     owner.onResponse(res)
   }
 
+  onInformational(status: number, headers: OutgoingHeaders): void {
+    const owner = this.#owner
+    if (!owner.ended && !this.#done) owner.onInformational?.(status, headers)
+  }
+
   onTunnel(tunnel: UpstreamTunnel): void {
     this.#endAttempt()
     this.#finish()

@@ -39,6 +39,13 @@ export interface Exchange {
    * node will not write); nothing was sent and `body` is the caller's still.
    */
   respond(status: number, headers: OutgoingHeaders, body: Readable | string | null, trailers?: (() => OutgoingHeaders | null) | null): boolean
+  /**
+   * An interim (1xx) response ahead of the final one (103 Early Hints, say).
+   * Dropped where the client cannot be given one: an HTTP/1.0 client (RFC 9110
+   * §15.2), a tunnel request, once the final head is out, fields its protocol
+   * cannot carry.
+   */
+  informational(status: number, headers: OutgoingHeaders): void
   /** gRPC trailers-only answer (HTTP 200, grpc-status in the only HEADERS). */
   respondGrpc(grpcStatus: number, message: string): void
   /** Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways. */

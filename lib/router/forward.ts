@@ -351,6 +351,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     res.body?.destroy()
   }
 
+  onInformational(status: number, headers: OutgoingHeaders): void {
+    if (this.answered || this.ended) return
+    stripResponseHopByHop(headers)
+    this.ex.informational(status, headers)
+  }
+
   onTunnel(tunnel: UpstreamTunnel): void {
     if (this.answered || this.ended) {
       tunnel.stream.destroy()

@@ -10,6 +10,7 @@ import type { Cluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
 import { BACKEND_REQUEST_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
+import { responseHeaders } from './headers.ts'
 import {
   backendSeries, upstreamConnectErrors, upstreamTlsHandshakeErrors, type BackendSeries,
 } from '../observe/upstream-metrics.ts'
@@ -41,6 +42,12 @@ export interface ExchangeGuard {
 export interface Redispatcher {
   redispatch(ex: Exchange): boolean
 }
+
+/**
+ * Interim responses passed on per exchange at most: an upstream that sends 1xx
+ * heads without end cannot make the client read them without end.
+ */
+export const MAX_INFORMATIONAL = 16
 
 /** The metric series of each Cluster object, found once per table rather than per exchange. */
 const seriesByCluster = new WeakMap<Cluster, BackendSeries>()
@@ -78,6 +85,7 @@ export class Exchange {
   /** The try's backendRequest deadline (req.timeouts.deadlineMs), from its first attempt on. */
   #deadline: NodeJS.Timeout | null = null
   #deadlineSet = false
+  #informational = 0
 
   constructor(req: UpstreamRequest, handler: UpstreamHandler, redispatcher: Redispatcher) {
     this.req = req
@@ -140,6 +148,17 @@ export class Exchange {
     } else if (this.#body !== null) {
       this.#body.destroy(reason)
     }
+  }
+
+  /**
+   * An interim (1xx) head before the final one, fields as the upstream sent them
+   * (hop-by-hop ones are removed here). 100 Continue stays between the gateway and
+   * the upstream: the gateway answered its own client's expectation.
+   */
+  informational(status: number, raw: Readonly<Record<string, string | string[] | number | undefined>>): void {
+    if (this.#answered || this.#finished || status <= 101 || status > 199) return
+    if (++this.#informational > MAX_INFORMATIONAL) return
+    this.#handler.onInformational?.(status, responseHeaders(raw, null))
   }
 
   // hot path

@@ -305,6 +305,11 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     }
   }
 
+  onInterim(status: number, raw: RawHeaders): void {
+    const req = this.#req
+    if (req !== null) req.ex.informational(status, raw)
+  }
+
   onHead(status: number, raw: RawHeaders, keepAlive: boolean): void {
     const req = this.#req
     if (req === null) return

@@ -13,7 +13,9 @@ export type RawHeaders = Record<string, string | string[]>
 
 /** What a response says to its connection's reader. */
 export interface H1ResponseHandler {
-  /** The final head (1xx interim heads are skipped). `keepAlive`: the connection may carry another request after this response. */
+  /** An interim head (1xx other than 101), any number before the final one. */
+  onInterim(status: number, headers: RawHeaders): void
+  /** The final head. `keepAlive`: the connection may carry another request after this response. */
   onHead(status: number, headers: RawHeaders, keepAlive: boolean): void
   /** A piece of the body: a view of the input buffer, valid to keep (nothing reuses it). */
   onBody(chunk: Buffer): void
@@ -273,6 +275,7 @@ export class H1ResponseParser {
     if (status < 200) {
       // 100 Continue, 103 Early Hints: interim, the final head follows. 101 needs an upgrade this reader does not do.
       if (status === 101) return this.#failHead('SP_H1_UNEXPECTED_UPGRADE', 'upstream switched protocols without an upgrade request')
+      this.#handler.onInterim(status, headers)
       return next
     }
     const connection = headers.connection

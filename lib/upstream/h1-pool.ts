@@ -359,7 +359,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt, ClockOwner {
   }
 
   onResponseStart(controller: Controller, statusCode: number, headers: IncomingHttpHeaders): void {
-    if (statusCode < 200) return
+    if (statusCode < 200) { this.#ex.informational(statusCode, headers); return }
     // What sallyport's own parser refuses (h1-parser.ts) and undici would pass on:
     // a transfer coding the client would get undecoded.
     const te = headers['transfer-encoding']

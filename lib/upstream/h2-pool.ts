@@ -283,6 +283,11 @@ function attemptOf(stream: ClientHttp2Stream): H2Attempt {
 function onStreamResponse(this: ClientHttp2Stream, headers: IncomingHttpHeaders & IncomingHttpStatusHeader): void {
   attemptOf(this).onResponse(headers)
 }
+/** node emits 'headers' for a 1xx HEADERS block before the final one. */
+function onStreamInformational(this: ClientHttp2Stream, headers: IncomingHttpHeaders & IncomingHttpStatusHeader): void {
+  const status = headers[':status']
+  if (status !== undefined) attemptOf(this).onInformational(status, headers)
+}
 function onStreamData(this: ClientHttp2Stream, chunk: Buffer): void {
   attemptOf(this).onData(chunk)
 }
@@ -332,6 +337,7 @@ class H2Attempt implements Attempt {
     this.#aborter = aborter
     ;(stream as AttemptStream)[kAttempt] = this
     stream.on('response', onStreamResponse)
+    stream.on('headers', onStreamInformational)
     stream.on('error', onStreamError)
     stream.on('close', onStreamClose)
   }
@@ -359,6 +365,10 @@ class H2Attempt implements Attempt {
     stream.on('data', onStreamData)
     stream.on('trailers', onStreamTrailers)
     stream.on('end', onStreamEnd)
+  }
+
+  onInformational(status: number, headers: IncomingHttpHeaders): void {
+    if (this.#body === null && !this.#tunnelled) this.#ex.informational(status, headers)
   }
 
   onTrailers(headers: IncomingHttpHeaders): void {

@@ -84,8 +84,18 @@ export interface UpstreamTunnel {
   readonly endpoint: string
 }
 
-/** Callbacks of one forwarded request; exactly one of onResponse / onTunnel / onError is called once. */
+/**
+ * Callbacks of one forwarded request; exactly one of onResponse / onTunnel / onError is called once.
+ * Before it, onInformational may come any number of times (bounded) for interim responses.
+ */
 export interface UpstreamHandler {
+  /**
+   * An interim (1xx) response the upstream sent before its final one (RFC 9110 §15.2:
+   * a proxy forwards them), hop-by-hop fields removed. Never 100 Continue (the gateway
+   * speaks for itself to its client there) or 101. Optional: handlers that have no
+   * client to tell (mirrors, health checks) leave it out.
+   */
+  onInformational?(status: number, headers: OutgoingHeaders): void
   onResponse(res: UpstreamResponse): void
   onTunnel(tunnel: UpstreamTunnel): void
   onError(err: SallyportError): void

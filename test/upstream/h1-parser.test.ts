@@ -7,6 +7,7 @@ import { maxHeaderSize } from 'node:http'
 import { H1ResponseParser, H1ParseError, type H1ResponseHandler, type RawHeaders } from '../../lib/upstream/h1-parser.ts'
 
 type Event =
+  | { type: 'interim', status: number, headers: Record<string, string | string[]> }
   | { type: 'head', status: number, headers: Record<string, string | string[]>, keepAlive: boolean }
   | { type: 'body', data: string }
   | { type: 'end', trailers: Record<string, string | string[]> | null }
@@ -17,6 +18,10 @@ class Recorder implements H1ResponseHandler {
   readonly events: Event[] = []
   readonly chunks: Buffer[] = []
   readonly rawHeads: RawHeaders[] = []
+  onInterim(status: number, headers: RawHeaders): void {
+    this.events.push({ type: 'interim', status, headers: { ...headers } })
+  }
+
   onHead(status: number, headers: RawHeaders, keepAlive: boolean): void {
     this.rawHeads.push(headers)
     this.events.push({ type: 'head', status, headers: { ...headers }, keepAlive })
@@ -91,7 +96,11 @@ const fixtures: Array<{ name: string, method: string, text: string, events: Even
   {
     name: '100 and 103 before 200', method: 'POST',
     text: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok',
-    events: [head(200, { 'content-length': '2' }, true), body('ok'), end()],
+    events: [
+      { type: 'interim', status: 100, headers: {} },
+      { type: 'interim', status: 103, headers: { link: '</a.css>' } },
+      head(200, { 'content-length': '2' }, true), body('ok'), end(),
+    ],
   },
   {
     name: 'close-delimited', method: 'GET',
@@ -197,7 +206,10 @@ t.test('two responses on one connection; bytes when idle are an error', async (t
 
 t.test('interim responses', async (t) => {
   const rec = run([b('HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n')])
-  t.same(rec.events, [head(200, { 'content-length': '0' }, true), end()], 'only the final head reaches onHead')
+  t.same(rec.events, [
+    { type: 'interim', status: 103, headers: { link: '</a>' } },
+    head(200, { 'content-length': '0' }, true), end(),
+  ], 'the interim head reaches onInterim, the final one onHead')
   const up = run([b('HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n')])
   t.same(up.events, [{ type: 'error', code: 'SP_H1_UNEXPECTED_UPGRADE' }])
 })
