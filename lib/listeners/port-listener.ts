@@ -17,7 +17,7 @@ import net, { type Socket } from 'node:net'
 import tls, { type TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
-import { handleExchange, type RouterEnv } from '../router/forward.ts'
+import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward.ts'
 import type { Exchange } from '../router/exchange.ts'
 import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
@@ -111,7 +111,7 @@ export class PortListener {
     this.#h1.maxHeadersCount = limits.maxHeaders
     this.#h1.on('upgrade', this.#onUpgrade)
     this.#h1.on('connect', this.#onConnect)
-    this.#h1.on('clientError', onClientError)
+    this.#h1.on('clientError', this.#onClientError)
 
     this.#h2 = http2.createServer({
       // Both limits are enforced in #onStream, where the answer is ours (431, a reset
@@ -276,12 +276,42 @@ export class PortListener {
     }
   }
 
+  // ── refusals before routing: an access line and metrics all the same ──
+
+  #refused(protocol: 'h1' | 'h2', client: string, method: string, authority: string, target: string, status: number, code: ErrorCode, reason: string): void {
+    log.debug({ status, reason }, 'request refused')
+    recordRefusal(this.#plane.env, this.#plane.current(), { method, authority, target, status, code, reason, protocol, client, port: this.port })
+  }
+
+  #refusedHead(req: IncomingMessage, refused: Refusal): void {
+    this.#refused('h1', clientIp(req.socket.remoteAddress), req.method ?? '', req.headers.host ?? '', req.url ?? '', refused.status,
+      refused.status === 501 ? ErrorCode.NOT_IMPLEMENTED : ErrorCode.BAD_REQUEST, refused.body.slice(0, -1))
+  }
+
+  #onClientError = (err: NodeJS.ErrnoException, socket: Duplex): void => {
+    // node's defaults would answer 400/431/408 only without a listener; keep them, and log them.
+    if (!socket.writable) { socket.destroy(); return }
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+    const refusal = closingResponse(status, '')
+    const eof = err.code === 'HPE_INVALID_EOF_STATE'
+    const code = status === 431 ? ErrorCode.HEADERS_TOO_LARGE : status === 408 ? ErrorCode.CLIENT_TIMEOUT : ErrorCode.BAD_REQUEST
+    // A request in flight: its answer is never corrupted or replaced by the refusal (and its own line tells).
+    if (inFlightExchange(socket)?.clientError(refusal, code === ErrorCode.CLIENT_TIMEOUT ? ErrorCode.BAD_REQUEST : code, eof) === true) return
+    socket.end(refusal)
+    // A connection closed before its head was whole is no request.
+    if (eof) return
+    const reason = status === 431 ? 'request head over the size or field limit'
+      : status === 408 ? 'the request head did not arrive in time'
+        : `malformed request head (${err.code ?? 'unparsable'})`
+    this.#refused('h1', clientIp((socket as Socket).remoteAddress), '', '', '', status, code, reason)
+  }
+
   // ── HTTP/1.1 ──
 
   // hot path
   #onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const refused = refusedHead(req)
-    if (refused !== null) { refuseResponse(res, refused); return }
+    if (refused !== null) { this.#refusedHead(req, refused); refuseResponse(res, refused); return }
     if (this.#closing) res.shouldKeepAlive = false
     this.#serve(new H1Exchange(req, res, this.port, this.#scheme))
   }
@@ -304,7 +334,7 @@ export class PortListener {
 
   #onUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
     const refused = refusedHead(req)
-    if (refused !== null) { refuse(socket, refused); return }
+    if (refused !== null) { this.#refusedHead(req, refused); refuse(socket, refused); return }
     const token = (req.headers.upgrade ?? '').toLowerCase()
     if (token === 'h2c') {
       this.#toH2(upgradeH2c(req, socket, head), clientIp(socket.remoteAddress))
@@ -331,7 +361,7 @@ export class PortListener {
     // connection whose client has ended.
     socket.allowHalfOpen = true
     const refused = refusedHead(req)
-    if (refused !== null) { refuse(socket, refused); return }
+    if (refused !== null) { this.#refusedHead(req, refused); refuse(socket, refused); return }
     const table = this.#plane.current()
     socket.on('error', noop)
     if (table === null) { socket.destroy(); return }
@@ -364,20 +394,23 @@ export class PortListener {
     // maxHeaderSize (431), and the field limit with a reset, as Envoy answers it.
     const limits = this.#plane.limits
     const over = headerListOver(rawHeaders, limits.maxHeaderSize, limits.maxHeaders)
-    if (over === 'size') {
-      stream.respond({ ':status': 431 }, { endStream: true })
-      return
-    }
-    if (over === 'fields') {
-      stream.on('error', noop) // node reports the reset we send as the stream's error
-      stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
+    if (over !== null) {
+      this.#refusedStream(info, headers, 431, ErrorCode.HEADERS_TOO_LARGE, over === 'size'
+        ? 'request header list over the size limit'
+        : 'request header list over the field limit: stream reset ENHANCE_YOUR_CALM')
+      if (over === 'size') {
+        stream.respond({ ':status': 431 }, { endStream: true })
+      } else {
+        stream.on('error', noop) // node reports the reset we send as the stream's error
+        stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
+      }
       return
     }
     // RFC 9113 §8.3.1: a Host field naming another host than :authority makes the request malformed
     // (sallyport routes by :authority; a proxy in front may have taken the Host).
     const host = headers.host
     if (host !== undefined && hostDiffers(host, headers[':authority'])) {
-      log.debug({ status: HOST_DIFFERS.status, reason: HOST_DIFFERS.body }, 'request refused')
+      this.#refusedStream(info, headers, HOST_DIFFERS.status, ErrorCode.BAD_REQUEST, HOST_DIFFERS.body.slice(0, -1))
       stream.respond({ ':status': HOST_DIFFERS.status, 'content-type': 'text/plain; charset=utf-8' })
       stream.end(HOST_DIFFERS.body)
       return
@@ -388,6 +421,11 @@ export class PortListener {
       return
     }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address), table, this.#plane.env)
+  }
+
+  #refusedStream(info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {
+    const authority = headers[':authority'] ?? headers.host ?? ''
+    this.#refused('h2', info?.address ?? '', headers[':method'] ?? '', typeof authority === 'string' ? authority : '', headers[':path'] ?? '', status, code, reason)
   }
 }
 
@@ -455,28 +493,15 @@ function headerListOver(raw: readonly string[], maxSize: number, maxFields: numb
 
 /** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400 or 501, then the connection closes, its body unread. */
 function refuseResponse(res: ServerResponse, refused: Refusal): void {
-  log.debug({ status: refused.status, reason: refused.body }, 'request refused')
   res.shouldKeepAlive = false
   res.writeHead(refused.status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(refused.body), connection: 'close' }).end(refused.body)
 }
 
 /** The same for a request node hands over with its socket (Upgrade, CONNECT). */
 function refuse(socket: Socket, refused: Refusal): void {
-  log.debug({ status: refused.status, reason: refused.body }, 'request refused')
   socket.on('error', noop)
   if (socket.writable) endAndDiscard(socket, closingResponse(refused.status, refused.body))
   else socket.destroy()
-}
-
-function onClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
-  // node's defaults would answer 400/431/408 only without a listener; keep them, quietly.
-  if (!socket.writable) { socket.destroy(); return }
-  const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
-  const refusal = closingResponse(status, '')
-  // A request in flight: its answer is never corrupted or replaced by the refusal.
-  const code = status === 431 ? ErrorCode.HEADERS_TOO_LARGE : ErrorCode.BAD_REQUEST
-  if (inFlightExchange(socket)?.clientError(refusal, code, err.code === 'HPE_INVALID_EOF_STATE') === true) return
-  socket.end(refusal)
 }
 
 function onTlsError(err: Error): void {

@@ -533,7 +533,8 @@ class MetricKey implements RequestKey {
   readonly #ctx: RequestContext
   constructor(ctx: RequestContext, client: ClientIdentity | undefined) {
     this.#ctx = ctx
-    this.ruleKey = ctx.rule
+    // No rule (a 404, a bad request): the port's entry keeps apart the series of Gateways whose listeners share a name.
+    this.ruleKey = ctx.rule ?? ctx.entry
     this.clusterKey = ctx.cluster
     this.clientKey = client ?? null
     this.listener = listenerOf(ctx.entry, ctx.host)
@@ -613,6 +614,62 @@ function recordNow(ctx: RequestContext): void {
     clientServiceAccount: client === undefined ? null : client.serviceAccount,
     code: ctx.code, reason: ctx.reason,
   })
+}
+
+/**
+ * A request its listener refused before it reached the router: a head RFC 9112
+ * or 9113 has a server refuse, one node could not parse or that went over the
+ * limits, one that stalled. Fields the listener could not read are ''.
+ */
+export interface RefusedRequest {
+  readonly method: string
+  readonly authority: string
+  /** The request target as sent; the access line shows it without its query. */
+  readonly target: string
+  readonly status: number
+  readonly code: ErrorCode
+  readonly reason: string
+  readonly protocol: 'h1' | 'h2'
+  readonly client: string
+  readonly port: number
+}
+
+/** The access line and request metrics of a refusal (rare: written at once, not batched with the turn's). */
+export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: RefusedRequest): void {
+  const entry = table === null ? null : table.ports.get(r.port) ?? null
+  const host = hostOf(r.authority)
+  recordRequest(new RefusalKey(entry, host, r.status), 0, 0, 0)
+  const log = env.accessLog
+  if (log === null) return
+  const q = r.target.indexOf('?')
+  log.write({
+    method: r.method, authority: r.authority, path: q === -1 ? r.target : r.target.slice(0, q), status: r.status,
+    durationMs: 0, upstreamMs: null, bytesIn: 0, bytesOut: 0, route: '', backend: '', upstream: '',
+    protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
+    code: r.code, reason: r.reason,
+  })
+}
+
+class RefusalKey implements RequestKey {
+  readonly ruleKey: object | null
+  readonly clusterKey = null
+  readonly clientKey = null
+  readonly listener: string
+  readonly status: number
+  readonly #entry: PortEntry | null
+  constructor(entry: PortEntry | null, host: string, status: number) {
+    this.ruleKey = entry
+    this.#entry = entry
+    this.listener = listenerOf(entry, host)
+    this.status = status
+  }
+  labels(): RequestLabels {
+    const entry = this.#entry
+    return {
+      gateway: entry !== null && entry.listeners.length > 0 ? entry.listeners[0].gateway : '',
+      listener: this.listener, route: '', backend: '', namespace: '', serviceAccount: '', status: this.status,
+    }
+  }
 }
 
 /** The Gateway listener on this port whose hostname covers the request host ('' when none). */
