@@ -219,7 +219,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // RequestMirror: copies go out now (bodyless) or once the body is read (teed, bounded: router/mirror.ts).
     if (rule.mirrors !== null && ex.upgrade === null) req = mirrorRequest(rule.mirrors, this.table.clusters, this.env.upstreams, req)
     // Issue 7: the extension chain of this rule × backend runs first, then dispatches (extensions/flow.ts).
-    if (backend.extensions != null && ex.upgrade === null) {
+    if (backend.extensions != null) {
       this.#plan = plan
       this.#picked = picked
       // A retry may go to a backend with another chain: it starts again from the request as it was (attempts.ts).
