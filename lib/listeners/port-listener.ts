@@ -440,26 +440,54 @@ function hostDiffers(host: string, authority: string | string[] | undefined): bo
 /** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */
 const GOAWAY_PROBE_MS = 2000
 
+type PingHandle = { ping(payload: Buffer | undefined, callback: (ack: boolean) => void): boolean }
+
+/**
+ * The native session under a node ServerHttp2Session. node's own ping() answers
+ * "cancelled" without sending anything once the session is closed, and node
+ * closes a server session as soon as its client sends GOAWAY (NO_ERROR) — but
+ * the connection still carries PINGs until the client's last stream ends, and
+ * the native session sends them. null where node no longer has one (the
+ * private field's name is node's, checked in test/e2e/h2-cancel.test.ts).
+ */
+function nativeSession(session: ServerHttp2Session): PingHandle | null {
+  for (const key of Object.getOwnPropertySymbols(session)) {
+    if (key.description !== 'kHandle') continue
+    const handle = (session as unknown as Record<symbol, unknown>)[key] as Partial<PingHandle> | undefined
+    return handle !== undefined && handle !== null && typeof handle.ping === 'function' ? handle as PingHandle : null
+  }
+  return null
+}
+
 /**
  * A client that sends GOAWAY and then drops the connection while streams are
  * still open (a process exiting mid-request does) leaves node's session
  * waiting for those streams forever: after a GOAWAY it no longer notices the
  * end of the connection, so the socket, its descriptor, the streams and their
- * requests leak. A live peer answers PING whatever it sent before; a session
- * whose PING fails or goes unanswered is destroyed. Probed until it closes.
+ * requests leak. A live peer answers PING whatever it sent before (its streams
+ * then run on, during a drain too); a session whose PING goes unanswered
+ * within GOAWAY_PROBE_MS, or cannot be sent, is destroyed. Probed until it closes.
  */
 function probeAfterGoaway(session: ServerHttp2Session): void {
   let waiting: NodeJS.Timeout | null = null
+  const answered = (ack: boolean): void => {
+    if (waiting !== null) clearTimeout(waiting)
+    waiting = null
+    if (!ack && !session.destroyed) session.destroy()
+  }
   const timer = setInterval(() => {
     if (session.destroyed) { clearInterval(timer); return }
     if (waiting !== null) return
     waiting = setTimeout(() => session.destroy(), GOAWAY_PROBE_MS).unref()
     try {
-      session.ping((err) => {
-        if (waiting !== null) clearTimeout(waiting)
-        waiting = null
-        if (err !== null && !session.destroyed) session.destroy()
-      })
+      const native = session.closed ? nativeSession(session) : null
+      if (native !== null) {
+        if (!native.ping(undefined, answered)) session.destroy()
+      } else if (session.closed) {
+        session.destroy() // nothing left to probe with
+      } else {
+        session.ping((err) => answered(err === null))
+      }
     } catch {
       session.destroy()
     }

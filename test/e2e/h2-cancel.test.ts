@@ -104,6 +104,43 @@ t.test('CLI: clients that send GOAWAY and drop the connection mid-request leave 
   t.equal(cli.child.exitCode, null, 'the process is alive')
 })
 
+t.test('CLI: a live client that sends GOAWAY keeps its open streams until they end', async (t) => {
+  // node closes a server session as soon as its client's GOAWAY arrives, and its
+  // ping() then answers "cancelled" without sending: the probe took every such
+  // client for gone and reset its streams 2 s later (a drain too: clients answer
+  // the gateway's GOAWAY with their own). The probe now pings through the native
+  // session, which a live client answers.
+  const up = http.createServer((req, res) => {
+    req.resume()
+    res.writeHead(200, { 'content-type': 'text/plain' })
+    res.write('first ')
+    setTimeout(() => res.end('last'), 5000)
+  })
+  const upPort = await listenLoopback(up)
+  t.teardown(() => { up.closeAllConnections(); up.close() })
+  const { port } = await plainGateway(t, upPort)
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  t.teardown(() => session.destroy())
+  let pings = 0
+  session.on('ping', () => { pings++ })
+  const answer = await new Promise<{ status: number; body: string; rst: number | undefined }>((resolve) => {
+    const stream = session.request({ ':path': '/slow', ':authority': 'plain.example.test' })
+    let status = 0
+    let body = ''
+    stream.setEncoding('utf8')
+    stream.on('response', (h) => {
+      status = Number(h[':status'])
+      session.close() // GOAWAY; the stream goes on
+    })
+    stream.on('data', (c: string) => { body += c })
+    stream.on('error', () => {})
+    stream.on('close', () => resolve({ status, body, rst: stream.rstCode }))
+  })
+  t.same(answer, { status: 200, body: 'first last', rst: 0 }, 'the stream ran to its end, 5 s after the GOAWAY')
+  t.ok(pings >= 1, `the client was probed (${pings} PINGs) and answered`)
+})
+
 t.test('CLI: a client session dropped with requests waiting on the upstream cancels every one of them', async (t) => {
   // Streams closed with their session read as cleanly ended (no reset code);
   // all but one were taken for answered, and their upstream requests (here to
