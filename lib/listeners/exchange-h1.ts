@@ -89,6 +89,15 @@ export function inFlightExchange(socket: Duplex): H1Exchange | undefined {
   return (socket as InFlightSocket)[kInFlight]
 }
 
+/** Counts the body bytes pushed into `req` (what a 'data' listener would count, without taking the stream into flowing mode). */
+function countPushed(req: IncomingMessage, ex: H1Exchange): void {
+  const push = req.push
+  req.push = function (chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (chunk !== null && chunk !== undefined) ex.received((chunk as { length: number }).length)
+    return push.call(this, chunk, encoding)
+  }
+}
+
 export class H1Exchange implements Exchange, BodySink {
   readonly protocol = 'h1' as const
   readonly scheme: 'http' | 'https'
@@ -103,7 +112,8 @@ export class H1Exchange implements Exchange, BodySink {
   readonly #req: IncomingMessage
   readonly #res: ServerResponse
   readonly #socket: Socket
-  readonly #bytesReadAtStart: number
+  /** Request body bytes node's parser has handed over so far. */
+  #bytesIn = 0
   #bytesOut = 0
   #out: Readable | null = null
   #trailers: (() => OutgoingHeaders | null) | null = null
@@ -129,7 +139,10 @@ export class H1Exchange implements Exchange, BodySink {
     this.clientAddress = clientIp(req.socket.remoteAddress)
     this.port = port
     this.#socket = req.socket
-    this.#bytesReadAtStart = req.socket.bytesRead
+    // Counted as node's parser pushes them: the socket's own count cannot tell this
+    // request's body from its head, or from a request pipelined behind it, when
+    // they come in one read (a small POST's head and body always do).
+    if (this.body !== null) countPushed(req, this)
     this.#req = req
     ;(req.socket as InFlightSocket)[kInFlight] = this
   }
@@ -295,7 +308,9 @@ export class H1Exchange implements Exchange, BodySink {
     this.#res.destroy()
   }
 
-  bytesIn(): number { return this.#socket.bytesRead - this.#bytesReadAtStart }
+  bytesIn(): number { return this.#bytesIn }
+  /** countPushed: `n` more body bytes arrived. */
+  received(n: number): void { this.#bytesIn += n }
   /** Issue 7: SPIFFE ID of a verified client certificate (HTTPS with frontend validation). */
   spiffeId(): string | null { return this.scheme === 'https' ? peerSpiffeId(this.#socket) : null }
   bytesOut(): number { return this.#bytesOut }
