@@ -86,8 +86,9 @@ const benches: Record<string, [() => number, () => number]> = {
     const plain = new Counter({ name: 'bench_plain_total', help: 'x', registers: [new Registry()] })
     // Eight routes' worth of table objects, as a request would carry them.
     const client = { namespace: 'apps', serviceAccount: 'web', pod: 'web-1' }
+    const listener = { gateway: 'ns/gw', name: 'http', hostname: null }
     const keys: RequestKey[] = Array.from({ length: 8 }, (_, r) => ({
-      ruleKey: {}, clusterKey: {}, clientKey: client, listener: 'http', status: 200,
+      ruleKey: {}, clusterKey: {}, clientKey: client, listenerKey: listener, status: 200,
       labels: () => ({ gateway: 'ns/gw', listener: 'http', route: `ns/r${r}`, backend: 'Service/ns/svc:80', namespace: 'apps', serviceAccount: 'web', status: 200 }),
     }))
     return [

@@ -41,7 +41,8 @@ export interface RequestKey {
   readonly ruleKey: object | null
   readonly clusterKey: object | null
   readonly clientKey: object | null
-  readonly listener: string
+  /** The serving listener (an object of the table: stable per table); null when none. */
+  readonly listenerKey: object | null
   readonly status: number
   labels(): RequestLabels
 }
@@ -77,7 +78,7 @@ class Series {
 const series = new Map<string, Series>()
 
 const NONE = {}
-type ByListener = Map<string, Series>
+type ByListener = Map<object, Series>
 type ByClient = Map<object, ByListener>
 type ByStatus = Map<number, ByClient>
 type ByCluster = Map<object, ByStatus>
@@ -102,12 +103,13 @@ function seriesOf(k: RequestKey): Series {
     cache.set(ruleKey, byCluster)
   }
   const byListener = child(child(child(byCluster, k.clusterKey ?? NONE, (): ByStatus => new Map()), k.status, (): ByClient => new Map()), k.clientKey ?? NONE, (): ByListener => new Map())
-  let x = byListener.get(k.listener)
+  const listenerKey = k.listenerKey ?? NONE
+  let x = byListener.get(listenerKey)
   if (x === undefined) {
     const l = k.labels()
     const key = l.route + '\u0001' + l.backend + '\u0001' + l.status + '\u0001' + l.listener + '\u0001' + l.gateway + '\u0001' + l.namespace + '\u0001' + l.serviceAccount
     x = child(series, key, () => new Series(l))
-    byListener.set(k.listener, x)
+    byListener.set(listenerKey, x)
   }
   return x
 }
@@ -187,7 +189,7 @@ register(new Family('sallyport_downstream_request_duration_seconds', 'Time from 
   const out: Value[] = []
   const name = 'sallyport_downstream_request_duration_seconds'
   const groups = grouped(
-    (s) => ({ gateway: s.gateway, route: s.route, backend: s.backend }),
+    (s) => ({ gateway: s.gateway, route: s.route, backend: s.backend, code: s.code }),
     () => ({ buckets: new Float64Array(BUCKETS.length + 1), sum: 0, count: 0 }),
     (acc, s) => { for (let i = 0; i < acc.buckets.length; i++) acc.buckets[i] += s.buckets[i]; acc.sum += s.sum; acc.count += s.requests },
   )

@@ -35,6 +35,7 @@ import type {
 import { extractContext, formatTraceparent, newSpanId, newTraceId } from './trace-context.ts'
 import { SpanKind, SpanRecord, epochMs, nowMs, type AttributeValue } from './tracing-span.ts'
 import { OtlpExporter, type OtlpProtocol } from './otlp-exporter.ts'
+import { gatewayOf, servingListener } from './serving-listener.ts'
 
 export interface TracingOptions {
   readonly endpoint: URL
@@ -310,7 +311,7 @@ export class RequestTrace implements Upstreams {
     if (ua !== undefined) span.set('user_agent.original', ua)
     if (ctx.status > 0) span.set('http.response.status_code', ctx.status)
     const rule = ctx.rule
-    const gateway = rule !== null ? rule.gateway : (ctx.entry !== null && ctx.entry.listeners.length > 0 ? ctx.entry.listeners[0].gateway : '')
+    const gateway = gatewayOf(ctx.entry, servingListener(ctx.entry, ctx.host))
     if (gateway !== '') span.set('sallyport.gateway', gateway)
     if (rule !== null) span.set('sallyport.route', rule.route.namespace + '/' + rule.route.name)
     if (ctx.cluster !== null) span.set('sallyport.backend', ctx.cluster.id)

@@ -9,7 +9,8 @@ import { performance } from 'node:perf_hooks'
 import { Readable } from 'node:stream'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import { normalizePath } from './path.ts'
-import type { ClientIdentity, Cluster, DirectResponse, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
+import type { ClientIdentity, Cluster, DirectResponse, ListenerRef, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
+import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import type { AccessLog } from '../observe/access-log.ts'
@@ -528,25 +529,30 @@ class MetricKey implements RequestKey {
   readonly ruleKey: object | null
   readonly clusterKey: object | null
   readonly clientKey: object | null
-  readonly listener: string
+  readonly listenerKey: ListenerRef | null
   readonly status: number
   readonly #ctx: RequestContext
+  readonly #entry: PortEntry | null
   constructor(ctx: RequestContext, client: ClientIdentity | undefined) {
     this.#ctx = ctx
-    // No rule (a 404, a bad request): the port's entry keeps apart the series of Gateways whose listeners share a name.
-    this.ruleKey = ctx.rule ?? ctx.entry
+    // A request refused before routing has no entry of its own yet: the port's.
+    const entry = ctx.entry ?? ctx.table.ports.get(ctx.ex.port) ?? null
+    this.#entry = entry
+    // No rule (a 404, a bad request): the port's entry keeps apart the series of its Gateways.
+    this.ruleKey = ctx.rule ?? entry
     this.clusterKey = ctx.cluster
     this.clientKey = client ?? null
-    this.listener = listenerOf(ctx.entry, ctx.host)
+    this.listenerKey = servingListener(entry, ctx.host)
     this.status = ctx.status
   }
   labels(): RequestLabels {
     const ctx = this.#ctx
     const rule = ctx.rule
     const client = this.clientKey as ClientIdentity | null
+    const listener = this.listenerKey
     return {
-      gateway: rule !== null ? rule.gateway : (ctx.entry !== null && ctx.entry.listeners.length > 0 ? ctx.entry.listeners[0].gateway : ''),
-      listener: this.listener,
+      gateway: gatewayOf(this.#entry, listener),
+      listener: listener === null ? '' : listener.name,
       route: rule === null ? '' : rule.route.namespace + '/' + rule.route.name,
       backend: ctx.cluster === null ? '' : ctx.cluster.id,
       namespace: client === null ? '' : client.namespace,
@@ -654,34 +660,20 @@ class RefusalKey implements RequestKey {
   readonly ruleKey: object | null
   readonly clusterKey = null
   readonly clientKey = null
-  readonly listener: string
+  readonly listenerKey: ListenerRef | null
   readonly status: number
   readonly #entry: PortEntry | null
   constructor(entry: PortEntry | null, host: string, status: number) {
     this.ruleKey = entry
     this.#entry = entry
-    this.listener = listenerOf(entry, host)
+    this.listenerKey = servingListener(entry, host)
     this.status = status
   }
   labels(): RequestLabels {
-    const entry = this.#entry
+    const listener = this.listenerKey
     return {
-      gateway: entry !== null && entry.listeners.length > 0 ? entry.listeners[0].gateway : '',
-      listener: this.listener, route: '', backend: '', namespace: '', serviceAccount: '', status: this.status,
+      gateway: gatewayOf(this.#entry, listener), listener: listener === null ? '' : listener.name,
+      route: '', backend: '', namespace: '', serviceAccount: '', status: this.status,
     }
   }
-}
-
-/** The Gateway listener on this port whose hostname covers the request host ('' when none). */
-function listenerOf(entry: PortEntry | null, host: string): string {
-  if (entry === null) return ''
-  const listeners = entry.listeners
-  if (listeners.length === 1) return listeners[0].name
-  let fallback = ''
-  for (let i = 0; i < listeners.length; i++) {
-    const h = listeners[i].hostname
-    if (h === null) { if (fallback === '') fallback = listeners[i].name; continue }
-    if (h === host || (h.charCodeAt(0) === 42 /* '*' */ && host.length > h.length - 1 && host.endsWith(h.slice(1)))) return listeners[i].name
-  }
-  return fallback
 }
