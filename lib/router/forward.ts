@@ -247,7 +247,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
   runExtensions(chain: ExtensionChain, req: UpstreamRequest): void {
     const runtime = this.env.extensions ?? defaultExtensionRuntime()
-    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster))
+    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster, gatewayOf(this.entry, servingListener(this.entry, this.host))))
     flow.keepOriginal = this.#pristine !== null
     this.flow = flow
     flow.start()
@@ -272,7 +272,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       return sink.forward(req)
     }
     const runtime = this.env.extensions ?? defaultExtensionRuntime()
-    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster))
+    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster, gatewayOf(this.entry, servingListener(this.entry, this.host))))
     flow.keepOriginal = true
     if (original !== null) flow.original = original
     if (prev !== null) flow.inherit(prev)
@@ -503,10 +503,11 @@ function websocketFromH2(headers: OutgoingHeaders, protocol: string): void {
 const flowInfos = new WeakMap<WeightedCluster, FlowInfo>()
 
 // hot path
-function flowInfoOf(rule: RouteRule, backend: WeightedCluster, cluster: Cluster): FlowInfo {
+/** `gateway`: the Gateway the request came through (a route may be attached to several). */
+function flowInfoOf(rule: RouteRule, backend: WeightedCluster, cluster: Cluster, gateway: string): FlowInfo {
   let info = flowInfos.get(backend)
-  if (info === undefined || info.backend !== cluster.id) {
-    info = { route: rule.route.namespace + '/' + rule.route.name, rule: rule.id, backend: cluster.id, gateway: rule.gateway, scheme: cluster.tls === null ? 'http' : 'https' }
+  if (info === undefined || info.backend !== cluster.id || info.gateway !== gateway) {
+    info = { route: rule.route.namespace + '/' + rule.route.name, rule: rule.id, backend: cluster.id, gateway, scheme: cluster.tls === null ? 'http' : 'https' }
     flowInfos.set(backend, info)
   }
   return info

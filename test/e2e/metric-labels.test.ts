@@ -5,13 +5,14 @@
 // `namespace/name/listener` (the listener twice over, beside the `listener`
 // label), unrouted ones `namespace/name`, and a route's requests counted
 // under the first Gateway it was attached through. The duration histogram
-// carries `code`.
+// carries `code`, and a Plugin's request view says which Gateway (its
+// `gateway` was the rule's first, with the listener appended).
 import t from 'tap'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
-import { get, recorder } from './extensions-helpers.ts'
+import { eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { egressBackend, get, recorder } from './extensions-helpers.ts'
 
 function send(port: number, host: string): Promise<string> {
   return new Promise((resolve) => {
@@ -28,18 +29,22 @@ function send(port: number, host: string): Promise<string> {
 }
 
 t.test('CLI: the gateway label names the Gateway a request came through', async (t) => {
-  const up = await recorder(t, (_s, res) => res.end('ok'))
+  const up = await recorder(t, (s, res) => res.end(String(s.headers['x-gateway'])))
   const [portA, portB, adminPort] = [await freePort(), await freePort(), await freePort()]
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(portA))
   fs.writeFileSync(path.join(dir, 'gateway-b.yaml'), gatewayYaml(portB).split('---\n')[1].replace('name: egress', 'name: other'))
-  fs.writeFileSync(path.join(dir, 'backend.yaml'), backendYaml('api', up.port))
+  fs.writeFileSync(path.join(dir, 'tag.mjs'), 'export default () => ({ requestHeaders(req) { req.headers["x-gateway"] = req.gateway } })\n')
+  fs.writeFileSync(path.join(dir, 'backend.yaml'), egressBackend('api', up.port, `  - name: tag
+    type: Plugin
+    config: { path: ${JSON.stringify(path.join(dir, 'tag.mjs'))} }
+`))
   fs.writeFileSync(path.join(dir, 'route.yaml'), routeYaml('api', 'api.example.test', 'api', up.port).replace('    - name: egress\n', '    - name: egress\n    - name: other\n'))
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
-  for (let i = 0; i < 3; i++) t.match(await send(portA, 'api.example.test'), /^HTTP\/1\.1 200 /)
-  t.match(await send(portB, 'api.example.test'), /^HTTP\/1\.1 200 /)
+  for (let i = 0; i < 3; i++) t.match(await send(portA, 'api.example.test'), /^HTTP\/1\.1 200 [^]*\r\n\r\ndefault\/egress$/)
+  t.match(await send(portB, 'api.example.test'), /^HTTP\/1\.1 200 [^]*\r\n\r\ndefault\/other$/, 'a Plugin sees the Gateway the request came through')
   t.match(await send(portA, 'nowhere.test'), /^HTTP\/1\.1 404 /)
   await cli.waitFor(/"authority":"nowhere\.test"/)
   const m = await eventually(async () => (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body,
