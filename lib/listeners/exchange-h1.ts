@@ -5,7 +5,7 @@ import { peerSpiffeId } from '../extensions/client.ts'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
-import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import type { ErrorCode } from '../errors.ts'
 import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
@@ -183,7 +183,7 @@ export class H1Exchange implements Exchange, BodySink {
     this.#closed = true
     const socket = this.#socket as InFlightSocket
     if (socket[kInFlight] === this) socket[kInFlight] = undefined
-    this.#observer.onEnd(completed)
+    this.#observer.onEnd(completed, !completed && wasCut(this.#socket))
     // The client went away mid-body: stop reading upstream (the router's abort usually got there first).
     const out = this.#out
     if (!completed && out !== null && !out.destroyed) out.destroy()
@@ -360,7 +360,10 @@ export class UpgradeExchange implements Exchange {
     this.#socket.once('close', this.#onClose)
   }
 
-  #onClose = (): void => { this.#observer.onEnd(this.#finished || this.#tunnelled) }
+  #onClose = (): void => {
+    const completed = this.#finished || this.#tunnelled
+    this.#observer.onEnd(completed, !completed && wasCut(this.#socket))
+  }
 
   headersSent(): boolean { return this.#sent }
 

@@ -4,7 +4,7 @@
 import { peerSpiffeId } from '../extensions/client.ts'
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { Readable, pipeline, type Duplex } from 'node:stream'
-import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CLIENT_GONE, localError } from '../upstream/normalize-error.ts'
@@ -50,6 +50,8 @@ export class H2Exchange implements Exchange, BodySink {
   readonly clientAddress: string
   readonly port: number
   readonly #stream: ServerHttp2Stream
+  /** Its session, kept: node drops the stream's reference when it is destroyed. */
+  readonly #session: object | undefined
   #bytesOut = 0
   #out: Readable | null = null
   /** Our answer is all written (or handed to stream.end()). */
@@ -65,6 +67,7 @@ export class H2Exchange implements Exchange, BodySink {
 
   constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
     this.#stream = stream
+    this.#session = stream.session
     this.scheme = scheme
     this.method = headers[':method'] ?? 'GET'
     this.target = headers[':path'] ?? ''
@@ -91,7 +94,7 @@ export class H2Exchange implements Exchange, BodySink {
     // answered, and its upstream request must then be cancelled.
     const completed = this.#finished && (this.#tunnelled || s.rstCode === constants.NGHTTP2_NO_ERROR)
     this.#closed = true
-    this.#observer.onEnd(completed)
+    this.#observer.onEnd(completed, !completed && wasCut(this.#session))
     // The client reset the stream mid-body: stop reading upstream.
     const out = this.#out
     if (!completed && out !== null && !out.destroyed) out.destroy()

@@ -21,7 +21,7 @@ import type { Socket } from 'node:net'
 import { METHODS, STATUS_CODES, type IncomingHttpHeaders } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { peerSpiffeId } from '../extensions/client.ts'
-import { NOOP_OBSERVER, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
+import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { isReleasable, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
@@ -348,7 +348,7 @@ export class FastH1Exchange implements Exchange, BodySink {
   gone(): void {
     if (this.#over) return
     this.#over = true
-    this.#observer.onEnd(false)
+    this.#observer.onEnd(false, wasCut(this.#socket))
     const out = this.#out
     if (out !== null && !out.destroyed) out.destroy()
   }

@@ -18,7 +18,7 @@ import tls, { type TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward.ts'
-import type { Exchange } from '../router/exchange.ts'
+import { markCut, type Exchange } from '../router/exchange.ts'
 import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
@@ -200,7 +200,9 @@ export class PortListener {
     if (this.#sockets.size === 0) return Promise.resolve()
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
-        for (const s of this.#sockets) s.destroy()
+        // What is still open is cut by us, not by its client (logged so).
+        for (const session of this.#sessions.keys()) markCut(session)
+        for (const s of this.#sockets) { markCut(s); s.destroy() }
         resolve()
       }, graceMs)
       const check = setInterval(() => {

@@ -65,8 +65,12 @@ export interface Exchange {
 }
 
 export interface ExchangeObserver {
-  /** Exactly once, when the downstream side closes; `completed` false: the client went away or we reset. */
-  onEnd(completed: boolean): void
+  /**
+   * Exactly once, when the downstream side closes; `completed` false: the client
+   * went away or we reset. `cut`: the gateway itself closed the connection (its
+   * listener's grace period ran out: a drain, a port the table no longer has).
+   */
+  onEnd(completed: boolean, cut?: boolean): void
   /** The response body failed after headers were sent (upstream reset mid-body). */
   onBodyError(err: Error): void
   /**
@@ -75,6 +79,18 @@ export interface ExchangeObserver {
    */
   onRequestError(code: ErrorCode, detail: string): void
 }
+
+/**
+ * Connections (sockets, HTTP/2 sessions) the gateway closes itself when a
+ * listener's grace period runs out: what ends on them is not the client's doing.
+ */
+const cutByGateway = new WeakSet<object>()
+
+/** Marks a connection about to be destroyed by the gateway (ExchangeObserver.onEnd's `cut`). */
+export function markCut(connection: object): void { cutByGateway.add(connection) }
+
+/** Whether the gateway closed this connection itself (markCut). */
+export function wasCut(connection: object | undefined): boolean { return connection !== undefined && cutByGateway.has(connection) }
 
 /** The observer of an exchange the router has not taken. */
 export const NOOP_OBSERVER: ExchangeObserver = { onEnd() {}, onBodyError() {}, onRequestError() {} }

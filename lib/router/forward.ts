@@ -379,7 +379,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
   // ── downstream callbacks ──
 
-  onEnd(completed: boolean): void {
+  onEnd(completed: boolean, cut = false): void {
     if (this.ended) return
     this.ended = true
     downstreamActiveStreams.dec()
@@ -387,9 +387,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.#abandonAttempt()
     if (!completed) {
       if (this.code === null) {
-        this.code = ErrorCode.CLIENT_ABORTED
-        this.reason = reasonOf(ErrorCode.CLIENT_ABORTED)
-        if (!this.answered) this.status = statusOf(ErrorCode.CLIENT_ABORTED)
+        // The gateway's own cut (a drain's grace period ran out) is not the client going away.
+        const code = cut ? ErrorCode.SHUTTING_DOWN : ErrorCode.CLIENT_ABORTED
+        this.code = code
+        this.reason = cut ? 'cut when the listener closed (its grace period ran out)' : reasonOf(code)
+        if (!this.answered) this.status = statusOf(code)
       }
       const controller = this.controller
       if (controller !== null && !controller.aborted) controller.abort(new SallyportError(ErrorCode.CLIENT_ABORTED, 'client went away'))
