@@ -168,7 +168,8 @@ function readEgressProposal(spec: Fields | null, meta: ObjectMeta, ann: TlsAnnot
   const type = (textAt(dest, 'type') ?? '').toLowerCase()
   let destination: BackendDestination
   if (type === 'ip') {
-    destination = { type: 'Ip', addresses: readIpAddresses(objectAt(dest, 'ip')) }
+    const one = textAt(dest, 'ip')
+    destination = { type: 'Ip', addresses: one !== null && one !== '' ? [one] : readIpAddresses(objectAt(dest, 'ip')) }
   } else if (type === 'kubernetesservice' || type === 'service') {
     const svc = objectAt(dest, 'service') ?? objectAt(dest, 'kubernetesService') ?? {}
     destination = { type: 'Service', service: readObjectRef(svc, 'Service', ns) }
@@ -181,7 +182,7 @@ function readEgressProposal(spec: Fields | null, meta: ObjectMeta, ann: TlsAnnot
   return { destination, ports, fallback: false }
 }
 
-/** The proposal leaves IPBackend commented out; accept `addresses: [..]` or a single `address`. */
+/** The proposal leaves IPBackend commented out; accept `addresses: [..]` or a single `address` (or, above, `ip: <address>`). */
 function readIpAddresses(ip: Fields | null): string[] {
   const list = stringsAt(ip, 'addresses')
   const one = nonEmptyAt(ip, 'address')

@@ -167,6 +167,9 @@ t.test('egress proposal: each TLS mode, Ip and KubernetesService destinations, M
 
   const ip = backend({ apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'ip' }, spec: { destination: { type: 'Ip', ip: { addresses: ['192.0.2.1', '2001:db8::1'] }, ports: [{ number: 53, protocol: 'TCP' }] } } })
   t.same(ip.destination, { type: 'Ip', addresses: ['192.0.2.1', '2001:db8::1'] })
+  // The schema's third form, and the repo's own fixture's (fixtures/valid/backend-egress.yaml): one address as a string.
+  const one = backend({ apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'one' }, spec: { destination: { type: 'Ip', ip: '203.0.113.10', ports: [{ number: 5432, protocol: 'TCP' }] } } })
+  t.same(one.destination, { type: 'Ip', addresses: ['203.0.113.10'] }, 'ip: a single address as a string')
   const svc = backend({ apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'svc', namespace: 'a' }, spec: { destination: { type: 'KubernetesService', service: { name: 'api' }, ports: [{ number: 8080, protocol: 'HTTP' }] } } })
   t.same(svc.destination, { type: 'Service', service: { group: '', kind: 'Service', namespace: 'a', name: 'api' } })
   const none = backend({ apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'n' }, spec: { destination: { type: 'Fqdn', fqdn: { hostname: 'x.example' } } } })
