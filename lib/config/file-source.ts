@@ -44,7 +44,17 @@ export interface ConfigSet {
   /** Hash over every file's name and content. */
   readonly hash: string
   readonly files: readonly string[]
+  /** Files with nothing but whitespace in them. */
+  readonly emptyFiles: readonly string[]
 }
+
+/**
+ * How long a file that held objects and is now empty is given to be written
+ * before its emptiness is applied. A save that truncates the file, then writes
+ * it (`cat > file`, a copy in place, a slow writer), would otherwise remove
+ * every object in it — close its listeners — for as long as the write takes.
+ */
+export const EMPTY_SETTLE_MS = 1000
 
 /**
  * Read every manifest under `paths` (files, or directories searched
@@ -62,6 +72,7 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
   }
   const hash = createHash('sha256')
   const docs: SourcedDoc[] = []
+  const emptyFiles: string[] = []
   for (const file of files) {
     let text: string
     try {
@@ -72,12 +83,13 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
       continue
     }
     hash.update(file).update('\0').update(text).update('\0')
+    if (text.trim() === '') emptyFiles.push(file)
     const parsed = parseManifests(file, text)
     problems.push(...parsed.problems)
     docs.push(...parsed.docs)
   }
   for (const p of problems) hash.update(formatProblem(p))
-  return { docs, problems, hash: hash.digest('hex'), files }
+  return { docs, problems, hash: hash.digest('hex'), files, emptyFiles }
 }
 
 async function listManifests(p: string): Promise<string[]> {
@@ -122,6 +134,10 @@ export class FileSource {
   /** The files of the last reload not applied (unreadable, unparsable); empty once a set is applied. */
   #rejected: readonly ConfigProblem[] = []
   #onSnapshot: SnapshotListener | null = null
+  /** Files that held documents in the set last handed on. */
+  #filesWithDocs = new Set<string>()
+  /** Files that became empty, and since when (EMPTY_SETTLE_MS). */
+  #emptySince = new Map<string, number>()
   /** The reload in progress; a change during it schedules one more after it. */
   readonly #passes = new SerialPasses(() => this.#reload(false), () => !this.#closed)
   #closed = false
@@ -204,11 +220,37 @@ export class FileSource {
     return this.#passes.request()
   }
 
+  /**
+   * Whether to hold this set back: a file that held objects is empty now, and
+   * has not been for EMPTY_SETTLE_MS yet (a re-read is scheduled for then). An
+   * emptiness that lasts is applied, with a warning naming the files.
+   */
+  #settling(set: ConfigSet): boolean {
+    const now = Date.now()
+    const emptied = set.emptyFiles.filter((f) => this.#filesWithDocs.has(f))
+    for (const f of [...this.#emptySince.keys()]) if (!emptied.includes(f)) this.#emptySince.delete(f)
+    let wait = 0
+    for (const f of emptied) {
+      const since = this.#emptySince.get(f)
+      if (since === undefined) this.#emptySince.set(f, now)
+      wait = Math.max(wait, (since ?? now) + EMPTY_SETTLE_MS - now)
+    }
+    if (wait > 0) {
+      log.info({ files: emptied }, 'a configuration file became empty; waiting for it to be written before applying')
+      setTimeout(() => { void this.#schedule() }, wait).unref()
+      return true
+    }
+    if (emptied.length > 0) log.warn({ files: emptied }, 'configuration file is empty: the objects it held are removed')
+    this.#emptySince.clear()
+    return false
+  }
+
   async #reload(first: boolean): Promise<void> {
     if (this.#closed) return
     if (!first) this.#syncWatches()
     const set = await readConfigSet(this.#paths)
     if (set.hash === this.#seenHash) return
+    if (!first && this.#settling(set)) return
     this.#seenHash = set.hash
     if (set.problems.length > 0) {
       for (const p of set.problems) {
@@ -226,6 +268,7 @@ export class FileSource {
     // Back to the content already serving (a broken save, then undo): nothing to do.
     if (set.hash === this.#emittedHash) return
     this.#emittedHash = set.hash
+    this.#filesWithDocs = new Set(set.docs.map((d) => d.source.file))
     const snapshot = buildSnapshot(set.docs, set.problems, this.#docs)
     if (this.#onSnapshot === null || this.#closed) return
     try {

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { FileSource, readConfigSet } from '../../lib/config/file-source.ts'
+import { EMPTY_SETTLE_MS, FileSource, readConfigSet } from '../../lib/config/file-source.ts'
 import { configReloadFailures } from '../../lib/observe/metrics.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 
@@ -130,4 +130,41 @@ t.test('watching: debounced, and a rename-save is seen', async (t) => {
   fs.writeFileSync(tmp, cm('a', 'renamed-again'))
   fs.renameSync(tmp, file)
   t.equal(value(await next, 't/a'), 'renamed-again')
+})
+
+t.test('a file that becomes empty is given time to be written before its objects go', async (t) => {
+  // A save that truncates, then writes (`cat > file`, a copy in place): applying
+  // the empty file would remove its objects (close their listeners) meanwhile.
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+  fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '1'))
+  const c = collector()
+  const source = new FileSource([dir], { watch: false })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+
+  fs.writeFileSync(path.join(dir, 'a.yaml'), '')
+  await source.reload()
+  t.equal(c.snapshots.length, 1, 'the empty file is not applied at once')
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '2'))
+  await source.reload()
+  t.equal(c.snapshots.length, 2, 'written within the settle time: applied')
+  t.equal(value(c.snapshots[1], 't/a'), '2', 'with its new content; no set without it came in between')
+  await new Promise((resolve) => setTimeout(resolve, EMPTY_SETTLE_MS + 300))
+  t.equal(c.snapshots.length, 2, 'and the settle re-read finds nothing new')
+
+  // An emptiness that lasts is applied once the settle time is over.
+  const next = c.next(EMPTY_SETTLE_MS * 3)
+  fs.writeFileSync(path.join(dir, 'a.yaml'), '\n')
+  await source.reload()
+  t.equal(c.snapshots.length, 2, 'held back first')
+  const s = await next
+  t.equal(value(s, 't/a'), undefined, 'then applied: its objects removed')
+  t.equal(value(s, 't/b'), '1', 'the other file\'s kept')
+
+  // A file that never held objects is applied empty at once.
+  fs.writeFileSync(path.join(dir, 'a.yaml'), '')
+  fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '3'))
+  await source.reload()
+  t.equal(value(c.snapshots.at(-1), 't/b'), '3', 'a change beside an empty file that held nothing applies at once')
 })
