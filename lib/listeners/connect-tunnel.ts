@@ -7,6 +7,10 @@
 //    Gateway's destination policy; a refusal is answered (403 with the reason
 //    as body, 400 for an unreadable target), counted
 //    (sallyport_forward_proxy_refusals_total{reason}), logged and an Event.
+// 1b. The backend's extension chain runs its request hooks on the CONNECT
+//    (lib/extensions/flow.ts with a tunnel for host): an Authorization or a
+//    RateLimit decides the tunnel as it would a request; what hooks would
+//    change in a request goes nowhere (the bytes are the client's own).
 // 2. The backend is dialled like a TCPRoute's (upstreams.dialL4: endpoint
 //    failover, DNS, the confused-deputy guard on resolved addresses, the
 //    upstream proxy if the Backend has one) — before answering, so an
@@ -34,6 +38,13 @@ import type { Upstreams } from '../upstream/types.ts'
 import { relay } from '../upstream/relay.ts'
 import type { EventSink } from '../extensions/events.ts'
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
+import { STATUS_CODES } from 'node:http'
+import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
+import { clientInfo, identify } from '../extensions/client.ts'
+import { Flow, type FlowHost, type FlowInfo } from '../extensions/flow.ts'
+import type { ClientInfo } from '../extensions/plugin-api.ts'
+import type { UpstreamRequest } from '../upstream/types.ts'
+import { Cancel } from '../upstream/cancel.ts'
 import { endAndDiscard } from './linger.ts'
 
 const log = logger('forward-proxy')
@@ -65,6 +76,8 @@ export interface TunnelEnv {
   readonly accessLog: Logger | null
   /** Where refusal Events go (the extension runtime's aggregating sink); null: log only. */
   readonly events: EventSink | null
+  /** Runs the backends' extension chains (null: the process-wide default). */
+  readonly extensions: ExtensionRuntime | null
 }
 
 const REASON_TEXT: Record<ConnectRefusal, string> = {
@@ -77,6 +90,8 @@ const REASON_TEXT: Record<ConnectRefusal, string> = {
   destination_refused: 'destination refused: its addresses are not allowed',
   sni_mismatch: 'TLS server name does not match the CONNECT destination',
   connect_failed: 'destination unreachable',
+  extension_denied: 'denied by an extension',
+  extension_failed: 'extension failed',
 }
 
 /** HTTP/1.1 CONNECT: `req.url` is the authority; `head` are bytes the client sent after the request head. */
@@ -86,7 +101,7 @@ export function h1Client(socket: Socket, address: string): ClientSide {
     address,
     refuse(status: number, body: string): void {
       const text = body + '\n'
-      endAndDiscard(socket, `HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Bad Gateway'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`)
+      endAndDiscard(socket, `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`)
     },
     accept(): Duplex {
       socket.allowHalfOpen = true
@@ -145,6 +160,73 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
     refuse(client, decision.status, decision.reason, decision.destination, decision.rule, table, port, env)
     return
   }
+  if (decision.chain === null) { dial(client, decision, head, table, port, env, startedAt); return }
+  // The backend's chain decides first: its request hooks, on a view of the CONNECT.
+  const runtime = env.extensions ?? defaultExtensionRuntime()
+  const host = new ConnectFlowHost(client, decision, head, table, port, env, startedAt)
+  const { rule, cluster } = decision
+  const req: UpstreamRequest = {
+    cluster, method: 'CONNECT', path: '', authority: `${decision.host}:${decision.port}`, headers: {}, body: null,
+    timeouts: { connectMs: rule.timeouts.connectMs, headersMs: null, idleMs: rule.timeouts.idleMs }, signal: new Cancel(), upgrade: null, clientAddress: client.address,
+  }
+  const info: FlowInfo = {
+    route: `${rule.route.namespace}/${rule.route.name}`, rule: rule.id, backend: cluster.id,
+    gateway: gatewayOf(rule, table, port).gateway, scheme: 'http',
+  }
+  new Flow(host, runtime.runnable(decision.chain), req, info).start()
+}
+
+/** The end of a CONNECT's extension run: dial, or refuse as the chain said. */
+class ConnectFlowHost implements FlowHost {
+  readonly #client: ClientSide
+  readonly #decision: ConnectAllowed
+  readonly #head: Buffer | null
+  readonly #table: RouteTable
+  readonly #port: number
+  readonly #env: TunnelEnv
+  readonly #startedAt: number
+  readonly #stopWatching: () => void
+  #done = false
+  #gone = false
+  constructor(client: ClientSide, decision: ConnectAllowed, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv, startedAt: number) {
+    this.#client = client
+    this.#decision = decision
+    this.#head = head
+    this.#table = table
+    this.#port = port
+    this.#env = env
+    this.#startedAt = startedAt
+    this.#stopWatching = client.whenGone(() => { this.#gone = true })
+  }
+  isDone(): boolean { return this.#done || this.#gone }
+  send(): void {
+    if (this.isDone()) return
+    this.#done = true
+    this.#stopWatching()
+    dial(this.#client, this.#decision, this.#head, this.#table, this.#port, this.#env, this.#startedAt)
+  }
+  relay(): void { /* a CONNECT has no upstream response for hooks to see */ }
+  deny(status: number, _code: ErrorCode, reason: string): void {
+    this.#refuse(status, 'extension_denied', reason)
+  }
+  fail(_code: ErrorCode, detail?: string | null): void {
+    this.#refuse(500, 'extension_failed', detail ?? 'extension failed')
+  }
+  clientInfo(): ClientInfo {
+    const address = this.#client.address
+    return clientInfo(address, identify(this.#table, address, null), null)
+  }
+  #refuse(status: number, reason: ConnectRefusal, text: string): void {
+    if (this.isDone()) return
+    this.#done = true
+    this.#stopWatching()
+    const d = this.#decision
+    refuse(this.#client, status, reason, `${d.host}:${d.port}`, d.rule, this.#table, this.#port, this.#env, text, text)
+  }
+}
+
+/** Dials the decided backend, then opens the tunnel (or refuses: unreachable, refused addresses). */
+function dial(client: ClientSide, decision: ConnectAllowed, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv, startedAt: number): void {
   const { rule, cluster } = decision
   // The client leaving while the destination is dialled stops the dial.
   let stopWatching = noop
@@ -185,9 +267,9 @@ function identityOf(table: RouteTable, address: string): string | null {
 
 function refuse(
   client: ClientSide, status: number, reason: ConnectRefusal, destination: string, rule: RouteRule | null,
-  table: RouteTable, port: number, env: TunnelEnv, detail?: string,
+  table: RouteTable, port: number, env: TunnelEnv, detail?: string, body?: string,
 ): void {
-  client.refuse(status, REASON_TEXT[reason])
+  client.refuse(status, body ?? REASON_TEXT[reason])
   forwardProxyRefusals.inc({ reason })
   const { gateway, listener } = gatewayOf(rule, table, port)
   const route = rule === null ? '' : `${rule.route.namespace}/${rule.route.name}`

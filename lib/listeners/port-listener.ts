@@ -351,7 +351,7 @@ export class PortListener {
 
   #tunnelEnv(): TunnelEnv {
     const env = this.#plane.env
-    return { upstreams: env.upstreams, accessLog: this.#plane.accessLog ?? null, events: env.extensions?.events ?? null }
+    return { upstreams: env.upstreams, accessLog: this.#plane.accessLog ?? null, events: env.extensions?.events ?? null, extensions: env.extensions ?? null }
   }
 
   #onConnect = (req: IncomingMessage, socket: Socket, head: Buffer): void => {

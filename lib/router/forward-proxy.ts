@@ -22,7 +22,7 @@
 // Absolute-form requests (`GET http://host/path`) need nothing here: forward.ts
 // routes them by the URL's authority through the normal pipeline.
 
-import type { Cluster, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
+import type { Cluster, ExtensionChain, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
 import { isIPv6 } from 'node:net'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
@@ -39,6 +39,8 @@ export type ConnectRefusal =
   | 'destination_refused' // the backend's name resolves only to refused addresses (guard)
   | 'sni_mismatch' // connect-verify-sni: the tunnelled ClientHello names another host (or none)
   | 'connect_failed' // the backend could not be reached (502)
+  | 'extension_denied' // an extension of the backend's chain denied it (Authorization, RateLimit, ...)
+  | 'extension_failed' // an extension of the chain failed (failOpen: false)
 
 export interface ConnectAllowed {
   readonly ok: true
@@ -47,6 +49,8 @@ export interface ConnectAllowed {
   readonly rule: RouteRule
   readonly cluster: Cluster
   readonly verifySni: boolean
+  /** The extension chain of the rule × backend (its request hooks decide the tunnel); null: none. */
+  readonly chain: ExtensionChain | null
 }
 
 export interface ConnectRefused {
@@ -118,7 +122,7 @@ export function routeConnect(table: RouteTable, port: number, authority: string)
   if (backend.denied !== undefined) return refused(403, 'destination_denied', rule, dest)
   const cluster = backend.cluster === null ? undefined : table.clusters.get(backend.cluster)
   if (cluster === undefined) return refused(502, 'no_backend', rule, dest)
-  return { ok: true, host: target.host, port: target.port, rule, cluster, verifySni: connect.verifySni }
+  return { ok: true, host: target.host, port: target.port, rule, cluster, verifySni: connect.verifySni, chain: backend.extensions ?? null }
 }
 
 function listed(p: HostPatterns, host: string): boolean {
@@ -135,5 +139,5 @@ function toRequested(r: RequestedDestination, rule: RouteRule, host: string, por
   if (destination === null) return refused(403, 'destination_denied', rule, `${host}:${port}`)
   // Per tunnel: the dialler keeps its per-cluster state in WeakMaps, so this goes with the tunnel.
   const cluster: Cluster = { ...r.cluster, port, destination, endpoints: [{ host, port, kind: 'hostname', weight: 1, zone: null }] }
-  return { ok: true, host, port, rule, cluster, verifySni }
+  return { ok: true, host, port, rule, cluster, verifySni, chain: null }
 }
