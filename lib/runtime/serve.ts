@@ -190,7 +190,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
       await kube?.stop()
       await runtime.stop(options.drainSeconds * 1000)
       await shutdownTracer()
-      process.disconnect?.()
+      if (process.connected) process.disconnect?.()
       process.exit(0)
     })()
     return stopping
@@ -203,8 +203,14 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   process.on('SIGINT', () => {})
   process.on('SIGTERM', () => { void stop() })
   process.on('SIGHUP', () => { void runtime.reload() })
-  // The primary gone (killed hard): nobody would ever tell us to stop.
-  process.on('disconnect', () => { void stop() })
+  // The primary gone (killed hard): nobody would ever tell us to stop, so we drain
+  // and exit. node's cluster child exits at once on a disconnect unless the worker
+  // is marked as leaving on purpose (exitedAfterDisconnect); this listener runs
+  // first (node emits the worker's 'disconnect' before it checks), and marks it.
+  cluster.worker?.once('disconnect', () => {
+    if (cluster.worker !== undefined) cluster.worker.exitedAfterDisconnect = true
+    void stop()
+  })
   await runtime.start()
   kube?.start()
   send({ type: 'sallyport:ready', ready: runtime.ready() })
