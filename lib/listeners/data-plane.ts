@@ -127,7 +127,7 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
       opening.push(listener.listen(this.#bind, entry).then(
         () => { this.#listeners.set(port, listener) },
         (err: Error) => {
-          log.error({ port, err: err.message }, 'listen failed')
+          log.error({ port, listeners: entry.listeners.map((l) => `${l.gateway}/${l.name}`), err: err.message }, 'listen failed')
           failed.push({ port, error: new SallyportError(ErrorCode.LISTEN, `cannot listen on ${this.#bind}:${port}: ${err.message}`, { cause: err }) })
         },
       ))

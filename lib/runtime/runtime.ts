@@ -21,6 +21,7 @@ import type { GuardOptions } from '../upstream/destination-guard.ts'
 import type { Http1Client } from '../upstream/pool.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { StatusLog } from './status-log.ts'
+import { listenersOnPort, withBindFailures, type BindFailure } from './bind-status.ts'
 import type { RouteTable } from '../compile/table.ts'
 import type { Status } from '../compile/status.ts'
 import type { DataPlane } from '../listeners/data-plane.ts'
@@ -61,7 +62,12 @@ export interface RuntimeOptions {
   readonly source?: ConfigSource
   /** `source` label of the config metrics (default `file`). */
   readonly sourceLabel?: string
-  /** After each applied table: the status compile produced and the snapshot it came from (status writer, Events). */
+  /**
+   * After each applied table, and again whenever the set of its ports that
+   * could not be bound changes (a bind retry succeeded): the status — compile's,
+   * with listeners on unbound ports Programmed=False — and the snapshot it came
+   * from (status writer, Events).
+   */
   readonly onApplied?: (applied: { readonly status: Status; readonly snapshot: Snapshot; readonly table: RouteTable }) => void
 }
 
@@ -80,9 +86,14 @@ export class Runtime {
   /** Issue 11: each compile reuses what the previous one built for unchanged routes. */
   readonly #compileCache = new CompileCache()
   #table: RouteTable | null = null
+  /** What is shown and written: compile's status with the bind failures over it. */
   #status: Status | null = null
+  /** The compile result of the table that serves, whose status #status overlays. */
+  #published: { readonly status: Status; readonly snapshot: Snapshot; readonly table: RouteTable } | null = null
+  /** The failed ports (failedKey) #status was built with. */
+  #publishedFailed = ''
   #problems: readonly ConfigProblem[] = []
-  #failedPorts: ReadonlyArray<{ readonly port: number; readonly error: string }> = []
+  #failedPorts: readonly BindFailure[] = []
   #draining = false
   #lastReady = false
   #retryTimer: NodeJS.Timeout | null = null
@@ -125,7 +136,7 @@ export class Runtime {
       version: table?.version ?? 0,
       builtAt: table === null ? null : new Date(table.builtAt).toISOString(),
       table: table === null ? null : dumpTable(table),
-      failedPorts: this.#failedPorts,
+      failedPorts: this.#failedPorts.map((f) => ({ port: f.port, error: f.error })),
       status: this.#status === null ? [] : [...this.#status.objects.values()],
       problems: this.#problems.map((p) => ({ ...p, line: formatProblem(p) })),
       // The files on disk that are not what serves: the last reload, kept out (the table is the last good one).
@@ -194,35 +205,54 @@ export class Runtime {
     await new Promise<void>((resolve) => setTimeout(resolve, SETTLE_MS))
     deepFreeze(table)
     if (this.#table === table) ensureLookupIndexes(table)
-    this.#status = compiled.status
     this.#problems = kept.length === 0 ? snapshot.problems : [...snapshot.problems, ...kept]
-    this.#statusLog.status(compiled.status)
     setInvalidObjects(snapshot.problems)
+    this.#published = { status: compiled.status, snapshot, table }
+    this.#publishStatus()
+  }
+
+  /**
+   * Status as it stands: compile's, with the listeners on ports of the serving
+   * table that could not be bound Programmed=False. To /config_dump, the log
+   * and onApplied (Kubernetes: the status writer).
+   */
+  #publishStatus(): void {
+    const published = this.#published
+    if (published === null) return
+    const status = withBindFailures(published.status, published.table, this.#table === published.table ? this.#failedPorts : [])
+    this.#publishedFailed = failedKey(this.#failedPorts)
+    this.#status = status
+    this.#statusLog.status(status)
     try {
-      this.#options.onApplied?.({ status: compiled.status, snapshot, table })
+      this.#options.onApplied?.({ status, snapshot: published.snapshot, table: published.table })
     } catch (err) {
       log.error({ err }, 'after-apply hook failed')
     }
   }
 
   async #applyTable(table: RouteTable): Promise<void> {
-    let failed: ReadonlyArray<{ readonly port: number; readonly error: string }>
+    let failed: readonly BindFailure[]
     try {
       const result = await this.#dataPlane.apply(table)
-      failed = result.failed.map((f) => ({ port: f.port, error: errorText(f.error) }))
+      failed = result.failed.map((f) => ({ port: f.port, error: errorText(f.error), message: f.error.message }))
     } catch (err) {
       // apply() reports bind failures as values; a throw is a bug in a listener: count it, keep going.
       log.error({ err }, 'applying the route table to listeners failed')
-      failed = [...table.ports.keys()].map((port) => ({ port, error: errorText(err) }))
+      failed = [...table.ports.keys()].map((port) => ({ port, error: errorText(err), message: err instanceof Error ? err.message : String(err) }))
     }
+    const before = this.#table === table ? this.#failedPorts : []
     this.#table = table
     this.#failedPorts = failed
     if (failed.length > 0) {
       configReloadFailures.inc({ source: this.#sourceLabel, reason: 'listen' })
-      for (const f of failed) log.error({ port: f.port, bind: this.#options.bind, error: f.error }, 'cannot listen on port; not ready until it binds')
+      // The Gateways and listeners the port serves: what an operator looks up, and what the status names.
+      for (const f of failed) log.error({ port: f.port, bind: this.#options.bind, listeners: listenersOnPort(table, f.port), error: f.error }, 'cannot listen on port; not ready until it binds')
       this.#scheduleBindRetry()
     } else {
       this.#retryCount = 0
+    }
+    for (const b of before) {
+      if (!failed.some((f) => f.port === b.port)) log.info({ port: b.port, bind: this.#options.bind, listeners: listenersOnPort(table, b.port) }, 'port bound after retrying')
     }
     this.#notifyReady()
   }
@@ -235,7 +265,13 @@ export class Runtime {
       this.#retryTimer = null
       const table = this.#table
       if (table === null || this.#failedPorts.length === 0 || this.#draining) return
-      void this.#enqueue(() => this.#applyTable(table))
+      void this.#enqueue(async () => {
+        await this.#applyTable(table)
+        // The status of this table was published with the ports that failed then; a port bound since (or failing
+        // differently) changes it — in Kubernetes mode, what the status writer writes.
+        const published = this.#published
+        if (published !== null && published.table === this.#table && this.#publishedFailed !== failedKey(this.#failedPorts)) this.#publishStatus()
+      })
     }, delay)
     this.#retryTimer.unref()
   }
@@ -247,6 +283,11 @@ export class Runtime {
     log.info({ ready }, ready ? 'ready' : 'not ready')
     this.#options.onReadyChange?.(ready)
   }
+}
+
+/** Identity of a set of bind failures (port and error), to tell whether the published status is stale. */
+function failedKey(failed: readonly BindFailure[]): string {
+  return failed.map((f) => `${f.port} ${f.error}`).sort().join('\n')
 }
 
 function errorText(err: unknown): string {

@@ -3,6 +3,7 @@
 // status write-back; leader election between two replicas.
 import './quiet.ts'
 import t from 'tap'
+import net from 'node:net'
 import { Runtime } from '../../lib/runtime/runtime.ts'
 import { createKubeMode, type KubeMode } from '../../lib/runtime/kube-mode.ts'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
@@ -107,6 +108,39 @@ t.test('routes from the API server serve traffic; update, delete, 410, outage', 
   await fake.start()
   fake.apply(route('four', 'four.example.test', 'a', upA.address.port))
   await until('back after the outage', async () => await upstreamOf('four.example.test') === 'a', 15_000)
+})
+
+t.test('a listener whose port cannot be bound: the written Gateway status says so until it binds', async (t) => {
+  const up = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'a' })
+  t.teardown(() => up.close())
+  const port = await freePort()
+  const squatter = net.createServer((s) => s.destroy())
+  await new Promise<void>((resolve) => squatter.listen(port, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { if (squatter.listening) squatter.close(() => resolve()); else resolve() }))
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  fake.apply(gateway(port))
+  fake.apply(backend('a', up.address.port))
+  fake.apply(route('r', 'r.example.test', 'a', up.address.port))
+  const { runtime, kube } = await replica(t, fake, 'only')
+  t.equal(runtime.ready(), false, 'not ready: the port is taken')
+  await until('leader', () => kube.elector?.isLeader() === true)
+  type Cond = { type: string; status: string; reason: string; message: string }
+  type GwStatus = { conditions?: Cond[]; listeners?: Array<{ name: string; conditions: Cond[] }> }
+  const gwStatus = (): GwStatus | undefined => fake.get(HTTP_ROUTE, 'Gateway', 'default', 'egress')?.status as GwStatus | undefined
+  const listenerProgrammed = (): Cond | undefined => gwStatus()?.listeners?.find((l) => l.name === 'http')?.conditions.find((c) => c.type === 'Programmed')
+  const gatewayProgrammed = (): Cond | undefined => gwStatus()?.conditions?.find((c) => c.type === 'Programmed')
+  await until('Gateway status written', () => listenerProgrammed() !== undefined)
+  t.equal(listenerProgrammed()?.status, 'False', 'the listener is written Programmed=False')
+  t.equal(listenerProgrammed()?.reason, 'Pending')
+  t.match(listenerProgrammed()?.message, new RegExp(`\\b${port}\\b.*EADDRINUSE|EADDRINUSE.*\\b${port}\\b`), 'naming the port and the OS error')
+  t.equal(gatewayProgrammed()?.status, 'False', 'the Gateway, whose only listener it is, too')
+
+  await new Promise<void>((resolve) => squatter.close(() => resolve()))
+  await until('listener Programmed=True written once the port binds', () => listenerProgrammed()?.status === 'True', 20_000)
+  t.equal(gatewayProgrammed()?.status, 'True', 'the Gateway is programmed again')
+  t.ok(runtime.ready(), 'ready')
+  t.equal((await request(`http://127.0.0.1:${port}/`, { host: 'r.example.test' })).status, 200, 'and it serves')
 })
 
 t.test('two replicas: exactly one writes status; the other takes over when it stops', async (t) => {
