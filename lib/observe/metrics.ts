@@ -13,7 +13,7 @@ export const configReloads = new Counter({
   labelNames: ['source'] as const, registers: [registry],
 })
 export const configReloadFailures = new Counter({
-  name: 'sallyport_config_reload_failures_total', help: 'Configuration reloads that kept the previous table (unreadable source, compile or listener failure).',
+  name: 'sallyport_config_reload_failures_total', help: 'Configuration reloads that failed: kept the previous table (unreadable source, compile failure), or applied a table with a port that could not be bound (listen; once per table, not per bind retry).',
   labelNames: ['source', 'reason'] as const, registers: [registry],
 })
 export const configInvalidObjects = new Gauge({

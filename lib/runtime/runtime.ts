@@ -186,7 +186,7 @@ export class Runtime {
     }
     this.#version = version
     const table = compiled.table
-    await this.#applyTable(table)
+    await this.#applyTable(table, false)
     this.#upstreams.retain(table)
     configReloads.inc({ source: this.#sourceLabel })
     tableVersion.set(table.version)
@@ -230,7 +230,8 @@ export class Runtime {
     }
   }
 
-  async #applyTable(table: RouteTable): Promise<void> {
+  /** `retry`: the bind retry re-applying the table that serves (not a reload). */
+  async #applyTable(table: RouteTable, retry: boolean): Promise<void> {
     let failed: readonly BindFailure[]
     try {
       const result = await this.#dataPlane.apply(table)
@@ -244,7 +245,10 @@ export class Runtime {
     this.#table = table
     this.#failedPorts = failed
     if (failed.length > 0) {
-      configReloadFailures.inc({ source: this.#sourceLabel, reason: 'listen' })
+      // A reload whose table could not bind every port, counted once: a retry is
+      // no reload, and counting each one (every 10 s at most) made a port held
+      // for an hour ~360 "reload failures".
+      if (!retry) configReloadFailures.inc({ source: this.#sourceLabel, reason: 'listen' })
       // The Gateways and listeners the port serves: what an operator looks up, and what the status names.
       for (const f of failed) log.error({ port: f.port, bind: this.#options.bind, listeners: listenersOnPort(table, f.port), error: f.error }, 'cannot listen on port; not ready until it binds')
       this.#scheduleBindRetry()
@@ -266,7 +270,7 @@ export class Runtime {
       const table = this.#table
       if (table === null || this.#failedPorts.length === 0 || this.#draining) return
       void this.#enqueue(async () => {
-        await this.#applyTable(table)
+        await this.#applyTable(table, true)
         // The status of this table was published with the ports that failed then; a port bound since (or failing
         // differently) changes it — in Kubernetes mode, what the status writer writes.
         const published = this.#published

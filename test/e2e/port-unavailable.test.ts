@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
 
 interface Condition { type: string; status: string; reason: string; message: string }
 interface ObjectStatus { kind: string; namespace: string; name: string; conditions: Condition[]; listeners: Array<{ name: string; conditions: Condition[] }> }
@@ -58,6 +58,13 @@ t.test('a listener whose port is taken is Programmed=False until the port frees 
   t.ok(line !== undefined, 'the bind failure is logged')
   t.match(line, /"listeners":\["default\/egress\/http1"\]/, 'naming the Gateway and listener')
   t.match(line, new RegExp(`"port":${heldPort}\\b`))
+
+  // Each bind retry re-applies the table, but only the reload counts as a failure (it counted every retry).
+  const bindErrors = (): number => (cli.stdout() + cli.stderr()).split('\n').filter((l) => l.includes('cannot listen on port')).length
+  await eventually(async () => bindErrors(), (n) => n >= 3, 10000, 'two bind retries')
+  const m = (await request(`${admin}/metrics`)).body
+  t.equal(metricSum(m, 'sallyport_config_reload_failures_total', { reason: 'listen' }), 1, 'one reload with a listen failure, however many retries')
+  t.equal(metricSum(m, 'sallyport_config_reloads_total'), 1, 'one reload')
 
   // Freeing the port: the retry binds it and the status says so.
   await new Promise<void>((resolve) => squatter.close(() => resolve()))
