@@ -1,11 +1,22 @@
 // Prometheus metrics (prom-client). One registry per process; `serve --workers N`
-// aggregates the workers' registries in the primary (AggregatorRegistry).
+// aggregates the workers' registries in the primary (cluster-metrics.ts), each
+// metric by its `aggregator`: sum unless said otherwise below.
 // Names follow sallyport_<what>_<unit>; labels come from a fixed set.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
 export const registry = new Registry()
 collectDefaultMetrics({ register: registry, prefix: 'sallyport_process_' })
+// --workers: a per-process limit, the same in every worker (inherited from the
+// primary); their sum (40000 for a limit of 20000) is no limit anything has.
+// The tightest one is what an open_fds alert must compare a worker with.
+setAggregator('sallyport_process_process_max_fds', 'min')
+
+/** The aggregator of a metric prom-client created (its default metrics take none as an option). */
+function setAggregator(name: string, aggregator: 'min' | 'max' | 'first' | 'average' | 'omit'): void {
+  const metric = registry.getSingleMetric(name) // absent where prom-client does not collect it (max_fds: Linux only)
+  if (metric !== undefined) (metric as unknown as { aggregator: string }).aggregator = aggregator
+}
 
 // ── side loop ──
 export const configReloads = new Counter({

@@ -60,6 +60,9 @@ export const upstreamEndpointHealthy = new Gauge({
   help: '1 when the endpoint takes traffic (not ejected, not failing active checks), 0 otherwise; endpoints of the current table only.',
   labelNames: ['backend', 'endpoint'] as const,
   registers: [registry],
+  // --workers: each worker ejects and checks on its own; summed, a healthy
+  // endpoint read 2 with two workers. 0 as soon as one worker has it out.
+  aggregator: 'min',
   collect() {
     this.reset()
     for (const source of sources) {

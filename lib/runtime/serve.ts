@@ -6,14 +6,15 @@
 // change; the files are the same, so they converge on the same table. The
 // listening sockets are shared through cluster (the primary owns the handles).
 // The primary runs only the admin server: /metrics aggregates every worker's
-// registry (prom-client AggregatorRegistry), /readyz is "every worker ready",
+// registry, keeping the counts of workers that died (lib/observe/cluster-metrics.ts),
+// /readyz is "every worker ready",
 // /config_dump asks the first live worker. Only worker 0 logs status and problems
 // at info/warn; the others log them at debug, so a change is reported once.
 
 import cluster, { type Worker } from 'node:cluster'
-import { AggregatorRegistry } from 'prom-client'
 import { logger } from '../observe/log.ts'
 import { registry } from '../observe/metrics.ts'
+import { ClusterMetrics, parseMetricJson } from '../observe/cluster-metrics.ts'
 import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.ts'
 import { Runtime } from './runtime.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
@@ -97,33 +98,48 @@ type ToPrimary =
   | { readonly type: 'sallyport:ready'; readonly ready: boolean }
   /** JSON text: cluster IPC would turn the dump's Maps into `{}`. */
   | { readonly type: 'sallyport:config_dump'; readonly id: number; readonly json: string }
+  /** The worker's registry as `getMetricsAsJSON()` gives it (checked on arrival: parseMetricJson). */
+  | { readonly type: 'sallyport:metrics'; readonly id: number; readonly metrics: unknown }
 type ToWorker =
   | { readonly type: 'sallyport:shutdown' }
   | { readonly type: 'sallyport:config_dump'; readonly id: number }
+  | { readonly type: 'sallyport:metrics'; readonly id: number }
 
 const WORKER_INDEX_ENV = 'SALLYPORT_WORKER_INDEX'
 const RESPAWN_DELAY_MS = 1000
+/** A worker that does not answer a scrape in time counts with its previous answer. */
+const METRICS_TIMEOUT_MS = 5000
 
 async function servePrimary(options: ServeOptions): Promise<void> {
-  const workers = new Map<number, { worker: Worker; ready: boolean }>() // by index
+  // by index; `heard`: it sent a message, so it is far enough along to answer a scrape
+  const workers = new Map<number, { worker: Worker; ready: boolean; heard: boolean }>()
   const pendingDumps = new Map<number, (dump: unknown) => void>()
   let nextDumpId = 1
+  const pendingMetrics = new Map<number, (metrics: unknown) => void>()
+  let nextMetricsId = 1
   let shuttingDown = false
-  const aggregator = new AggregatorRegistry()
+  const clusterMetrics = new ClusterMetrics()
 
   const fork = (index: number): void => {
     const worker = cluster.fork({ [WORKER_INDEX_ENV]: String(index) })
-    workers.set(index, { worker, ready: false })
+    workers.set(index, { worker, ready: false, heard: false })
     worker.on('message', (msg: ToPrimary) => {
+      const heard = workers.get(index)
+      if (heard?.worker === worker) heard.heard = true
       if (msg?.type === 'sallyport:ready') {
         const entry = workers.get(index)
         if (entry?.worker === worker) entry.ready = msg.ready
       } else if (msg?.type === 'sallyport:config_dump') {
         pendingDumps.get(msg.id)?.(JSON.parse(msg.json))
         pendingDumps.delete(msg.id)
+      } else if (msg?.type === 'sallyport:metrics') {
+        pendingMetrics.get(msg.id)?.(msg.metrics)
+        pendingMetrics.delete(msg.id)
       }
     })
     worker.on('exit', (code, signal) => {
+      // Its counters and histograms stay in the aggregate (as of its last scrape).
+      clusterMetrics.exited(worker.id)
       const entry = workers.get(index)
       if (entry?.worker !== worker) return
       entry.ready = false
@@ -134,10 +150,30 @@ async function servePrimary(options: ServeOptions): Promise<void> {
   }
   for (let i = 0; i < options.workers; i++) fork(i)
 
+  /** Ask one worker for its metrics; resolves once it answered (recorded), timed out or exited. */
+  const scrapeWorker = (worker: Worker): Promise<void> => new Promise<void>((resolve) => {
+    const id = nextMetricsId++
+    const done = (): void => { clearTimeout(timer); pendingMetrics.delete(id); worker.off('exit', done); resolve() }
+    const timer = setTimeout(done, METRICS_TIMEOUT_MS)
+    worker.once('exit', done)
+    pendingMetrics.set(id, (metrics) => {
+      const parsed = parseMetricJson(metrics)
+      if (parsed === null) log.warn({ worker: worker.id }, 'worker sent metrics that are not metric JSON; using its previous answer')
+      else clusterMetrics.observe(worker.id, parsed)
+      done()
+    })
+    try { worker.send({ type: 'sallyport:metrics', id } satisfies ToWorker) } catch { done() }
+  })
+
   const admin: AdminServer | null = options.admin === null ? null : await startAdminServer({
     ...options.admin,
     ready: () => !shuttingDown && workers.size === options.workers && [...workers.values()].every((w) => w.ready),
-    metrics: async () => ({ contentType: aggregator.contentType, body: await aggregator.clusterMetrics() }),
+    metrics: async () => {
+      // A worker still starting (not heard from) is left out rather than waited for: it has counted
+      // next to nothing, and is in the next scrape; leaving it out takes nothing away from the aggregate.
+      await Promise.all([...workers.values()].filter((w) => w.heard && w.worker.isConnected()).map((w) => scrapeWorker(w.worker)))
+      return { contentType: registry.contentType, body: await clusterMetrics.render() }
+    },
     configDump: () => new Promise<unknown>((resolve) => {
       const live = [...workers.values()].find((w) => w.worker.isConnected())
       if (live === undefined) return resolve({ error: 'no live worker' })
@@ -168,13 +204,19 @@ async function servePrimary(options: ServeOptions): Promise<void> {
 }
 
 async function serveWorker(options: ServeOptions): Promise<void> {
-  // Workers answer the primary's AggregatorRegistry from our registry (not prom-client's
-  // global one); constructing one in the worker is what installs the IPC listener.
-  AggregatorRegistry.setRegistries([registry])
-  new AggregatorRegistry()
   const index = Number(process.env[WORKER_INDEX_ENV] ?? 0)
-  if (options.tracing != null) installTracer(options.tracing)
   const send = (msg: ToPrimary): void => { if (process.connected) process.send?.(msg) }
+  // Scrapes are answered from the start: a worker just forked (a replacement) is
+  // asked along with the others, and an unanswered ask holds the scrape for METRICS_TIMEOUT_MS.
+  process.on('message', (msg: ToWorker) => {
+    if (msg?.type !== 'sallyport:metrics') return
+    const id = msg.id
+    registry.getMetricsAsJSON().then(
+      (metrics) => send({ type: 'sallyport:metrics', id, metrics }),
+      (err: unknown) => { log.error({ err }, 'collecting metrics failed'); send({ type: 'sallyport:metrics', id, metrics: null }) },
+    )
+  })
+  if (options.tracing != null) installTracer(options.tracing)
   // One identity per Pod: only the first worker campaigns for the lease and writes status.
   const kube = await kubeMode(options, index === 0)
   const runtime = new Runtime({

@@ -1,9 +1,10 @@
-// `serve --workers 2`: both workers serve the shared port, the primary's /metrics aggregates them.
+// `serve --workers 2`: both workers serve the shared port, the primary's /metrics aggregates them,
+// and keeps a killed worker's counts once it is replaced.
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
 
 t.test('serve --workers 2', async (t) => {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
@@ -45,6 +46,57 @@ t.test('serve --workers 2', async (t) => {
   await settleLogs()
   const pids = new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => m[1]))
   t.ok(pids.size >= 3, `pids seen: ${[...pids].join(',')}`)
+
+  cli.child.kill('SIGTERM')
+  t.equal(await cli.exited, 0)
+})
+
+t.test('serve --workers 2: counters do not go back when a worker is killed and replaced', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => upstream.close())
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(httpPort), backendYaml('demo', upstream.address.port), routeYaml('demo', 'demo.example.test', 'demo', upstream.address.port),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--drain-seconds', '1', '--access-log', 'off'])
+  const admin = `http://127.0.0.1:${adminPort}`
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  const scrape = async (): Promise<string> => (await request(`${admin}/metrics`)).body
+  const requests = (m: string): number => metricSum(m, 'sallyport_downstream_requests_total', { code: '200' })
+  const durations = (m: string): number => metricSum(m, 'sallyport_downstream_request_duration_seconds_count')
+  const cpu = (m: string): number => metricSum(m, 'sallyport_process_process_cpu_seconds_total')
+
+  // Fresh connections: the primary hands them to the workers in turn, so both serve some.
+  const N = 40
+  for (let i = 0; i < N; i++) t.equal((await request(`http://127.0.0.1:${httpPort}/n${i}`, { host: 'demo.example.test' })).status, 200)
+  const before = await eventually(scrape, (m) => requests(m) === N, 5000, `${N} requests counted`)
+  t.equal(durations(before), N, 'and observed in the duration histogram')
+  const cpuBefore = cpu(before)
+
+  // The workers are the pids other than the primary's in the log.
+  const workerPids = async (): Promise<number[]> => {
+    await settleLogs()
+    return [...new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => Number(m[1])))].filter((pid) => pid !== cli.child.pid)
+  }
+  const [victim] = await workerPids()
+  t.ok(victim !== undefined, 'a worker pid')
+  process.kill(victim as number, 'SIGKILL')
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 503, 5000, '/readyz 503 while a worker is missing')
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, '/readyz 200 once the worker is replaced')
+
+  const after = await scrape()
+  t.equal(requests(after), N, 'the aggregated request counter did not go down (the dead worker\'s counts are kept)')
+  t.equal(durations(after), N, 'nor the histogram count')
+  t.ok(cpu(after) >= cpuBefore, 'nor a process counter (CPU seconds)')
+  for (let i = 0; i < 10; i++) t.equal((await request(`http://127.0.0.1:${httpPort}/m${i}`, { host: 'demo.example.test' })).status, 200)
+  t.equal(requests(await scrape()), N + 10, 'and counts on from there')
+
+  // A per-process limit is not summed over the workers.
+  let limits = ''
+  try { limits = fs.readFileSync(`/proc/${cli.child.pid}/limits`, 'utf8') } catch { /* not Linux: no max_fds metric either */ }
+  const soft = /^Max open files\s+(\d+)/m.exec(limits)?.[1]
+  if (soft !== undefined) t.equal(metricSum(after, 'sallyport_process_process_max_fds'), Number(soft), 'max fds: the per-process limit, not the sum over workers')
 
   cli.child.kill('SIGTERM')
   t.equal(await cli.exited, 0)
