@@ -51,10 +51,12 @@ t.test('a live process writes its lines in one batch within FLUSH_MS, not one wr
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sallyport-log-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   const file = path.join(dir, 'child.ts')
-  // 20 lines 2 ms apart (each in its own event-loop turn), then 600 ms alive before exiting.
+  // 20 lines, each in its own event-loop turn (immediates: 2 ms timers stretched past
+  // FLUSH_MS on a loaded 2-core machine, and the batch then rightly went out in two),
+  // then 600 ms alive before exiting.
   fs.writeFileSync(file, `import { accessSink } from ${JSON.stringify(logModule)}
 const sink = accessSink()!
-for (let i = 0; i < 20; i++) { sink.write('{"i":' + i + '}\\n'); await new Promise((r) => setTimeout(r, 2)) }
+for (let i = 0; i < 20; i++) { sink.write('{"i":' + i + '}\\n'); await new Promise((r) => setImmediate(r)) }
 await new Promise((r) => setTimeout(r, 600))
 `)
   const { FLUSH_MS } = await import(logModule)
