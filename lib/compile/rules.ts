@@ -155,7 +155,8 @@ function compileGrpcMatch(m: GRPCRouteMatch): Pick<MatchSpec, 'path' | 'method' 
   } else {
     const svc = mm.service === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.service) : mm.service
     const method = mm.method === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.method) : mm.method
-    const value = `/${svc}/${method}`
+    // Each pattern grouped: an alternation in one (`Get|List`) must not split the whole path.
+    const value = `/(?:${svc})/(?:${method})`
     path = { type: 'RegularExpression', value, regex: anchored(value) }
   }
   return { path, method: 'POST', headers, query: null }
