@@ -86,15 +86,58 @@ export function planGateways(snapshot: Snapshot, gatewayClass: string, controlle
   const served: ServedGateway[] = []
   for (const gateway of gateways) {
     const key = `${gateway.meta.namespace}/${gateway.meta.name}`
-    const listeners = gateway.listeners.map(l => planListener(snapshot, gateway, key, l, ports))
+    const within = conflictsWithin(gateway)
+    const listeners = gateway.listeners.map(l => planListener(snapshot, gateway, key, l, ports, within.get(l) ?? null))
     served.push({ gateway, key, listeners })
   }
   return { served, statuses }
 }
 
+/**
+ * Listeners of one Gateway that are not distinct (Gateway API, Listener docs):
+ * on one port, differing protocols (or TLS modes), or one hostname twice (any
+ * two TCP listeners). Every listener of such a set is conflicted: "implementations
+ * may accept a partial Listener set only if they throw out *all* the conflicting
+ * Listeners. No picking one of the conflicting listeners as the winner."
+ */
+function conflictsWithin(gateway: Gateway): Map<Listener, { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string }> {
+  const out = new Map<Listener, { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string }>()
+  const byPort = new Map<number, Listener[]>()
+  for (const l of gateway.listeners) {
+    if (!isProtocol(l.protocol)) continue
+    const list = byPort.get(l.port)
+    if (list === undefined) byPort.set(l.port, [l])
+    else list.push(l)
+  }
+  const modeOf = (l: Listener): string => `${l.protocol}/${l.protocol === 'HTTPS' ? 'Terminate' : l.protocol === 'TLS' ? (l.tls?.mode ?? 'Terminate') : ''}`
+  for (const [port, list] of byPort) {
+    if (list.length < 2) continue
+    const modes = new Set(list.map(modeOf))
+    if (modes.size > 1) {
+      const names = list.map(l => `${l.name} (${l.protocol})`).join(', ')
+      for (const l of list) out.set(l, { reason: 'ProtocolConflict', message: `listeners on port ${port} differ in protocol: ${names}; none of them is served` })
+      continue
+    }
+    const byHost = new Map<string, Listener[]>()
+    for (const l of list) {
+      const key = list[0].protocol === 'TCP' ? '' : (l.hostname ?? '').toLowerCase()
+      const same = byHost.get(key)
+      if (same === undefined) byHost.set(key, [l])
+      else same.push(l)
+    }
+    for (const [host, same] of byHost) {
+      if (same.length < 2) continue
+      const names = same.map(l => l.name).join(', ')
+      for (const l of same) out.set(l, { reason: 'HostnameConflict', message: `listeners ${names} on port ${port} share hostname ${host === '' ? '(any)' : host}; none of them is served` })
+    }
+  }
+  return out
+}
+
 function planListener(
   snapshot: Snapshot, gateway: Gateway, gatewayKey: string, listener: Listener,
   ports: Map<number, { protocol: PortProtocol; tlsMode: string | null; hostnames: Set<string> }>,
+  within: { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string } | null,
 ): ServedListener {
   const gen = gateway.meta.generation
   const hostname = listener.hostname === null ? null : listener.hostname.toLowerCase()
@@ -113,11 +156,15 @@ function planListener(
   const protocol = listener.protocol
   const tlsMode = protocol === 'HTTPS' ? 'Terminate' : protocol === 'TLS' ? (listener.tls?.mode ?? 'Terminate') : null
 
-  // Conflicts on the port: protocol first, then hostname (Gateway API Listener docs).
+  // Conflicts on the port: within this Gateway, every listener of a conflicting set;
+  // with an earlier Gateway's listeners on the port, this one (it came later). Protocol
+  // first, then hostname (Gateway API Listener docs).
   let conflict: Condition = condition('Conflicted', false, 'NoConflicts', '', gen)
   const seen = ports.get(listener.port)
   const hostKey = hostname ?? ''
-  if (seen === undefined) {
+  if (within !== null) {
+    conflict = condition('Conflicted', true, within.reason, within.message, gen)
+  } else if (seen === undefined) {
     ports.set(listener.port, { protocol, tlsMode, hostnames: new Set([hostKey]) })
   } else if (seen.protocol !== protocol || seen.tlsMode !== tlsMode) {
     conflict = condition('Conflicted', true, 'ProtocolConflict', `port ${listener.port} already serves ${seen.protocol}${seen.tlsMode !== null ? ` (${seen.tlsMode})` : ''}`, gen)
@@ -182,7 +229,8 @@ function planListener(
   return {
     ...base, protocol, tlsMode, ready, kinds, cert, clientValidation,
     conditions: [
-      condition('Accepted', true, 'Accepted', '', gen),
+      // A conflicted listener is thrown out, not accepted (and says why).
+      conflict.status === 'True' ? condition('Accepted', false, conflict.reason, conflict.message, gen) : condition('Accepted', true, 'Accepted', '', gen),
       ready ? condition('Programmed', true, 'Programmed', '', gen) : condition('Programmed', false, 'Invalid', conflict.status === 'True' ? conflict.message : refs.message, gen),
       refs,
       conflict,

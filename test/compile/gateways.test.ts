@@ -33,7 +33,9 @@ t.test('ProtocolConflict: a later listener on the same port with another protoco
   t.equal(listenerConditions(status.objects, 'first', 'web').Conflicted, 'False/NoConflicts')
 })
 
-t.test('HostnameConflict: two listeners on one port with the same hostname; distinct hostnames share the port', async t => {
+t.test('HostnameConflict: listeners of one Gateway sharing a hostname on a port are all thrown out; distinct hostnames share the port', async t => {
+  // Gateway API: "implementations may accept a partial Listener set only if they throw out *all*
+  // the conflicting Listeners. No picking one of the conflicting listeners as the winner."
   const { table, status } = run([b.gateway('gw', [
     b.listener('a', 8080, 'HTTP', { hostname: 'a.example.com' }),
     b.listener('b', 8080, 'HTTP', { hostname: 'b.example.com' }),
@@ -42,10 +44,22 @@ t.test('HostnameConflict: two listeners on one port with the same hostname; dist
     b.listener('tcp2', 5432, 'TCP'),
   ])])
   t.equal(listenerConditions(status.objects, 'gw', 'b').Conflicted, 'False/NoConflicts')
-  t.equal(listenerConditions(status.objects, 'gw', 'a-again').Conflicted, 'True/HostnameConflict')
-  t.equal(listenerConditions(status.objects, 'gw', 'tcp2').Conflicted, 'True/HostnameConflict', 'TCP has no hostname to tell listeners apart')
-  t.same(table.ports.get(8080)?.listeners.map(l => l.name), ['a', 'b'])
-  t.same(table.ports.get(5432)?.listeners.map(l => l.name), ['tcp1'])
+  for (const name of ['a', 'a-again', 'tcp1', 'tcp2']) {
+    const c = listenerConditions(status.objects, 'gw', name)
+    t.same([c.Conflicted, c.Accepted, c.Programmed], ['True/HostnameConflict', 'False/HostnameConflict', 'False/Invalid'], `${name}: conflicted, not accepted, not programmed`)
+  }
+  t.same(table.ports.get(8080)?.listeners.map(l => l.name), ['b'], 'only the distinct listener is served')
+  t.equal(table.ports.has(5432), false, 'TCP has no hostname to tell listeners apart: neither is served')
+})
+
+t.test('ProtocolConflict within one Gateway: every listener on the port is thrown out', async t => {
+  const { table, status } = run([b.gateway('gw', [b.listener('web', 8080), b.listener('raw', 8080, 'TCP'), b.listener('other', 9090)])])
+  for (const name of ['web', 'raw']) {
+    const c = listenerConditions(status.objects, 'gw', name)
+    t.same([c.Conflicted, c.Accepted, c.Programmed], ['True/ProtocolConflict', 'False/ProtocolConflict', 'False/Invalid'], `${name}: conflicted`)
+  }
+  t.equal(table.ports.has(8080), false, 'nothing served on the port: no winner picked')
+  t.equal(listenerConditions(status.objects, 'gw', 'other').Programmed, 'True/Programmed', 'the rest of the Gateway serves')
 })
 
 t.test('an unsupported listener protocol is refused and the rest of the Gateway keeps working', async t => {
