@@ -24,7 +24,6 @@
 
 import http2 from 'node:http2'
 import type { Socket } from 'node:net'
-import { TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import type { RouteRule, RouteTable } from '../compile/table.ts'
 import { ErrorCode, type SallyportError } from '../errors.ts'
@@ -46,6 +45,7 @@ import type { ClientInfo } from '../extensions/plugin-api.ts'
 import type { UpstreamRequest } from '../upstream/types.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import { endAndDiscard } from './linger.ts'
+import { resetSocket, resetStream } from './tunnel-ends.ts'
 
 const log = logger('forward-proxy')
 
@@ -140,15 +140,9 @@ export function h2Client(stream: http2.ServerHttp2Stream, address: string): Clie
     // for it): node emits no 'error' for CANCEL or NO_ERROR, and an 'end' that reads as
     // the client's END_STREAM.
     onReset(fn: () => void): void { stream.once('aborted', fn) },
-    // RFC 9113 §8.5: a TCP reset from the destination is a stream error CONNECT_ERROR.
-    // node's close() ends the writable side first, and that sends an END_STREAM
-    // ahead of the RST_STREAM: the client would read a complete download. With
-    // _final a no-op the end stays local and only the reset goes out.
-    reset(): void {
-      if (stream.destroyed) return
-      stream._final = finalWithoutEndStream
-      stream.close(http2.constants.NGHTTP2_CONNECT_ERROR)
-    },
+    // RFC 9113 §8.5: a TCP reset from the destination is a stream error CONNECT_ERROR
+    // (without the END_STREAM node's close() would send first: tunnel-ends.ts).
+    reset(): void { resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR) },
   }
 }
 
@@ -421,12 +415,3 @@ function recordTunnel(
 }
 
 function noop(): void {}
-
-/** A TCP RST to the peer; a TLS socket (node resets only plain TCP handles) is destroyed instead. */
-function resetSocket(socket: Socket): void {
-  if (socket.destroyed) return
-  if (socket instanceof TLSSocket) socket.destroy()
-  else socket.resetAndDestroy()
-}
-
-function finalWithoutEndStream(callback: (err?: Error | null) => void): void { callback() }

@@ -11,6 +11,7 @@ import type { ErrorCode } from '../errors.ts'
 import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { chunkedOnly } from '../upstream/h1-parser.ts'
+import { socketEnd, splice, upstreamEnd } from './tunnel-ends.ts'
 import { STATUS_CODES } from 'node:http'
 
 /** IPv4-mapped IPv6 (`::ffff:10.0.0.1`) → IPv4, so table.clients (Pod IPs) match. */
@@ -332,16 +333,19 @@ export class UpgradeExchange implements Exchange {
   readonly upgrade: string
   readonly clientAddress: string
   readonly port: number
-  readonly #socket: Socket | Duplex
+  readonly #socket: Socket
   readonly #head: Buffer
   #sent = false
   #tunnelled = false
   #finished = false
-  #bytesIn = 0
+  /** A refused upgrade's response body bytes. */
   #bytesOut = 0
+  /** Once tunnelled: the socket's counts that were not the tunnel's (the request head, the 101). */
+  #readBefore = 0
+  #writtenBefore = 0
   #observer: ExchangeObserver = NOOP_OBSERVER
 
-  constructor(req: IncomingMessage, socket: Socket | Duplex, head: Buffer, port: number, scheme: 'http' | 'https') {
+  constructor(req: IncomingMessage, socket: Socket, head: Buffer, port: number, scheme: 'http' | 'https') {
     this.scheme = scheme
     this.method = req.method ?? 'GET'
     this.target = req.url ?? '/'
@@ -402,19 +406,22 @@ export class UpgradeExchange implements Exchange {
     headers.connection = 'Upgrade'
     headers.upgrade = this.upgrade
     socket.write(head(status === 200 ? 101 : status, headers))
+    // Counted from the socket's own counters rather than 'data' events: between two
+    // TCP sockets the relay moves bulk transfers without them (upstream/relay.ts).
+    // What the client sent along with the request head, and while the upstream was
+    // asked (still buffered), is the tunnel's too.
+    this.#readBefore = socket.bytesRead - socket.readableLength - this.#head.length
+    this.#writtenBefore = socket.bytesWritten
     if (this.#head.length > 0) stream.write(this.#head)
-    stream.on('error', noop)
-    socket.on('data', (chunk: Buffer) => { this.#bytesIn += chunk.length })
-    stream.on('data', (chunk: Buffer) => { this.#bytesOut += chunk.length })
-    // Each direction ends independently; an error tears both down.
-    pipeline(socket, stream, (err) => { if (err != null) { stream.destroy(); socket.destroy() } })
-    pipeline(stream, socket, (err) => { if (err != null) { stream.destroy(); socket.destroy() } })
+    // Half-close passed on both ways, a reset as a reset (tunnel-ends.ts).
+    splice(socketEnd(socket), upstreamEnd(stream))
   }
 
   reset(): void { this.#socket.destroy() }
 
-  bytesIn(): number { return this.#bytesIn }
-  bytesOut(): number { return this.#bytesOut }
+  /** A tunnel's bytes from the client; 0 for a refused upgrade (it has no body). */
+  bytesIn(): number { return this.#tunnelled ? this.#socket.bytesRead - this.#readBefore : 0 }
+  bytesOut(): number { return this.#tunnelled ? this.#socket.bytesWritten - this.#writtenBefore : this.#bytesOut }
 }
 
 function noop(): void {}

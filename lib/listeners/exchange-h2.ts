@@ -3,12 +3,13 @@
 
 import { peerSpiffeId } from '../extensions/client.ts'
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
-import { Readable, pipeline, type Duplex } from 'node:stream'
+import { Readable, type Duplex } from 'node:stream'
 import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CLIENT_GONE, localError } from '../upstream/normalize-error.ts'
 import { clientIp, closedBeforeEnd } from './exchange-h1.ts'
+import { h2StreamEnd, splice, upstreamEnd } from './tunnel-ends.ts'
 
 const END_STREAM = constants.NGHTTP2_FLAG_END_STREAM
 
@@ -221,10 +222,9 @@ export class H2Exchange implements Exchange, BodySink {
     stream.respond(responseFields(status === 101 ? 200 : status, headers)) // RFC 8441 §5: success is 2xx
     this.#finished = true
     this.#tunnelled = true
-    upstream.on('error', noop)
     upstream.on('data', this.#countOut)
-    pipeline(stream, upstream, (err) => { if (err != null) { upstream.destroy(); this.reset() } })
-    pipeline(upstream, stream, (err) => { if (err != null) { upstream.destroy(); this.reset() } })
+    // END_STREAM and FIN passed on both ways, a reset as a reset (tunnel-ends.ts).
+    splice(h2StreamEnd(stream), upstreamEnd(upstream))
   }
 
   reset(): void {

@@ -342,6 +342,11 @@ export class PortListener {
       this.#toH2(upgradeH2c(req, socket, head), clientIp(socket.remoteAddress))
       return
     }
+    // A tunnel (RFC 9113 §8.5, RFC 8441): a client's FIN is a half-close, even
+    // one read while the upstream is asked. Set before the socket's 'end' can be
+    // emitted, as for CONNECT (#onConnect); not on h2c, which node's HTTP/2
+    // server takes.
+    socket.allowHalfOpen = true
     const table = this.#plane.current()
     if (table === null) { socket.destroy(); return }
     handleExchange(new UpgradeExchange(req, socket, head, this.port, this.#scheme), table, this.#plane.env)
