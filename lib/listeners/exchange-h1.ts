@@ -299,10 +299,11 @@ export class H1Exchange implements Exchange, BodySink {
     this.#res.end()
   }
 
-  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): void {
+  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): null {
     // Ordinary requests never ask for a tunnel; refuse rather than half-splice.
     stream.destroy()
     this.reset()
+    return null
   }
 
   reset(): void {
@@ -399,13 +400,14 @@ export class UpgradeExchange implements Exchange {
     this.respond(200, { 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) }, null)
   }
 
-  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): void {
+  tunnel(_status: number, headers: OutgoingHeaders, stream: Duplex): number {
     const socket = this.#socket
     this.#sent = true
     this.#tunnelled = true
     headers.connection = 'Upgrade'
     headers.upgrade = this.upgrade
-    socket.write(head(status === 200 ? 101 : status, headers))
+    // An HTTP/2 upstream's 200 (RFC 8441) is a switch of protocols to this client.
+    socket.write(head(101, headers))
     // Counted from the socket's own counters rather than 'data' events: between two
     // TCP sockets the relay moves bulk transfers without them (upstream/relay.ts).
     // What the client sent along with the request head, and while the upstream was
@@ -415,6 +417,7 @@ export class UpgradeExchange implements Exchange {
     if (this.#head.length > 0) stream.write(this.#head)
     // Half-close passed on both ways, a reset as a reset (tunnel-ends.ts).
     splice(socketEnd(socket), upstreamEnd(stream))
+    return 101
   }
 
   reset(): void { this.#socket.destroy() }

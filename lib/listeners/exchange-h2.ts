@@ -54,6 +54,8 @@ export class H2Exchange implements Exchange, BodySink {
   /** Its session, kept: node drops the stream's reference when it is destroyed. */
   readonly #session: object | undefined
   #bytesOut = 0
+  /** A tunnel's bytes from the client (a tunnel has no request body to count them). */
+  #tunnelIn = 0
   #out: Readable | null = null
   /** Our answer is all written (or handed to stream.end()). */
   #finished = false
@@ -181,6 +183,8 @@ export class H2Exchange implements Exchange, BodySink {
 
   #countOut = (chunk: Buffer): void => { this.#bytesOut += chunk.length }
 
+  #countIn = (chunk: Buffer): void => { this.#tunnelIn += chunk.length }
+
   #onDrain = (): void => {
     this.#draining = false
     const out = this.#out
@@ -216,15 +220,19 @@ export class H2Exchange implements Exchange, BodySink {
     this.#finished = true
   }
 
-  tunnel(status: number, headers: OutgoingHeaders, upstream: Duplex): void {
+  tunnel(_status: number, headers: OutgoingHeaders, upstream: Duplex): number | null {
     const stream = this.#stream
-    if (isGone(stream)) { upstream.destroy(); return }
-    stream.respond(responseFields(status === 101 ? 200 : status, headers)) // RFC 8441 §5: success is 2xx
+    if (isGone(stream)) { upstream.destroy(); return null }
+    // RFC 8441 §5: success is 2xx; an HTTP/1.1 upstream's 101 is a 200 here.
+    stream.respond(responseFields(200, headers))
     this.#finished = true
     this.#tunnelled = true
+    // A stream's 'data' always comes (the relay reads only sockets without it).
+    stream.on('data', this.#countIn)
     upstream.on('data', this.#countOut)
     // END_STREAM and FIN passed on both ways, a reset as a reset (tunnel-ends.ts).
     splice(h2StreamEnd(stream), upstreamEnd(upstream))
+    return 200
   }
 
   reset(): void {
@@ -239,7 +247,7 @@ export class H2Exchange implements Exchange, BodySink {
 
   bytesIn(): number {
     const body = this.body
-    return body instanceof RequestBody ? body.bytes : 0
+    return body instanceof RequestBody ? body.bytes : this.#tunnelIn
   }
 
   bytesOut(): number { return this.#bytesOut }

@@ -586,9 +586,10 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.respond(200, { 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) }, null)
   }
 
-  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): void {
+  tunnel(_status: number, _headers: OutgoingHeaders, stream: Duplex): null {
     stream.destroy()
     this.reset()
+    return null
   }
 
   reset(): void {

@@ -48,11 +48,16 @@ export interface Exchange {
   informational(status: number, headers: OutgoingHeaders): void
   /** gRPC trailers-only answer (HTTP 200, grpc-status in the only HEADERS). */
   respondGrpc(grpcStatus: number, message: string): void
-  /** Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways. */
-  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): void
+  /**
+   * Tunnel accepted upstream: send 101 (h1) / 200 (h2) and splice both ways.
+   * Returns the status the client was sent (not the upstream's: an HTTP/2
+   * upstream's 200 is a 101 to an HTTP/1.1 client, and the other way round);
+   * null when nothing was (the client had gone, or this exchange takes no tunnel).
+   */
+  tunnel(status: number, headers: OutgoingHeaders, stream: Duplex): number | null
   /** Abrupt end once headers are out: h1 destroys the connection, h2 resets the stream. */
   reset(): void
-  /** Request body bytes received so far (wire bytes for h1). */
+  /** Request body bytes received so far (wire bytes for h1); a tunnel's bytes from the client. */
   bytesIn(): number
   /** Response body bytes sent so far. */
   bytesOut(): number

@@ -367,8 +367,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.endpoint = tunnel.endpoint
     this.clearTimer() // a tunnel lives as long as both sides want
     this.answered = true
-    this.status = tunnel.status
-    this.ex.tunnel(tunnel.status, tunnel.headers, tunnel.stream)
+    // What the client got (101 on HTTP/1.1, 200 on HTTP/2), whatever the upstream's
+    // protocol answered; nothing at all when it had gone.
+    this.status = this.ex.tunnel(tunnel.status, tunnel.headers, tunnel.stream) ?? statusOf(ErrorCode.CLIENT_ABORTED)
   }
 
   onError(err: SallyportError): void {
