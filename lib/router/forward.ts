@@ -366,6 +366,20 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.upstreamMs = performance.now() - (this.upstreamMs ?? this.startedAt)
     this.endpoint = tunnel.endpoint
     this.clearTimer() // a tunnel lives as long as both sides want
+    const headers = tunnel.headers
+    // The route's and the backend's response edits, and the fields extensions add,
+    // as on any answer (onResponse); but the handshake's own fields stay as it
+    // made them: the exchanges set Upgrade and Connection, and an edited (or
+    // removed) Sec-WebSocket-Accept would fail the client's check of its key.
+    const accept = headers['sec-websocket-accept']
+    const rule = this.rule
+    if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
+    const backend = this.backend
+    if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
+    const flow = this.flow
+    if (flow !== null && flow.replyHeaders !== null) Object.assign(headers, flow.replyHeaders)
+    if (accept === undefined) delete headers['sec-websocket-accept']
+    else headers['sec-websocket-accept'] = accept
     this.answered = true
     // What the client got (101 on HTTP/1.1, 200 on HTTP/2), whatever the upstream's
     // protocol answered; nothing at all when it had gone.

@@ -191,13 +191,13 @@ export async function h1Upstream(t: Test, handler: TunnelHandler, respond: (path
   return (server.address() as net.AddressInfo).port
 }
 
-/** An h2c upstream that takes RFC 8441 extended CONNECTs (200) and hands each tunnel to `handler`. */
-export async function h2Upstream(t: Test, handler: TunnelHandler): Promise<number> {
+/** An h2c upstream that takes RFC 8441 extended CONNECTs (200, with `fields`) and hands each tunnel to `handler`. */
+export async function h2Upstream(t: Test, handler: TunnelHandler, fields: Record<string, string> = {}): Promise<number> {
   const server = http2.createServer({ settings: { enableConnectProtocol: true } })
   server.on('stream', (stream, headers) => {
     stream.on('error', () => {})
     if (headers[':method'] !== 'CONNECT') { stream.respond({ ':status': 404 }, { endStream: true }); return }
-    stream.respond({ ':status': 200 })
+    stream.respond({ ':status': 200, ...fields })
     const listeners: Array<(e: string) => void> = []
     const emit = (e: string): void => { for (const fn of listeners) fn(e) }
     stream.on('data', (c: Buffer) => emit(c.toString('latin1')))
