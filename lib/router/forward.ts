@@ -12,6 +12,7 @@ import { normalizePath } from './path.ts'
 import type { ClientIdentity, Cluster, DirectResponse, ListenerRef, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
+import { websocketAccept } from '../upstream/headers.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import type { AccessLog } from '../observe/access-log.ts'
 import { flushLogs } from '../observe/log.ts'
@@ -120,6 +121,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   readonly trace: RequestTrace | null
   /** Client attribution, computed once (undefined: not yet). */
   #identity: ClientIdentity | null | undefined = undefined
+  /**
+   * An HTTP/2 client's WebSocket: the Sec-WebSocket-Key an HTTP/1.1 upstream is
+   * sent (RFC 8441 has none; the gateway makes it). The gateway is then that
+   * handshake's WebSocket client, and checks the answer. null otherwise.
+   */
+  websocketKey: string | null = null
 
   constructor(ex: Exchange, table: RouteTable, env: RouterEnv) {
     this.ex = ex
@@ -193,7 +200,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.cluster = cluster
 
     const headers = forwardableHeaders(ex.headers, ex.upgrade !== null)
-    if (ex.upgrade !== null && ex.protocol === 'h2') websocketFromH2(headers, ex.upgrade)
+    if (ex.upgrade !== null && ex.protocol === 'h2') this.websocketKey = websocketFromH2(headers, ex.upgrade)
     if (markHop(headers, this.env.gatewayId)) return this.fail(ErrorCode.LOOP_DETECTED)
     addForwarded(headers, ex.clientAddress, ex.scheme)
     if (rule.requestHeaders !== null) applyHeaderEdits(headers, rule.requestHeaders)
@@ -365,8 +372,18 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     }
     this.upstreamMs = performance.now() - (this.upstreamMs ?? this.startedAt)
     this.endpoint = tunnel.endpoint
-    this.clearTimer() // a tunnel lives as long as both sides want
     const headers = tunnel.headers
+    // RFC 6455 §4.1: the WebSocket client fails the connection on a 101 whose
+    // Sec-WebSocket-Accept does not answer its key. For an HTTP/2 client that is
+    // the gateway (its client never sees the field, RFC 8441 §5). An HTTP/2
+    // upstream's 200 (RFC 8441) has none to check; an HTTP/1.1 client's own
+    // upgrade is its client's to check.
+    const key = this.websocketKey
+    if (key !== null && tunnel.status === 101 && headers['sec-websocket-accept'] !== websocketAccept(key)) {
+      tunnel.stream.destroy()
+      return this.fail(ErrorCode.UPSTREAM_PROTOCOL, `WebSocket handshake: ${headers['sec-websocket-accept'] === undefined ? 'no' : 'a wrong'} Sec-WebSocket-Accept`)
+    }
+    this.clearTimer() // a tunnel lives as long as both sides want
     // The route's and the backend's response edits, and the fields extensions add,
     // as on any answer (onResponse); but the handshake's own fields stay as it
     // made them: the exchanges set Upgrade and Connection, and an edited (or
@@ -507,13 +524,16 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 /**
  * RFC 8441 §5: an extended CONNECT carries no Sec-WebSocket-Key; an HTTP/1.1
  * upstream needs one (RFC 6455 §4.1), so we mint it. The upstream's
- * Sec-WebSocket-Accept is not sent back over HTTP/2.
+ * Sec-WebSocket-Accept is not sent back over HTTP/2: the key is returned for
+ * the gateway to check it (null: not a WebSocket).
  */
-function websocketFromH2(headers: OutgoingHeaders, protocol: string): void {
+function websocketFromH2(headers: OutgoingHeaders, protocol: string): string | null {
   headers.upgrade = protocol
-  if (protocol !== 'websocket') return
-  if (headers['sec-websocket-key'] === undefined) headers['sec-websocket-key'] = randomBytes(16).toString('base64')
+  if (protocol !== 'websocket') return null
+  let key = headers['sec-websocket-key']
+  if (typeof key !== 'string') key = headers['sec-websocket-key'] = randomBytes(16).toString('base64')
   if (headers['sec-websocket-version'] === undefined) headers['sec-websocket-version'] = '13'
+  return key
 }
 
 /** Issue 7: the request-independent part of a flow's view, one per rule × backend (no strings built per request). */

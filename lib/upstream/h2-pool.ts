@@ -8,12 +8,11 @@
 // known before the first stream.
 
 import { connect as h2connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type IncomingHttpStatusHeader } from 'node:http2'
-import { createHash } from 'node:crypto'
 import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
 import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
-import { h2RequestHeaders, responseHeaders } from './headers.ts'
+import { h2RequestHeaders, responseHeaders, websocketAccept } from './headers.ts'
 import { STREAM_REFUSED, localError } from './normalize-error.ts'
 import { H1Pool } from './h1-pool.ts'
 import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
@@ -21,7 +20,6 @@ import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type Upstrea
 const H2: readonly string[] = ['h2']
 /** Our own ceiling on streams per session, whatever the peer allows. */
 const MAX_STREAMS_PER_SESSION = 1000
-const WEBSOCKET_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
 
 interface SessionState {
   readonly session: ClientHttp2Session
@@ -355,7 +353,7 @@ class H2Attempt implements Attempt {
       const out = responseHeaders(headers, null)
       if (this.#wsKey !== null) {
         // The client may be speaking HTTP/1.1 WebSocket: give the listener the accept value it must answer.
-        out['sec-websocket-accept'] = createHash('sha1').update(this.#wsKey + WEBSOCKET_GUID).digest('base64')
+        out['sec-websocket-accept'] = websocketAccept(this.#wsKey)
       }
       this.#ex.tunnel(200, out, stream)
       return

@@ -3,6 +3,7 @@
 // because undici rejects `connection`/`upgrade`/`keep-alive` values it does
 // not own, and HTTP/2 forbids connection-specific fields (RFC 9113 §8.2.2).
 
+import { createHash } from 'node:crypto'
 import type { OutgoingHeaders } from './types.ts'
 
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
@@ -76,4 +77,9 @@ export function h2RequestHeaders(
     out[name] = headers[name]
   }
   return out
+}
+
+/** RFC 6455 §4.2.2: the Sec-WebSocket-Accept that answers a Sec-WebSocket-Key. */
+export function websocketAccept(key: string): string {
+  return createHash('sha1').update(key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
 }

@@ -6,6 +6,7 @@
 // Upgrade, Upgrade: anything` to a request it was refused got the upstream's
 // answer, without the credential the chain would have added.
 import t, { type Test } from 'tap'
+import { createHash } from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
 import http2 from 'node:http2'
@@ -25,7 +26,9 @@ async function upstream(t: Test): Promise<{ port: number; seen: string[] }> {
   server.on('upgrade', (req, socket: net.Socket) => {
     seen.push(`UPGRADE ${req.url} ${req.headers.authorization ?? '-'}`)
     socket.on('error', () => {})
-    socket.end('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\ntunnelled')
+    // The accept of the key sent: an HTTP/2 client's handshake is checked by the gateway.
+    const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64')
+    socket.end(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\ntunnelled`)
   })
   const port = await listenLoopback(server)
   t.teardown(() => { server.closeAllConnections(); return new Promise<void>((resolve) => server.close(() => resolve())) })
