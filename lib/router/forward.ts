@@ -6,7 +6,7 @@
 
 import { randomBytes } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
-import { Readable } from 'node:stream'
+import { Readable, type Duplex } from 'node:stream'
 import { ErrorCode, SallyportError, statusOf } from '../errors.ts'
 import { normalizePath } from './path.ts'
 import type { ClientIdentity, Cluster, DirectResponse, ListenerRef, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
@@ -38,6 +38,9 @@ export interface RouterEnv {
   /** Issue 7: runs extension chains (absent: the process-wide default runtime). */
   readonly extensions?: ExtensionRuntime | null
 }
+
+/** A tunnel's idle bound when no BackendTrafficPolicy sets one: a request's (Envoy's stream idle default). */
+const TUNNEL_IDLE_MS = 300_000
 
 /** Short text bodies naming the reason; stable, for humans and tests. */
 const REASONS: Partial<Record<ErrorCode, string>> = {
@@ -398,6 +401,15 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (accept === undefined) delete headers['sec-websocket-accept']
     else headers['sec-websocket-accept'] = accept
     this.answered = true
+    // No deadline, but not kept for good with nothing moving (a peer gone without a
+    // word, a half-closed tunnel whose other side never ends): the idle bound of any
+    // request (BackendTrafficPolicy connectionIdleTimeout, else 5 minutes) over bytes
+    // either way, measured on the upstream end, which carries both. It resets the tunnel.
+    const idleMs = rule?.timeouts.idleMs ?? TUNNEL_IDLE_MS
+    const upstream = tunnel.stream as Duplex & { setTimeout?: (ms: number, cb: () => void) => unknown }
+    if (idleMs > 0 && typeof upstream.setTimeout === 'function') {
+      upstream.setTimeout(idleMs, () => { upstream.destroy(new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'tunnel idle for too long')) })
+    }
     // What the client got (101 on HTTP/1.1, 200 on HTTP/2), whatever the upstream's
     // protocol answered; nothing at all when it had gone.
     this.status = this.ex.tunnel(tunnel.status, tunnel.headers, tunnel.stream) ?? statusOf(ErrorCode.CLIENT_ABORTED)
