@@ -186,7 +186,7 @@ export function assembleStatus(input: StatusInput): Status {
   if (input.extensionVerdicts !== undefined) addExtensionVerdicts(objects, input.extensionVerdicts)
   if (input.secretRefs !== undefined) addSecretRefConditions(objects, input.secretRefs)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
-  return { objects: sorted }
+  return { objects: sorted, servedGateways: new Set(input.plan.served.map(sg => sg.key)) }
 }
 
 /** `sallyport.io/UpstreamProxy` for an object carrying sallyport.io/upstream-proxy; null for others. */

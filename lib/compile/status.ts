@@ -41,4 +41,11 @@ export interface ObjectStatus {
 export interface Status {
   /** Keyed by `kind/namespace/name`. */
   readonly objects: ReadonlyMap<string, ObjectStatus>
+  /**
+   * `namespace/name` of the Gateways this compile served (their GatewayClass is
+   * the one we were started for, and ours). Gateway API: a controller owns the
+   * parent/ancestor entries for these Gateways only; another deployment with the
+   * same controllerName may own those of other Gateways.
+   */
+  readonly servedGateways: ReadonlySet<string>
 }

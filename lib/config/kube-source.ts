@@ -17,7 +17,9 @@
 // Objects go through the same validateDocument + readObject as files (via
 // buildSnapshot), one object at a time, cached by content: a status-only update
 // (our own status writes come back as MODIFIED events) reuses the cached
-// result and does not trigger a recompile.
+// result and does not trigger a recompile. It goes to the status listener
+// instead (onStatusChange): a status someone else erased is written again
+// without compiling anything.
 
 import { SerialPasses } from './serial-passes.ts'
 import { performance } from 'node:perf_hooks'
@@ -70,6 +72,7 @@ export interface KubeObject {
 }
 
 type SnapshotListener = (snapshot: Snapshot) => void | Promise<void>
+type StatusListener = (obj: KubeObject) => void
 type InformerState = 'pending' | 'synced' | 'absent' | 'forbidden'
 
 interface Built { readonly object: ModelObject | null; readonly problems: readonly ConfigProblem[] }
@@ -114,6 +117,7 @@ export class KubeSource {
   /** Store keys in snapshot order; null after a key came or went. */
   #sortedKeys: string[] | null = null
   #onSnapshot: SnapshotListener | null = null
+  #onStatus: StatusListener | null = null
   #firstSync: (() => void) | null = null
   #synced = false
   #timer: NodeJS.Timeout | null = null
@@ -147,6 +151,11 @@ export class KubeSource {
     for (const inf of this.#informers) this.#run(inf)
     await first
     await this.#schedule()
+  }
+
+  /** Called (after the first sync) for every change of an object's status alone: spec and metadata as they were. */
+  onStatusChange(listener: StatusListener): void {
+    this.#onStatus = listener
   }
 
   /** Build and hand on a snapshot now. */
@@ -328,7 +337,10 @@ export class KubeSource {
     const old = this.#store.get(key)
     inf.keys.add(key)
     if (old !== undefined && old.fingerprint === fingerprint) {
+      const before = old.obj.raw.status
       old.obj = obj // newer resourceVersion / status; the model object is unchanged
+      const listener = this.#onStatus
+      if (listener !== null && this.#synced && !this.#closed && JSON.stringify(before) !== JSON.stringify(obj.raw.status)) listener(obj)
       return
     }
     if (old === undefined) {

@@ -50,7 +50,7 @@ export function withBindFailures(status: Status, table: RouteTable, failed: read
     if (obj === undefined) continue
     objects.set(key, overlayGateway(obj, failures))
   }
-  return { objects }
+  return { ...status, objects }
 }
 
 function overlayGateway(obj: ObjectStatus, failures: ReadonlyMap<string, BindFailure>): ObjectStatus {

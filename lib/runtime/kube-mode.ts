@@ -80,7 +80,10 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
       onChange: (leader) => { if (leader) void statusWriter?.sync() },
     })
     const e = elector
-    statusWriter = new StatusWriter({ client, source: kubeSource, controllerName: CONTROLLER_NAME, isLeader: () => e.isLeader() })
+    const w = new StatusWriter({ client, source: kubeSource, controllerName: CONTROLLER_NAME, isLeader: () => e.isLeader() })
+    // A status changed by someone else (erased, overwritten) is checked again at once, without a compile.
+    kubeSource.onStatusChange((obj) => w.statusChanged(obj))
+    statusWriter = w
   }
   const writer = statusWriter
   log.info({ server: client.server(), namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, files: paths, identity, leaseNamespace }, 'kubernetes mode')

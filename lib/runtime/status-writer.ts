@@ -4,12 +4,19 @@
 // a file) whose kind has a status subresource:
 //   GatewayClass  status.conditions
 //   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions)
-//   *Route        status.parents[]   (RouteParentStatus, ours by controllerName)
+//   *Route        status.parents[]   (RouteParentStatus)
 //   Backend       status.parents[]   (GEP-4488 BackendParentStatus: controller in `name`);
-//                 Envoy Gateway's Backend: status.conditions
+//                 Envoy Gateway's Backend: status.conditions, when used through a
+//                 Gateway we serve (or invalid)
 //   policies      status.ancestors[] (PolicyAncestorStatus: BackendTLSPolicy,
 //                 BackendTrafficPolicy, EgressExtension)
-// Entries other controllers own in parents/ancestors are preserved untouched.
+// A parents/ancestors entry is ours when it carries our controllerName AND names
+// a Gateway we serve (Status.servedGateways), or one we served that is gone
+// since. Two deployments serving different GatewayClasses share the
+// controllerName sallyport.io/gateway-controller, so the controllerName alone
+// would have each erase the other's entries. Every other entry is kept as it
+// is, where it is: entry order is part of what is compared, and two writers
+// that each moved the other's entries would undo each other forever.
 // Conditions carry observedGeneration; lastTransitionTime is kept while a
 // condition's status stays the same (metav1.Condition semantics).
 //
@@ -18,6 +25,14 @@
 // means no request. Writes replace the status subresource (PUT .../status) with
 // the resourceVersion we based them on; a 409 re-reads the object and tries
 // again, so a concurrent writer (another controller's entry) is never lost.
+//
+// A status someone else changed (the informer sees a status-only update:
+// statusChanged) is checked again without a compile; our own writes coming back
+// are recognised by their resourceVersion. An object whose status we keep
+// writing back, unchanged on our side, because another writer keeps changing it
+// (two deployments that see a shared Envoy Backend differently, another
+// controller) is written at most REPAIRS_BEFORE_HOLD times, then left alone for
+// REPAIR_HOLD_MS, so a disagreement costs a write a minute, not a write loop.
 //
 // Each reload hands over the status of every object, but few change: an object
 // whose compiled status (compared field by field) and resourceVersion are what
@@ -42,6 +57,11 @@ const ROUTE_KINDS = new Set(['HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute'])
 const POLICY_KINDS = new Set(['BackendTLSPolicy', 'BackendTrafficPolicy', 'EgressExtension'])
 const MAX_ATTEMPTS = 5
 const CONCURRENCY = 4
+const GATEWAY_GROUP = 'gateway.networking.k8s.io'
+/** Writes of the same compiled status over someone else's change before we hold off... */
+const REPAIRS_BEFORE_HOLD = 3
+/** ...for this long (and count again from zero after it). */
+const REPAIR_HOLD_MS = 60_000
 
 export interface StatusWriterOptions {
   readonly client: KubeClient
@@ -54,7 +74,11 @@ export interface StatusWriterOptions {
 
 type Json = Record<string, unknown>
 
-interface Written { readonly basedOn: string; readonly rv: string; readonly status: Json }
+/** Our last write: the resourceVersion it was based on and the one it produced, what it wrote, and for which compiled status. */
+interface Written { readonly basedOn: string; readonly rv: string; readonly status: Json; readonly compiled: ObjectStatus }
+
+/** Writes that put our unchanged status back over someone else's change. */
+interface Repairs { count: number; at: number; warned: boolean }
 
 export class StatusWriter {
   readonly #client: KubeClient
@@ -65,7 +89,13 @@ export class StatusWriter {
   #latest: { status: Status; snapshot: Snapshot } | null = null
   readonly #passes = new SerialPasses(() => this.#pass())
   #retry: NodeJS.Timeout | null = null
+  #wake: { timer: NodeJS.Timeout; at: number } | null = null
   readonly #written = new Map<string, Written>()
+  readonly #repairs = new Map<string, Repairs>()
+  /** Gateways (`namespace/name`) the latest compile served. */
+  #served: ReadonlySet<string> = new Set()
+  /** Gateways we served that are gone since (deleted, or their class is another controller's): our entries for them are ours to remove. */
+  readonly #retired = new Set<string>()
   /** key → the resourceVersion and compiled status last found up to date. */
   #verified = new Map<string, { readonly rv: string; readonly status: ObjectStatus }>()
   /** Status PUTs sent (tests and the log). */
@@ -81,7 +111,28 @@ export class StatusWriter {
 
   /** A new compile result: write what changed (if leader). */
   update(status: Status, snapshot: Snapshot): void {
+    for (const key of this.#served) if (!status.servedGateways.has(key)) this.#retired.add(key)
+    this.#served = status.servedGateways
+    for (const key of this.#retired) {
+      const g = snapshot.gateways.get(key)
+      const cls = g === undefined ? undefined : snapshot.gatewayClasses.get(g.gatewayClassName)
+      // Still there under a class that may be another sallyport's (or one we cannot see): not ours to clean up.
+      if (this.#served.has(key) || (g !== undefined && (cls === undefined || cls.controllerName === this.#controller))) this.#retired.delete(key)
+    }
     this.#latest = { status, snapshot }
+    void this.sync()
+  }
+
+  /**
+   * The informer saw a status-only change of an object: check its status again
+   * (someone may have erased our entries), unless the change is our own write
+   * coming back.
+   */
+  statusChanged(obj: KubeObject): void {
+    if (this.#latest === null || !this.#isLeader()) return
+    const meta = obj.raw.metadata
+    const key = `${obj.resource.group}/${obj.resource.kind}/${meta?.namespace ?? ''}/${meta?.name ?? ''}`
+    if (this.#written.get(key)?.rv === String(meta?.resourceVersion ?? '')) return
     void this.sync()
   }
 
@@ -92,6 +143,7 @@ export class StatusWriter {
 
   close(): void {
     if (this.#retry !== null) clearTimeout(this.#retry)
+    if (this.#wake !== null) clearTimeout(this.#wake.timer)
     this.#latest = null
   }
 
@@ -104,6 +156,7 @@ export class StatusWriter {
       if (fromFiles.size > 0 && fromFiles.has(`${s.kind}/${s.namespace}/${s.name}`)) continue
       const obj = this.#source.lookup(s.kind, s.apiVersion, s.namespace, s.name)
       if (obj === null || !obj.resource.status) continue
+      if (s.kind === 'Backend' && obj.resource.group === 'gateway.envoyproxy.io' && !this.#ownsConditions(s)) continue
       work.push({ status: s, obj })
     }
     // Gateway API: a controller removes its entries when the object is no longer
@@ -113,7 +166,7 @@ export class StatusWriter {
     const reported = new Set(work.map((w) => w.obj))
     const stale: KubeObject[] = []
     for (const obj of this.#source.objects?.() ?? []) {
-      if (!obj.resource.status || reported.has(obj) || !this.#hasOurEntries(obj.raw.status)) continue
+      if (!obj.resource.status || reported.has(obj) || !this.#hasOurEntries(obj.raw.status, obj.raw.metadata?.namespace ?? '')) continue
       const meta = obj.raw.metadata
       if (fromFiles.has(`${obj.resource.modelKind}/${meta?.namespace ?? ''}/${meta?.name ?? ''}`)) continue
       stale.push(obj)
@@ -169,13 +222,14 @@ export class StatusWriter {
       const desired = this.#desired(status, obj, raw, current, generation)
       // Up to date. The informer's copy may still be the one our last write was based on: then what we wrote is current.
       if (canonical(desired) === canonical(current)) return written !== undefined && written.basedOn === rv ? written.rv : rv
+      if (attempt === 1 && this.#holdRepair(key, status, written)) return ''
       try {
         const body = { apiVersion: apiVersion(obj.resource.group, obj.version), kind: obj.resource.kind, metadata: { name: status.name, ...(obj.resource.namespaced ? { namespace: status.namespace } : {}), resourceVersion: written?.basedOn === rv ? written.rv : rv }, status: desired }
         const result = await this.#client.request<Json>('PUT', path, { body })
         this.writes++
         kubeStatusWrites.inc({ kind: status.kind, result: 'written' })
         const newRv = String((result?.metadata as Json | undefined)?.resourceVersion ?? '')
-        this.#written.set(key, { basedOn: rv, rv: newRv, status: desired })
+        this.#written.set(key, { basedOn: rv, rv: newRv, status: desired, compiled: status })
         log.debug({ kind: status.kind, namespace: status.namespace, name: status.name }, 'status written')
         return newRv
       } catch (err) {
@@ -187,6 +241,54 @@ export class StatusWriter {
         raw = await this.#client.request<Json>('GET', objectPath(obj.resource, obj.version, status.namespace, status.name))
       }
     }
+  }
+
+  /**
+   * Whether to leave an object alone instead of writing: true once we wrote the
+   * same compiled status back over someone else's change REPAIRS_BEFORE_HOLD
+   * times within REPAIR_HOLD_MS (the pass after the hold writes again).
+   */
+  #holdRepair(key: string, status: ObjectStatus, written: Written | undefined): boolean {
+    if (written === undefined || !sameData(written.compiled, status)) {
+      this.#repairs.delete(key) // our view changed (or first write): not a repair
+      return false
+    }
+    const now = performance.now()
+    const r = this.#repairs.get(key)
+    if (r === undefined || now - r.at >= REPAIR_HOLD_MS) {
+      this.#repairs.set(key, { count: 1, at: now, warned: false })
+      return false
+    }
+    if (r.count < REPAIRS_BEFORE_HOLD) {
+      r.count++
+      r.at = now
+      return false
+    }
+    if (!r.warned) {
+      r.warned = true
+      log.warn({ kind: status.kind, namespace: status.namespace, name: status.name, holdSeconds: REPAIR_HOLD_MS / 1000 },
+        'another writer keeps changing this status back; leaving it alone for a while (two deployments serving the same objects differently?)')
+    }
+    this.#wakeAt(r.at + REPAIR_HOLD_MS)
+    return true
+  }
+
+  /** A pass at `at` (performance.now() time), unless one is due earlier. */
+  #wakeAt(at: number): void {
+    if (this.#wake !== null && this.#wake.at <= at) return
+    if (this.#wake !== null) clearTimeout(this.#wake.timer)
+    const timer = setTimeout(() => { this.#wake = null; void this.sync() }, Math.max(0, at - performance.now()) + 10)
+    timer.unref()
+    this.#wake = { timer, at }
+  }
+
+  /** Whether a parent/ancestor ref names a Gateway whose entries are ours (one we serve, or served and is gone). */
+  #claims(ref: unknown, namespace: string): boolean {
+    if (typeof ref !== 'object' || ref === null) return false
+    const r = ref as Json
+    if ((r.group ?? GATEWAY_GROUP) !== GATEWAY_GROUP || (r.kind ?? 'Gateway') !== 'Gateway' || typeof r.name !== 'string') return false
+    const key = `${typeof r.namespace === 'string' && r.namespace !== '' ? r.namespace : namespace}/${r.name}`
+    return this.#served.has(key) || this.#retired.has(key)
   }
 
   #desired(s: ObjectStatus, obj: KubeObject, raw: Json, current: Json, generation: number): Json {
@@ -207,46 +309,39 @@ export class StatusWriter {
         })),
       }
     }
-    const parents = s.parents.length > 0 || s.conditions.length === 0 ? s.parents : this.#fallbackParents(s, raw)
+    const ns = s.namespace
+    const parents = (s.parents.length > 0 || s.conditions.length === 0 ? s.parents : this.#fallbackParents(s, raw))
+      .filter((p) => this.#claims(p.parentRef, ns))
     if (ROUTE_KINDS.has(kind)) {
-      const cur = Array.isArray(current.parents) ? current.parents as Json[] : []
-      const others = cur.filter((p) => p.controllerName !== this.#controller)
-      const ours = parents.map((p) => ({
-        parentRef: parentRef(p.parentRef), controllerName: this.#controller,
-        conditions: cond(p.conditions, cur.find((c) => c.controllerName === this.#controller && sameRef(c.parentRef, p.parentRef))?.conditions),
-      }))
-      return { ...current, parents: [...others, ...ours] }
+      const isOurs = (e: Json): boolean => e.controllerName === this.#controller && this.#claims(e.parentRef, ns)
+      return { ...current, parents: mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ parentRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond) }
     }
     if (kind === 'Backend' && obj.resource.group === 'gateway.envoyproxy.io') {
       return { ...current, conditions: cond(s.conditions, curConditions) }
     }
     if (kind === 'Backend') {
       // GEP-4488 BackendParentStatus names the controller in `name`.
-      const cur = Array.isArray(current.parents) ? current.parents as Json[] : []
-      const others = cur.filter((p) => p.name !== this.#controller)
-      const ours = parents.map((p) => ({
-        name: this.#controller, parentRef: parentRef(p.parentRef),
-        conditions: cond(p.conditions, cur.find((c) => c.name === this.#controller && sameRef(c.parentRef, p.parentRef))?.conditions),
-      }))
-      return { ...current, parents: [...others, ...ours] }
+      const isOurs = (e: Json): boolean => e.name === this.#controller && this.#claims(e.parentRef, ns)
+      return { ...current, parents: mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ name: this.#controller, parentRef: parentRef(p.parentRef), conditions: p.conditions })), cond) }
     }
     if (POLICY_KINDS.has(kind)) {
-      const cur = Array.isArray(current.ancestors) ? current.ancestors as Json[] : []
-      const others = cur.filter((p) => p.controllerName !== this.#controller)
-      const ours = parents.map((p) => ({
-        ancestorRef: parentRef(p.parentRef), controllerName: this.#controller,
-        conditions: cond(p.conditions, cur.find((c) => c.controllerName === this.#controller && sameRef(c.ancestorRef, p.parentRef))?.conditions),
-      }))
-      return { ...current, ancestors: [...others, ...ours] }
+      const isOurs = (e: Json): boolean => e.controllerName === this.#controller && this.#claims(e.ancestorRef, ns)
+      return { ...current, ancestors: mergeEntries(current.ancestors, isOurs, 'ancestorRef', ns, parents.map((p) => ({ ancestorRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond) }
     }
     return { ...current, conditions: cond(s.conditions, curConditions) }
   }
 
-  #hasOurEntries(status: unknown): boolean {
+  /** Whether an Envoy Gateway Backend's conditions (one list, no per-Gateway entries) are ours to write. */
+  #ownsConditions(s: ObjectStatus): boolean {
+    // Used through a Gateway we serve; or dropped as invalid (compile reports it with no apiVersion), where nobody else may say so.
+    return s.apiVersion === '' || s.parents.some((p) => this.#claims(p.parentRef, s.namespace))
+  }
+
+  #hasOurEntries(status: unknown, namespace: string): boolean {
     if (typeof status !== 'object' || status === null) return false
     const s = status as Json
-    const lists = [s.parents, s.ancestors].filter(Array.isArray) as Json[][]
-    return lists.some((l) => l.some((e) => e.controllerName === this.#controller || e.name === this.#controller))
+    const entries = [s.parents, s.ancestors].filter(Array.isArray).flat() as Json[]
+    return entries.some((e) => (e.controllerName === this.#controller || e.name === this.#controller) && this.#claims(e.parentRef ?? e.ancestorRef, namespace))
   }
 
   /** An object dropped as invalid has object-level conditions only: report them on each parent/target it names. */
@@ -328,11 +423,34 @@ function parentRef(ref: ParentStatus['parentRef']): Json {
   return out
 }
 
-function sameRef(a: unknown, b: ParentStatus['parentRef']): boolean {
-  if (typeof a !== 'object' || a === null) return false
-  const r = a as Json
-  return (r.name ?? '') === b.name && (r.kind ?? 'Gateway') === b.kind && (r.namespace ?? '') === b.namespace &&
-    (r.sectionName ?? null) === b.sectionName && (r.port ?? null) === b.port
+/** A parentRef/ancestorRef as one string, defaults filled in (the namespace: the object's). */
+function refKey(ref: unknown, namespace: string): string {
+  const r = (typeof ref === 'object' && ref !== null ? ref : {}) as Json
+  return JSON.stringify([r.group ?? GATEWAY_GROUP, r.kind ?? 'Gateway', typeof r.namespace === 'string' && r.namespace !== '' ? r.namespace : namespace, r.name ?? '', r.sectionName ?? null, r.port ?? null])
+}
+
+/**
+ * The entries of `list` with ours brought up to date: an entry of ours is
+ * replaced in place by the wanted one for the same ref (its conditions keep
+ * their lastTransitionTime), or dropped when none is wanted; wanted entries
+ * not there yet are appended. Every other entry stays as it is, where it is.
+ */
+function mergeEntries(list: unknown, isOurs: (e: Json) => boolean, refField: 'parentRef' | 'ancestorRef', namespace: string,
+  wanted: ReadonlyArray<Json & { conditions: readonly Condition[] }>, cond: (list: readonly Condition[], existing: unknown) => Json[]): Json[] {
+  const cur = Array.isArray(list) ? list as Json[] : []
+  const pending = new Map(wanted.map((w) => [refKey(w[refField], namespace), w]))
+  const build = (w: Json & { conditions: readonly Condition[] }, existing: Json | undefined): Json => ({ ...w, conditions: cond(w.conditions, existing?.conditions) })
+  const out: Json[] = []
+  for (const e of cur) {
+    if (!isOurs(e)) { out.push(e); continue }
+    const k = refKey(e[refField], namespace)
+    const w = pending.get(k)
+    if (w === undefined) continue
+    pending.delete(k)
+    out.push(build(w, e))
+  }
+  for (const w of pending.values()) out.push(build(w, undefined))
+  return out
 }
 
 /** JSON with sorted keys: the API server does not keep our key order. */

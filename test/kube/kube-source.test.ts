@@ -39,12 +39,16 @@ t.test('sync, update, delete, chunked lists, validation', async (t) => {
   fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r1')
   await until('delete', () => !(snaps.at(-1) as Snapshot).httpRoutes.has('default/r1'))
 
-  // A status-only write does not rebuild the snapshot.
+  // A status-only write does not rebuild the snapshot; it goes to the status listener.
+  const statusChanges: string[] = []
+  source.onStatusChange((obj) => statusChanges.push(String(obj.raw.metadata?.name)))
   const before = snaps.length
   const r2 = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r2')
   fake.apply({ ...r2, status: { parents: [] } })
+  await until('status change seen', () => statusChanges.length > 0)
   await new Promise((r) => setTimeout(r, 100))
   t.equal(snaps.length, before, 'no snapshot for a status-only change')
+  t.same(statusChanges, ['r2'], 'the status listener heard of it')
 })
 
 t.test('410 Gone relists; dropped watches resume from the last resourceVersion', async (t) => {

@@ -30,8 +30,9 @@ function lookupFrom(fake: FakeApiServer, stale = new Map<string, KubeObject['raw
   }
 }
 
-function status(objects: ObjectStatus[]): Status {
-  return { objects: new Map(objects.map((o) => [`${o.kind}/${o.namespace}/${o.name}`, o])) }
+/** A compile result; its Gateways (`namespace/name`) are the ones this writer serves (default: default/egress). */
+function status(objects: ObjectStatus[], servedGateways: readonly string[] = ['default/egress']): Status {
+  return { objects: new Map(objects.map((o) => [`${o.kind}/${o.namespace}/${o.name}`, o])), servedGateways: new Set(servedGateways) }
 }
 
 const accepted = (gen: number) => ({ type: 'Accepted', status: 'True' as const, reason: 'Accepted', message: '', observedGeneration: gen })
@@ -136,4 +137,60 @@ t.test('a pass skips objects whose status and resourceVersion did not change; a 
   t.equal(fake.count('PUT', /httproutes\/c\/status$/), 2, 'c rewritten after an outside change')
   const parents = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'c')?.status as { parents: Array<{ controllerName: string }> }).parents
   t.same(parents.map((p) => p.controllerName), [CONTROLLER])
+})
+
+// Two deployments, each serving its own GatewayClass, both with controllerName
+// sallyport.io/gateway-controller (the README requires it): an entry carrying our
+// controllerName is ours only when its parentRef names a Gateway we serve.
+t.test("entries for Gateways another deployment serves are kept, in place, though they carry our controllerName", async (t) => {
+  const fake = await startFake(t)
+  const ref = (name: string) => ({ ...gwRef, name })
+  const theirs = { parentRef: { group: 'gateway.networking.k8s.io', kind: 'Gateway', namespace: 'default', name: 'gw-b' }, controllerName: CONTROLLER, conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'by b', observedGeneration: 1, lastTransitionTime: '2026-01-01T00:00:00Z' }] }
+  const other = { parentRef: { name: 'x' }, controllerName: 'example.com/other', conditions: [] }
+  fake.apply({ ...route('shared', 's.example.test', 'a', 1), status: { parents: [theirs, other] } })
+  fake.apply({ ...route('only-b', 'b.example.test', 'a', 1), status: { parents: [theirs] } })
+  fake.apply({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'bad', namespace: 'default' }, spec: { parentRefs: [{ name: 'gw-a' }, { name: 'gw-b' }], rules: [] } })
+  fake.apply({ apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default' }, spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'gw-a' }, { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'gw-b' }] } })
+  const cur = fake.get('gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy', 'default', 'p') as Record<string, unknown>
+  fake.apply({ ...cur, status: { ancestors: [{ ancestorRef: theirs.parentRef, controllerName: CONTROLLER, conditions: theirs.conditions }] } })
+  const r = res('gateway.networking.k8s.io', 'httproutes')
+  const source = {
+    ...lookupFrom(fake),
+    objects: (): KubeObject[] => [{ resource: r, version: 'v1', raw: fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'only-b') as KubeObject['raw'] }],
+  }
+  const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true })
+  const invalid = { type: 'Accepted', status: 'False' as const, reason: 'Invalid', message: 'spec.rules: bad', observedGeneration: 0 }
+  const compiled = status([
+    { kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'shared', generation: 1, conditions: [], listeners: [], parents: [{ parentRef: ref('gw-a'), controllerName: CONTROLLER, conditions: [accepted(1)] }] },
+    { kind: 'HTTPRoute', apiVersion: '', namespace: 'default', name: 'bad', generation: 0, conditions: [invalid], parents: [], listeners: [] },
+    // compile names every Gateway a policy targets; only the one we serve is ours to report on.
+    { kind: 'BackendTrafficPolicy', apiVersion: 'gateway.envoyproxy.io/v1alpha1', namespace: 'default', name: 'p', generation: 1, conditions: [accepted(1)], parents: [{ parentRef: ref('gw-a'), controllerName: CONTROLLER, conditions: [accepted(1)] }, { parentRef: ref('gw-b'), controllerName: CONTROLLER, conditions: [accepted(1)] }], listeners: [] },
+  ], ['default/gw-a'])
+  writer.update(compiled, emptySnapshot())
+  await writer.sync()
+  type Parents = { parents: Array<{ parentRef: { name: string }; controllerName: string; conditions: Array<{ message: string }> }> }
+  const shared = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'shared')?.status as Parents).parents
+  t.same(shared.map((p) => p.parentRef.name), ['gw-b', 'x', 'gw-a'], "b's entry and the other controller's kept where they were; ours added")
+  t.same(shared[0], theirs, "b's entry untouched")
+  t.equal(fake.count('PUT', /httproutes\/only-b\/status$/), 0, "a route only b reports on is not swept")
+  t.same((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'only-b')?.status as Parents).parents, [theirs])
+  const bad = (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'bad')?.status as Parents).parents
+  t.same(bad.map((p) => p.parentRef.name), ['gw-a'], 'an invalid route is reported on the parent we serve only')
+  const ancestors = (fake.get('gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy', 'default', 'p')?.status as { ancestors: Array<{ ancestorRef: { name: string }; conditions: unknown }> }).ancestors
+  t.same(ancestors.map((a) => a.ancestorRef.name), ['gw-b', 'gw-a'], 'policy ancestors: b\'s kept, ours added')
+  t.same(ancestors[0]?.conditions, theirs.conditions)
+
+  // The other deployment's writer, serving gw-b, on the same objects: it leaves ours alone, and
+  // neither has anything left to write (entry order is kept, so they cannot undo each other).
+  const b = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true })
+  b.update(status([
+    { kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'shared', generation: 1, conditions: [], listeners: [], parents: [{ parentRef: ref('gw-b'), controllerName: CONTROLLER, conditions: [{ ...accepted(1), message: 'by b' }] }] },
+  ], ['default/gw-b']), emptySnapshot())
+  await b.sync()
+  const puts = fake.count('PUT', /\/status$/)
+  writer.update(status([...compiled.objects.values()], ['default/gw-a']), emptySnapshot())
+  await writer.sync()
+  await b.sync()
+  t.equal(fake.count('PUT', /\/status$/), puts, 'no writes left for either')
+  t.same((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'shared')?.status as Parents).parents.map((p) => p.parentRef.name), ['gw-b', 'x', 'gw-a'])
 })

@@ -14,7 +14,7 @@ const { StatusLog } = await import('../../lib/runtime/status-log.ts')
 
 const cond = (type: string, status: Condition['status'], reason: string, message = ''): Condition => ({ type, status, reason, message, observedGeneration: 1 })
 const obj = (name: string, conditions: Condition[]): ObjectStatus => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'ns', name, generation: 1, conditions, parents: [], listeners: [] })
-const status = (...objects: ObjectStatus[]): Status => ({ objects: new Map(objects.map((o) => [`HTTPRoute/ns/${o.name}`, o])) })
+const status = (...objects: ObjectStatus[]): Status => ({ objects: new Map(objects.map((o) => [`HTTPRoute/ns/${o.name}`, o])), servedGateways: new Set() })
 const flush = (): Promise<void> => new Promise((r) => setImmediate(r))
 
 t.test('unhealthy conditions are logged once per change', async (t) => {
