@@ -36,6 +36,8 @@ export interface RequestOptions {
   readonly body?: unknown
   /** Default application/json; merge patches pass application/merge-patch+json. */
   readonly contentType?: string
+  /** Abort the request (the Lease requests of leader election are bounded by the renew deadline). */
+  readonly signal?: AbortSignal
 }
 
 /** No answer (headers, or silence within the body) for this long: the request fails. */
@@ -88,7 +90,7 @@ export class KubeClient {
     try {
       const response = await (dispatcher ?? getGlobalDispatcher()).request({
         origin: url.origin, path: `${url.pathname}${url.search}`, method, headers, body,
-        headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS,
+        headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS, signal: options.signal,
       })
       status = response.statusCode
       text = await response.body.text()

@@ -8,7 +8,12 @@
 //   lease record change and waits leaseDuration from then (client-go's
 //   observedTime), so clock skew between nodes does not matter;
 // - a leader that cannot renew within the renew deadline steps down (before
-//   the lease can expire for the others);
+//   the lease can expire for the others): at lastRenew + renewDeadline a timer
+//   steps it down whatever is in flight, isLeader() says false from then on
+//   even if that timer runs late, and every acquire/renew attempt is aborted
+//   when it outlives the renew deadline (client-go's context timeout). A Lease
+//   request could otherwise hang for the client's 30 s request timeout and keep
+//   a stale leader writing status next to its successor;
 // - stop() releases the lease (holderIdentity emptied, ReleaseOnCancel) so a
 //   successor takes over at once after a graceful shutdown.
 
@@ -66,7 +71,12 @@ export class LeaderElector {
   readonly #retryMs: number
   readonly #onChange: ((leader: boolean) => void) | null
   #leader = false
+  /** performance.now() when the last successful attempt started (the renewTime it wrote is that or later). */
   #lastRenew = 0
+  /** Steps a leader down at lastRenew + renewDeadline. */
+  #deadline: NodeJS.Timeout | null = null
+  /** The acquire/renew attempt in flight. */
+  #attempt: AbortController | null = null
   /** The last lease record seen (holder + renewTime) and when we saw it change (our clock). */
   #observedRecord = ''
   #observedAt = 0
@@ -91,8 +101,9 @@ export class LeaderElector {
 
   get identity(): string { return this.#identity }
 
+  /** Leader, and within the renew deadline of the last renewal (a step-down timer that runs late changes nothing). */
   isLeader(): boolean {
-    return this.#leader
+    return this.#leader && performance.now() < this.#lastRenew + this.#renewDeadlineMs
   }
 
   start(): void {
@@ -104,6 +115,8 @@ export class LeaderElector {
   async stop(options: { release?: boolean } = {}): Promise<void> {
     this.#stopped = true
     if (this.#timer !== null) clearTimeout(this.#timer)
+    if (this.#deadline !== null) clearTimeout(this.#deadline)
+    this.#deadline = null
     await this.#ticking
     const wasLeader = this.#leader
     this.#setLeader(false)
@@ -131,26 +144,56 @@ export class LeaderElector {
   }
 
   async #tick(): Promise<void> {
+    const started = performance.now()
+    // A leader's attempt ends at its deadline; anyone's within the renew deadline.
+    const budget = this.#leader ? this.#lastRenew + this.#renewDeadlineMs - started : this.#renewDeadlineMs
+    const attempt = new AbortController()
+    this.#attempt = attempt
+    const timer = setTimeout(() => attempt.abort(new Error(`no answer within the renew deadline (${this.#renewDeadlineMs} ms)`)), Math.max(0, budget))
+    timer.unref()
     let ok: boolean
     try {
-      ok = await this.#tryAcquireOrRenew()
+      ok = await this.#tryAcquireOrRenew(attempt.signal)
     } catch (err) {
-      log.warn({ lease: this.#name, err: errorText(err) }, 'leader election: lease request failed')
+      log.warn({ lease: this.#name, err: errorText(attempt.signal.aborted ? attempt.signal.reason : err) }, 'leader election: lease request failed')
       ok = false
+    } finally {
+      clearTimeout(timer)
+      this.#attempt = null
     }
     if (this.#stopped) return
-    if (ok) {
-      this.#lastRenew = Date.now()
+    if (ok && (this.#leader || performance.now() - started < this.#renewDeadlineMs)) {
+      this.#lastRenew = started
+      this.#armDeadline()
       this.#setLeader(true)
-    } else if (this.#leader && Date.now() - this.#lastRenew > this.#renewDeadlineMs) {
-      log.warn({ lease: this.#name, identity: this.#identity }, 'could not renew the leader lease within the renew deadline; stepping down')
-      this.#setLeader(false)
     } else if (this.#leader && !ok && this.#observedHolder !== this.#identity) {
-      this.#setLeader(false)
+      this.#stepDown(null)
     }
   }
 
-  async #tryAcquireOrRenew(): Promise<boolean> {
+  /** Step down at lastRenew + renewDeadline unless a renewal comes first. */
+  #armDeadline(): void {
+    if (this.#deadline !== null) clearTimeout(this.#deadline)
+    this.#deadline = setTimeout(() => {
+      this.#deadline = null
+      if (this.#leader && performance.now() >= this.#lastRenew + this.#renewDeadlineMs) {
+        this.#stepDown('could not renew the leader lease within the renew deadline; stepping down')
+      } else if (this.#leader) {
+        this.#armDeadline() // fired a little early
+      }
+    }, Math.max(0, this.#lastRenew + this.#renewDeadlineMs - performance.now()))
+    this.#deadline.unref()
+  }
+
+  #stepDown(warning: string | null): void {
+    if (this.#deadline !== null) clearTimeout(this.#deadline)
+    this.#deadline = null
+    if (warning !== null && this.#leader) log.warn({ lease: this.#name, identity: this.#identity, renewDeadlineMs: this.#renewDeadlineMs }, warning)
+    this.#attempt?.abort(new Error('stepped down'))
+    this.#setLeader(false)
+  }
+
+  async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
     const now = new Date()
     const mine: LeaseSpec = {
       holderIdentity: this.#identity,
@@ -159,11 +202,12 @@ export class LeaderElector {
     }
     let lease: Lease
     try {
-      lease = await this.#client.request<Lease>('GET', this.#path)
+      lease = await this.#client.request<Lease>('GET', this.#path, { signal })
     } catch (err) {
       if (!(err instanceof KubeApiError) || err.statusCode !== 404) throw err
       try {
         await this.#client.request('POST', this.#collection, {
+          signal,
           body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.#name, namespace: this.#namespace }, spec: { ...mine, acquireTime: now.toISOString(), leaseTransitions: 0 } },
         })
         this.#observedHolder = this.#identity
@@ -193,7 +237,7 @@ export class LeaderElector {
       },
     }
     try {
-      await this.#client.request('PUT', this.#path, { body: next })
+      await this.#client.request('PUT', this.#path, { body: next, signal })
     } catch (err) {
       if (err instanceof KubeApiError && err.statusCode === 409) return false // someone wrote it since we read it
       throw err

@@ -13,7 +13,8 @@
 //   (409 Conflict on a stale metadata.resourceVersion);
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `forbid(plural)`, `hide(plural)` (404 as
-//   for a CRD that is not installed), `stop()`/`start()` for an unreachable server.
+//   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
+//   that are accepted and never answered (a wedged API server or network path).
 // Driven by the real @kubernetes/client-node client (KubeConfig at http://127.0.0.1:PORT).
 
 import http from 'node:http'
@@ -48,6 +49,9 @@ interface Store {
 
 export interface RequestRecord { readonly method: string; readonly path: string; readonly query: string }
 
+/** What `hang` matches on: the request's method, path and Authorization header (each test client can have its own token). */
+export interface HangMatch { readonly method: string; readonly path: string; readonly authorization: string }
+
 const clone = <T>(v: T): T => structuredClone(v)
 
 export class FakeApiServer {
@@ -64,6 +68,8 @@ export class FakeApiServer {
   readonly #listings = new Map<string, { readonly items: Obj[]; readonly rv: number }>()
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
+  #hang: ((r: HangMatch) => boolean) | null = null
+  readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
   goneAs: 'event' | 'http' = 'event'
   /** Every request served (tests count status writes, lease updates, relists). */
@@ -97,6 +103,7 @@ export class FakeApiServer {
   async stop(): Promise<void> {
     if (this.#bookmarkTimer !== null) clearInterval(this.#bookmarkTimer)
     this.#bookmarkTimer = null
+    this.answer()
     const server = this.#server
     this.#server = null
     this.#watchers.clear()
@@ -191,6 +198,19 @@ export class FakeApiServer {
     }
   }
 
+  /**
+   * New requests `match` accepts are read and never answered (the connection
+   * stays open) until `answer()`; watches already open keep streaming. They are
+   * still recorded in `requests`.
+   */
+  hang(match: (r: HangMatch) => boolean): void { this.#hang = match }
+  /** Stop hanging requests; the ones held so far lose their connection. */
+  answer(): void {
+    this.#hang = null
+    for (const res of this.#held) res.socket?.destroy()
+    this.#held.clear()
+  }
+
   /** 403 Forbidden for every request on this resource (plural) until `allow`. */
   forbid(plural: string): void { this.#forbidden.add(plural); for (const w of [...this.#watchers]) if (w.def.plural === plural) { w.res.socket?.destroy(); this.#watchers.delete(w) } }
   allow(plural: string): void { this.#forbidden.delete(plural) }
@@ -268,6 +288,12 @@ export class FakeApiServer {
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x')
     this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search })
+    if (this.#hang?.({ method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '' }) === true) {
+      req.resume()
+      this.#held.add(res)
+      res.on('close', () => this.#held.delete(res))
+      return
+    }
     const chunks: Buffer[] = []
     req.on('data', (c: Buffer) => chunks.push(c))
     req.on('end', () => {

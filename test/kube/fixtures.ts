@@ -24,9 +24,10 @@ export async function startFake(t: Test, bookmarkIntervalMs = 0): Promise<FakeAp
   return fake
 }
 
-export function clientFor(fake: FakeApiServer): KubeClient {
+/** A client of the fake server; `token`: its bearer token, so `fake.hang()` can single out this client's requests. */
+export function clientFor(fake: FakeApiServer, token = 'fake-token'): KubeClient {
   const kc = new KubeConfig()
-  kc.loadFromString(fake.kubeconfig())
+  kc.loadFromString(fake.kubeconfig().replace('token: fake-token', `token: ${token}`))
   return new KubeClient(kc)
 }
 
