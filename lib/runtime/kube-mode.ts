@@ -14,7 +14,7 @@ import { logger } from '../observe/log.ts'
 import { ConfigEvents } from './events-config.ts'
 import { KubeEventRecorder, type EventRecorder } from './events.ts'
 import { defaultExtensionRuntime } from '../extensions/chain.ts'
-import { LeaderElector, podIdentity } from './leader-election.ts'
+import { LeaderElector, RELEASE_TIMEOUT_MS, podIdentity } from './leader-election.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
 import { StatusWriter } from './status-writer.ts'
 import type { RuntimeOptions } from './runtime.ts'
@@ -48,7 +48,11 @@ export interface KubeMode {
   readonly runtimeOptions: Pick<RuntimeOptions, 'source' | 'sourceLabel' | 'onApplied'>
   /** Start campaigning (after the Runtime started). */
   start(): void
-  /** Release the lease and stop watching. `release: false`: as if the process died. */
+  /**
+   * Release the lease and stop watching. `release: false`: as if the process
+   * died. Bounded (about RELEASE_TIMEOUT_MS) whether or not the API server
+   * answers: shutdown runs it alongside the drain.
+   */
   stop(options?: { release?: boolean }): Promise<void>
 }
 
@@ -99,13 +103,21 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
     },
     start: () => elector?.start(),
     stop: async (stopOptions = {}) => {
-      await elector?.stop(stopOptions)
       writer?.close()
       source.close()
-      await events.close()
+      // The lease release and the last Events are best effort: an API server that
+      // does not answer must not hold up the shutdown (the lease then expires).
+      await Promise.all([elector?.stop(stopOptions), within(events.close(), RELEASE_TIMEOUT_MS)])
       if (options.client === undefined) client.close() // a client passed in is its owner's to close
     },
   }
+}
+
+/** `p`, or nothing after `ms`. */
+function within(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<void>((resolve) => { timer = setTimeout(resolve, ms) })
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer))
 }
 
 /** The apiVersion an Event's involvedObject names for the kinds the data path reports on. */

@@ -15,7 +15,10 @@
 //   request could otherwise hang for the client's 30 s request timeout and keep
 //   a stale leader writing status next to its successor;
 // - stop() releases the lease (holderIdentity emptied, ReleaseOnCancel) so a
-//   successor takes over at once after a graceful shutdown.
+//   successor takes over at once after a graceful shutdown. Best effort and
+//   short: it aborts the attempt in flight and gives the release
+//   RELEASE_TIMEOUT_MS, after which the lease is left to expire (a shutdown
+//   must not wait on an API server that does not answer).
 
 import os from 'node:os'
 import { logger } from '../observe/log.ts'
@@ -23,6 +26,9 @@ import { kubeLeader } from '../observe/metrics.ts'
 import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
 
 const log = logger('leader')
+
+/** How long stop() tries to hand the lease back. */
+export const RELEASE_TIMEOUT_MS = 2000
 
 export interface LeaderElectionOptions {
   readonly client: KubeClient
@@ -117,15 +123,17 @@ export class LeaderElector {
     if (this.#timer !== null) clearTimeout(this.#timer)
     if (this.#deadline !== null) clearTimeout(this.#deadline)
     this.#deadline = null
-    await this.#ticking
     const wasLeader = this.#leader
-    this.#setLeader(false)
+    this.#setLeader(false) // no more status writes from here on
+    this.#attempt?.abort(new Error('stopping'))
+    await this.#ticking
     if (wasLeader && options.release !== false) {
+      const signal = AbortSignal.timeout(RELEASE_TIMEOUT_MS)
       try {
-        const lease = await this.#client.request<Lease>('GET', this.#path)
+        const lease = await this.#client.request<Lease>('GET', this.#path, { signal })
         if (lease.spec?.holderIdentity === this.#identity) {
           const now = new Date().toISOString()
-          await this.#client.request('PUT', this.#path, { body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: now, acquireTime: now } } })
+          await this.#client.request('PUT', this.#path, { signal, body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: now, acquireTime: now } } })
           log.info({ lease: this.#name, identity: this.#identity }, 'released the leader lease')
         }
       } catch (err) {

@@ -69,8 +69,10 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   })
   onShutdownSignal(async (signal) => {
     log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining')
-    await kube?.stop() // hand the lease over now, not after it expires
-    await runtime.stop(options.drainSeconds * 1000)
+    // The drain starts now; alongside it the lease is handed over (so a successor
+    // writes status at once, not after the lease expires). The hand-over is
+    // bounded: an API server that does not answer must not delay the drain.
+    await Promise.all([kube?.stop(), runtime.stop(options.drainSeconds * 1000)])
     await shutdownTracer() // spans of the drained requests go out
     await admin?.close()
     log.info('stopped')
@@ -229,8 +231,8 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   let stopping: Promise<void> | null = null
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
-      await kube?.stop()
-      await runtime.stop(options.drainSeconds * 1000)
+      // As serveSingle: drain and hand the lease over together.
+      await Promise.all([kube?.stop(), runtime.stop(options.drainSeconds * 1000)])
       await shutdownTracer()
       if (process.connected) process.disconnect?.()
       process.exit(0)
