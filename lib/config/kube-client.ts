@@ -142,25 +142,40 @@ export class KubeClient {
   }
 
   /** A watcher that asks for bookmarks and lets the server end the watch first. */
-  watcher(): Watch {
+  watcher(): BookmarkWatch {
     return new BookmarkWatch(this.config)
   }
 }
+
+/** How the last watch went: how long it was open and how many events (bookmarks too) it delivered. */
+export interface WatchOutcome { readonly lastedMs: number; readonly events: number }
 
 // client-node's Watch sends only the query parameters ListWatch gives it; bookmarks
 // (allowWatchBookmarks) keep the resourceVersion fresh on quiet resources, so a
 // reconnect resumes close to now instead of replaying or hitting 410. The server
 // ends each watch after timeoutSeconds (spread 5–10 min like client-go's
-// reflector) before our inactivity timeout would abort it.
-class BookmarkWatch extends Watch {
+// reflector) before our inactivity timeout would abort it. It remembers how its
+// last watch went, for the reconnect delay (kube-source.ts).
+export class BookmarkWatch extends Watch {
+  #last: WatchOutcome | null = null
+
   constructor(config: KubeConfig) {
     super(config)
     ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = 11 * 60_000
   }
 
+  /** The last watch that ended; null before one has. */
+  lastWatch(): WatchOutcome | null {
+    return this.#last
+  }
+
   override watch(path: string, queryParams: Record<string, string | number | boolean | undefined>, callback: Parameters<Watch['watch']>[2], done: Parameters<Watch['watch']>[3]): Promise<AbortController> {
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300)
-    return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds }, callback, done)
+    const started = performance.now()
+    let events = 0
+    return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds },
+      (phase, obj, watchObj) => { events++; callback(phase, obj, watchObj) },
+      (err) => { this.#last = { lastedMs: performance.now() - started, events }; done(err) })
   }
 }
 

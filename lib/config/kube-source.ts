@@ -6,6 +6,12 @@
 // list's resourceVersion; on a clean end of a watch, resume from the last
 // resourceVersion seen (events or BOOKMARKs); on 410 Gone (an ERROR event or an
 // HTTP 410) forget it and relist, firing delete callbacks for what vanished.
+// Not its reconnect delay: it doubles (1 s → 30 s) on every clean end without an
+// event in between and never resets otherwise, so a proxy that closes quiet
+// watches every few seconds, or an API server without bookmarks, left changes
+// unseen for up to 30 s. Ours (reconnectDelay): a watch that was open a while
+// or delivered anything resumes at once; one that ended at once with nothing is
+// treated as a failure and backs off like one.
 // What we add: chunked lists (limit/continue, 410 on an expired token restarts
 // the list), bookmarks (kube-client.ts), exponential backoff with jitter after
 // any other error (ListWatch stops on those and waits for start()), trying the
@@ -28,7 +34,7 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
-import { KubeApiError, errorText, type KubeClient } from './kube-client.ts'
+import { KubeApiError, errorText, type KubeClient, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
 import { buildSnapshot } from './snapshot-builder.ts'
 import type { ModelObject } from '../resources/model.ts'
@@ -36,6 +42,9 @@ import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 
 const log = logger('kube-source')
+
+/** A watch that ends cleanly sooner than this, having delivered nothing, counts as a failed one (backoff). */
+const SHORT_WATCH_MS = 250
 
 export interface KubeSourceOptions {
   readonly client: KubeClient
@@ -91,6 +100,8 @@ interface Informer {
   lw: ListWatch<KubernetesObject> | null
   state: InformerState
   failures: number
+  /** Watches in a row that ended at once with nothing (reconnectDelay). */
+  shortWatches: number
   timer: NodeJS.Timeout | null
   /** Entries this informer put in the store (removed if it moves to another version). */
   readonly keys: Set<string>
@@ -125,6 +136,8 @@ export class KubeSource {
   #burstStart: number | null = null
   readonly #passes = new SerialPasses(() => this.#apply(), () => !this.#closed)
   #closed = false
+  /** Reconnect delays pending (cleared on close, so no watch starts after it). */
+  readonly #delays = new Set<NodeJS.Timeout>()
 
   constructor(options: KubeSourceOptions) {
     this.#client = options.client
@@ -139,7 +152,7 @@ export class KubeSource {
     for (const resource of options.resources ?? KUBE_RESOURCES) {
       const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
       for (const namespace of scopes) {
-        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, timer: null, keys: new Set() })
+        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set() })
       }
     }
   }
@@ -176,6 +189,8 @@ export class KubeSource {
       if (inf.timer !== null) clearTimeout(inf.timer)
       void inf.lw?.stop()
     }
+    for (const timer of this.#delays) clearTimeout(timer) // their promises never settle: those informers stay stopped
+    this.#delays.clear()
   }
 
   /** The raw object behind a snapshot object (status writes compare with it). `kind` is the model kind. */
@@ -235,7 +250,10 @@ export class KubeSource {
       setImmediate(() => this.#listed(inf))
       return list
     }
-    const lw = new ListWatch<KubernetesObject>(path, this.#client.watcher(), listFn, false, this.#labelSelector)
+    const watcher = this.#client.watcher()
+    const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, undefined, {
+      delayFn: () => this.#reconnectDelay(inf, watcher.lastWatch()),
+    })
     inf.lw = lw
     const put = (raw: KubernetesObject): void => {
       if (inf.lw !== lw) return
@@ -247,6 +265,27 @@ export class KubeSource {
     lw.on('delete', (raw) => { if (inf.lw === lw) this.#remove(inf, raw) })
     lw.on('error', (err: unknown) => { if (inf.lw === lw) this.#failed(inf, err) })
     void lw.start()
+  }
+
+  /**
+   * ListWatch waits for this before it watches again after a clean end with no
+   * event since the previous one (its own delay, passed in, is ignored): none
+   * if the last watch was open a while or delivered anything, else the error
+   * backoff.
+   */
+  #reconnectDelay(inf: Informer, last: WatchOutcome | null): Promise<void> {
+    if (this.#closed) return new Promise<void>(() => {}) // closed: never watch again
+    if (last === null || last.events > 0 || last.lastedMs >= SHORT_WATCH_MS) {
+      inf.shortWatches = 0
+      return Promise.resolve()
+    }
+    const exp = Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.shortWatches)
+    inf.shortWatches++
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => { this.#delays.delete(timer); resolve() }, Math.round(exp * (0.5 + Math.random())))
+      timer.unref()
+      this.#delays.add(timer)
+    })
   }
 
   async #listAll(path: string): Promise<KubernetesListObject<KubernetesObject>> {

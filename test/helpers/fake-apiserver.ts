@@ -72,6 +72,8 @@ export class FakeApiServer {
   readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
   goneAs: 'event' | 'http' = 'event'
+  /** Answer every watch with 200 and end it at once (after replaying history): a broken proxy. */
+  endWatchesAtOnce = false
   /** Every request served (tests count status writes, lease updates, relists). */
   readonly requests: RequestRecord[] = []
 
@@ -433,6 +435,7 @@ export class FakeApiServer {
         if (e.rv > from && matchesWatch(w, e.object)) res.write(JSON.stringify({ type: e.type, object: e.object }) + '\n')
       }
     }
+    if (this.endWatchesAtOnce) { res.end(); return }
     this.#watchers.add(w)
     const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0)
     const timer = timeout > 0 ? setTimeout(() => { this.#watchers.delete(w); res.end() }, timeout * 1000) : null

@@ -4,6 +4,7 @@
 import './quiet.ts'
 import t from 'tap'
 import { KubeSource } from '../../lib/config/kube-source.ts'
+import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 import { backend, clientFor, gateway, gatewayClass, route, startFake, until } from './fixtures.ts'
 
@@ -175,4 +176,44 @@ t.test('a burst of changes coalesces into few snapshots; lookup by kind, namespa
   fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r3')
   await until('delete', () => !(snaps.at(-1) as Snapshot).httpRoutes.has('default/r3'))
   t.equal(source.lookup('HTTPRoute', '', 'default', 'r3'), null, 'gone from the index')
+})
+
+t.test('watches the server ends cleanly resume at once, however often (a proxy with a short idle timeout)', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  const resources = KUBE_RESOURCES.filter((r) => r.plural === 'httproutes')
+  const source = new KubeSource({ client: clientFor(fake), resources, debounceMs: 10, backoffMs: { base: 50, max: 200 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  const watches = (): number => fake.requests.filter((r) => r.path.endsWith('/httproutes') && r.query.includes('watch=true')).length
+  await until('watching', () => watches() === 1)
+  // No events, no bookmarks: every watch lives about a second and ends cleanly (200).
+  for (let i = 1; i <= 5; i++) {
+    await new Promise((r) => setTimeout(r, 1000))
+    const before = watches()
+    fake.endWatches()
+    await until(`watching again after clean end ${i}`, () => watches() > before, 1500)
+  }
+  t.pass('each clean end was followed by a new watch at once')
+  fake.apply(route('r1', 'r1.example.test', 'a', 9000))
+  await until('a change after the clean ends', () => last?.httpRoutes.has('default/r1') === true, 1500)
+  t.pass('and a change is seen promptly')
+})
+
+t.test('watches that end at once with nothing are retried with backoff, not in a loop', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  const resources = KUBE_RESOURCES.filter((r) => r.plural === 'httproutes')
+  const source = new KubeSource({ client: clientFor(fake), resources, debounceMs: 10, backoffMs: { base: 50, max: 200 } })
+  t.teardown(() => source.close())
+  await source.start(() => {})
+  const watches = (): number => fake.requests.filter((r) => r.path.endsWith('/httproutes') && r.query.includes('watch=true')).length
+  fake.endWatchesAtOnce = true
+  fake.endWatches()
+  const before = watches()
+  await new Promise((r) => setTimeout(r, 1000))
+  // Backoff 50 → 200 ms (±50 %): a handful a second; a loop would be hundreds.
+  t.ok(watches() - before <= 25, `${watches() - before} watch requests in 1 s`)
+  fake.endWatchesAtOnce = false
 })
