@@ -69,7 +69,9 @@ export function planGateways(snapshot: Snapshot, gatewayClass: string, controlle
   const gateways = sortedValues(snapshot.gateways).filter(g => g.gatewayClassName === gatewayClass)
   if (cls !== undefined) {
     if (cls.controllerName !== controllerName) {
-      // Not ours: say why on the Gateways that name it; leave the class to its controller.
+      // Not ours: say why on the Gateways that name it (the log, /config_dump, `routes`); leave the
+      // class to its controller. The status writer never writes these: the Gateways are that
+      // controller's, and a status from us would flap with its own.
       for (const g of gateways) {
         const msg = `GatewayClass ${gatewayClass} belongs to controller ${cls.controllerName}, not ${controllerName}`
         statuses.push(gatewayStatus(g, [condition('Accepted', false, 'Invalid', msg, g.meta.generation), condition('Programmed', false, 'Invalid', msg, g.meta.generation)]))

@@ -2,8 +2,9 @@
 //
 // For every object read from the API server (not file-defined, not shadowed by
 // a file) whose kind has a status subresource:
-//   GatewayClass  status.conditions
-//   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions)
+//   GatewayClass  status.conditions (compile reports ours only)
+//   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions);
+//                 Gateways we serve only, never those of another controller's class
 //   *Route        status.parents[]   (RouteParentStatus)
 //   Backend       status.parents[]   (GEP-4488 BackendParentStatus: controller in `name`);
 //                 Envoy Gateway's Backend: status.conditions, when used through a
@@ -154,6 +155,10 @@ export class StatusWriter {
     const work: Array<{ status: ObjectStatus; obj: KubeObject }> = []
     for (const s of latest.status.objects.values()) {
       if (fromFiles.size > 0 && fromFiles.has(`${s.kind}/${s.namespace}/${s.name}`)) continue
+      // Compile also reports why it does not serve the Gateways of the class we were
+      // pointed at when that class is another controller's (log, /config_dump); their
+      // status is that controller's to write, and ours would flap with it.
+      if (s.kind === 'Gateway' && !this.#served.has(`${s.namespace}/${s.name}`)) continue
       const obj = this.#source.lookup(s.kind, s.apiVersion, s.namespace, s.name)
       if (obj === null || !obj.resource.status) continue
       if (s.kind === 'Backend' && obj.resource.group === 'gateway.envoyproxy.io' && !this.#ownsConditions(s)) continue

@@ -194,3 +194,20 @@ t.test("entries for Gateways another deployment serves are kept, in place, thoug
   t.equal(fake.count('PUT', /\/status$/), puts, 'no writes left for either')
   t.same((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'shared')?.status as Parents).parents.map((p) => p.parentRef.name), ['gw-b', 'x', 'gw-a'])
 })
+
+t.test('a Gateway we do not serve (its class belongs to another controller) gets no status from us', async (t) => {
+  const fake = await startFake(t)
+  const gw = fake.apply({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'Gateway', metadata: { name: 'istio-gw', namespace: 'default' }, spec: { gatewayClassName: 'istio', listeners: [{ name: 'http', protocol: 'HTTP', port: 80 }] } })
+  const istio = { conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'istio', observedGeneration: 1, lastTransitionTime: '2026-01-01T00:00:00Z' }] }
+  fake.apply({ ...gw, status: istio })
+  const gwRes = res('gateway.networking.k8s.io', 'gateways')
+  const source = { lookup: (): KubeObject => ({ resource: gwRes, version: 'v1', raw: fake.get('gateway.networking.k8s.io/v1', 'Gateway', 'default', 'istio-gw') as KubeObject['raw'] }) }
+  const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true })
+  // What compile reports for `--gateway-class istio` when istio's GatewayClass is not ours.
+  const msg = 'GatewayClass istio belongs to controller istio.io/gateway-controller, not sallyport.io/gateway-controller'
+  writer.update(status([{ kind: 'Gateway', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'istio-gw', generation: 1, parents: [], listeners: [],
+    conditions: [{ type: 'Accepted', status: 'False', reason: 'Invalid', message: msg, observedGeneration: 1 }] }], []), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /\/status$/), 0, 'nothing written')
+  t.same(fake.get('gateway.networking.k8s.io/v1', 'Gateway', 'default', 'istio-gw')?.status, istio, "istio's status stands")
+})
