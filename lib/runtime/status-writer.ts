@@ -97,6 +97,8 @@ export class StatusWriter {
   #served: ReadonlySet<string> = new Set()
   /** Gateways we served that are gone since (deleted, or their class is another controller's): our entries for them are ours to remove. */
   readonly #retired = new Set<string>()
+  /** Keys of the objects the latest pass took up: status changes of other objects are not ours to look at. */
+  #known = new Set<string>()
   /** key → the resourceVersion and compiled status last found up to date. */
   #verified = new Map<string, { readonly rv: string; readonly status: ObjectStatus }>()
   /** Status PUTs sent (tests and the log). */
@@ -127,13 +129,15 @@ export class StatusWriter {
   /**
    * The informer saw a status-only change of an object: check its status again
    * (someone may have erased our entries), unless the change is our own write
-   * coming back.
+   * coming back or the object is none of ours (another controller's status
+   * churn must not cost us a pass per event).
    */
   statusChanged(obj: KubeObject): void {
     if (this.#latest === null || !this.#isLeader()) return
     const meta = obj.raw.metadata
     const key = `${obj.resource.group}/${obj.resource.kind}/${meta?.namespace ?? ''}/${meta?.name ?? ''}`
     if (this.#written.get(key)?.rv === String(meta?.resourceVersion ?? '')) return
+    if (!this.#known.has(key) && !this.#hasOurEntries(obj.raw.status, meta?.namespace ?? '')) return
     void this.sync()
   }
 
@@ -180,6 +184,7 @@ export class StatusWriter {
       const meta = obj.raw.metadata
       work.push({ obj, status: { kind: obj.resource.modelKind, apiVersion: apiVersion(obj.resource.group, obj.version), namespace: meta?.namespace ?? '', name: meta?.name ?? '', generation: meta?.generation ?? 0, conditions: [], parents: [], listeners: [] } })
     }
+    this.#known = new Set(work.map((w) => keyOf(w.obj, w.status)))
     const verified = this.#verified
     const keep = new Map<string, { readonly rv: string; readonly status: ObjectStatus }>()
     this.#verified = keep // entries of objects gone from this pass are dropped

@@ -8,7 +8,7 @@ import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
 import type { KubeObject } from '../../lib/config/kube-source.ts'
 import type { ObjectStatus, Status } from '../../lib/compile/status.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
-import { clientFor, route, startFake } from './fixtures.ts'
+import { clientFor, route, startFake, until } from './fixtures.ts'
 import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
 import { metricValue } from '../helpers/metrics.ts'
 
@@ -210,4 +210,30 @@ t.test('a Gateway we do not serve (its class belongs to another controller) gets
   await writer.sync()
   t.equal(fake.count('PUT', /\/status$/), 0, 'nothing written')
   t.same(fake.get('gateway.networking.k8s.io/v1', 'Gateway', 'default', 'istio-gw')?.status, istio, "istio's status stands")
+})
+
+t.test('a status change is looked at again for objects we report on, not for every object', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('ours', 'o.example.test', 'a', 1))
+  fake.apply({ ...route('theirs', 't.example.test', 'a', 1), status: { parents: [{ parentRef: { name: 'x' }, controllerName: 'example.com/other', conditions: [] }] } })
+  let lookups = 0
+  const base = lookupFrom(fake)
+  const source = { lookup: (...args: Parameters<typeof base.lookup>) => { lookups++; return base.lookup(...args) } }
+  const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true })
+  writer.update(status([{ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'ours', generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] }]), emptySnapshot())
+  await writer.sync()
+  const r = res('gateway.networking.k8s.io', 'httproutes')
+  const current = (name: string): KubeObject => ({ resource: r, version: 'v1', raw: fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', name) as KubeObject['raw'] })
+  const before = lookups
+  writer.statusChanged(current('ours')) // our own write coming back
+  const theirs = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'theirs') as KubeObject['raw']
+  fake.apply({ ...theirs, status: { parents: [] } })
+  writer.statusChanged(current('theirs')) // another controller's object
+  await new Promise((r) => setTimeout(r, 100))
+  t.equal(lookups, before, 'no pass for either')
+  const ours = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'ours') as KubeObject['raw']
+  fake.apply({ ...ours, status: { parents: [] } })
+  writer.statusChanged(current('ours'))
+  await until('ours written again', () => ((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'ours')?.status as { parents: unknown[] }).parents.length === 1), 2_000)
+  t.ok(lookups > before, 'a pass for ours, and its entry is back')
 })
