@@ -7,25 +7,13 @@
 import t from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
-import net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
 import { get, recorder } from './extensions-helpers.ts'
 
-/** Writes `text` on one connection and reads until `responses` responses have ended ("ok" bodies; bounded: 5 s). */
-function raw(port: number, text: string, responses: number): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1')
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c; if ((data.match(/HTTP\/1\.1 200 /g)?.length ?? 0) >= responses && data.endsWith('ok')) finish() })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(text, 'latin1')
-  })
-}
+/** What one connection gets back until `responses` whole "ok" responses are in (bounded). */
+const raw = (port: number, text: string, responses: number): Promise<string> =>
+  rawExchange(port, text, { until: new RegExp(`^(?:HTTP/1\\.1 200 [^]*?\\r\\n\\r\\nok){${responses}}$`) })
 
 t.test('CLI: request body bytes are counted however they arrive', async (t) => {
   const up = await recorder(t, (_s, res) => res.end('ok'))

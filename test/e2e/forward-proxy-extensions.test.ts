@@ -7,24 +7,13 @@ import t from 'tap'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, metricSum, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, metricSum, rawExchange, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, pod } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
 
-/** CONNECT from `from`; the response head and what the tunnel then carried (bounded: 5 s). */
-function connect(port: number, from: string, target: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ port, host: '127.0.0.1', localAddress: from })
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c; if (data.endsWith('hello\n')) finish() })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`)
-  })
-}
+/** CONNECT from `from`: the response head and what the tunnel then carried (bounded). */
+const connect = (port: number, from: string, target: string): Promise<string> =>
+  rawExchange(port, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { from, until: /hello\n$/ })
 
 t.test('CLI: a CONNECT tunnel runs its Backend\'s extension chain', async (t) => {
   let dialled = 0

@@ -223,3 +223,22 @@ export function curl(args: readonly string[], env: Record<string, string> = {}):
     child.stdin?.end()
   })
 }
+
+/**
+ * Writes `text` on a fresh TCP connection (from the loopback address `from`, when
+ * given: client attribution by Pod IP) and collects what comes back, as latin1,
+ * until `until` matches or the server closes; bounded by `timeoutMs` (5 s).
+ */
+export function rawExchange(port: number, text: string, options: { until?: RegExp; from?: string; timeoutMs?: number } = {}): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect(options.from === undefined ? { port, host: '127.0.0.1' } : { port, host: '127.0.0.1', localAddress: options.from })
+    let data = ''
+    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
+    const timer = setTimeout(finish, options.timeoutMs ?? 5000)
+    socket.setEncoding('latin1')
+    socket.on('data', (c: string) => { data += c; if (options.until?.test(data) === true) finish() })
+    socket.on('error', () => {})
+    socket.on('close', finish)
+    socket.write(text, 'latin1')
+  })
+}

@@ -12,7 +12,7 @@ import fs from 'node:fs'
 import http2 from 'node:http2'
 import net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
 const MAX_INFORMATIONAL = 16
@@ -64,21 +64,6 @@ async function h2Upstream(t: Test): Promise<number> {
   return port
 }
 
-/** Writes `text` on one connection and reads until `until` matches (bounded: 5 s). */
-function raw(port: number, text: string, until: RegExp): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1')
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c; if (until.test(data)) finish() })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(text, 'latin1')
-  })
-}
-
 interface H2Answer { interim: http2.IncomingHttpHeaders[]; status: number; body: string }
 
 function h2get(port: number, p: string): Promise<H2Answer> {
@@ -112,32 +97,32 @@ for (const client of ['sallyport', 'undici']) {
     startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--http1-client', client])
     await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
-    const hints = await raw(port, GET('/hints'), DONE)
+    const hints = await rawExchange(port, GET('/hints'), { until: DONE })
     t.match(hints, /^HTTP\/1\.1 103 Early Hints\r\nlink: <\/style\.css>; rel=preload; as=style\r\n\r\nHTTP\/1\.1 200 OK\r\n/i,
       'HTTP/1.1 client (fast path): the 103 with its Link, then the 200')
     t.notMatch(hints.slice(0, hints.indexOf('HTTP/1.1 200')), /x-hop|connection/i, 'the interim head loses its hop-by-hop fields')
     t.ok(hints.endsWith('\r\n\r\nok'), 'and the body')
 
-    const chunked = await raw(port, 'POST /hints HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n', DONE)
+    const chunked = await rawExchange(port, 'POST /hints HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n', { until: DONE })
     t.match(chunked, /^HTTP\/1\.1 103 Early Hints\r\nlink: <\/style\.css>; rel=preload; as=style\r\n\r\nHTTP\/1\.1 200 OK\r\n/i,
       'HTTP/1.1 client through node\'s server (a chunked upload): the same')
 
-    const old = await raw(port, GET('/hints', '1.0'), DONE)
+    const old = await rawExchange(port, GET('/hints', '1.0'), { until: DONE })
     t.match(old, /^HTTP\/1\.1 200 OK\r\n/, 'HTTP/1.0 client: no 1xx, the 200 first (RFC 9110 §15.2)')
 
     if (client === 'sallyport') {
-      const cont = await raw(port, GET('/continue'), DONE)
+      const cont = await rawExchange(port, GET('/continue'), { until: DONE })
       t.match(cont, /^HTTP\/1\.1 200 OK\r\n/, '100 Continue stays between the gateway and the upstream')
     } else {
       // undici takes a 100 nobody asked for (no Expect sent) as a broken response.
-      const cont = await raw(port, GET('/continue'), /upstream reset\n$/)
+      const cont = await rawExchange(port, GET('/continue'), { until: /upstream reset\n$/ })
       t.match(cont, /^HTTP\/1\.1 502 /, 'undici: an unasked-for 100 Continue is a 502, nothing of it passed on')
     }
 
-    const processing = await raw(port, GET('/processing'), DONE)
+    const processing = await rawExchange(port, GET('/processing'), { until: DONE })
     t.match(processing, /^HTTP\/1\.1 102 Processing\r\n\r\nHTTP\/1\.1 103 Early Hints\r\n[^]*\r\n\r\nHTTP\/1\.1 200 OK\r\n/, 'several interim heads, in order')
 
-    const flood = await raw(port, GET('/flood'), DONE)
+    const flood = await rawExchange(port, GET('/flood'), { until: DONE })
     t.equal(flood.match(/HTTP\/1\.1 103 /g)?.length, MAX_INFORMATIONAL, `100 interim heads: ${MAX_INFORMATIONAL} passed on`)
     t.match(flood, /HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/, 'then the final response')
 
@@ -157,7 +142,7 @@ t.test('CLI: 1xx from an h2c upstream reach HTTP/1.1 and HTTP/2 clients', async 
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
-  const h1 = await raw(port, GET('/'), DONE)
+  const h1 = await rawExchange(port, GET('/'), { until: DONE })
   t.match(h1, /^HTTP\/1\.1 103 Early Hints\r\nlink: <\/style\.css>; rel=preload; as=style\r\n\r\nHTTP\/1\.1 200 OK\r\n/i, 'HTTP/1.1 client: the 103 alone (not the 100), then the 200')
   const h2 = await h2get(port, '/')
   t.same(h2.interim.map((h) => [h[':status'], h.link]), [[103, '</style.css>; rel=preload; as=style']], 'HTTP/2 client: the 103')

@@ -9,24 +9,11 @@
 // `gateway` was the rule's first, with the listener appended).
 import t from 'tap'
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, metricSum, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, recorder } from './extensions-helpers.ts'
 
-function send(port: number, host: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1')
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, 'latin1')
-  })
-}
+const send = (port: number, host: string): Promise<string> => rawExchange(port, `GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)
 
 t.test('CLI: the gateway label names the Gateway a request came through', async (t) => {
   const up = await recorder(t, (s, res) => res.end(String(s.headers['x-gateway'])))

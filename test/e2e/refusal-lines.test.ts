@@ -7,25 +7,9 @@
 import t from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
-import net from 'node:net'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
-
-/** Writes `text` on one connection and reads until the server closes it (bounded: 5 s). */
-function raw(port: number, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1')
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(text, 'latin1')
-  })
-}
 
 /** One HTTP/2 request; its status, or the reset code. */
 function h2(port: number, headers: http2.OutgoingHttpHeaders): Promise<string> {
@@ -59,21 +43,21 @@ t.test('CLI: refusals before routing have access lines and metrics', async (t) =
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
-  t.match(await raw(port, 'GET /two?secret=1 HTTP/1.1\r\nHost: api.example.test\r\nHost: other.test\r\n\r\n'), /^HTTP\/1\.1 400 /)
+  t.match(await rawExchange(port, 'GET /two?secret=1 HTTP/1.1\r\nHost: api.example.test\r\nHost: other.test\r\n\r\n'), /^HTTP\/1\.1 400 /)
   t.match(await lineWith(cli, 'bad request: more than one Host field'), {
     method: 'GET', authority: 'api.example.test', path: '/two', status: 400, protocol: 'h1', client: '127.0.0.1',
     route: '', backend: '', upstream: '', upstreamMs: null, code: 'SP_ERR_BAD_REQUEST',
   }, 'two Host fields: a line, its path without the query')
 
-  t.match(await raw(port, 'POST /coded HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n'), /^HTTP\/1\.1 501 /)
+  t.match(await rawExchange(port, 'POST /coded HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n'), /^HTTP\/1\.1 501 /)
   t.match(await lineWith(cli, 'not implemented: a transfer coding other than chunked'), { method: 'POST', path: '/coded', status: 501, code: 'SP_ERR_NOT_IMPLEMENTED' },
     'a transfer coding other than chunked: 501, SP_ERR_NOT_IMPLEMENTED')
 
-  t.match(await raw(port, 'GET /x HTTP/1.1\r\nHost: api.example.test\r\nbad header line\r\n\r\n'), /^HTTP\/1\.1 400 /)
+  t.match(await rawExchange(port, 'GET /x HTTP/1.1\r\nHost: api.example.test\r\nbad header line\r\n\r\n'), /^HTTP\/1\.1 400 /)
   t.match(await lineWith(cli, 'malformed request head (HPE_INVALID_HEADER_TOKEN)'), { method: '', path: '', status: 400, code: 'SP_ERR_BAD_REQUEST', client: '127.0.0.1' },
     'a head node cannot parse: a line naming the parser\'s error')
 
-  t.match(await raw(port, `GET /big HTTP/1.1\r\nHost: api.example.test\r\nX-Big: ${'a'.repeat(20000)}\r\n\r\n`), /^HTTP\/1\.1 431 /)
+  t.match(await rawExchange(port, `GET /big HTTP/1.1\r\nHost: api.example.test\r\nX-Big: ${'a'.repeat(20000)}\r\n\r\n`), /^HTTP\/1\.1 431 /)
   t.match(await lineWith(cli, 'request head over the size or field limit'), { status: 431, code: 'SP_ERR_HEADERS_TOO_LARGE' }, 'a head over the size limit: 431')
 
   t.equal(await h2(port, { host: 'other.test' }), '400')
@@ -95,8 +79,8 @@ t.test('CLI: refusals before routing have access lines and metrics', async (t) =
   t.equal(metricSum(metrics, 'sallyport_downstream_requests_total', { gateway: 'default/egress', listener: 'http', code: '501' }), 1, 'and the 501')
 
   // No route on either Gateway (two listeners named alike): each 404 under its own Gateway.
-  t.match(await raw(port, 'GET / HTTP/1.1\r\nHost: nowhere.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404 /)
-  t.match(await raw(port2, 'GET / HTTP/1.1\r\nHost: nowhere.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404 /)
+  t.match(await rawExchange(port, 'GET / HTTP/1.1\r\nHost: nowhere.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404 /)
+  t.match(await rawExchange(port2, 'GET / HTTP/1.1\r\nHost: nowhere.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404 /)
   await lineWith(cli, 'no route')
   const after = await eventually(async () => (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body,
     (m) => metricSum(m, 'sallyport_downstream_requests_total', { code: '404' }) === 2, 5000, 'two 404s counted')

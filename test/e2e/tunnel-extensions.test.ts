@@ -12,7 +12,7 @@ import http from 'node:http'
 import http2 from 'node:http2'
 import net from 'node:net'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, routeYaml, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, pod } from './extensions-helpers.ts'
 import { listenLoopback } from '../helpers/ports.ts'
 
@@ -33,21 +33,6 @@ async function upstream(t: Test): Promise<{ port: number; seen: string[] }> {
   const port = await listenLoopback(server)
   t.teardown(() => { server.closeAllConnections(); return new Promise<void>((resolve) => server.close(() => resolve())) })
   return { port, seen }
-}
-
-/** Raw HTTP/1.1 from `from`; everything until the server closes (bounded: 5 s). */
-function raw(port: number, from: string, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ port, host: '127.0.0.1', localAddress: from })
-    let data = ''
-    const finish = (): void => { clearTimeout(timer); socket.destroy(); resolve(data) }
-    const timer = setTimeout(finish, 5000)
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { data += c })
-    socket.on('error', () => {})
-    socket.on('close', finish)
-    socket.write(text, 'latin1')
-  })
 }
 
 /** An RFC 8441 extended CONNECT from `from`: its status. */
@@ -89,16 +74,16 @@ stringData: { token: sk-live-123 }
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
   // team-b (127.0.0.3) is refused, whatever it asks for.
-  t.match(await raw(port, '127.0.0.3', 'GET /api HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 403 /, 'a plain request: 403')
-  const sneaky = await raw(port, '127.0.0.3', UPGRADE('/api', 'anything'))
+  t.match(await rawExchange(port, 'GET /api HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n', { from: '127.0.0.3' }), /^HTTP\/1\.1 403 /, 'a plain request: 403')
+  const sneaky = await rawExchange(port, UPGRADE('/api', 'anything'), { from: '127.0.0.3' })
   t.match(sneaky, /^HTTP\/1\.1 403 /, 'the same request with Upgrade: anything: 403 too')
   t.notMatch(sneaky, /SECRET/, 'nothing of the upstream\'s answer')
-  t.match(await raw(port, '127.0.0.3', UPGRADE('/ws', 'websocket')), /^HTTP\/1\.1 403 /, 'a WebSocket upgrade: 403')
+  t.match(await rawExchange(port, UPGRADE('/ws', 'websocket'), { from: '127.0.0.3' }), /^HTTP\/1\.1 403 /, 'a WebSocket upgrade: 403')
   t.equal(await h2Connect(port, '127.0.0.3'), 403, 'an HTTP/2 extended CONNECT: 403')
   t.same(up.seen, [], 'none of them reached the upstream')
 
   // team-a (127.0.0.2) gets its tunnel, with the credential the chain injects.
-  const ws = await raw(port, '127.0.0.2', UPGRADE('/ws', 'websocket'))
+  const ws = await rawExchange(port, UPGRADE('/ws', 'websocket'), { from: '127.0.0.2' })
   t.match(ws, /^HTTP\/1\.1 101 [^]*\r\n\r\ntunnelled$/, 'team-a: 101 and the tunnel')
   t.equal(await h2Connect(port, '127.0.0.2'), 200, 'team-a over HTTP/2: 200')
   t.same(up.seen, ['UPGRADE /ws Bearer sk-live-123', 'UPGRADE /ws Bearer sk-live-123'], 'each upgrade request carried the injected credential')
