@@ -187,7 +187,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (rule.direct !== null) return this.answerDirect(rule.direct)
     if (rule.redirect !== null) {
       const location = redirectLocation(rule.redirect, ex.scheme, this.host, ex.port, this.path, this.query, match.path)
-      return this.answer(rule.redirect.statusCode, { location }, null)
+      const headers: OutgoingHeaders = { location }
+      // The rule's ResponseHeaderModifier shapes every answer of the rule, its redirect too (as Envoy's route does).
+      if (rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
+      return this.answer(rule.redirect.statusCode, headers, null)
     }
 
     // Issue 6: priority levels, retries or a parent gateway → the attempt loop (attempts.ts).

@@ -116,6 +116,10 @@ t.test('redirects: scheme, hostname, port, full path, prefix; default ports omit
           { matches: prefix('/full'), redirect: redirect({ path: { type: 'ReplaceFullPath', value: '/elsewhere' } }), backends: null },
           { matches: prefix('/old/'), redirect: redirect({ path: { type: 'ReplacePrefixMatch', value: '/new' } }), backends: null },
           { matches: prefix('/strip'), redirect: redirect({ path: { type: 'ReplacePrefixMatch', value: '/' } }), backends: null },
+          {
+            matches: prefix('/shaped'), redirect: redirect({ hostname: 'shaped.org' }), backends: null,
+            responseHeaders: { set: [['cache-control', 'no-store']], add: [['x-moved', 'yes']], remove: [] },
+          },
         ],
       }],
     },
@@ -133,6 +137,8 @@ t.test('redirects: scheme, hostname, port, full path, prefix; default ports omit
   t.same(await loc('/old'), [302, `http://example.com:${port}/new`])
   t.same(await loc('/strip/a'), [302, `http://example.com:${port}/a`])
   t.same(await loc('/strip'), [302, `http://example.com:${port}/`])
+  const shaped = await h1(port, { path: '/shaped' })
+  t.same([shaped.status, shaped.headers['cache-control'], shaped.headers['x-moved']], [302, 'no-store', 'yes'], 'the rule\'s ResponseHeaderModifier shapes its redirect too')
   const viaH2 = await h2(port, { path: '/https/h2' })
   t.equal(viaH2.status, 301)
   t.equal(viaH2.headers.location, 'https://example.com/https/h2')
