@@ -142,6 +142,11 @@ export class StatusWriter {
   }
 
   /** Write the latest status now if leader (call on becoming leader). Resolves when the pass is done. */
+  /** Objects the writer keeps a record of (its last writes, repair counts, verified statuses): bounded by those it reports on. */
+  tracked(): number {
+    return new Set([...this.#written.keys(), ...this.#repairs.keys(), ...this.#verified.keys()]).size
+  }
+
   sync(): Promise<void> {
     return this.#passes.request()
   }
@@ -210,6 +215,12 @@ export class StatusWriter {
       }
     }
     await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+    // What we remember per object (our last write, repair counts) goes with the
+    // object: deleted, or no longer one we report on. Kept, it grew with every
+    // object a long-lived cluster ever had.
+    const known = this.#known
+    for (const key of this.#written.keys()) if (!known.has(key)) this.#written.delete(key)
+    for (const key of this.#repairs.keys()) if (!known.has(key)) this.#repairs.delete(key)
     if (failed > 0 && this.#retry === null) {
       // The API server may be away; the next compile or this retry tries again.
       this.#retry = setTimeout(() => { this.#retry = null; void this.sync() }, 5000)

@@ -237,3 +237,21 @@ t.test('a status change is looked at again for objects we report on, not for eve
   await until('ours written again', () => ((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'ours')?.status as { parents: unknown[] }).parents.length === 1), 2_000)
   t.ok(lookups > before, 'a pass for ours, and its entry is back')
 })
+
+t.test('what the writer remembers per object goes with the object', async (t) => {
+  // Its last writes and repair counts were kept for every object it ever wrote:
+  // memory that grew with a long-lived cluster's churn.
+  const fake = await startFake(t)
+  const names = Array.from({ length: 20 }, (_, i) => `r${i}`)
+  for (const n of names) fake.apply(route(n, `${n}.example.test`, 'a', 1))
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true })
+  const routeStatus = (n: string): ObjectStatus => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: n, generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] })
+  writer.update(status(names.map(routeStatus)), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/r\d+\/status$/), 20, 'twenty statuses written')
+  t.equal(writer.tracked(), 20, 'one record per object reported on')
+  // Nineteen routes deleted: compile reports on one.
+  writer.update(status([routeStatus('r0')]), emptySnapshot())
+  await writer.sync()
+  t.equal(writer.tracked(), 1, 'the records of the routes gone are dropped')
+})
