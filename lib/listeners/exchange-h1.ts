@@ -344,6 +344,8 @@ export class UpgradeExchange implements Exchange {
   /** Once tunnelled: the socket's counts that were not the tunnel's (the request head, the 101). */
   #readBefore = 0
   #writtenBefore = 0
+  /** Which side's reset ended the tunnel, if one did. */
+  #cutBy: 'client' | 'upstream' | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
   constructor(req: IncomingMessage, socket: Socket, head: Buffer, port: number, scheme: 'http' | 'https') {
@@ -366,7 +368,8 @@ export class UpgradeExchange implements Exchange {
   }
 
   #onClose = (): void => {
-    const completed = this.#finished || this.#tunnelled
+    // A tunnel the client reset did not complete (it went away); one the upstream reset did, on our side.
+    const completed = this.#finished || (this.#tunnelled && this.#cutBy !== 'client')
     this.#observer.onEnd(completed, !completed && wasCut(this.#socket))
   }
 
@@ -416,7 +419,11 @@ export class UpgradeExchange implements Exchange {
     this.#writtenBefore = socket.bytesWritten
     if (this.#head.length > 0) stream.write(this.#head)
     // Half-close passed on both ways, a reset as a reset (tunnel-ends.ts).
-    splice(socketEnd(socket), upstreamEnd(stream))
+    splice(socketEnd(socket), upstreamEnd(stream), (side) => {
+      this.#cutBy = side
+      // A tunnel the upstream reset ends in an error of its (its access line says so).
+      if (side === 'upstream') this.#observer.onBodyError(new Error('the upstream reset the tunnel'))
+    })
     return 101
   }
 

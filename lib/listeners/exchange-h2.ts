@@ -61,6 +61,8 @@ export class H2Exchange implements Exchange, BodySink {
   #finished = false
   /** An extended CONNECT tunnel was opened: it ends when either side does. */
   #tunnelled = false
+  /** Which side's reset ended the tunnel, if one did. */
+  #cutBy: 'client' | 'upstream' | null = null
   #closed = false
   /** The response body is paused until the client stream drains. */
   #draining = false
@@ -95,7 +97,7 @@ export class H2Exchange implements Exchange, BodySink {
     // stream's own state alone: a stream closed with its session (a client's
     // GOAWAY, a dropped connection) reads as cleanly ended even if nothing was
     // answered, and its upstream request must then be cancelled.
-    const completed = this.#finished && (this.#tunnelled || s.rstCode === constants.NGHTTP2_NO_ERROR)
+    const completed = this.#finished && (this.#tunnelled ? this.#cutBy !== 'client' : s.rstCode === constants.NGHTTP2_NO_ERROR)
     this.#closed = true
     this.#observer.onEnd(completed, !completed && wasCut(this.#session))
     // The client reset the stream mid-body: stop reading upstream.
@@ -231,7 +233,10 @@ export class H2Exchange implements Exchange, BodySink {
     stream.on('data', this.#countIn)
     upstream.on('data', this.#countOut)
     // END_STREAM and FIN passed on both ways, a reset as a reset (tunnel-ends.ts).
-    splice(h2StreamEnd(stream), upstreamEnd(upstream))
+    splice(h2StreamEnd(stream), upstreamEnd(upstream), (side) => {
+      this.#cutBy = side
+      if (side === 'upstream') this.#observer.onBodyError(new Error('the upstream reset the tunnel'))
+    })
     return 200
   }
 

@@ -113,24 +113,28 @@ function isH2Stream(stream: Duplex): stream is H2Stream {
  * both directions are done; one that closes cut (destroyed, its session gone)
  * resets the other.
  */
-export function splice(client: TunnelEnd, upstream: TunnelEnd): void {
+export function splice(client: TunnelEnd, upstream: TunnelEnd, onCut: (side: 'client' | 'upstream') => void = noop): void {
   for (const end of [client, upstream]) {
     if (end.stream instanceof Socket) end.stream.allowHalfOpen = true
   }
-  join(client, upstream)
-  join(upstream, client)
+  // The side whose reset (or cut close) ended the tunnel, told once: the other's follows from ours.
+  let told = false
+  const cut = (side: 'client' | 'upstream'): void => { if (!told) { told = true; onCut(side) } }
+  join(client, upstream, () => { cut('client') })
+  join(upstream, client, () => { cut('upstream') })
   relay(client.stream, upstream.stream)
   relay(upstream.stream, client.stream)
 }
 
 /** What `from` going wrong does to `to`. */
-function join(from: TunnelEnd, to: TunnelEnd): void {
+function join(from: TunnelEnd, to: TunnelEnd, cut: () => void): void {
   from.stream.on('error', () => {
+    cut()
     to.reset()
     from.stream.destroy()
   })
-  from.onReset(() => { to.reset() })
-  from.stream.once('close', () => { if (!from.closedCleanly()) to.reset() })
+  from.onReset(() => { cut(); to.reset() })
+  from.stream.once('close', () => { if (!from.closedCleanly()) { cut(); to.reset() } })
 }
 
 function noop(): void {}
