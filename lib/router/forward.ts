@@ -19,7 +19,7 @@ import { flushLogs } from '../observe/log.ts'
 import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { matchOnPort, type MatchInput } from './match.ts'
-import { addForwarded, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, markHop, stripResponseHopByHop } from './headers.ts'
+import { addForwarded, addReplyHeaders, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, keepFraming, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { mirrorRequest } from './mirror.ts'
 import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
@@ -349,11 +349,17 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // client would take a non-zero one without DATA for a malformed stream).
     if (res.status === 204 && headers['content-length'] !== undefined) delete headers['content-length']
     const rule = this.rule
-    if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
     const backend = this.backend
-    if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
+    const ruleEdits = rule !== null ? rule.responseHeaders : null
+    const backendEdits = backend !== null ? backend.responseHeaders : null
+    if (ruleEdits !== null || backendEdits !== null) {
+      const length = headers['content-length']
+      if (ruleEdits !== null) applyHeaderEdits(headers, ruleEdits)
+      if (backendEdits !== null) applyHeaderEdits(headers, backendEdits)
+      keepFraming(headers, length)
+    }
     // Issue 7: headers extensions add to the answer (RateLimit fields on a success).
-    if (flow !== null && flow.replyHeaders !== null) Object.assign(headers, flow.replyHeaders)
+    if (flow !== null && flow.replyHeaders !== null) addReplyHeaders(headers, flow.replyHeaders)
     this.answered = true
     this.status = res.status
     // Trailers matter only to clients that said they take them (gRPC sends `te: trailers`).
@@ -395,12 +401,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // made them: the exchanges set Upgrade and Connection, and an edited (or
     // removed) Sec-WebSocket-Accept would fail the client's check of its key.
     const accept = headers['sec-websocket-accept']
+    const length = headers['content-length']
     const rule = this.rule
     if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
     const backend = this.backend
     if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
+    keepFraming(headers, length)
     const flow = this.flow
-    if (flow !== null && flow.replyHeaders !== null) Object.assign(headers, flow.replyHeaders)
+    if (flow !== null && flow.replyHeaders !== null) addReplyHeaders(headers, flow.replyHeaders)
     if (accept === undefined) delete headers['sec-websocket-accept']
     else headers['sec-websocket-accept'] = accept
     this.answered = true

@@ -186,3 +186,24 @@ function regNameChar(c: number): boolean {
 function ipLiteralChar(c: number): boolean {
   return (c >= 48 && c <= 58) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70) || c === 46 || c === 118 || c === 86 // hex : . v
 }
+
+/**
+ * After response edits (ResponseHeaderModifier filters): the framing stays the
+ * upstream's. An edited Content-Length, or a Transfer-Encoding, would have the
+ * client read the body by another length than the one sent and take the rest
+ * (the upstream's bytes) for the answer to its next request on the connection.
+ */
+export function keepFraming(headers: OutgoingHeaders, length: string | string[] | undefined): void {
+  if (length === undefined) delete headers['content-length']
+  else headers['content-length'] = length
+  delete headers['transfer-encoding']
+}
+
+/** Fields extensions add to the answer (ReplyHeaders), names lowercased; never the framing (keepFraming). */
+export function addReplyHeaders(headers: OutgoingHeaders, reply: Readonly<Record<string, string>>): void {
+  for (const name in reply) {
+    const lower = name.toLowerCase()
+    if (lower === 'content-length' || lower === 'transfer-encoding') continue
+    headers[lower] = reply[name] as string
+  }
+}

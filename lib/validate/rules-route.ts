@@ -103,8 +103,27 @@ function checkFilters(list: unknown, base: string, prefixOnly: boolean, f: Findi
     if (type === 'RequestRedirect' || type === 'URLRewrite') checkPathModifier(objAt(mod, 'path'), child(at, `${HTTP_FILTER_FIELD[type]}.path`), prefixOnly, f)
     if (type === 'RequestMirror') checkMirror(objAt(flt, 'requestMirror'), child(at, 'requestMirror'), f)
     if (type === 'CORS') checkCors(objAt(flt, 'cors'), child(at, 'cors'), f)
+    if (type === 'ResponseHeaderModifier') checkResponseFraming(objAt(flt, 'responseHeaderModifier'), child(at, 'responseHeaderModifier'), f)
   })
   if (redirect >= 0 && rewrite >= 0) f.error(item(base, Math.max(redirect, rewrite)), 'RequestRedirect and URLRewrite cannot both be used in one rule')
+}
+
+/**
+ * A response's framing is the upstream's (router/headers.ts keepFraming): an edit of
+ * Content-Length or Transfer-Encoding would desync the client's connection, so the
+ * gateway ignores it, and says so here.
+ */
+function checkResponseFraming(mod: Obj | null, at: string, f: Findings): void {
+  if (mod === null) return
+  for (const op of ['set', 'add', 'remove'] as const) {
+    asArr(mod[op]).forEach((v, i) => {
+      const name = op === 'remove' ? asStr(v) : strAt(asObjOrNull(v), 'name')
+      const lower = name?.toLowerCase()
+      if (lower === 'content-length' || lower === 'transfer-encoding') {
+        f.warn(item(child(at, op), i), `${name} frames the response and stays the upstream's; this edit is ignored`)
+      }
+    })
+  }
 }
 
 /** Gateway API filters are unions: the field named by `type` is set, no other is. */
