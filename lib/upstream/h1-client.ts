@@ -25,7 +25,7 @@ import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
 import { CONTENT_LENGTH, H1ResponseParser, INVALID_VALUE, TOKEN, type H1ResponseHandler, type RawHeaders } from './h1-parser.ts'
-import { isHopByHop, responseHeaders } from './headers.ts'
+import { isHopByHop, responseHeaders, trailerFields } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings } from './pool.ts'
 import { markReleasableChunks, releaseWrittenChunks } from './release.ts'
@@ -342,7 +342,7 @@ export class H1Connection implements H1ResponseHandler, ClockOwner {
     const body = req.body
     req.finish()
     if (body !== null) {
-      if (trailers !== null) body.trailers = responseHeaders(trailers, null)
+      if (trailers !== null) body.trailers = trailerFields(trailers)
       body.push(null)
     }
     const rest = this.#reqBody

@@ -18,7 +18,7 @@ import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
 import { ExchangeClock, type ClockOwner } from './clock.ts'
 import { chunkedOnly, H1ParseError, OTHER_CODING } from './h1-parser.ts'
 import { connectH1, H1Connection, H1Request, openConnection, SWEEP_MS, type H1Host } from './h1-client.ts'
-import { h1RequestHeaders, responseHeaders } from './headers.ts'
+import { h1RequestHeaders, responseHeaders, trailerFields } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 import { markReleasableChunks } from './release.ts'
@@ -380,7 +380,7 @@ class UndiciAttempt implements Dispatcher.DispatchHandler, Attempt, ClockOwner {
     const body = this.#body
     if (body === null) return
     if (trailers !== undefined && trailers !== null) {
-      for (const _ in trailers) { body.trailers = responseHeaders(trailers, null); break }
+      for (const _ in trailers) { body.trailers = trailerFields(trailers); break }
     }
     body.push(null)
   }

@@ -12,7 +12,7 @@ import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
 import type { Connector, PendingConnect } from './connect.ts'
 import type { Attempt, Exchange, ResponseBody } from './exchange.ts'
-import { h2RequestHeaders, responseHeaders, websocketAccept } from './headers.ts'
+import { h2RequestHeaders, responseHeaders, trailerFields, websocketAccept } from './headers.ts'
 import { STREAM_REFUSED, localError } from './normalize-error.ts'
 import { H1Pool } from './h1-pool.ts'
 import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
@@ -371,7 +371,7 @@ class H2Attempt implements Attempt {
 
   onTrailers(headers: IncomingHttpHeaders): void {
     const body = this.#body
-    if (body !== null) body.trailers = responseHeaders(headers, null)
+    if (body !== null) body.trailers = trailerFields(headers)
   }
 
   onData(chunk: Buffer): void {

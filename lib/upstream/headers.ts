@@ -50,6 +50,23 @@ function dropConnectionNamed(out: OutgoingHeaders, connection: string | string[]
   }
 }
 
+/**
+ * Fields a sender must not put in trailers (RFC 9110 §6.5.1: framing, routing,
+ * content metadata, the trailer list itself) and a recipient must not merge
+ * into the head: dropped from an upstream's trailers rather than relayed (an
+ * HTTP/1.1 client given a trailer Content-Length may take it for the framing).
+ */
+const NOT_IN_TRAILERS: ReadonlySet<string> = new Set([
+  'content-length', 'transfer-encoding', 'host', 'trailer', 'content-type', 'content-encoding', 'content-range',
+])
+
+/** An upstream's trailers, as relayed: responseHeaders() without the fields trailers may not carry. */
+export function trailerFields(raw: Record<string, IncomingHeaderValue>): OutgoingHeaders {
+  const out = responseHeaders(raw, null)
+  for (const name of NOT_IN_TRAILERS) delete out[name]
+  return out
+}
+
 /** Request headers for undici: end-to-end fields plus `host`. */
 // hot path
 export function h1RequestHeaders(headers: OutgoingHeaders, authority: string): OutgoingHeaders {
