@@ -213,7 +213,8 @@ export class H1Exchange implements Exchange, BodySink {
     const withTrailers = trailers !== null && body !== null && typeof body !== 'string' && acceptsTrailers(this.headers.te)
     if (withTrailers) delete headers['content-length']
     try {
-      res.writeHead(status, headers)
+      // The reason phrase named: a first writeHead that threw left its own on `res` (a 502 went out as "502 OK").
+      res.writeHead(status, STATUS_CODES[status] ?? 'unknown', headers)
     } catch {
       // A field node refuses to write (invalid characters): the caller answers instead.
       if (!res.headersSent) return false

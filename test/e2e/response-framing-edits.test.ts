@@ -49,6 +49,7 @@ t.test('CLI: response edits never change the framing', async (t) => {
     routeYaml('chunked', 'chunked.example.test', 'api', up.port, edits('{ name: Transfer-Encoding, value: chunked }')),
     routeYaml('added', 'added.example.test', 'api', up.port, edits('', '{ name: Content-Length, value: "5" }')),
     routeYaml('plugged', 'plugged.example.test', 'plugged', up.port),
+    routeYaml('crlf', 'crlf.example.test', 'api', up.port, edits('{ name: X-R, value: "1\\r\\nSet-Cookie: injected=1" }')),
   ].join('---\n'))
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
@@ -66,6 +67,11 @@ t.test('CLI: response edits never change the framing', async (t) => {
       t.match(got[1]?.head ?? '', /^HTTP\/1\.1 404 /, `${what}: the next request gets its own answer (no route for other.example.test), not the upstream's bytes`)
     }
   }
+  // A field value no HTTP/1.1 head may carry: refused (502), on node's path (a POST) named as a 502, not
+  // with the reason phrase of the 200 it could not write.
+  const crlf = await rawExchange(port, 'POST / HTTP/1.1\r\nHost: crlf.example.test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi')
+  t.match(crlf, /^HTTP\/1\.1 502 Bad Gateway\r\n/, 'an edit with CR LF in its value: 502 Bad Gateway')
+  t.notMatch(crlf, /injected/, 'nothing injected')
   const v = await runCli(t, ['validate', dir])
   t.match(v.stdout, /routes\.yaml:\d+: HTTPRoute default\/short: spec\.rules\[0\]\.filters\[0\]\.responseHeaderModifier\.set\[0\]: Content-Length frames the response and stays the upstream's; this edit is ignored/,
     'validate warns, naming the file, object and field')
