@@ -44,6 +44,10 @@ export function forwardableHeaders(incoming: IncomingHttpHeaders, tunnel: boolea
       continue
     }
     if (named !== null && named.has(name)) continue
+    // Expect: 100-continue is answered to the client by the gateway (node's server sends
+    // the 100) and the body then streams at once: the upstream is not asked again
+    // (undici refuses to send it; Envoy strips it too when it answers locally).
+    if (name === 'expect') continue
     out[name] = value
   }
   return out
