@@ -260,7 +260,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
   runExtensions(chain: ExtensionChain, req: UpstreamRequest): void {
     const runtime = this.env.extensions ?? defaultExtensionRuntime()
-    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster, gatewayOf(this.entry, servingListener(this.entry, this.host))))
+    const flow = new Flow(this, runtime.runnable(chain), req, this.#flowInfo())
     flow.keepOriginal = this.#pristine !== null
     this.flow = flow
     flow.start()
@@ -285,13 +285,18 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       return sink.forward(req)
     }
     const runtime = this.env.extensions ?? defaultExtensionRuntime()
-    const flow = new Flow(this, runtime.runnable(chain), req, flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster, gatewayOf(this.entry, servingListener(this.entry, this.host))))
+    const flow = new Flow(this, runtime.runnable(chain), req, this.#flowInfo())
     flow.keepOriginal = true
     if (original !== null) flow.original = original
     if (prev !== null) flow.inherit(prev)
     this.flow = flow
     this.#attempt = sink
     flow.start()
+  }
+
+  /** Where this request goes, for its extensions' view: the rule × backend, through the Gateway it came by. */
+  #flowInfo(): FlowInfo {
+    return flowInfoOf(this.rule as RouteRule, this.backend as WeightedCluster, this.cluster as Cluster, gatewayOf(this.entry, servingListener(this.entry, this.host)))
   }
 
   clientInfo(): ClientInfo {
@@ -348,18 +353,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // RFC 9110 §8.6: no Content-Length on a 204, whatever the upstream sent (an HTTP/2
     // client would take a non-zero one without DATA for a malformed stream).
     if (res.status === 204 && headers['content-length'] !== undefined) delete headers['content-length']
-    const rule = this.rule
-    const backend = this.backend
-    const ruleEdits = rule !== null ? rule.responseHeaders : null
-    const backendEdits = backend !== null ? backend.responseHeaders : null
-    if (ruleEdits !== null || backendEdits !== null) {
-      const length = headers['content-length']
-      if (ruleEdits !== null) applyHeaderEdits(headers, ruleEdits)
-      if (backendEdits !== null) applyHeaderEdits(headers, backendEdits)
-      keepFraming(headers, length)
-    }
-    // Issue 7: headers extensions add to the answer (RateLimit fields on a success).
-    if (flow !== null && flow.replyHeaders !== null) addReplyHeaders(headers, flow.replyHeaders)
+    this.#editResponse(headers)
     this.answered = true
     this.status = res.status
     // Trailers matter only to clients that said they take them (gRPC sends `te: trailers`).
@@ -369,6 +363,24 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.answered = false
     this.fail(ErrorCode.UPSTREAM_PROTOCOL, `response fields ${this.ex.protocol === 'h2' ? 'HTTP/2' : 'HTTP/1.1'} cannot carry`)
     res.body?.destroy()
+  }
+
+  /**
+   * The route's and the backendRef's ResponseHeaderModifier, then the fields
+   * extensions add (issue 7: RateLimit fields on a success), on an upstream's
+   * answer (a response, a tunnel's 101 / 200). The framing stays the upstream's.
+   */
+  #editResponse(headers: OutgoingHeaders): void {
+    const ruleEdits = this.rule !== null ? this.rule.responseHeaders : null
+    const backendEdits = this.backend !== null ? this.backend.responseHeaders : null
+    if (ruleEdits !== null || backendEdits !== null) {
+      const length = headers['content-length']
+      if (ruleEdits !== null) applyHeaderEdits(headers, ruleEdits)
+      if (backendEdits !== null) applyHeaderEdits(headers, backendEdits)
+      keepFraming(headers, length)
+    }
+    const flow = this.flow
+    if (flow !== null && flow.replyHeaders !== null) addReplyHeaders(headers, flow.replyHeaders)
   }
 
   onInformational(status: number, headers: OutgoingHeaders): void {
@@ -401,14 +413,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // made them: the exchanges set Upgrade and Connection, and an edited (or
     // removed) Sec-WebSocket-Accept would fail the client's check of its key.
     const accept = headers['sec-websocket-accept']
-    const length = headers['content-length']
-    const rule = this.rule
-    if (rule !== null && rule.responseHeaders !== null) applyHeaderEdits(headers, rule.responseHeaders)
-    const backend = this.backend
-    if (backend !== null && backend.responseHeaders !== null) applyHeaderEdits(headers, backend.responseHeaders)
-    keepFraming(headers, length)
-    const flow = this.flow
-    if (flow !== null && flow.replyHeaders !== null) addReplyHeaders(headers, flow.replyHeaders)
+    this.#editResponse(headers)
     if (accept === undefined) delete headers['sec-websocket-accept']
     else headers['sec-websocket-accept'] = accept
     this.answered = true
@@ -416,7 +421,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // word, a half-closed tunnel whose other side never ends): the idle bound of any
     // request (BackendTrafficPolicy connectionIdleTimeout, else 5 minutes) over bytes
     // either way, measured on the upstream end, which carries both. It resets the tunnel.
-    const idleMs = rule?.timeouts.idleMs ?? TUNNEL_IDLE_MS
+    const idleMs = this.rule?.timeouts.idleMs ?? TUNNEL_IDLE_MS
     const upstream = tunnel.stream as Duplex & { setTimeout?: (ms: number, cb: () => void) => unknown }
     if (idleMs > 0 && typeof upstream.setTimeout === 'function') {
       upstream.setTimeout(idleMs, () => { upstream.destroy(new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'tunnel idle for too long')) })
@@ -585,37 +590,37 @@ function onRequestTimeout(ctx: RequestContext): void {
 
 // ── observability ──
 
-/** The metric series key of a finished request (labels built only for a new series). */
-class MetricKey implements RequestKey {
+/**
+ * The metric series key of a finished request (labels built only for a new
+ * series), routed or refused before routing (no rule, cluster or client then).
+ */
+class SeriesKey implements RequestKey {
   readonly ruleKey: object | null
-  readonly clusterKey: object | null
-  readonly clientKey: object | null
+  readonly clusterKey: Cluster | null
+  readonly clientKey: ClientIdentity | null
   readonly listenerKey: ListenerRef | null
   readonly status: number
-  readonly #ctx: RequestContext
+  readonly #rule: RouteRule | null
   readonly #entry: PortEntry | null
-  constructor(ctx: RequestContext, client: ClientIdentity | undefined) {
-    this.#ctx = ctx
-    // A request refused before routing has no entry of its own yet: the port's.
-    const entry = ctx.entry ?? ctx.table.ports.get(ctx.ex.port) ?? null
+  constructor(rule: RouteRule | null, cluster: Cluster | null, client: ClientIdentity | null, entry: PortEntry | null, host: string, status: number) {
+    this.#rule = rule
     this.#entry = entry
-    // No rule (a 404, a bad request): the port's entry keeps apart the series of its Gateways.
-    this.ruleKey = ctx.rule ?? entry
-    this.clusterKey = ctx.cluster
-    this.clientKey = client ?? null
-    this.listenerKey = servingListener(entry, ctx.host)
-    this.status = ctx.status
+    // No rule (a 404, a bad request, a refusal): the port's entry keeps apart the series of its Gateways.
+    this.ruleKey = rule ?? entry
+    this.clusterKey = cluster
+    this.clientKey = client
+    this.listenerKey = servingListener(entry, host)
+    this.status = status
   }
   labels(): RequestLabels {
-    const ctx = this.#ctx
-    const rule = ctx.rule
-    const client = this.clientKey as ClientIdentity | null
+    const rule = this.#rule
+    const client = this.clientKey
     const listener = this.listenerKey
     return {
       gateway: gatewayOf(this.#entry, listener),
       listener: listener === null ? '' : listener.name,
       route: rule === null ? '' : rule.route.namespace + '/' + rule.route.name,
-      backend: ctx.cluster === null ? '' : ctx.cluster.id,
+      backend: this.clusterKey === null ? '' : this.clusterKey.id,
       namespace: client === null ? '' : client.namespace,
       serviceAccount: client === null ? '' : client.serviceAccount,
       status: this.status,
@@ -667,7 +672,9 @@ function recordNow(ctx: RequestContext): void {
   const client: ClientIdentity | undefined = clients.size === 0 && ex.spiffeId === undefined ? undefined : ctx.identity() ?? undefined
   const bytesIn = ex.bytesIn()
   const bytesOut = ex.bytesOut()
-  recordRequest(new MetricKey(ctx, client), durationMs / 1000, bytesIn, bytesOut)
+  // A request refused before routing has no entry of its own yet: the port's.
+  const entry = ctx.entry ?? ctx.table.ports.get(ex.port) ?? null
+  recordRequest(new SeriesKey(rule, ctx.cluster, client ?? null, entry, ctx.host, ctx.status), durationMs / 1000, bytesIn, bytesOut)
   const log = ctx.env.accessLog
   if (log === null) return
   log.write({
@@ -705,7 +712,7 @@ export interface RefusedRequest {
 export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: RefusedRequest): void {
   const entry = table === null ? null : table.ports.get(r.port) ?? null
   const host = hostOf(r.authority)
-  recordRequest(new RefusalKey(entry, host, r.status), 0, 0, 0)
+  recordRequest(new SeriesKey(null, null, null, entry, host, r.status), 0, 0, 0)
   const log = env.accessLog
   if (log === null) return
   const q = r.target.indexOf('?')
@@ -715,26 +722,4 @@ export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: Refus
     protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
     code: r.code, reason: r.reason,
   })
-}
-
-class RefusalKey implements RequestKey {
-  readonly ruleKey: object | null
-  readonly clusterKey = null
-  readonly clientKey = null
-  readonly listenerKey: ListenerRef | null
-  readonly status: number
-  readonly #entry: PortEntry | null
-  constructor(entry: PortEntry | null, host: string, status: number) {
-    this.ruleKey = entry
-    this.#entry = entry
-    this.listenerKey = servingListener(entry, host)
-    this.status = status
-  }
-  labels(): RequestLabels {
-    const listener = this.listenerKey
-    return {
-      gateway: gatewayOf(this.#entry, listener), listener: listener === null ? '' : listener.name,
-      route: '', backend: '', namespace: '', serviceAccount: '', status: this.status,
-    }
-  }
 }
