@@ -33,7 +33,7 @@ import { l4ActiveConnections, recordL4Connection, type L4Code } from '../observe
 import { tracer } from '../observe/tracing.ts'
 import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
 import { routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
-import type { Upstreams } from '../upstream/types.ts'
+import type { UpstreamRequest, Upstreams } from '../upstream/types.ts'
 import { relay } from '../upstream/relay.ts'
 import type { EventSink } from '../extensions/events.ts'
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
@@ -42,7 +42,8 @@ import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/ch
 import { clientInfo, identify } from '../extensions/client.ts'
 import { Flow, type FlowHost, type FlowInfo } from '../extensions/flow.ts'
 import type { ClientInfo } from '../extensions/plugin-api.ts'
-import type { UpstreamRequest } from '../upstream/types.ts'
+import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
+import { hostOf } from '../router/headers.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import { endAndDiscard } from './linger.ts'
 import { resetSocket, resetStream } from './tunnel-ends.ts'
@@ -165,7 +166,7 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
   }
   const info: FlowInfo = {
     route: `${rule.route.namespace}/${rule.route.name}`, rule: rule.id, backend: cluster.id,
-    gateway: gatewayOf(rule, table, port).gateway, scheme: 'http',
+    gateway: labelsOf(table, port, decision.host).gateway, scheme: 'http',
   }
   new Flow(host, runtime.runnable(decision.chain), req, info).start()
 }
@@ -228,7 +229,7 @@ function dial(client: ClientSide, decision: ConnectAllowed, head: Buffer | null,
     stopWatching()
     if (err !== null && err.code === ErrorCode.CLIENT_ABORTED) {
       // The client left while the destination was dialled: nobody to answer; recorded as a reset by the client.
-      recordTunnel(client, decision, table, port, env, startedAt, gatewayOf(rule, table, port), '', 'client_reset', 0, 0)
+      recordTunnel(client, decision, table, port, env, startedAt, labelsOf(table, port, decision.host), '', 'client_reset', 0, 0)
       return
     }
     if (err !== null || conn === null) {
@@ -245,13 +246,11 @@ function isPolicyError(err: SallyportError | null): boolean {
   return err !== null && (err.code === ErrorCode.DESTINATION_REFUSED || err.code === ErrorCode.FORBIDDEN)
 }
 
-function gatewayOf(rule: RouteRule | null, table: RouteTable, port: number): { gateway: string; listener: string } {
-  if (rule !== null) {
-    const slash = rule.gateway.lastIndexOf('/')
-    return { gateway: rule.gateway.slice(0, slash), listener: rule.gateway.slice(slash + 1) }
-  }
-  const l = table.ports.get(port)?.listeners[0]
-  return l === undefined ? { gateway: '', listener: '' } : { gateway: l.gateway, listener: l.name }
+/** The Gateway and listener a CONNECT to `host` came through (a route may be attached to several): its labels. */
+function labelsOf(table: RouteTable, port: number, host: string): { gateway: string; listener: string } {
+  const entry = table.ports.get(port) ?? null
+  const listener = servingListener(entry, host)
+  return { gateway: gatewayOf(entry, listener), listener: listener === null ? '' : listener.name }
 }
 
 function identityOf(table: RouteTable, address: string): string | null {
@@ -265,7 +264,7 @@ function refuse(
 ): void {
   client.refuse(status, body ?? REASON_TEXT[reason])
   forwardProxyRefusals.inc({ reason })
-  const { gateway, listener } = gatewayOf(rule, table, port)
+  const { gateway, listener } = labelsOf(table, port, hostOf(destination))
   const route = rule === null ? '' : `${rule.route.namespace}/${rule.route.name}`
   const fields = { gateway, listener, client: client.address, identity: identityOf(table, client.address), destination, route, reason, status }
   log.info(detail === undefined ? fields : { ...fields, detail }, 'CONNECT refused')
@@ -300,7 +299,7 @@ class Tunnel {
     this.#port = port
     this.#env = env
     this.#startedAt = startedAt
-    this.#labels = gatewayOf(decision.rule, table, port)
+    this.#labels = labelsOf(table, port, decision.host)
     l4ActiveConnections.inc(this.#labels)
     const stream = client.accept()
     this.#stream = stream

@@ -20,9 +20,11 @@ t.test('CLI: a CONNECT tunnel runs its Backend\'s extension chain', async (t) =>
   const raw = net.createServer((s) => { dialled++; s.on('error', () => {}); s.end('hello\n') })
   const rawPort = await listenLoopback(raw)
   t.teardown(() => new Promise<void>((resolve) => raw.close(() => resolve())))
-  const [port, adminPort] = [await freePort(), await freePort()]
+  const [port, adminPort, port2] = [await freePort(), await freePort(), await freePort()]
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  // A second Gateway the db route is attached to as well: its tunnels carry its name.
+  fs.writeFileSync(path.join(dir, 'gateway2.yaml'), gatewayYaml(port2).split('---\n')[1].replace('name: egress', 'name: other'))
   fs.writeFileSync(path.join(dir, 'pods.yaml'), [pod('team-a', 'a-1', 'app', '127.0.0.2'), pod('team-b', 'b-1', 'app', '127.0.0.3')].join('---\n'))
   fs.writeFileSync(path.join(dir, 'backends.yaml'), [
     egressBackend('db', rawPort, `    - name: team-a-only
@@ -46,7 +48,10 @@ spec:
   rules:
     - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${name}, port: ${rawPort} }]
 `
-  fs.writeFileSync(path.join(dir, 'routes.yaml'), [route('db', 'db.example.test'), route('limited', 'limited.example.test')].join('---\n'))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [
+    route('db', 'db.example.test').replace('parentRefs: [{ name: egress }]', 'parentRefs: [{ name: egress }, { name: other }]'),
+    route('limited', 'limited.example.test'),
+  ].join('---\n'))
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
 
@@ -61,6 +66,10 @@ spec:
   t.equal(dialled, 2, 'the refused one never dialled')
 
   await cli.waitFor(/"protocol":"connect"[^\n]*"reason":"extension_denied"/, 5000)
+  // Through the second Gateway: the refusal is logged under it.
+  t.match(await connect(port2, '127.0.0.3', 'db.example.test:443'), /^HTTP\/1\.1 403 /, 'team-b through the other Gateway: 403')
+  await cli.waitFor(/"gateway":"default\/other"[^\n]*"reason":"extension_denied"[^\n]*"msg":"CONNECT refused"/, 5000)
+  t.pass('logged under the Gateway it came through')
   const m = (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body
-  t.equal(metricSum(m, 'sallyport_forward_proxy_refusals_total', { reason: 'extension_denied' }), 2, 'both refusals counted as extension_denied')
+  t.equal(metricSum(m, 'sallyport_forward_proxy_refusals_total', { reason: 'extension_denied' }), 3, 'the refusals counted as extension_denied')
 })
