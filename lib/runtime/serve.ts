@@ -109,16 +109,15 @@ type ToWorker =
 
 const WORKER_INDEX_ENV = 'SALLYPORT_WORKER_INDEX'
 const RESPAWN_DELAY_MS = 1000
-/** A worker that does not answer a scrape in time counts with its previous answer. */
-const METRICS_TIMEOUT_MS = 5000
+/** How long the primary waits for a worker's answer (a scrape then counts its previous one; a dump says so). */
+const WORKER_ANSWER_MS = 5000
 
 async function servePrimary(options: ServeOptions): Promise<void> {
   // by index; `heard`: it sent a message, so it is far enough along to answer a scrape
   const workers = new Map<number, { worker: Worker; ready: boolean; heard: boolean }>()
-  const pendingDumps = new Map<number, (dump: unknown) => void>()
-  let nextDumpId = 1
-  const pendingMetrics = new Map<number, (metrics: unknown) => void>()
-  let nextMetricsId = 1
+  /** Questions to workers waiting for their answers, by id (config dumps, metric scrapes). */
+  const pending = new Map<number, (answer: unknown) => void>()
+  let nextId = 1
   let shuttingDown = false
   const clusterMetrics = new ClusterMetrics()
 
@@ -132,11 +131,9 @@ async function servePrimary(options: ServeOptions): Promise<void> {
         const entry = workers.get(index)
         if (entry?.worker === worker) entry.ready = msg.ready
       } else if (msg?.type === 'sallyport:config_dump') {
-        pendingDumps.get(msg.id)?.(JSON.parse(msg.json))
-        pendingDumps.delete(msg.id)
+        pending.get(msg.id)?.(JSON.parse(msg.json))
       } else if (msg?.type === 'sallyport:metrics') {
-        pendingMetrics.get(msg.id)?.(msg.metrics)
-        pendingMetrics.delete(msg.id)
+        pending.get(msg.id)?.(msg.metrics)
       }
     })
     worker.on('exit', (code, signal) => {
@@ -152,20 +149,25 @@ async function servePrimary(options: ServeOptions): Promise<void> {
   }
   for (let i = 0; i < options.workers; i++) fork(i)
 
-  /** Ask one worker for its metrics; resolves once it answered (recorded), timed out or exited. */
-  const scrapeWorker = (worker: Worker): Promise<void> => new Promise<void>((resolve) => {
-    const id = nextMetricsId++
-    const done = (): void => { clearTimeout(timer); pendingMetrics.delete(id); worker.off('exit', done); resolve() }
-    const timer = setTimeout(done, METRICS_TIMEOUT_MS)
-    worker.once('exit', done)
-    pendingMetrics.set(id, (metrics) => {
-      const parsed = parseMetricJson(metrics)
-      if (parsed === null) log.warn({ worker: worker.id }, 'worker sent metrics that are not metric JSON; using its previous answer')
-      else clusterMetrics.observe(worker.id, parsed)
-      done()
-    })
-    try { worker.send({ type: 'sallyport:metrics', id } satisfies ToWorker) } catch { done() }
+  /** Asks one worker (`question` given its id); its answer, or undefined once it timed out, exited or could not be asked. */
+  const ask = (worker: Worker, question: (id: number) => ToWorker): Promise<unknown> => new Promise<unknown>((resolve) => {
+    const id = nextId++
+    const done = (answer?: unknown): void => { clearTimeout(timer); pending.delete(id); worker.off('exit', gone); resolve(answer) }
+    const gone = (): void => { done() }
+    const timer = setTimeout(gone, WORKER_ANSWER_MS)
+    worker.once('exit', gone)
+    pending.set(id, done)
+    try { worker.send(question(id)) } catch { gone() }
   })
+
+  /** One worker's metrics into the aggregate; a worker that does not answer counts with its previous answer. */
+  const scrapeWorker = async (worker: Worker): Promise<void> => {
+    const answer = await ask(worker, (id) => ({ type: 'sallyport:metrics', id }))
+    if (answer === undefined) return
+    const parsed = parseMetricJson(answer)
+    if (parsed === null) log.warn({ worker: worker.id }, 'worker sent metrics that are not metric JSON; using its previous answer')
+    else clusterMetrics.observe(worker.id, parsed)
+  }
 
   const admin: AdminServer | null = options.admin === null ? null : await startAdminServer({
     ...options.admin,
@@ -176,14 +178,11 @@ async function servePrimary(options: ServeOptions): Promise<void> {
       await Promise.all([...workers.values()].filter((w) => w.heard && w.worker.isConnected()).map((w) => scrapeWorker(w.worker)))
       return { contentType: registry.contentType, body: await clusterMetrics.render() }
     },
-    configDump: () => new Promise<unknown>((resolve) => {
+    configDump: async () => {
       const live = [...workers.values()].find((w) => w.worker.isConnected())
-      if (live === undefined) return resolve({ error: 'no live worker' })
-      const id = nextDumpId++
-      const timer = setTimeout(() => { pendingDumps.delete(id); resolve({ error: 'worker did not answer' }) }, 5000)
-      pendingDumps.set(id, (dump) => { clearTimeout(timer); resolve(dump) })
-      live.worker.send({ type: 'sallyport:config_dump', id } satisfies ToWorker)
-    }),
+      if (live === undefined) return { error: 'no live worker' }
+      return await ask(live.worker, (id) => ({ type: 'sallyport:config_dump', id })) ?? { error: 'worker did not answer' }
+    },
   })
   log.info({ workers: options.workers }, 'primary started')
   process.on('SIGHUP', () => { for (const { worker } of workers.values()) worker.process.kill('SIGHUP') })
