@@ -6,10 +6,8 @@
 // `bytesIn` the bytes the client sent through the tunnel on both protocols
 // (before, always 0 for an HTTP/2 client: only a request body was counted).
 import t from 'tap'
-import fs from 'node:fs'
-import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
-import { h1Tunnel, h1Upstream, h2Session, h2Tunnel, h2Upstream, h2cBackendYaml, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
+import { metricSum, request } from './harness.ts'
+import { h1Tunnel, h2Tunnel, tunnelGateway, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
 
 /** /<id>/<up>/<down>: reads the client's `up` bytes to its end, then sends `down` bytes and ends. */
 const sized: TunnelHandler = (p, end) => {
@@ -22,17 +20,7 @@ const sized: TunnelHandler = (p, end) => {
 }
 
 t.test('CLI: a tunnel\'s access line has the status the client got and the bytes it sent', async (t) => {
-  const upH1 = await h1Upstream(t, sized)
-  const upH2 = await h2Upstream(t, sized)
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [
-    gatewayYaml(port), backendYaml('up-h1', upH1), h2cBackendYaml('up-h2', upH2),
-    routeYaml('to-h1', 'h1.test', 'up-h1', upH1), routeYaml('to-h2', 'h2.test', 'up-h2', upH2),
-  ].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
-  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
-  const session = await h2Session(t, port)
+  const { port, adminPort, cli, session } = await tunnelGateway(t, sized)
 
   const cases = [
     { client: 'h1', upstream: 'h1', up: 5, down: 7 },

@@ -9,10 +9,7 @@
 // INTERNAL_ERROR after the END_STREAM), and a client's reset reached an
 // HTTP/1.1 upstream as an orderly FIN.
 import t from 'tap'
-import fs from 'node:fs'
-import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
-import { h1Tunnel, h1Upstream, h2Session, h2Tunnel, h2Upstream, h2cBackendYaml, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
+import { h1Tunnel, h2Tunnel, tunnelGateway, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
 
 /** What each upstream tunnel saw, by id (the path's last segment). */
 const seen = new Map<string, string>()
@@ -43,17 +40,7 @@ const behave: TunnelHandler = (p, end) => {
 }
 
 t.test('CLI: tunnels pass half-closes on and resets as resets, every client × upstream protocol', async (t) => {
-  const upH1 = await h1Upstream(t, behave)
-  const upH2 = await h2Upstream(t, behave)
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [
-    gatewayYaml(port), backendYaml('up-h1', upH1), h2cBackendYaml('up-h2', upH2),
-    routeYaml('to-h1', 'h1.test', 'up-h1', upH1), routeYaml('to-h2', 'h2.test', 'up-h2', upH2),
-  ].join('---\n'))
-  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
-  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
-  const session = await h2Session(t, port)
+  const { port, session } = await tunnelGateway(t, behave, ['--access-log', 'off'])
 
   for (const client of ['h1', 'h2'] as const) {
     for (const upstream of ['h1', 'h2'] as const) {

@@ -5,7 +5,10 @@
 import { createHash } from 'node:crypto'
 import http2 from 'node:http2'
 import net from 'node:net'
+import fs from 'node:fs'
+import path from 'node:path'
 import type { Test } from 'tap'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir, type Cli } from './harness.ts'
 
 /** RFC 6455 §4.2.2: the Sec-WebSocket-Accept value for a key. */
 export function websocketAccept(key: string): string {
@@ -233,4 +236,31 @@ spec:
         address: 127.0.0.1
         port: ${port}
 `
+}
+
+export interface TunnelGateway {
+  readonly port: number
+  readonly adminPort: number
+  readonly cli: Cli
+  /** An HTTP/2 session to the gateway (RFC 8441 announced). */
+  readonly session: http2.ClientHttp2Session
+}
+
+/**
+ * The CLI in front of an HTTP/1.1 and an h2c upstream that both hand their
+ * tunnels to `handler`: host h1.test routes to the first (route to-h1), h2.test
+ * to the second (to-h2); ready, with an HTTP/2 session open to it.
+ */
+export async function tunnelGateway(t: Test, handler: TunnelHandler, serveArgs: readonly string[] = []): Promise<TunnelGateway> {
+  const upH1 = await h1Upstream(t, handler)
+  const upH2 = await h2Upstream(t, handler)
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(port), backendYaml('up-h1', upH1), h2cBackendYaml('up-h2', upH2),
+    routeYaml('to-h1', 'h1.test', 'up-h1', upH1), routeYaml('to-h2', 'h2.test', 'up-h2', upH2),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, ...serveArgs])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
+  return { port, adminPort, cli, session: await h2Session(t, port) }
 }

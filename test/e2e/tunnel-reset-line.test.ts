@@ -3,10 +3,7 @@
 // SP_ERR_UPSTREAM_RESET when the upstream did; on every client × upstream
 // protocol. It said null whatever happened.
 import t from 'tap'
-import fs from 'node:fs'
-import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from './harness.ts'
-import { h1Tunnel, h1Upstream, h2Session, h2Tunnel, h2Upstream, h2cBackendYaml, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
+import { h1Tunnel, h2Tunnel, tunnelGateway, until, type TunnelClient, type TunnelHandler } from './tunnel-helpers.ts'
 
 /** /<mode>/<id>: `end` ends in order once the client has; `cut` says CUT and resets; `wait` waits for the client's reset. */
 const behave: TunnelHandler = (p, end) => {
@@ -17,17 +14,7 @@ const behave: TunnelHandler = (p, end) => {
 }
 
 t.test('CLI: a tunnel\'s access line says which side reset it', async (t) => {
-  const upH1 = await h1Upstream(t, behave)
-  const upH2 = await h2Upstream(t, behave)
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [
-    gatewayYaml(port), backendYaml('up-h1', upH1), h2cBackendYaml('up-h2', upH2),
-    routeYaml('to-h1', 'h1.test', 'up-h1', upH1), routeYaml('to-h2', 'h2.test', 'up-h2', upH2),
-  ].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
-  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
-  const session = await h2Session(t, port)
+  const { port, cli, session } = await tunnelGateway(t, behave)
 
   for (const client of ['h1', 'h2'] as const) {
     for (const upstream of ['h1', 'h2'] as const) {
