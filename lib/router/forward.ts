@@ -12,7 +12,7 @@ import { normalizePath } from './path.ts'
 import type { ClientIdentity, Cluster, DirectResponse, ListenerRef, PortEntry, RouteMatch, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
-import { websocketAccept } from '../upstream/headers.ts'
+import { websocketHandshakeProblem } from '../upstream/headers.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import type { AccessLog } from '../observe/access-log.ts'
 import { flushLogs } from '../observe/log.ts'
@@ -398,14 +398,17 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.endpoint = tunnel.endpoint
     const headers = tunnel.headers
     // RFC 6455 §4.1: the WebSocket client fails the connection on a 101 whose
-    // Sec-WebSocket-Accept does not answer its key. For an HTTP/2 client that is
-    // the gateway (its client never sees the field, RFC 8441 §5). An HTTP/2
-    // upstream's 200 (RFC 8441) has none to check; an HTTP/1.1 client's own
-    // upgrade is its client's to check.
+    // Upgrade is not websocket or whose Sec-WebSocket-Accept does not answer its
+    // key. For an HTTP/2 client that client is the gateway (its client never sees
+    // the 101, RFC 8441 §5). An HTTP/2 upstream's 200 (RFC 8441) has neither to
+    // check; an HTTP/1.1 client's own upgrade is its client's to check.
     const key = this.websocketKey
-    if (key !== null && tunnel.status === 101 && headers['sec-websocket-accept'] !== websocketAccept(key)) {
-      tunnel.stream.destroy()
-      return this.fail(ErrorCode.UPSTREAM_PROTOCOL, `WebSocket handshake: ${headers['sec-websocket-accept'] === undefined ? 'no' : 'a wrong'} Sec-WebSocket-Accept`)
+    if (key !== null && tunnel.status === 101) {
+      const problem = websocketHandshakeProblem(headers, key)
+      if (problem !== null) {
+        tunnel.stream.destroy()
+        return this.fail(ErrorCode.UPSTREAM_PROTOCOL, `WebSocket handshake: ${problem}`)
+      }
     }
     this.clearTimer() // a tunnel lives as long as both sides want
     // The route's and the backend's response edits, and the fields extensions add,

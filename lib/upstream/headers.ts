@@ -100,3 +100,18 @@ export function h2RequestHeaders(
 export function websocketAccept(key: string): string {
   return createHash('sha1').update(key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
 }
+
+/**
+ * RFC 6455 §4.1 (items 2 and 4 of the client's checks of a 101): what is wrong
+ * with an HTTP/1.1 upstream's answer to a WebSocket upgrade sent with `key`, or
+ * null. (`Connection` is gone by now; its `upgrade` is what made this a 101 tunnel.)
+ */
+export function websocketHandshakeProblem(headers: OutgoingHeaders, key: string): string | null {
+  const upgrade = headers.upgrade
+  if (typeof upgrade !== 'string' || upgrade.trim().toLowerCase() !== 'websocket') {
+    return upgrade === undefined ? 'no Upgrade field' : `Upgrade is ${JSON.stringify(String(upgrade))}, not websocket`
+  }
+  const accept = headers['sec-websocket-accept']
+  if (accept !== websocketAccept(key)) return `${accept === undefined ? 'no' : 'a wrong'} Sec-WebSocket-Accept`
+  return null
+}

@@ -2,7 +2,7 @@
 // upstream is an HTTP/1.1 Upgrade there, with a Sec-WebSocket-Key the gateway
 // makes: the gateway is that handshake's WebSocket client, and RFC 6455 §4.1
 // has it fail the connection when the 101's Sec-WebSocket-Accept is wrong or
-// missing. The HTTP/2 client never sees that field (RFC 8441 §5), so nobody
+// missing, or its Upgrade names another protocol than websocket (or none). The HTTP/2 client never sees that field (RFC 8441 §5), so nobody
 // else can: a 502 `SP_ERR_UPSTREAM_PROTOCOL`, logged, and the upstream's
 // connection closed. Before, the tunnel opened whatever the 101 said. An
 // HTTP/1.1 client's upgrade carries its own key and gets the upstream's accept
@@ -28,7 +28,9 @@ const WRONG = 'AAAAAAAAAAAAAAAAAAAAAAAAAAA='
 t.test('CLI: an HTTP/2 WebSocket to an HTTP/1.1 upstream needs the 101\'s Sec-WebSocket-Accept right', async (t) => {
   const up = await h1Upstream(t, echo, (p, key) => {
     const accept = p === '/wrong' ? `Sec-WebSocket-Accept: ${WRONG}\r\n` : p === '/missing' ? '' : `Sec-WebSocket-Accept: ${websocketAccept(key)}\r\n`
-    return `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n${accept}\r\n`
+    // RFC 6455 §4.1 (4, 5): a 101 that switches to another protocol, or names none, fails too.
+    const upgrade = p === '/other' ? 'Upgrade: h2c\r\n' : p === '/unnamed' ? '' : 'Upgrade: websocket\r\n'
+    return `HTTP/1.1 101 Switching Protocols\r\n${upgrade}Connection: Upgrade\r\n${accept}\r\n`
   })
   const [port, adminPort] = [await freePort(), await freePort()]
   const dir = tempDir(t)
@@ -45,11 +47,13 @@ t.test('CLI: an HTTP/2 WebSocket to an HTTP/1.1 upstream needs the 101\'s Sec-We
   good.end()
   await until(() => good.closed, 'the tunnel to close').catch((err: Error) => t.fail(err.message))
 
-  for (const p of ['/wrong', '/missing']) {
+  for (const p of ['/wrong', '/missing', '/other', '/unnamed']) {
     const bad = await h2Tunnel(session, 'ws.test', p)
     t.equal(bad.status, 502, `${p}: 502`)
     await until(() => bad.closed, `${p}: the stream to close`).catch((err: Error) => t.fail(err.message))
-    t.match(bad.got, /^upstream protocol error: .*Sec-WebSocket-Accept/, `${p}: the body says why`)
+    // (A 101 with no Upgrade at all is no upgrade: the upstream client refuses it before the check.)
+    const why = p === '/unnamed' ? /^upstream protocol error/ : p === '/other' ? /^upstream protocol error: .*Upgrade is "h2c"/ : /^upstream protocol error: .*Sec-WebSocket-Accept/
+    t.match(bad.got, why, `${p}: the body says why`)
     await until(() => ended.has(p), `${p}: the upstream's connection to be closed`).catch((err: Error) => t.fail(err.message))
     const text = await cli.waitFor(new RegExp(`\\{[^\\n]*"component":"access"[^\\n]*"path":"${p}"[^\\n]*\\}`), 5000)
     t.match(JSON.parse(text), { status: 502, code: 'SP_ERR_UPSTREAM_PROTOCOL', protocol: 'h2' }, `${p}: the access line`)
