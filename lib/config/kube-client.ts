@@ -24,11 +24,30 @@ export class KubeApiError extends SallyportError {
   /** HTTP status; ListWatch reads `statusCode === 410` to relist. */
   readonly statusCode: number
   readonly reason: string
-  constructor(statusCode: number, reason: string, message: string, options?: { cause?: unknown }) {
-    super(ErrorCode.CONFIG_READ, message, options)
+  /** How long the server asked us to wait (`Retry-After`, on a 429 or 503), or null. */
+  readonly retryAfterMs: number | null
+  constructor(statusCode: number, reason: string, message: string, options?: { cause?: unknown; retryAfterMs?: number | null }) {
+    super(ErrorCode.CONFIG_READ, message, options?.cause === undefined ? undefined : { cause: options.cause })
     this.statusCode = statusCode
     this.reason = reason
+    this.retryAfterMs = options?.retryAfterMs ?? null
   }
+}
+
+/** The longest Retry-After honoured: a server asking for more is asked again after this. */
+const MAX_RETRY_AFTER_MS = 60_000
+
+/**
+ * RFC 9110 §10.2.3 Retry-After: delay-seconds or an HTTP-date, as milliseconds
+ * from now (at most MAX_RETRY_AFTER_MS), or null when absent or unreadable.
+ */
+export function retryAfterMs(value: string | string[] | undefined, now = Date.now()): number | null {
+  if (typeof value !== 'string') return null
+  const v = value.trim()
+  if (/^\d+$/.test(v)) return Math.min(Number(v) * 1000, MAX_RETRY_AFTER_MS)
+  const at = /^[A-Za-z]{3}, /.test(v) ? Date.parse(v) : Number.NaN // an HTTP-date starts with its day name
+  if (Number.isNaN(at)) return null
+  return Math.min(Math.max(0, at - now), MAX_RETRY_AFTER_MS)
 }
 
 export interface RequestOptions {
@@ -87,12 +106,14 @@ export class KubeClient {
     const dispatcher = this.#dispatcher(ctx.getDispatcher() as Dispatcher | undefined)
     let status: number
     let text: string
+    let retryAfter: string | string[] | undefined
     try {
       const response = await (dispatcher ?? getGlobalDispatcher()).request({
         origin: url.origin, path: `${url.pathname}${url.search}`, method, headers, body,
         headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS, signal: options.signal,
       })
       status = response.statusCode
+      retryAfter = response.headers['retry-after']
       text = await response.body.text()
     } catch (err) {
       this.#drop(dispatcher)
@@ -107,7 +128,7 @@ export class KubeClient {
         reason = s.reason ?? reason
         message = s.message ?? message
       } catch { /* not a Status object */ }
-      throw new KubeApiError(status, reason, `${method} ${path}: ${status} ${message}`)
+      throw new KubeApiError(status, reason, `${method} ${path}: ${status} ${message}`, { retryAfterMs: status === 429 || status === 503 ? retryAfterMs(retryAfter) : null })
     }
     return (text === '' ? null : JSON.parse(text)) as T
   }

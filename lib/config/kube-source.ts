@@ -345,6 +345,9 @@ export class KubeSource {
       configReloadFailures.inc({ source: 'kubernetes', reason: status === 403 ? 'forbidden' : 'watch' })
       const exp = Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.failures)
       delay = Math.round(exp * (0.5 + Math.random()))
+      // An API server shedding load (429, 503) says how long to wait: never sooner.
+      const asked = err instanceof KubeApiError ? err.retryAfterMs : null
+      if (asked !== null) delay = Math.max(delay, asked)
       inf.failures++
     }
     this.#checkFirstSync()

@@ -58,6 +58,10 @@ const ROUTE_KINDS = new Set(['HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute'])
 const POLICY_KINDS = new Set(['BackendTLSPolicy', 'BackendTrafficPolicy', 'EgressExtension'])
 const MAX_ATTEMPTS = 5
 const CONCURRENCY = 4
+/** A pass that failed is tried again after this (or the next compile, if sooner). */
+const RETRY_MS = 5000
+/** After a 429 without Retry-After (client-go's default wait for one). */
+const THROTTLED_RETRY_MS = 1000
 const GATEWAY_GROUP = 'gateway.networking.k8s.io'
 /** Writes of the same compiled status over someone else's change before we hold off... */
 const REPAIRS_BEFORE_HOLD = 3
@@ -90,6 +94,8 @@ export class StatusWriter {
   #latest: { status: Status; snapshot: Snapshot } | null = null
   readonly #passes = new SerialPasses(() => this.#pass())
   #retry: NodeJS.Timeout | null = null
+  /** Until when (performance.now()) the API server asked us to hold writes back (a 429's Retry-After). */
+  #heldUntil = 0
   #wake: { timer: NodeJS.Timeout; at: number } | null = null
   readonly #written = new Map<string, Written>()
   readonly #repairs = new Map<string, Repairs>()
@@ -160,6 +166,8 @@ export class StatusWriter {
   async #pass(): Promise<void> {
     const latest = this.#latest
     if (latest === null || !this.#isLeader()) return
+    const held = this.#heldUntil - performance.now()
+    if (held > 0) return this.#retryIn(held) // passes asked for meanwhile (compiles) wait too
     const fromFiles = fileDefined(latest.snapshot)
     const work: Array<{ status: ObjectStatus; obj: KubeObject }> = []
     for (const s of latest.status.objects.values()) {
@@ -195,8 +203,12 @@ export class StatusWriter {
     this.#verified = keep // entries of objects gone from this pass are dropped
     let failed = 0
     let index = 0
+    // An API server that sheds load (429, API Priority and Fairness) ends the pass:
+    // the rest waits for the retry, as long as it asked (Retry-After), rather than
+    // being refused one by one.
+    let throttled: number | null = null
     const worker = async (): Promise<void> => {
-      while (index < work.length && this.#isLeader()) {
+      while (index < work.length && throttled === null && this.#isLeader()) {
         const item = work[index++] as { status: ObjectStatus; obj: KubeObject }
         const key = keyOf(item.obj, item.status)
         const rv = String(item.obj.raw.metadata?.resourceVersion ?? '')
@@ -209,6 +221,7 @@ export class StatusWriter {
           keep.set(key, { rv: await this.#write(item.status, item.obj), status: item.status })
         } catch (err) {
           failed++
+          if (err instanceof KubeApiError && err.statusCode === 429) throttled = err.retryAfterMs ?? THROTTLED_RETRY_MS
           kubeStatusWrites.inc({ kind: item.status.kind, result: 'failed' })
           log.warn({ kind: item.status.kind, namespace: item.status.namespace, name: item.status.name, err: errorText(err) }, 'status write failed')
         }
@@ -221,11 +234,18 @@ export class StatusWriter {
     const known = this.#known
     for (const key of this.#written.keys()) if (!known.has(key)) this.#written.delete(key)
     for (const key of this.#repairs.keys()) if (!known.has(key)) this.#repairs.delete(key)
-    if (failed > 0 && this.#retry === null) {
-      // The API server may be away; the next compile or this retry tries again.
-      this.#retry = setTimeout(() => { this.#retry = null; void this.sync() }, 5000)
-      this.#retry.unref()
+    if (throttled !== null) {
+      this.#heldUntil = performance.now() + throttled
+      this.#retryIn(throttled)
+    } else if (failed > 0) {
+      this.#retryIn(RETRY_MS) // the API server may be away; the next compile or this retry tries again
     }
+  }
+
+  #retryIn(ms: number): void {
+    if (this.#retry !== null) return // one due already (if before a hold ends, its pass waits on)
+    this.#retry = setTimeout(() => { this.#retry = null; void this.sync() }, ms)
+    this.#retry.unref()
   }
 
   /** Brings the object's status up to date; resolves to the resourceVersion it then has ('' if unknown). */

@@ -6,7 +6,7 @@
 import t, { type Test } from 'tap'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
-import { KubeClient, KubeApiError } from '../../lib/config/kube-client.ts'
+import { KubeClient, KubeApiError, retryAfterMs } from '../../lib/config/kube-client.ts'
 import { KubeConfig } from '@kubernetes/client-node'
 import { createCa, serverCert } from '../helpers/pki.ts'
 
@@ -82,4 +82,20 @@ t.test('after a connection failure the next request connects afresh', async (t) 
   for (let i = 0; i < 3 && !ok; i++) ok = await c.request('GET', '/api/v1/namespaces').then(() => true, () => false)
   t.ok(ok)
   t.ok(a.connections >= 2)
+})
+
+t.test('Retry-After: seconds or an HTTP-date, bounded; on a 429 it rides the error', async (t) => {
+  const now = Date.parse('2026-11-27T00:00:00Z')
+  t.equal(retryAfterMs('3', now), 3000, 'delay-seconds')
+  t.equal(retryAfterMs(' 0 ', now), 0, 'zero')
+  t.equal(retryAfterMs('Fri, 27 Nov 2026 00:00:05 GMT', now), 5000, 'an HTTP-date')
+  t.equal(retryAfterMs('Thu, 26 Nov 2026 00:00:05 GMT', now), 0, 'a date past')
+  t.equal(retryAfterMs('86400', now), 60_000, 'at most a minute')
+  t.equal(retryAfterMs('soon', now), null, 'unreadable: none')
+  t.equal(retryAfterMs('-1', now), null, 'negative: none')
+  t.equal(retryAfterMs(undefined, now), null, 'absent: none')
+  const a = await api(t, (res) => { res.statusCode = 429; res.setHeader('retry-after', '2'); res.setHeader('content-type', 'application/json'); res.end('{"kind":"Status","reason":"TooManyRequests","message":"slow down"}') })
+  const err = await client(a.port, a.ca).request('GET', '/api/v1/namespaces').catch((e: unknown) => e)
+  t.ok(err instanceof KubeApiError, 'a KubeApiError')
+  t.match(err, { statusCode: 429, reason: 'TooManyRequests', retryAfterMs: 2000 })
 })

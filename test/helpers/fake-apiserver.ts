@@ -69,6 +69,7 @@ export class FakeApiServer {
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
   #hang: ((r: HangMatch) => boolean) | null = null
+  #throttle: { readonly match: (r: HangMatch) => boolean; readonly retryAfter: string | null; left: number } | null = null
   readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
   goneAs: 'event' | 'http' = 'event'
@@ -206,6 +207,14 @@ export class FakeApiServer {
    * still recorded in `requests`.
    */
   hang(match: (r: HangMatch) => boolean): void { this.#hang = match }
+  /**
+   * The next `times` requests `match` accepts are refused as an overloaded API
+   * server refuses them (API Priority and Fairness): 429 TooManyRequests, with
+   * `Retry-After: retryAfter` unless null.
+   */
+  throttle(match: (r: HangMatch) => boolean, retryAfter: string | null, times: number): void {
+    this.#throttle = { match, retryAfter, left: times }
+  }
   /** Stop hanging requests; the ones held so far lose their connection. */
   answer(): void {
     this.#hang = null
@@ -290,7 +299,15 @@ export class FakeApiServer {
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x')
     this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search })
-    if (this.#hang?.({ method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '' }) === true) {
+    const seen: HangMatch = { method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '' }
+    const throttle = this.#throttle
+    if (throttle !== null && throttle.left > 0 && throttle.match(seen)) {
+      throttle.left--
+      req.resume()
+      if (throttle.retryAfter !== null) res.setHeader('retry-after', throttle.retryAfter)
+      return status(res, 429, 'TooManyRequests', 'Too many requests, please try again later.')
+    }
+    if (this.#hang?.(seen) === true) {
       req.resume()
       this.#held.add(res)
       res.on('close', () => this.#held.delete(res))

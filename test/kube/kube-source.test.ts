@@ -141,6 +141,21 @@ t.test('403 on one kind is logged and the rest works; 404 kinds are skipped', as
   t.pass('the forbidden kind recovered with backoff')
 })
 
+t.test('a list refused with 429 waits at least the Retry-After, whatever the backoff', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  fake.throttle((r) => r.method === 'GET' && r.path.endsWith('/httproutes'), '1', 1)
+  const source = new KubeSource({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 5, max: 10 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  const started = source.start((s) => { last = s })
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(fake.count('GET', /\/httproutes$/), 1, 'not listed again within the second asked for (the backoff alone is 5-10 ms)')
+  await started
+  await until('routes listed after the Retry-After', () => last?.httpRoutes.size === 1)
+  t.equal(fake.count('GET', /\/httproutes$/), 2, 'listed once more')
+})
+
 t.test('namespace and label scoping', async (t) => {
   const fake = await startFake(t)
   fake.apply(route('in', 'in.example.test', 'a', 9000, { namespace: 'team-a', labels: { egress: 'yes' } }))

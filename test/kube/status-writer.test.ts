@@ -255,3 +255,23 @@ t.test('what the writer remembers per object goes with the object', async (t) =>
   await writer.sync()
   t.equal(writer.tracked(), 1, 'the records of the routes gone are dropped')
 })
+
+t.test('an API server shedding load (429) ends the pass; the rest is written after its Retry-After', async (t) => {
+  // Each object used to be tried and refused in turn, then all again 5 s later
+  // whatever the server had asked for.
+  const fake = await startFake(t)
+  const names = Array.from({ length: 12 }, (_, i) => `r${i}`)
+  for (const n of names) fake.apply(route(n, `${n}.example.test`, 'a', 1))
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake), controllerName: CONTROLLER, isLeader: () => true })
+  t.teardown(() => writer.close())
+  const routeStatus = (n: string): ObjectStatus => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: n, generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] })
+  fake.throttle((r) => r.method === 'PUT', '1', 1)
+  writer.update(status(names.map(routeStatus)), emptySnapshot())
+  await writer.sync()
+  const tried = fake.count('PUT', /httproutes\/r\d+\/status$/)
+  t.ok(tried <= 4, `the pass stopped at the 429: ${tried} PUTs, at most the ${4} already in flight`)
+  const written = (): number => names.filter((n) => (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', n)?.status as { parents?: unknown[] } | undefined)?.parents?.length === 1).length
+  t.ok(written() < names.length, 'the rest waits')
+  await until('every status written after the Retry-After', () => written() === names.length)
+  t.equal(fake.count('PUT', /httproutes\/r\d+\/status$/), names.length + 1, 'each object written once, plus the one refused')
+})
