@@ -539,7 +539,13 @@ function refuse(socket: Socket, refused: Refusal): void {
   else socket.destroy()
 }
 
-function onTlsError(err: Error): void {
+/**
+ * A handshake that failed or stalled past `handshakeTimeout`. With this listener
+ * attached node leaves the socket open (it destroys it only when nobody
+ * listens): a client that sent nothing, or half a ClientHello, held it for good.
+ */
+function onTlsError(err: Error, socket: tls.TLSSocket): void {
   log.debug({ err: err.message }, 'tls handshake failed')
+  socket.destroy()
 }
 

@@ -115,3 +115,24 @@ t.test('one TLS connection: plain requests, a split request body, then a WebSock
   t.equal(echoed.length, total, 'every byte echoed')
   t.equal(createHash('sha256').update(echoed).digest('hex'), sent.digest('hex'), 'byte-exact')
 })
+
+t.test('a TLS handshake that stalls is closed at the handshake bound (a silent client, half a record)', async (t) => {
+  // node reports the timeout as a tlsClientError and, once the server listens
+  // for those, leaves the socket to it: both kinds stayed open for good.
+  const up = await echoH1(t)
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]), { limits: { headersTimeoutMs: 300 } })
+  const { connect } = await import('node:net')
+  const closed = (first: Buffer | null) => new Promise<string>((resolve) => {
+    const s = connect(port, '127.0.0.1', () => { if (first !== null) s.write(first) })
+    s.on('error', () => {})
+    s.on('close', () => resolve('closed'))
+    setTimeout(() => { s.destroy(); resolve('still open after 10 s') }, 10_000).unref()
+  })
+  const [silent, partial] = await Promise.all([closed(null), closed(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00]))])
+  t.equal(silent, 'closed', 'a client that sends nothing')
+  t.equal(partial, 'closed', 'a client that sends half a ClientHello record')
+  const ok = await h1s(port, ca.certPem, 'a.example.com')
+  t.equal(ok.status, 200, 'the port serves on')
+})
