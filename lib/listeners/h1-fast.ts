@@ -140,7 +140,8 @@ export class FastH1Connection {
   #current: FastH1Exchange | null = null
   #ended = false
 
-  constructor(socket: Socket, host: FastH1Host, first: Buffer | null) {
+  /** Set up on `socket`; nothing is read until start(). */
+  constructor(socket: Socket, host: FastH1Host) {
     this.#socket = socket
     this.#host = host
     // The socket (TCP or TLS) reads into the shared read buffer (socket-read.ts):
@@ -153,6 +154,14 @@ export class FastH1Connection {
     socket.setTimeout(host.keepAliveTimeoutMs)
     socket.on('timeout', this.#onTimeout)
     socket.once('close', this.#onClose)
+  }
+
+  /**
+   * Serves from `first` (bytes already read off the socket) on. Kept apart from
+   * the constructor: reading may hand the connection to node's server at once
+   * (host.release), which must come after the host has taken it on.
+   */
+  start(first: Buffer | null): void {
     if (first !== null && first.length > 0) this.#onData(first)
     else this.#idle()
   }

@@ -165,7 +165,9 @@ export class PortListener {
 
   /** HTTP/1.1 on `socket`: served by h1-fast.ts while its requests are the plain kind, then by node's server. */
   #toH1(socket: Socket, first: Buffer | null): void {
-    this.#fast.add(new FastH1Connection(socket, this.#fastHost, first))
+    const conn = new FastH1Connection(socket, this.#fastHost)
+    this.#fast.add(conn) // before its first read, which may release it to node's server at once
+    conn.start(first)
   }
 
   /** Binds `bind:port`; rejects with the listen error. */
