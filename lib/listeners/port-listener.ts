@@ -72,6 +72,8 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 interface SessionInfo {
   readonly address: string
   streams: number
+  /** Runs out keepAliveTimeout after the last stream closed (restarted then); cleared when the session closes. */
+  idle: NodeJS.Timeout | null
 }
 
 export class PortListener {
@@ -380,12 +382,23 @@ export class PortListener {
   // ── HTTP/2 ──
 
   #onSession = (session: ServerHttp2Session): void => {
-    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), streams: 0 }
+    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), streams: 0, idle: null }
     this.#sessions.set(session, info)
     session.on('error', noop)
-    session.once('close', () => this.#sessions.delete(session))
-    // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE, tunnels) stay.
-    session.setTimeout(this.#plane.limits.keepAliveTimeoutMs, () => { if (info.streams === 0) session.close() })
+    // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE,
+    // tunnels) stay, as Envoy's idle_timeout. Our own timer, not session.setTimeout:
+    // node keeps that one (and the session with it) past the close until it runs
+    // out, and restarts it on every frame.
+    const ms = this.#plane.limits.keepAliveTimeoutMs
+    if (ms > 0) {
+      info.idle = setTimeout(() => { if (info.streams === 0 && !session.closed) session.close() }, ms)
+      info.idle.unref()
+    }
+    session.once('close', () => {
+      this.#sessions.delete(session)
+      if (info.idle !== null) clearTimeout(info.idle)
+      info.idle = null // a stream closing after this must not start it again (refresh() would)
+    })
     session.once('goaway', () => probeAfterGoaway(session))
     if (this.#closing) session.close()
   }
@@ -396,7 +409,7 @@ export class PortListener {
     const info = this.#sessions.get(stream.session as ServerHttp2Session)
     if (info !== undefined) {
       info.streams++
-      stream.once('close', () => { info.streams-- })
+      stream.once('close', () => { if (--info.streams === 0) info.idle?.refresh() })
     }
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's

@@ -322,3 +322,50 @@ t.test('access log: one JSON line per request with the documented fields', async
   t.type(ok.upstreamMs, 'number')
   t.ok((ok.bytesOut as number) > 0)
 })
+
+t.test('HTTP/2 sessions: an idle one closes after the keep-alive bound, a busy one stays; closed ones are not kept', async (t) => {
+  const v8 = await import('node:v8')
+  // /held: an answer the test holds open, so its session stays busy meanwhile.
+  const up = await echoH1(t, 'h1', (req, res) => {
+    res.writeHead(200)
+    if (req.url === '/held') { res.write('x'); t.teardown(() => res.end()) } else res.end('ok')
+  })
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: oneRoute('c') }, [cluster('c', up.port)]), { limits: { keepAliveTimeoutMs: 300 } })
+  const connect = async (): Promise<http2.ClientHttp2Session> => {
+    const s = http2.connect(`http://127.0.0.1:${port}`)
+    s.on('error', () => {})
+    await new Promise<void>((resolve, reject) => { s.once('connect', () => resolve()); s.once('error', reject) })
+    return s
+  }
+  const closed = (s: http2.ClientHttp2Session): Promise<void> => new Promise((resolve) => { if (s.closed || s.destroyed) resolve(); else s.once('close', () => resolve()) })
+
+  const idle = await connect()
+  const r = await new Promise<number>((resolve) => { const st = idle.request({ ':path': '/a', ':authority': 'example.com' }); st.on('response', (h) => resolve(Number(h[':status']))); st.resume() })
+  t.equal(r, 200, 'a request')
+  await closed(idle)
+  t.pass('the idle session was closed by the gateway')
+
+  const busy = await connect()
+  t.teardown(() => busy.destroy())
+  const held = busy.request({ ':path': '/held', ':authority': 'example.com' })
+  held.on('error', () => {})
+  let got = ''
+  held.setEncoding('utf8').on('data', (c: string) => { got += c })
+  await new Promise<void>((resolve) => held.once('response', () => resolve()))
+  await new Promise((resolve) => setTimeout(resolve, 900)) // three keep-alive bounds
+  t.notOk(busy.closed || busy.destroyed, 'a session with a stream open is kept past the bound')
+  t.equal(got, 'x')
+
+  // Each closed session used to be kept until its own idle timer ran out.
+  const Session = Object.getPrototypeOf(Object.getPrototypeOf(busy)).constructor as new () => unknown
+  const before = v8.queryObjects(Session, { format: 'count' })
+  for (let i = 0; i < 20; i++) {
+    const s = await connect()
+    await new Promise<void>((resolve) => { const st = s.request({ ':path': '/b', ':authority': 'example.com' }); st.on('close', () => resolve()); st.resume() })
+    s.destroy()
+  }
+  await new Promise((resolve) => setTimeout(resolve, 150))
+  const after = v8.queryObjects(Session, { format: 'count' })
+  t.ok(after - before < 5, `sessions kept after 20 closed (client and server side): ${after - before}`)
+})
