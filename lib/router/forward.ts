@@ -21,7 +21,7 @@ import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { matchOnPort, type MatchInput } from './match.ts'
 import { addForwarded, addReplyHeaders, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, keepFraming, markHop, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
-import { mirrorRequest } from './mirror.ts'
+import { mirrorRequest, type MirrorCopies } from './mirror.ts'
 import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
 import type { ExtensionChain } from '../compile/table.ts'
 import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
@@ -120,6 +120,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   #attempt: AttemptSink | null = null
   /** Issue 7: the request before any extension chain ran (kept when a retry may go to a backend with another chain). */
   #pristine: UpstreamRequest | null = null
+  /** RequestMirror copies waiting for the chain's go (dispatch); null: none, or sent. */
+  #mirror: MirrorCopies | null = null
   /** Issue 10: this request's trace; null when tracing is off or there is nothing to record or inject. */
   readonly trace: RequestTrace | null
   /** Client attribution, computed once (undefined: not yet). */
@@ -230,8 +232,15 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       clientAddress: ex.clientAddress,
     }
     if (timeouts.requestMs !== null && timeouts.requestMs > 0) this.timer = setTimeout(onRequestTimeout, timeouts.requestMs, this)
-    // RequestMirror: copies go out now (bodyless) or once the body is read (teed, bounded: router/mirror.ts).
-    if (rule.mirrors !== null && ex.upgrade === null) req = mirrorRequest(rule.mirrors, this.table.clusters, this.env.upstreams, req)
+    // RequestMirror: the copies are taken now, before any chain changes the request, and go out once
+    // the chain let it through (dispatch) and the body is read (teed, bounded: router/mirror.ts).
+    if (rule.mirrors !== null && ex.upgrade === null) {
+      const mirror = mirrorRequest(rule.mirrors, this.table.clusters, this.env.upstreams, req)
+      if (mirror !== null) {
+        this.#mirror = mirror
+        req = mirror.request
+      }
+    }
     // Issue 7: the extension chain of this rule × backend runs first, then dispatches (extensions/flow.ts).
     if (backend.extensions != null) {
       this.#plan = plan
@@ -243,12 +252,19 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.dispatch(req, plan, picked)
   }
 
+  /** The request, past its first backend's chain (if any), goes upstream; only now may it be mirrored. */
   dispatch(req: UpstreamRequest, plan: ReturnType<typeof attemptPlanOf>, picked: ReturnType<typeof pickFailover>): void {
     this.upstreamMs = performance.now()
     // Issue 10: through the trace, each forward() (attempt) is a client span.
     const upstreams = this.trace === null ? this.env.upstreams : this.trace.upstreams(this.env.upstreams)
     if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine === null ? null : { request: this.#pristine, chain: this.backend?.extensions ?? null })
     else upstreams.forward(req, this)
+    // Once per request: a retry or failover (another chain's run included) is not mirrored again.
+    const mirror = this.#mirror
+    if (mirror !== null) {
+      this.#mirror = null
+      mirror.release()
+    }
   }
 
   // ── extensions (issue 7) ──
