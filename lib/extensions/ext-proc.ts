@@ -8,12 +8,15 @@
 // `timeoutMs` (default 1000) bounds each call; a timeout, a non-2xx answer or
 // an unreadable one is a failure (failOpen decides), and so is a header it sets
 // that could not be written (a name that is not a token, CR, LF or NUL in a
-// value). Headers set here go to the upstream (request phases) or to the client
-// (response phases).
+// value) or one it sets or removes that the gateway owns (gateway-fields.ts:
+// Content-Length, Transfer-Encoding, Host, Connection and the other hop-by-hop
+// fields); nothing of such an answer is applied. Headers set here go to the
+// upstream (request phases) or to the client (response phases).
 
 import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
 import { writableField } from '../upstream/h1-parser.ts'
+import { isGatewayField } from './gateway-fields.ts'
 
 interface Answer {
   action?: string
@@ -52,8 +55,13 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
     // (failOpen decides), rather than the exchange after it.
     for (const [name, value] of set) {
       if (!writableField(name, value)) throw new Error(`external processor set an invalid header ${JSON.stringify(name)}`)
+      if (isGatewayField(name)) throw new Error(`external processor set ${JSON.stringify(name)}, which is the gateway's (framing or connection)`)
     }
-    for (const name of a.removeHeaders ?? []) delete target[String(name).toLowerCase()]
+    const remove = (a.removeHeaders ?? []).map((name) => String(name).toLowerCase())
+    for (const name of remove) {
+      if (isGatewayField(name)) throw new Error(`external processor removed ${JSON.stringify(name)}, which is the gateway's (framing or connection)`)
+    }
+    for (const name of remove) delete target[name]
     for (const [name, value] of set) target[name.toLowerCase()] = String(value)
     if (typeof a.body === 'string' && body !== null) return { body: Buffer.from(a.body, 'utf8') }
     return

@@ -24,6 +24,7 @@ import type { Instance, RunnableChain } from './chain.ts'
 import { logger } from '../observe/log.ts'
 import { extensionDenials, extensionFailures } from '../observe/extension-metrics.ts'
 import { writableField } from '../upstream/h1-parser.ts'
+import { isGatewayField, keepGatewayFields } from './gateway-fields.ts'
 
 const log = logger('extensions')
 
@@ -61,6 +62,8 @@ export function denyProblem(d: { readonly status: unknown, readonly reason?: unk
   if (typeof d.headers !== 'object') return 'deny headers are not an object'
   for (const [name, value] of Object.entries(d.headers)) {
     if (!writableField(name, value)) return `deny header ${JSON.stringify(name)} cannot be sent`
+    // The gateway frames its answer and owns the connection's fields (gateway-fields.ts).
+    if (isGatewayField(name)) return `deny header ${JSON.stringify(name)} is the gateway's to set (framing or connection)`
   }
   return null
 }
@@ -157,12 +160,19 @@ export class Flow {
   original: Buffer | null = null
   /** Decision-only instances that already ran for this request (a failover's chain run skips them); null: none. */
   decided: readonly Instance[] | null = null
+  /**
+   * The framing each message leaves with (gateway-fields.ts): the Content-Length
+   * it came with, or the one of a body the flow replaced; hooks' edits of it are undone.
+   */
+  requestLength: string | string[] | undefined
+  responseLength: string | string[] | undefined = undefined
 
   constructor(host: FlowHost, chain: RunnableChain, req: UpstreamRequest, info: FlowInfo) {
     this.host = host
     this.chain = chain
     this.req = req
     this.view = new View(req, info, host)
+    this.requestLength = req.headers['content-length']
     // A body we read is easier uncompressed: ask for identity (an upstream that
     // compresses anyway is decoded, afterResponseHeaders).
     if (chain.readsResponseBody) delete req.headers['accept-encoding']
@@ -243,6 +253,7 @@ export class Flow {
   send(): void {
     const view = this.view
     const req = this.req
+    keepGatewayFields(req.headers, this.requestLength, true, view.route)
     this.host.send(view.path === req.path ? req : { ...req, path: view.path })
   }
 
@@ -251,6 +262,7 @@ export class Flow {
   onResponse(res: UpstreamResponse): void {
     this.res = res
     this.resView = { status: res.status, headers: res.headers }
+    this.responseLength = res.headers['content-length']
     runHooks(this, this.chain.responseHeaders, callResponseHeaders, afterResponseHeaders, 0)
   }
 }
@@ -280,12 +292,11 @@ function afterRequestHeaders(flow: Flow): void {
 
 function afterRequestBody(flow: Flow): void {
   const buf = flow.body as Buffer
-  const headers = flow.req.headers
-  delete headers['transfer-encoding']
-  if (flow.req.body === null && buf.length === 0) return flow.send()
-  headers['content-length'] = String(buf.length)
-  flow.req = { ...flow.req, body: Readable.from([buf]) }
   flow.body = null
+  if (flow.req.body === null && buf.length === 0) return flow.send()
+  // The body as the hooks left it, framed by its length (send() writes it).
+  flow.requestLength = String(buf.length)
+  flow.req = { ...flow.req, body: Readable.from([buf]) }
   flow.send()
 }
 
@@ -363,14 +374,14 @@ function afterResponseBody(flow: Flow): void {
   const res = flow.res as UpstreamResponse
   const buf = flow.body as Buffer
   flow.body = null
-  const headers = res.headers
-  delete headers['transfer-encoding']
-  headers['content-length'] = String(buf.length)
+  // The body as the hooks left it, framed by its length (relay() writes it).
+  flow.responseLength = String(buf.length)
   relay(flow, { ...res, body: Readable.from([buf]) })
 }
 
 /** Stream observers see the body as it passes; then the router answers. */
 function relay(flow: Flow, res: UpstreamResponse): void {
+  keepGatewayFields(res.headers, flow.responseLength, false, flow.view.route)
   const list = flow.chain.responseStream
   if (list.length === 0) return flow.host.relay(res)
   const observers: StreamObserver[] = []

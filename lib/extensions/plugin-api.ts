@@ -31,7 +31,12 @@ export interface ClientInfo {
   readonly spiffeId: string | null
 }
 
-/** The request on its way upstream. `headers` (lowercased names) and `path` may be changed by request hooks. */
+/**
+ * The request on its way upstream. `headers` (lowercased names) and `path` may
+ * be changed by request hooks, except the fields the gateway owns
+ * (gateway-fields.ts: Content-Length, Transfer-Encoding, Host, hop-by-hop
+ * fields), whose edits are not applied; the same holds for a response's.
+ */
 export interface RequestView {
   readonly method: string
   /** Path and query as they will be sent. */
@@ -57,7 +62,7 @@ export interface ResponseView {
   readonly headers: OutgoingHeaders
 }
 
-/** Answer the client instead of the upstream. status: an integer 200-599; headers must be writable (else the extension failed). */
+/** Answer the client instead of the upstream. status: an integer 200-599; headers must be writable and not the gateway's (else the extension failed). */
 export interface Deny {
   readonly deny: { readonly status: number; readonly reason: string; readonly headers?: Readonly<Record<string, string>> }
 }

@@ -6,6 +6,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { HeaderEdits } from '../compile/table.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { unreserved } from './path.ts'
+import { isGatewayField } from '../extensions/gateway-fields.ts'
 
 /** Connection-specific headers never forwarded (plus any named in Connection). */
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
@@ -203,11 +204,14 @@ export function keepFraming(headers: OutgoingHeaders, length: string | string[] 
   delete headers['transfer-encoding']
 }
 
-/** Fields extensions add to the answer (ReplyHeaders), names lowercased; never the framing (keepFraming). */
+/**
+ * Fields extensions add to the answer (ReplyHeaders), names lowercased; never
+ * the framing (keepFraming) or a connection's fields (extensions/gateway-fields.ts).
+ */
 export function addReplyHeaders(headers: OutgoingHeaders, reply: Readonly<Record<string, string>>): void {
   for (const name in reply) {
     const lower = name.toLowerCase()
-    if (lower === 'content-length' || lower === 'transfer-encoding') continue
+    if (isGatewayField(lower)) continue
     headers[lower] = reply[name] as string
   }
 }
