@@ -6,12 +6,13 @@
 // and `"name";r=<remaining>;t=<reset s>`). Redis unreachable: failureMode
 // open (default: let it through) or closed (429), counted either way.
 
+import { hash } from 'node:crypto'
 import type { CompiledExtension } from '../compile/table.ts'
 import { rateLimitBackendErrors } from '../observe/extension-metrics.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, HookResult, RequestView } from './plugin-api.ts'
 import type { RedisPool } from './redis-client.ts'
-import { LocalBuckets, decideGlobal, type BucketLimit, type BucketMode, type Decision } from './token-bucket.ts'
+import { LocalBuckets, decideGlobal, type BucketFamily, type BucketLimit, type BucketMode, type Decision } from './token-bucket.ts'
 
 const log = logger('rate-limit')
 
@@ -19,8 +20,22 @@ export const UNIT_MS: Readonly<Record<string, number>> = { Second: 1000, Minute:
 
 export type KeyPart = 'namespace' | 'serviceAccount' | 'route' | 'backend' | 'client' | { readonly header: string }
 
-/** Shared by every RateLimit / AIUsage of this process (state survives reloads; keys carry the extension key). */
+/** Shared by every RateLimit / AIUsage of this process (state survives reloads: a limit's family is found again by its key prefix). */
 const local = new LocalBuckets()
+
+/** A key part longer than this counts by its digest, so a key's size is bounded whatever clients send. */
+const MAX_KEY_PART = 64
+const DIGEST_MARK = 35 // '#'
+
+// hot path
+/**
+ * A key part as stored: as it is, or `#` and its SHA-256 (base64url) when it
+ * is long — or starts with `#`, so a short value never reads as the digest of
+ * a long one. Values are latin1 header text, so length is bytes.
+ */
+function boundPart(v: string): string {
+  return v.length <= MAX_KEY_PART && v.charCodeAt(0) !== DIGEST_MARK ? v : '#' + hash('sha256', v, 'base64url')
+}
 
 function keyParts(list: unknown): KeyPart[] {
   if (!Array.isArray(list) || list.length === 0) return ['namespace']
@@ -62,6 +77,9 @@ export class Limiter {
   readonly #prefix: string
   readonly #parts: readonly KeyPart[]
   readonly #redis: ReturnType<RedisPool['get']> | null
+  /** Local store (no Redis): the process's buckets (tests: their own) and this limit's family in them. */
+  readonly #local: LocalBuckets
+  readonly #family: BucketFamily
   readonly #failOpen: boolean
   /** The last key built and the part values it came from: a key of route, backend or namespace repeats, so no string is built or hashed again. */
   #last0: string | null = null
@@ -72,7 +90,7 @@ export class Limiter {
   #lastRemaining = -1
   #lastReset = -1
 
-  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens') {
+  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', buckets: LocalBuckets = local) {
     const amount = Number(block[amountField])
     if (!(amount > 0)) throw new Error(`${amountField} must be a positive number`)
     const unitMs = UNIT_MS[String(block.unit ?? 'Minute')]
@@ -90,6 +108,8 @@ export class Limiter {
     } else {
       this.#redis = null
     }
+    this.#local = buckets
+    this.#family = buckets.family(this.#prefix)
     this.#failOpen = (block.failureMode ?? global?.failureMode ?? 'open') !== 'closed'
   }
 
@@ -102,18 +122,18 @@ export class Limiter {
       if (v0 !== this.#last0 || v1 !== this.#last1) {
         this.#last0 = v0
         this.#last1 = v1
-        this.#lastKey = v1 === null ? this.#prefix + v0 : this.#prefix + v0 + '|' + v1
+        this.#lastKey = v1 === null ? this.#prefix + boundPart(v0) : this.#prefix + boundPart(v0) + '|' + boundPart(v1)
       }
       return this.#lastKey
     }
     let k = this.#prefix
-    for (let i = 0; i < parts.length; i++) k += (i === 0 ? '' : '|') + partValue(req, parts[i] as KeyPart)
+    for (let i = 0; i < parts.length; i++) k += (i === 0 ? '' : '|') + boundPart(partValue(req, parts[i] as KeyPart))
     return k
   }
 
   // hot path
   decide(key: string, mode: BucketMode, cost: number): Decision | Promise<Decision> {
-    if (this.#redis === null) return local.decide(key, this.config.limit, mode, cost)
+    if (this.#redis === null) return this.#local.decide(this.#family, key, this.config.limit, mode, cost)
     return decideGlobal(this.#redis, key, this.config.limit, mode, cost).catch((err: unknown) => {
       rateLimitBackendErrors.inc({ outcome: this.#failOpen ? 'open' : 'closed' })
       log.warn({ limit: this.config.name, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen }, 'global rate limit unavailable')

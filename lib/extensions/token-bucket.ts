@@ -3,6 +3,8 @@
 // way: `take` one or more tokens if there are enough, `check` that the bucket
 // is not empty (token budgets: the cost is known only after the response),
 // `charge` a cost afterwards (may go below zero: the next requests wait).
+// Local buckets are bounded by count (keys are bounded by size: Limiter
+// hashes long parts), and a full map forgets what costs nothing first.
 
 import { performance } from 'node:perf_hooks'
 import type { RedisClient } from './redis-client.ts'
@@ -25,21 +27,61 @@ export interface Decision {
   readonly waitMs: number
 }
 
+/** Keys per process, every RateLimit and AIUsage budget together (each key is bounded: Limiter hashes long parts). */
 const MAX_LOCAL_KEYS = 65_536
 
-interface State { tokens: number; at: number }
+interface State {
+  tokens: number
+  /** Last decision (ms, the buckets' clock): least recently used goes first. */
+  at: number
+  /** When the bucket is full again: from then on it is the same as no entry. */
+  fullAt: number
+}
+
+/** The buckets of one limit (a Limiter's key prefix): what eviction is fair between. */
+export class BucketFamily {
+  readonly name: string
+  readonly buckets = new Map<string, State>()
+  constructor(name: string) { this.name = name }
+}
+
+export interface LocalBucketsOptions {
+  /** Milliseconds, monotonic (default performance.now). */
+  readonly now?: () => number
+  /** Keys kept at most, all families together (default 65,536). */
+  readonly maxKeys?: number
+}
 
 export class LocalBuckets {
-  readonly #buckets = new Map<string, State>()
+  readonly #families = new Map<string, BucketFamily>()
+  readonly #now: () => number
+  readonly #maxKeys: number
+  #size = 0
+
+  constructor(options: LocalBucketsOptions = {}) {
+    this.#now = options.now ?? performance.now.bind(performance)
+    this.#maxKeys = Math.max(1, options.maxKeys ?? MAX_LOCAL_KEYS)
+  }
+
+  /** The family of one limit; asked again (a reload), the same one, so its state survives. */
+  family(name: string): BucketFamily {
+    let f = this.#families.get(name)
+    if (f === undefined) this.#families.set(name, f = new BucketFamily(name))
+    return f
+  }
+
+  /** Keys held, all families together. */
+  get size(): number { return this.#size }
 
   // hot path
-  decide(key: string, limit: BucketLimit, mode: BucketMode, cost: number): Decision {
-    const now = performance.now()
-    let s = this.#buckets.get(key)
+  decide(family: BucketFamily, key: string, limit: BucketLimit, mode: BucketMode, cost: number): Decision {
+    const now = this.#now()
+    let s = family.buckets.get(key)
     if (s === undefined) {
-      if (this.#buckets.size >= MAX_LOCAL_KEYS) this.#evict()
-      s = { tokens: limit.capacity, at: now }
-      this.#buckets.set(key, s)
+      if (this.#size >= this.#maxKeys) this.#evict(now)
+      s = { tokens: limit.capacity, at: now, fullAt: now }
+      family.buckets.set(key, s)
+      this.#size++
     }
     const tokens = Math.min(limit.capacity, s.tokens + (now - s.at) * limit.perMs)
     s.at = now
@@ -53,17 +95,66 @@ export class LocalBuckets {
       s.tokens = tokens
       allowed = tokens > 0
     }
+    s.fullAt = now + (limit.capacity - s.tokens) / limit.perMs
     return { allowed, remaining: Math.max(0, Math.floor(s.tokens)), waitMs: allowed ? 0 : waitFor(s.tokens, mode === 'take' ? cost : 1e-9, limit) }
   }
 
-  /** Drop the oldest tenth of the keys (insertion order): idle keys lose their state, which refills anyway. */
-  #evict(): void {
-    let n = Math.ceil(MAX_LOCAL_KEYS / 10)
-    for (const k of this.#buckets.keys()) {
-      this.#buckets.delete(k)
-      if (--n === 0) break
+  /**
+   * The map is full: make room for a tenth of it. First forget the buckets
+   * that have refilled (a full bucket is what a new key gets: nothing is
+   * lost). If that is not enough, cut the families holding the most keys down
+   * to a common size, each losing its least recently used: a flood of
+   * distinct keys on one limit evicts that limit's own idle keys, never a
+   * spent bucket of a smaller limit, nor the busy keys of its own. Hits do not
+   * reorder anything (the hot path stays a Map get); the cost is a sort here,
+   * once per tenth of the map.
+   */
+  #evict(now: number): void {
+    const want = Math.ceil(this.#maxKeys / 10)
+    let freed = 0
+    for (const f of this.#families.values()) {
+      for (const [k, s] of f.buckets) {
+        if (s.fullAt <= now) { f.buckets.delete(k); freed++ }
+      }
+    }
+    if (freed < want) {
+      const bySize = [...this.#families.values()].filter(f => f.buckets.size > 0).sort((a, b) => b.buckets.size - a.buckets.size)
+      // The level L the j largest are cut to: their keys above L are at least what is still wanted.
+      let sum = 0
+      let level = 0
+      let j = 0
+      while (j < bySize.length) {
+        sum += (bySize[j] as BucketFamily).buckets.size
+        j++
+        const next = j < bySize.length ? (bySize[j] as BucketFamily).buckets.size : 0
+        if (sum - j * next >= want - freed) { level = Math.max(next, Math.floor((sum - (want - freed)) / j)); break }
+      }
+      for (let i = 0; i < j; i++) {
+        const f = bySize[i] as BucketFamily
+        freed += dropLeastRecent(f.buckets, f.buckets.size - level)
+      }
+    }
+    this.#size -= freed
+  }
+}
+
+/** Drop the n least recently used entries; how many were dropped. */
+function dropLeastRecent(map: Map<string, State>, n: number): number {
+  if (n <= 0) return 0
+  if (n >= map.size) { const all = map.size; map.clear(); return all }
+  const ats = new Float64Array(map.size)
+  let i = 0
+  for (const s of map.values()) ats[i++] = s.at
+  ats.sort()
+  const cut = ats[n - 1] as number
+  let dropped = 0
+  for (const [k, s] of map) {
+    if (s.at <= cut) {
+      map.delete(k)
+      if (++dropped === n) break
     }
   }
+  return dropped
 }
 
 function waitFor(tokens: number, need: number, limit: BucketLimit): number {

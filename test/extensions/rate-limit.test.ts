@@ -1,0 +1,53 @@
+// RateLimit through its hooks, as the chain calls them, on the process's local
+// buckets: a spent limit on one route is not reset by a flood of distinct keys
+// on another (more keys than the map holds), and a key built from a huge
+// header value stays small.
+import t from 'tap'
+import type { CompiledExtension } from '../../lib/compile/table.ts'
+import type { ClientInfo, HookResult, RequestView } from '../../lib/extensions/plugin-api.ts'
+import { Limiter, rateLimit } from '../../lib/extensions/rate-limit.ts'
+import { RedisPool } from '../../lib/extensions/redis-client.ts'
+
+function spec(name: string, config: Record<string, unknown>): CompiledExtension {
+  return {
+    key: `Backend default/${name}/${name}`, name, type: 'RateLimit', phases: ['request-headers'], priority: 0, failOpen: false,
+    scope: 'Backend', source: `Backend default/${name}`, namespace: 'default', config, secrets: {}, error: null,
+  }
+}
+
+const client: ClientInfo = { address: '127.0.0.1', namespace: null, serviceAccount: null, pod: null, spiffeId: null }
+
+function view(route: string, headers: Record<string, string> = {}): RequestView {
+  return { method: 'GET', path: '/', authority: route, headers, client, route, rule: `${route}/rule/0`, backend: `Backend/default/${route}:80`, gateway: 'default/egress', scheme: 'http' }
+}
+
+async function status(r: HookResult | Promise<HookResult>): Promise<number> {
+  const v = await r
+  return v !== undefined && v !== null && 'deny' in v ? v.deny.status : 200
+}
+
+t.test('a spent limit survives a flood of distinct keys on another limit (more keys than the map holds)', async (t) => {
+  const redis = new RedisPool()
+  const strict = rateLimit(spec('strict-flood', { requests: 2, unit: 'Hour', key: ['route'] }), redis)
+  const perUser = rateLimit(spec('per-user-flood', { requests: 100, unit: 'Second', key: [{ header: 'x-user' }] }), redis)
+  const hook = (h: typeof strict, v: RequestView): HookResult | Promise<HookResult> => (h.requestHeaders as (r: RequestView) => HookResult | Promise<HookResult>)(v)
+  const codes = []
+  for (let i = 0; i < 3; i++) codes.push(await status(hook(strict, view('default/strict'))))
+  t.same(codes, [200, 200, 429], 'strict: 2 per hour')
+  for (let i = 0; i < 70_000; i++) await hook(perUser, view('default/other', { 'x-user': `u${i}` }))
+  t.equal(await status(hook(strict, view('default/strict'))), 429, 'strict still spent after the flood')
+})
+
+t.test('a key part longer than 64 characters counts by its digest: the key stays small', async (t) => {
+  const l = new Limiter(spec('per-user-long', { requests: 1, unit: 'Hour', key: [{ header: 'x-user' }, 'route'] }), { requests: 1, unit: 'Hour', key: [{ header: 'x-user' }, 'route'] }, new RedisPool(), 'requests')
+  const long = 'p'.repeat(12_000)
+  const k1 = l.key(view('default/r', { 'x-user': long }))
+  t.ok(k1.length < 200, `key of ${k1.length} characters`)
+  t.not(l.key(view('default/r', { 'x-user': long + 'q' })), k1, 'another long value: another key')
+  t.equal(l.key(view('default/r', { 'x-user': long })), k1, 'the same value: the same key')
+  const short = l.key(view('default/r', { 'x-user': 'alice' }))
+  t.ok(short.endsWith('alice|default/r'), 'short parts as they are')
+  // A short value that looks like a digest is hashed too: it cannot share the bucket of a long value.
+  const lookalike = k1.slice(k1.lastIndexOf(':') + 1, k1.lastIndexOf('|'))
+  t.not(l.key(view('default/r', { 'x-user': lookalike })), k1)
+})
