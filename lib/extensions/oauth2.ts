@@ -16,6 +16,27 @@ const log = logger('oauth2')
 const FAILURE_BACKOFF_MS = 1000
 /** The earliest a refresh follows the fetch it replaces, whatever the token's lifetime. */
 const MIN_REFRESH_MS = 1000
+/**
+ * The longest delay a node timer takes: above 2^31-1 ms (24.8 days) it fires
+ * after 1 ms (TimeoutOverflowWarning), which made a token of a year's
+ * lifetime refetched every millisecond. A later refresh waits in steps.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** The clock and timers a TokenSource uses (tests inject their own). */
+export interface Timers {
+  /** Wall-clock milliseconds (expires_in is relative to now). */
+  now(): number
+  /** A one-shot timer that does not keep the process alive; returns what `cancel` takes. */
+  arm(fn: () => void, ms: number): unknown
+  cancel(handle: unknown): void
+}
+
+const realTimers: Timers = {
+  now: Date.now,
+  arm(fn, ms) { const t = setTimeout(fn, ms); t.unref(); return t },
+  cancel(handle) { clearTimeout(handle as NodeJS.Timeout) },
+}
 
 interface Token {
   readonly rendered: string
@@ -34,13 +55,15 @@ export class TokenSource {
   #inflight: Promise<Token> | null = null
   #failedAt = 0
   #failure: Error | null = null
-  #timer: NodeJS.Timeout | null = null
+  readonly #timers: Timers
+  #timer: unknown = null
   #closed = false
   /** Fetches so far (tests: "never fetched per request"). */
   fetches = 0
 
-  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, path: string) {
+  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, path: string, timers: Timers = realTimers) {
     this.#config = block
+    this.#timers = timers
     if (typeof block.tokenUrl !== 'string') throw new Error('tokenUrl is required')
     this.#clientId = secretValue(spec, path, 'clientIdKey', 'client_id')
     this.#clientSecret = secretValue(spec, path, 'clientSecretKey', 'client_secret')
@@ -52,7 +75,7 @@ export class TokenSource {
   /** The rendered credential now, or a promise of one when no valid token is cached. */
   current(): string | Promise<string> {
     const t = this.#token
-    const now = Date.now()
+    const now = this.#timers.now()
     if (t !== null && now < t.expiresAt) {
       // Due (the timer may lag): one refresh, single-flight; a failed one is retried after the backoff.
       if (now >= t.refreshAt && now - this.#failedAt >= FAILURE_BACKOFF_MS) void this.refresh().catch(() => {})
@@ -75,7 +98,7 @@ export class TokenSource {
       },
       (err: unknown) => {
         this.#inflight = null
-        this.#failedAt = Date.now()
+        this.#failedAt = this.#timers.now()
         this.#failure = err instanceof Error ? err : new Error(String(err))
         log.warn({ tokenUrl: this.#config.tokenUrl, error: this.#failure.message }, 'oauth2 token fetch failed')
         throw this.#failure
@@ -87,15 +110,17 @@ export class TokenSource {
 
   close(): void {
     this.#closed = true
-    if (this.#timer !== null) clearTimeout(this.#timer)
+    if (this.#timer !== null) this.#timers.cancel(this.#timer)
   }
 
+  /** Arms the refresh of `tok`: one timer, or a chain of the longest ones a node timer takes until it is due. */
   #schedule(tok: Token): void {
     if (this.#closed) return
-    if (this.#timer !== null) clearTimeout(this.#timer)
-    const delay = Math.max(0, tok.refreshAt - Date.now())
-    this.#timer = setTimeout(() => { this.#timer = null; void this.refresh().catch(() => {}) }, delay)
-    this.#timer.unref()
+    if (this.#timer !== null) this.#timers.cancel(this.#timer)
+    const delay = Math.max(0, tok.refreshAt - this.#timers.now())
+    this.#timer = delay > MAX_TIMER_MS
+      ? this.#timers.arm(() => { this.#timer = null; this.#schedule(tok) }, MAX_TIMER_MS)
+      : this.#timers.arm(() => { this.#timer = null; void this.refresh().catch(() => {}) }, delay)
   }
 
   async #fetch(): Promise<Token> {
@@ -123,7 +148,7 @@ export class TokenSource {
     try { body = JSON.parse(text) as Record<string, unknown> } catch { throw new Error('token endpoint answered non-JSON') }
     if (typeof body.access_token !== 'string') throw new Error('token endpoint answer has no access_token')
     const expiresIn = typeof body.expires_in === 'number' ? body.expires_in : Number(body.expires_in ?? 300)
-    const now = Date.now()
+    const now = this.#timers.now()
     const lifetimeMs = (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000
     // A lead as long as the lifetime (expires_in 60, the default lead 60 s)
     // would make every token due at once: a fetch per request, and one a

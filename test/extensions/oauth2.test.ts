@@ -1,0 +1,73 @@
+// OAuth2 TokenSource against a loopback token endpoint, with injected clock
+// and timers: a token living longer than a timer can wait (2^31-1 ms, 24.8
+// days) is refreshed when due, not every millisecond.
+import t from 'tap'
+import http from 'node:http'
+import type { CompiledExtension } from '../../lib/compile/table.ts'
+import { TokenSource, type Timers } from '../../lib/extensions/oauth2.ts'
+
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** A token endpoint on 127.0.0.1 answering `answer()` (JSON) to each POST. */
+async function tokenEndpoint(t: { teardown(fn: () => unknown): void }, answer: () => unknown): Promise<{ url: string; fetches(): number }> {
+  let n = 0
+  const server = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      n++
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify(answer()))
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}/token`, fetches: () => n }
+}
+
+function spec(config: Record<string, unknown>): CompiledExtension {
+  return {
+    key: 'Backend default/b/oauth', name: 'oauth', type: 'OAuth2ClientCredentials', phases: ['request-headers'], priority: 0, failOpen: false,
+    scope: 'Backend', source: 'Backend default/b', namespace: 'default', config, secrets: { secretRef: { client_id: 'id', client_secret: 's' } }, error: null,
+  }
+}
+
+/** Fake timers: armed timers are listed; `fire` runs the due ones after moving the clock. */
+function fakeTimers(): Timers & { armed: Array<{ fn: () => void; at: number; ms: number }>; advance(ms: number): void } {
+  let now = 1_000_000
+  const armed: Array<{ fn: () => void; at: number; ms: number }> = []
+  return {
+    armed,
+    now: () => now,
+    arm(fn, ms) { const e = { fn, at: now + ms, ms }; armed.push(e); return e },
+    cancel(h) { const i = armed.indexOf(h as typeof armed[number]); if (i !== -1) armed.splice(i, 1) },
+    advance(ms) {
+      now += ms
+      for (const e of armed.filter(x => x.at <= now)) { armed.splice(armed.indexOf(e), 1); e.fn() }
+    },
+  }
+}
+
+t.test('expires_in of a year: timers no longer than node allows, one fetch until the refresh is due', async (t) => {
+  const ep = await tokenEndpoint(t, () => ({ access_token: 'tok', token_type: 'Bearer', expires_in: 31_536_000 }))
+  const timers = fakeTimers()
+  const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+  const source = new TokenSource(spec(config), config, 'secretRef', timers)
+  t.teardown(() => source.close())
+  await source.refresh()
+  t.equal(source.current(), 'Bearer tok')
+  t.equal(timers.armed.length, 1, 'one refresh timer')
+  t.ok((timers.armed[0]?.ms ?? Infinity) <= MAX_TIMER_MS, `armed for ${timers.armed[0]?.ms} ms, at most 2^31-1`)
+  // A year less the 60 s lead: 14 capped waits, each re-arming without fetching.
+  let waits = 0
+  while (timers.armed.length === 1 && (timers.armed[0] as { ms: number }).ms === MAX_TIMER_MS && waits < 100) {
+    timers.advance(MAX_TIMER_MS)
+    waits++
+  }
+  t.equal(waits, Math.floor((31_536_000_000 - 60_000) / MAX_TIMER_MS), 'capped waits')
+  t.equal(source.fetches, 1, 'no fetch while waiting')
+  t.equal(timers.armed.length, 1)
+  timers.advance((timers.armed[0] as { ms: number }).ms)
+  await source.refresh() // the fetch the timer started (single-flight)
+  t.equal(source.fetches, 2, 'fetched once the refresh is due')
+  t.equal(ep.fetches(), 2)
+})
