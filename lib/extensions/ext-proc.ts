@@ -5,18 +5,25 @@
 //       client: { address, namespace, serviceAccount }, route, backend, body? }   (body: UTF-8 text, body phases)
 //   ← { action?: "continue" | "deny", status?, reason?, setHeaders?: { name: value }, removeHeaders?: [name], body? }
 //
-// `timeoutMs` (default 1000) bounds each call; a timeout, a non-2xx answer or
-// an unreadable one is a failure (failOpen decides), and so is a header it sets
-// that could not be written (a name that is not a token, CR, LF or NUL in a
-// value) or one it sets or removes that the gateway owns (gateway-fields.ts:
-// Content-Length, Transfer-Encoding, Host, Connection and the other hop-by-hop
-// fields); nothing of such an answer is applied. Headers set here go to the
-// upstream (request phases) or to the client (response phases).
+// `timeoutMs` (default 1000) bounds each call in time, and twice maxBodyBytes
+// plus 64 KiB bounds the answer (a replacement body as a JSON string, its
+// escapes and the other fields); a timeout, a non-2xx answer, one over the
+// bound or an unreadable one is a failure (failOpen decides), and so is a
+// header it sets that could not be written (a name that is not a token, CR, LF
+// or NUL in a value) or one it sets or removes that the gateway owns
+// (gateway-fields.ts: Content-Length, Transfer-Encoding, Host, Connection and
+// the other hop-by-hop fields); nothing of such an answer is applied. Headers
+// set here go to the upstream (request phases) or to the client (response phases).
 
 import type { CompiledExtension } from '../compile/table.ts'
+import { DEFAULT_MAX_BODY_BYTES } from '../extension-types.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
+import { readBounded } from './read-bounded.ts'
 import { writableField } from '../upstream/h1-parser.ts'
 import { isGatewayField } from './gateway-fields.ts'
+
+/** Room in an answer beyond twice the body bound: the other fields. */
+const ANSWER_SLACK = 64 * 1024
 
 interface Answer {
   action?: string
@@ -31,6 +38,8 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
   const url = spec.config.url
   if (typeof url !== 'string') throw new Error('url is required')
   const timeoutMs = typeof spec.config.timeoutMs === 'number' ? spec.config.timeoutMs : 1000
+  const m = spec.config.maxBodyBytes
+  const maxAnswer = 2 * (typeof m === 'number' && m > 0 ? m : DEFAULT_MAX_BODY_BYTES) + ANSWER_SLACK
 
   async function call(phase: string, req: RequestView, res: ResponseView | null, body: Buffer | null, target: OutgoingHeaders): Promise<HookResult> {
     const payload = {
@@ -44,8 +53,11 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload),
       signal: AbortSignal.timeout(timeoutMs),
     })
-    const text = await r.text()
-    if (!r.ok) throw new Error(`external processor answered ${r.status}`)
+    if (!r.ok) {
+      void r.body?.cancel().catch(() => {})
+      throw new Error(`external processor answered ${r.status}`)
+    }
+    const text = await readBounded(r, maxAnswer, 'external processor')
     let a: Answer
     try { a = text === '' ? {} : JSON.parse(text) as Answer } catch { throw new Error('external processor answered non-JSON') }
     // Checked with every extension's deny (flow.ts denyProblem): a status that is not an integer 200-599 fails the callout.

@@ -9,6 +9,7 @@ import type { CompiledExtension } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, RequestView } from './plugin-api.ts'
 import { place, placement, secretValue } from './credential-injector.ts'
+import { readBounded } from './read-bounded.ts'
 
 const log = logger('oauth2')
 
@@ -22,6 +23,8 @@ const MIN_REFRESH_MS = 1000
  * lifetime refetched every millisecond. A later refresh waits in steps.
  */
 const MAX_TIMER_MS = 2 ** 31 - 1
+/** A token answer is a few hundred bytes to a few KiB (JWTs); more fails the fetch. */
+const MAX_ANSWER_BYTES = 64 * 1024
 
 /** The clock and timers a TokenSource uses (tests inject their own). */
 export interface Timers {
@@ -142,8 +145,11 @@ export class TokenSource {
       method: 'POST', headers, body: form.toString(),
       signal: AbortSignal.timeout(typeof c.timeoutMs === 'number' ? c.timeoutMs : 5000),
     })
-    const text = await res.text()
-    if (!res.ok) throw new Error(`token endpoint answered ${res.status}`)
+    if (!res.ok) {
+      void res.body?.cancel().catch(() => {})
+      throw new Error(`token endpoint answered ${res.status}`)
+    }
+    const text = await readBounded(res, MAX_ANSWER_BYTES, 'token endpoint')
     let body: Record<string, unknown>
     try { body = JSON.parse(text) as Record<string, unknown> } catch { throw new Error('token endpoint answered non-JSON') }
     if (typeof body.access_token !== 'string') throw new Error('token endpoint answer has no access_token')

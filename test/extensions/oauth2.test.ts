@@ -71,3 +71,12 @@ t.test('expires_in of a year: timers no longer than node allows, one fetch until
   t.equal(source.fetches, 2, 'fetched once the refresh is due')
   t.equal(ep.fetches(), 2)
 })
+
+t.test('a token answer over 64 KiB fails the fetch', async (t) => {
+  const ep = await tokenEndpoint(t, () => ({ access_token: 'tok', expires_in: 3600, padding: 'x'.repeat(100 * 1024) }))
+  const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+  const source = new TokenSource(spec(config), config, 'secretRef', fakeTimers())
+  t.teardown(() => source.close())
+  await t.rejects(source.refresh(), /token endpoint answered more than 65536 bytes/)
+  await t.rejects(Promise.resolve(source.current()), /more than 65536 bytes/, 'requests fail (the extension failed) until a fetch succeeds')
+})
