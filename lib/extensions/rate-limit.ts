@@ -4,7 +4,8 @@
 // Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
 // fields (draft-ietf-httpapi-ratelimit-headers: `"name";q=<quota>;w=<window s>`
 // and `"name";r=<remaining>;t=<reset s>`). Redis unreachable: failureMode
-// open (default: let it through) or closed (429), counted either way.
+// open (default: let it through, with RateLimit-Policy but no RateLimit field:
+// the count is unknown) or closed (429), counted either way.
 
 import { hash } from 'node:crypto'
 import type { CompiledExtension } from '../compile/table.ts'
@@ -71,6 +72,11 @@ export interface LimiterConfig {
   readonly policy: string
 }
 
+/** Redis unreachable, failureMode open: allowed, the count unknown (no RateLimit field). */
+const UNKNOWN: Decision = Object.freeze({ allowed: true, remaining: 0, waitMs: 0 })
+/** Redis unreachable, failureMode closed: 429, retry in a second. */
+const CLOSED: Decision = Object.freeze({ allowed: false, remaining: 0, waitMs: 1000 })
+
 /** A bucket family: key builder + local or Redis store + failure mode. */
 export class Limiter {
   readonly config: LimiterConfig
@@ -89,6 +95,8 @@ export class Limiter {
   #lastAllow: HookResult = undefined
   #lastRemaining = -1
   #lastReset = -1
+  /** The success fields when the count is unknown (Redis down, failureMode open). */
+  #policyOnly: HookResult = undefined
 
   constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', buckets: LocalBuckets = local) {
     const amount = Number(block[amountField])
@@ -137,13 +145,15 @@ export class Limiter {
     return decideGlobal(this.#redis, key, this.config.limit, mode, cost).catch((err: unknown) => {
       rateLimitBackendErrors.inc({ outcome: this.#failOpen ? 'open' : 'closed' })
       log.warn({ limit: this.config.name, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen }, 'global rate limit unavailable')
-      return { allowed: this.#failOpen, remaining: 0, waitMs: this.#failOpen ? 0 : 1000 }
+      return this.#failOpen ? UNKNOWN : CLOSED
     })
   }
 
   /** An allowed request: the RateLimit fields for the answer (IETF draft: remaining quota, seconds until full). */
   allow(d: Decision): HookResult {
     const c = this.config
+    // Failed open: the limiter is off, not exhausted; r=0 would tell clients to stop.
+    if (d === UNKNOWN) return this.#policyOnly ??= { responseHeaders: Object.freeze({ 'ratelimit-policy': c.policy }) }
     const reset = Math.ceil((c.limit.capacity - d.remaining) / c.limit.perMs / 1000)
     if (d.remaining === this.#lastRemaining && reset === this.#lastReset) return this.#lastAllow
     this.#lastRemaining = d.remaining
@@ -204,7 +214,8 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
         if (r.match !== null && !r.match(req)) continue
         const d = await r.limiter.decide(r.limiter.key(req), 'take', r.cost)
         if (!d.allowed) return r.limiter.deny(d, 'rate limit exceeded')
-        if (tightest === null || d.remaining < tightest.d.remaining) tightest = { limiter: r.limiter, d }
+        // The field names the tightest known count; an unknown one (failed open) only when none is known.
+        if (tightest === null || (d !== UNKNOWN && (tightest.d === UNKNOWN || d.remaining < tightest.d.remaining))) tightest = { limiter: r.limiter, d }
       }
       return tightest === null || !headersOnSuccess ? undefined : tightest.limiter.allow(tightest.d)
     },

@@ -1,7 +1,8 @@
 // A global rate limit shared by two gateway processes over one real
 // redis-server: 5 requests per minute in total, whichever process serves them;
 // the sixth gets 429 with Retry-After and the RateLimit fields. Then Redis goes
-// away: failureMode open lets requests through (counted).
+// away: failureMode open lets requests through (counted), without a RateLimit
+// field (the count is unknown).
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -60,6 +61,8 @@ t.test('CLI ×2: one global token bucket in Redis', { skip: hasRedis ? false : '
   await redisExited
   const open = await eventually(() => get(`http://127.0.0.1:${p1}/`, 'api.example.test'), (r) => r.status === 200, 10000, 'fail open')
   t.equal(open.status, 200, 'Redis down: failureMode open lets requests through')
+  t.equal(open.headers['ratelimit-policy'], '"per-route";q=5;w=60', 'with RateLimit-Policy')
+  t.equal(open.headers.ratelimit, undefined, 'but no RateLimit field: the count is unknown, not zero')
   const metrics = await get(`http://127.0.0.1:${a1}/metrics`, 'x')
   t.match(metrics.body, /sallyport_rate_limit_redis_errors_total\{outcome="open"\} [1-9]/, 'counted')
   void c1; void c2

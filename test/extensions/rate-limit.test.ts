@@ -7,6 +7,7 @@ import type { CompiledExtension } from '../../lib/compile/table.ts'
 import type { ClientInfo, HookResult, RequestView } from '../../lib/extensions/plugin-api.ts'
 import { Limiter, rateLimit } from '../../lib/extensions/rate-limit.ts'
 import { RedisPool } from '../../lib/extensions/redis-client.ts'
+import { closedPort } from '../helpers/ports.ts'
 
 function spec(name: string, config: Record<string, unknown>): CompiledExtension {
   return {
@@ -50,4 +51,19 @@ t.test('a key part longer than 64 characters counts by its digest: the key stays
   // A short value that looks like a digest is hashed too: it cannot share the bucket of a long value.
   const lookalike = k1.slice(k1.lastIndexOf(':') + 1, k1.lastIndexOf('|'))
   t.not(l.key(view('default/r', { 'x-user': lookalike })), k1)
+})
+
+t.test('Redis unreachable, failureMode open: RateLimit-Policy but no RateLimit field (the count is unknown)', async (t) => {
+  const port = await closedPort()
+  const redis = new RedisPool()
+  t.teardown(() => redis.close())
+  const config = { requests: 5, unit: 'Minute', key: ['route'], global: { redis: `127.0.0.1:${port}`, timeoutMs: 1000 }, failureMode: 'open' }
+  const hooks = rateLimit(spec('open-when-down', config), redis)
+  const r = await (hooks.requestHeaders as (v: RequestView) => HookResult | Promise<HookResult>)(view('default/r'))
+  t.same(r, { responseHeaders: { 'ratelimit-policy': '"open-when-down";q=5;w=60' } }, 'allowed, the policy only')
+  // Several rules: the field names the tightest known count; none known, the policy of the first.
+  const local = { requests: 3, unit: 'Minute', key: ['route'] }
+  const two = rateLimit(spec('two-rules', { rules: [config, local] }), redis)
+  const r2 = await (two.requestHeaders as (v: RequestView) => HookResult | Promise<HookResult>)(view('default/r'))
+  t.same(r2, { responseHeaders: { 'ratelimit-policy': '"two-rules-1";q=3;w=60', ratelimit: '"two-rules-1";r=2;t=20' } }, 'a known count wins over an unknown one')
 })
