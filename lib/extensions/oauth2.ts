@@ -10,6 +10,7 @@ import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, RequestView } from './plugin-api.ts'
 import { place, placement, secretValue } from './credential-injector.ts'
 import { readBounded } from './read-bounded.ts'
+import { INVALID_VALUE } from '../upstream/h1-parser.ts'
 
 const log = logger('oauth2')
 
@@ -153,6 +154,9 @@ export class TokenSource {
     let body: Record<string, unknown>
     try { body = JSON.parse(text) as Record<string, unknown> } catch { throw new Error('token endpoint answered non-JSON') }
     if (typeof body.access_token !== 'string') throw new Error('token endpoint answer has no access_token')
+    // RFC 6749 §A.12: visible characters. One with CR, LF or NUL could not be
+    // sent: the fetch fails (failOpen decides), not every request it would go on.
+    if (INVALID_VALUE.test(body.access_token)) throw new Error('token endpoint answer: access_token is not a valid field value')
     const expiresIn = typeof body.expires_in === 'number' ? body.expires_in : Number(body.expires_in ?? 300)
     const now = this.#timers.now()
     const lifetimeMs = (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000

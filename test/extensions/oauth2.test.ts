@@ -80,3 +80,20 @@ t.test('a token answer over 64 KiB fails the fetch', async (t) => {
   await t.rejects(source.refresh(), /token endpoint answered more than 65536 bytes/)
   await t.rejects(Promise.resolve(source.current()), /more than 65536 bytes/, 'requests fail (the extension failed) until a fetch succeeds')
 })
+
+t.test('an access_token that is not a field value (CR, LF, NUL) fails the fetch', async (t) => {
+  const cases: Array<[string, string]> = [['CR LF', 'tok\r\nx-evil: 1'], ['LF', 'tok\nx'], ['NUL', 'tok\u0000'], ['U+2028', 'tok\u2028']]
+  for (const [what, bad] of cases) {
+    const ep = await tokenEndpoint(t, () => ({ access_token: bad, expires_in: 3600 }))
+    const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+    const source = new TokenSource(spec(config), config, 'secretRef', fakeTimers())
+    t.teardown(() => source.close())
+    await t.rejects(source.refresh(), /access_token is not a valid field value/, what)
+  }
+  const ep = await tokenEndpoint(t, () => ({ access_token: 'a.b-c_d~e+f/g=', expires_in: 3600 }))
+  const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+  const source = new TokenSource(spec(config), config, 'secretRef', fakeTimers())
+  t.teardown(() => source.close())
+  await source.refresh()
+  t.equal(source.current(), 'Bearer a.b-c_d~e+f/g=', 'a token of visible characters is used')
+})
