@@ -107,9 +107,16 @@ export class PortListener {
       requestTimeout: limits.requestTimeoutMs,
       headersTimeout: limits.headersTimeoutMs,
       keepAliveTimeout: limits.keepAliveTimeoutMs,
+      // How often heads (and whole requests) are checked against those bounds.
+      connectionsCheckingInterval: Math.max(50, Math.min(5000, Math.floor(limits.headersTimeoutMs / 4))),
       noDelay: true,
       shouldUpgradeCallback: this.#shouldUpgrade,
     }, this.#onRequest)
+    // node checks headersTimeout/requestTimeout from a timer its server starts on
+    // 'listening'; this one never listens (connections are handed to it), so it is
+    // told. Without it a head that stalled once begun (a byte, half a head) was
+    // never timed out. close() stops the timer.
+    this.#h1.emit('listening')
     this.#h1.maxHeadersCount = limits.maxHeaders
     this.#h1.on('upgrade', this.#onUpgrade)
     this.#h1.on('connect', this.#onConnect)
@@ -198,6 +205,7 @@ export class PortListener {
   close(graceMs: number): Promise<void> {
     this.#closing = true
     this.#server.close()
+    this.#h1.close() // its idle connections, and its head-timeout timer
     this.#h1.closeIdleConnections()
     for (const conn of this.#fast) conn.closeIfIdle()
     for (const session of this.#sessions.keys()) if (!session.closed) session.close()

@@ -557,3 +557,24 @@ t.test('a connection handed to node\'s server at its first request is not kept o
   const after = v8.queryObjects(FastH1Connection, { format: 'count' })
   t.ok(after - before < 5, `connections kept after ${N} closed: ${after - before}`)
 })
+
+t.test('a request head that stalls once begun gets 408 and the connection closes (one byte, half a head, after a request)', async (t) => {
+  // node's server runs its head timeout only from the check that listen()
+  // starts; the gateway hands it connections without listening, so a client
+  // that sent a byte and then nothing held its socket for good.
+  const { port } = await plainGateway(t, undefined, { headersTimeoutMs: 300 })
+  const stalled = async (what: string, bytes: string[]): Promise<void> => {
+    const c = await rawClient(t, port)
+    let closed = false
+    c.socket.on('close', () => { closed = true })
+    for (const b of bytes) {
+      c.socket.write(b)
+      if (bytes.length > 1) await c.until('an answer', (d) => parseResponses(d, 1) !== null)
+    }
+    await c.until(`${what}: closed`, () => closed)
+    t.match(c.data().toString('latin1'), /HTTP\/1\.1 408 /, `${what}: 408`)
+  }
+  await stalled('one byte', ['G'])
+  await stalled('half a head', [`GET /a HTTP/1.1\r\n${HOST}X-A: 1\r\n`])
+  await stalled('a head begun after a whole request', [`POST /a HTTP/1.1\r\n${HOST}Content-Length: 2\r\n\r\nhi`, 'GET /b HTT'])
+})
