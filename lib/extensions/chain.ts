@@ -48,6 +48,19 @@ export class Instance {
   }
 }
 
+/** How much of a body the extensions that read it buffer: the smallest of their maxBodyBytes. */
+export function bodyBound(readers: readonly Instance[]): number {
+  let bound = DEFAULT_MAX_BODY_BYTES * 64
+  for (const i of readers) if (i.maxBodyBytes < bound) bound = i.maxBodyBytes
+  return bound
+}
+
+/** A body over the bound passes through unprocessed only when every extension that reads it is failOpen. */
+export function allFailOpen(readers: readonly Instance[]): boolean {
+  for (const i of readers) if (!i.spec.failOpen) return false
+  return true
+}
+
 /** A chain ready to run: instances per phase, in order, and the body bounds. */
 export class RunnableChain {
   readonly id: string
@@ -72,10 +85,10 @@ export class RunnableChain {
     this.responseHeaders = instances.filter(i => has(i, 'response-headers') && i.hooks.responseHeaders !== undefined)
     this.responseBody = instances.filter(i => has(i, 'response-body') && i.hooks.responseBody !== undefined)
     this.responseStream = instances.filter(i => has(i, 'response-body') && i.hooks.responseStream !== undefined)
-    this.requestBodyBound = Math.min(...this.requestBody.map(i => i.maxBodyBytes), DEFAULT_MAX_BODY_BYTES * 64)
-    this.requestBodyFailOpen = this.requestBody.every(i => i.spec.failOpen)
-    this.responseBodyBound = Math.min(...this.responseBody.map(i => i.maxBodyBytes), DEFAULT_MAX_BODY_BYTES * 64)
-    this.responseBodyFailOpen = this.responseBody.every(i => i.spec.failOpen)
+    this.requestBodyBound = bodyBound(this.requestBody)
+    this.requestBodyFailOpen = allFailOpen(this.requestBody)
+    this.responseBodyBound = bodyBound(this.responseBody)
+    this.responseBodyFailOpen = allFailOpen(this.responseBody)
     this.wantsResponse = this.responseHeaders.length + this.responseBody.length + this.responseStream.length > 0
     this.readsResponseBody = this.responseBody.length + this.responseStream.length > 0
   }

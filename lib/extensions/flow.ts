@@ -2,7 +2,10 @@
 // request body (buffered within the bound) for request-body hooks, then the
 // upstream; on the way back response-headers hooks and response-body hooks
 // (buffered) or stream observers (not buffered). Hooks run one after the other
-// in the chain's order; a synchronous hook costs no promise.
+// in the chain's order; a synchronous hook costs no promise. A body extension
+// may decline a body by the head (readsRequestBody / readsResponseBody:
+// PayloadProcessor reads JSON only); a body no extension reads is never
+// buffered and streams through untouched.
 //
 // Bounds (DESIGN.md: every buffer has one): the request body over the bound
 // answers 413 SP_ERR_BODY_TOO_LARGE, the response body 502
@@ -11,8 +14,9 @@
 // are skipped (counted as failures, "open").
 //
 // A compressed response body is decoded for the body hooks (gzip, deflate, br;
-// within the same bound) and sent on as identity; HEAD, 204 and 304 answers
-// have no body and skip the body hooks.
+// within the same bound) and sent on as identity; another coding fails them
+// from the head, unread. HEAD, 204 and 304 answers have no body and skip the
+// body hooks.
 
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import zlib from 'node:zlib'
@@ -20,7 +24,7 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { ExtensionChain } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamRequest, UpstreamResponse } from '../upstream/types.ts'
 import type { ClientInfo, HookResult, MaybePromise, RequestView, ResponseView, StreamObserver } from './plugin-api.ts'
-import type { Instance, RunnableChain } from './chain.ts'
+import { allFailOpen, bodyBound, type Instance, type RunnableChain } from './chain.ts'
 import { logger } from '../observe/log.ts'
 import { extensionDenials, extensionFailures } from '../observe/extension-metrics.ts'
 import { writableField } from '../upstream/h1-parser.ts'
@@ -107,6 +111,24 @@ const callRequestHeadersOnce: Invoke = (f, inst) => f.decided !== null && f.deci
 const callRequestBody: Invoke = (f, inst) => (inst.hooks.requestBody as NonNullable<typeof inst.hooks.requestBody>)(f.view, f.body as Buffer)
 const callResponseHeaders: Invoke = (f, inst) => (inst.hooks.responseHeaders as NonNullable<typeof inst.hooks.responseHeaders>)(f.view, f.resView as ResponseView)
 const callResponseBody: Invoke = (f, inst) => (inst.hooks.responseBody as NonNullable<typeof inst.hooks.responseBody>)(f.view, f.resView as ResponseView, f.body as Buffer)
+
+type Reads = (flow: Flow, inst: Instance) => boolean
+const readsRequest: Reads = (f, inst) => inst.hooks.readsRequestBody?.(f.view) ?? true
+const readsResponse: Reads = (f, inst) => inst.hooks.readsResponseBody?.(f.view, f.resView as ResponseView) ?? true
+
+// hot path
+/** The body hooks of `list` that read this body (the list itself when none declines). */
+function readers(flow: Flow, list: readonly Instance[], reads: Reads): readonly Instance[] {
+  let out: Instance[] | null = null
+  for (let i = 0; i < list.length; i++) {
+    const inst = list[i] as Instance
+    let yes = true
+    try { yes = reads(flow, inst) } catch { /* read it: a body is never skipped unseen by mistake */ }
+    if (yes) out?.push(inst)
+    else out ??= list.slice(0, i)
+  }
+  return out ?? list
+}
 
 class View implements RequestView {
   readonly method: string
@@ -270,23 +292,26 @@ export class Flow {
 function afterRequestHeaders(flow: Flow): void {
   const chain = flow.chain
   if (chain.requestBody.length === 0) return flow.send()
+  const list = readers(flow, chain.requestBody, readsRequest)
+  if (list.length === 0) return flow.send()
   const body = flow.req.body
   if (body === null) {
     flow.body = Buffer.alloc(0)
-    return runHooks(flow, chain.requestBody, callRequestBody, afterRequestBody, 0)
+    return runHooks(flow, list, callRequestBody, afterRequestBody, 0)
   }
-  collect(body, chain.requestBodyBound, (err, buf, over) => {
+  const whole = list === chain.requestBody
+  collect(body, whole ? chain.requestBodyBound : bodyBound(list), (err, buf, over) => {
     if (flow.host.isDone()) return
     if (err !== null) return flow.host.fail(ErrorCode.CLIENT_ABORTED)
     if (over !== null) {
-      if (!chain.requestBodyFailOpen) return flow.host.fail(ErrorCode.BODY_TOO_LARGE, 'extension body bound')
-      flow.skipped(chain.requestBody, 'request body')
+      if (!(whole ? chain.requestBodyFailOpen : allFailOpen(list))) return flow.host.fail(ErrorCode.BODY_TOO_LARGE, 'extension body bound')
+      flow.skipped(list, 'request body')
       flow.req = { ...flow.req, body: over }
       return flow.send()
     }
     flow.body = buf
     if (flow.keepOriginal) flow.original = buf
-    runHooks(flow, chain.requestBody, callRequestBody, afterRequestBody, 0)
+    runHooks(flow, list, callRequestBody, afterRequestBody, 0)
   })
 }
 
@@ -304,19 +329,24 @@ function afterResponseHeaders(flow: Flow): void {
   const chain = flow.chain
   const res = flow.res as UpstreamResponse
   if (chain.responseBody.length === 0 || !hasBody(flow.view.method, res.status)) return relay(flow, res)
-  collect(res.body, chain.responseBodyBound, (err, buf, over) => {
+  const list = readers(flow, chain.responseBody, readsResponse)
+  if (list.length === 0) return relay(flow, res)
+  const bound = list === chain.responseBody ? chain.responseBodyBound : bodyBound(list)
+  const coding = codingOf(res.headers['content-encoding'])
+  // A coding we cannot decode fails the body hooks as it would once read: no need to read it.
+  if (coding !== null && !canDecode(coding)) return undecodable(flow, list, res, coding, NOT_DECODABLE)
+  collect(res.body, bound, (err, buf, over) => {
     if (flow.host.isDone()) return
     if (err !== null) return flow.host.fail(ErrorCode.UPSTREAM_RESET)
-    if (over !== null) return overBound(flow, res, over)
-    const coding = codingOf(res.headers['content-encoding'])
+    if (over !== null) return overBound(flow, list, res, over)
     if (coding === null) {
       flow.body = buf
-      return runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+      return runHooks(flow, list, callResponseBody, afterResponseBody, 0)
     }
     // We asked for identity (Flow's constructor), but an upstream may compress
     // anyway: body hooks must see the body, not skip it unseen (a redaction
     // passed over is a leak). Decoded within the same bound, then sent as identity.
-    decode(coding, buf, chain.responseBodyBound, (decodeErr, decoded) => {
+    decode(coding, buf, bound, (decodeErr, decoded) => {
       if (flow.host.isDone()) return
       if (decodeErr === null) {
         const headers = res.headers
@@ -325,17 +355,25 @@ function afterResponseHeaders(flow: Flow): void {
         const etag = headers.etag
         if (typeof etag === 'string' && !etag.startsWith('W/')) headers.etag = 'W/' + etag
         flow.body = decoded
-        return runHooks(flow, chain.responseBody, callResponseBody, afterResponseBody, 0)
+        return runHooks(flow, list, callResponseBody, afterResponseBody, 0)
       }
       const original = { ...res, body: Readable.from([buf]) }
-      if ((decodeErr as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return overBound(flow, res, original.body)
-      // Corrupt or an unknown coding: each body extension fails (failOpen
-      // decides); when all continue, the body passes as the upstream sent it.
-      const failure = new Error(`response Content-Encoding ${coding} cannot be decoded: ${decodeErr.message}`)
-      for (const inst of chain.responseBody) if (!flow.failed(inst, failure)) return
-      relay(flow, original)
+      if ((decodeErr as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return overBound(flow, list, res, original.body)
+      undecodable(flow, list, original, coding, decodeErr.message)
     })
   })
+}
+
+const NOT_DECODABLE = 'not a supported coding (gzip, deflate, br)'
+
+/**
+ * Corrupt or an unknown coding: each body extension fails (failOpen decides);
+ * when all continue, the body passes as the upstream sent it.
+ */
+function undecodable(flow: Flow, list: readonly Instance[], res: UpstreamResponse, coding: string, why: string): void {
+  const failure = new Error(`response Content-Encoding ${coding} cannot be decoded: ${why}`)
+  for (const inst of list) if (!flow.failed(inst, failure)) return
+  relay(flow, res)
 }
 
 /** RFC 9110 §6.4.1: a HEAD answer, a 1xx, a 204 and a 304 have no body; their Content-Length is kept as sent. */
@@ -343,10 +381,9 @@ function hasBody(method: string, status: number): boolean {
   return method !== 'HEAD' && status >= 200 && status !== 204 && status !== 304
 }
 
-function overBound(flow: Flow, res: UpstreamResponse, body: Readable): void {
-  const chain = flow.chain
-  if (!chain.responseBodyFailOpen) return flow.host.fail(ErrorCode.RESPONSE_TOO_LARGE)
-  flow.skipped(chain.responseBody, 'response body')
+function overBound(flow: Flow, list: readonly Instance[], res: UpstreamResponse, body: Readable): void {
+  if (!(list === flow.chain.responseBody ? flow.chain.responseBodyFailOpen : allFailOpen(list))) return flow.host.fail(ErrorCode.RESPONSE_TOO_LARGE)
+  flow.skipped(list, 'response body')
   relay(flow, { ...res, body })
 }
 
@@ -354,6 +391,10 @@ function overBound(flow: Flow, res: UpstreamResponse, body: Readable): void {
 function codingOf(value: string | string[] | undefined): string | null {
   const v = (Array.isArray(value) ? value.join(',') : value ?? '').trim().toLowerCase()
   return v === '' || v === 'identity' ? null : v
+}
+
+function canDecode(coding: string): boolean {
+  return coding === 'gzip' || coding === 'x-gzip' || coding === 'deflate' || coding === 'br'
 }
 
 /** Decodes gzip, deflate (zlib-wrapped, or raw as some servers send it) and br, to at most `bound` bytes. */
@@ -367,7 +408,7 @@ function decode(coding: string, buf: Buffer, bound: number, done: (err: Error | 
       zlib.inflateRaw(buf, options, done)
     })
   }
-  done(new Error('not a supported coding (gzip, deflate, br)'), Buffer.alloc(0))
+  done(new Error(NOT_DECODABLE), Buffer.alloc(0))
 }
 
 function afterResponseBody(flow: Flow): void {

@@ -3,8 +3,9 @@
 // pattern matches answers 403 with its reason — then redaction: values at the
 // `fields` selectors are replaced whole, and `patterns` (email, phone, card
 // with Luhn, ssn, or regexes) are replaced inside every string value (or only
-// inside `scope` selectors). Bodies that are not JSON (by content-type) pass
-// untouched; a JSON content-type with an unparsable body is a failure (failOpen
+// inside `scope` selectors). Bodies that are not JSON (by content-type) are
+// never read: they stream through untouched and unbuffered, whatever their
+// size; a JSON content-type with an unparsable body is a failure (failOpen
 // decides).
 
 import type { CompiledExtension } from '../compile/table.ts'
@@ -98,8 +99,14 @@ export function payloadProcessor(spec: CompiledExtension): ExtensionHooks {
   const req = compileRules(spec.config.request)
   const res = compileRules(spec.config.response)
   const hooks: ExtensionHooks = {}
-  if (req !== null) hooks.requestBody = (view, body) => isJson(view.headers) ? processJson(req, body) : undefined
-  if (res !== null) hooks.responseBody = (_view, r, body) => isJson(r.headers) ? processJson(res, body) : undefined
+  if (req !== null) {
+    hooks.readsRequestBody = view => isJson(view.headers)
+    hooks.requestBody = (view, body) => isJson(view.headers) ? processJson(req, body) : undefined
+  }
+  if (res !== null) {
+    hooks.readsResponseBody = (_view, r) => isJson(r.headers)
+    hooks.responseBody = (_view, r, body) => isJson(r.headers) ? processJson(res, body) : undefined
+  }
   return hooks
 }
 

@@ -89,9 +89,16 @@ export interface ExtensionHooks {
   requestHeaders?(req: RequestView): MaybePromise<HookResult>
   /** The whole request body, buffered within the bound (maxBodyBytes, default 1 MiB). */
   requestBody?(req: RequestView, body: Buffer): MaybePromise<HookResult>
+  /**
+   * Asked before the request body is read: false leaves this body to stream
+   * past `requestBody` unread (and unbounded by this extension). Absent: every body is read.
+   */
+  readsRequestBody?(req: RequestView): boolean
   responseHeaders?(req: RequestView, res: ResponseView): MaybePromise<HookResult>
   /** The whole response body, buffered within the bound. */
   responseBody?(req: RequestView, res: ResponseView, body: Buffer): MaybePromise<HookResult>
+  /** As readsRequestBody, for `responseBody`, by the response head. */
+  readsResponseBody?(req: RequestView, res: ResponseView): boolean
   /** Observe the response body without buffering it (runs in the response-body phase); null: not interested. */
   responseStream?(req: RequestView, res: ResponseView): StreamObserver | null
   /** The extension left the route table (reload): release timers, sockets. */

@@ -33,7 +33,7 @@ export function loadPlugin(file: string): Promise<PluginFactory> {
   return p
 }
 
-const HOOKS = ['requestHeaders', 'requestBody', 'responseHeaders', 'responseBody', 'responseStream', 'close'] as const
+const HOOKS = ['requestHeaders', 'requestBody', 'readsRequestBody', 'responseHeaders', 'responseBody', 'readsResponseBody', 'responseStream', 'close'] as const
 
 /**
  * Hooks that wait for the module until it is loaded, then are replaced by the

@@ -2,7 +2,9 @@
 // answers compressed anyway (we ask for identity) is decoded within the bound
 // and redacted, or fails per failOpen, never passed on unredacted in silence;
 // a HEAD, 204 or 304 answer keeps its headers (there is no body to see);
-// numbers the rules do not select keep their text.
+// numbers the rules do not select keep their text; a body that is not JSON is
+// never read, so it streams through unbuffered whatever its size (an SSE
+// stream event by event, a download or upload past maxBodyBytes whole).
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -20,10 +22,10 @@ const BIG = JSON.stringify({ m: 'bob@example.com', pad: 'x'.repeat(BOUND * 8) })
 interface Raw { status: number; headers: http.IncomingHttpHeaders; body: Buffer }
 
 /** One request on a fresh connection; the body as bytes (never decoded). */
-function raw(port: number, host: string, p: string, method = 'GET', body: string | null = null): Promise<Raw> {
+function raw(port: number, host: string, p: string, method = 'GET', body: string | Buffer | null = null, type = 'application/json'): Promise<Raw> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { host, 'accept-encoding': 'gzip, br' }
-    if (body !== null) headers['content-type'] = 'application/json'
+    if (body !== null) headers['content-type'] = type
     const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
@@ -36,6 +38,10 @@ function raw(port: number, host: string, p: string, method = 'GET', body: string
 }
 
 t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) => {
+  // The SSE upstream holds its stream open until the test saw the first event.
+  let release: () => void = () => {}
+  const released = new Promise<void>((resolve) => { release = resolve })
+  t.teardown(release)
   const up = await recorder(t, (req, res) => {
     const json = { 'content-type': 'application/json' }
     switch (req.url) {
@@ -55,6 +61,13 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
         res.writeHead(200, json)
         res.end(`{"email":"ann@example.com","id":12345678901234567890,"price":1.10,"big":1e400,"echo":${req.body}}`)
         return
+      case '/sse':
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write(`data: ${PII}\n\n`)
+        void released.then(() => res.end('data: [DONE]\n\n'))
+        return
+      case '/download': res.writeHead(200, { 'content-type': 'application/octet-stream' }); res.end(Buffer.alloc(BOUND * 4, 'bob@example.com ')); return
+      case '/upload': res.writeHead(200, { 'content-type': 'text/plain' }); res.end(`${req.headers['content-type']} ${req.body.length}`); return
       case '/204': res.writeHead(204, { 'x-kept': 'yes' }); res.end(); return
       case '/304': res.writeHead(304, { etag: '"v1"', 'content-length': '55' }); res.end(); return
     }
@@ -118,6 +131,34 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
     t.equal(r.status, 200)
     t.equal(r.body.toString(), '{"email":"[REDACTED]","id":12345678901234567890,"price":1.10,"big":1e400,' +
       '"echo":{"msg":"mail [REDACTED]","amount":12345678901234567890,"price":1.10,"big":1e400}}')
+  })
+
+  t.test('an SSE stream (not JSON) passes event by event', async (t) => {
+    // Not buffered: the first event arrives while the upstream still holds the stream open.
+    const events = await new Promise<string>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: httpPort, path: '/sse', agent: false, headers: { host: 'closed.example.test' } }, (res) => {
+        t.equal(res.statusCode, 200)
+        let body = ''
+        res.setEncoding('utf8')
+        res.on('data', (s: string) => { if (body === '') { t.equal(s, `data: ${PII}\n\n`, 'the first event, untouched, before the stream ended'); release() } body += s })
+        res.on('end', () => resolve(body))
+      })
+      req.setTimeout(5000, () => req.destroy(new Error('no event before the stream ended')))
+      req.on('error', reject)
+      req.end()
+    })
+    t.equal(events, `data: ${PII}\n\ndata: [DONE]\n\n`)
+  })
+
+  t.test('a body that is not JSON is not held to maxBodyBytes, either way', async (t) => {
+    const download = await raw(httpPort, 'closed.example.test', '/download')
+    t.equal(download.status, 200, 'a download past maxBodyBytes: no 502')
+    t.ok(download.body.equals(Buffer.alloc(BOUND * 4, 'bob@example.com ')), 'as the upstream sent it')
+    const upload = await raw(httpPort, 'closed.example.test', '/upload', 'POST', Buffer.alloc(BOUND * 4, 'bob@example.com '), 'application/octet-stream')
+    t.equal(upload.status, 200, 'an upload past maxBodyBytes: no 413')
+    t.equal(upload.body.toString(), `application/octet-stream ${BOUND * 4}`, 'the upstream got it whole')
+    const json = await raw(httpPort, 'closed.example.test', '/upload', 'POST', JSON.stringify({ pad: 'x'.repeat(BOUND * 4) }))
+    t.equal(json.status, 413, 'a JSON upload past maxBodyBytes is still refused')
   })
 
   t.test('HEAD, 204 and 304 keep their headers', async (t) => {
