@@ -3,7 +3,8 @@
 // answers and from server-sent-event streams — the final chunk carries usage
 // when the client asked with `stream_options.include_usage` — as the body
 // streams past, never holding it back (an SSE answer is parsed line by line;
-// a JSON answer is copied aside up to 1 MiB). Exports
+// a JSON answer is copied aside up to 1 MiB), decoded by the flow when the
+// upstream compressed it anyway (extensions/flow.ts, Tap). Exports
 // sallyport_ai_tokens_total{model,namespace,service_account,direction} and,
 // with `budget`, charges the tokens to a token bucket per namespace or
 // serviceAccount (local or Redis): a client whose budget is spent gets 429

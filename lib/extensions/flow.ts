@@ -15,8 +15,9 @@
 //
 // A compressed response body is decoded for the body hooks (gzip, deflate, br;
 // within the same bound) and sent on as identity; another coding fails them
-// from the head, unread. HEAD, 204 and 304 answers have no body and skip the
-// body hooks.
+// from the head, unread. Stream observers see it decoded (within their bound)
+// while the client gets it as sent. HEAD, 204 and 304 answers have no body and
+// skip the body hooks.
 
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import zlib from 'node:zlib'
@@ -264,6 +265,17 @@ export class Flow {
     this.res?.body.destroy()
   }
 
+  /**
+   * A stream observer could not read the answer (a coding it cannot decode,
+   * corrupt, decoded past its bound): an open failure, whatever failOpen says,
+   * since an observer never holds the answer back.
+   */
+  unread(inst: Instance, message: string): void {
+    extensionFailures.inc({ extension: inst.spec.name, type: inst.spec.type, outcome: 'open' })
+    log.warn({ extension: inst.spec.name, type: inst.spec.type, source: inst.spec.source, route: this.view.route, error: message }, 'extension could not read the response')
+    inst.event('ExtensionFailed', `${inst.spec.name} (${inst.spec.type}) could not read a response on ${this.view.route}: ${message}`)
+  }
+
   /** Body over its bound with every body hook failOpen: count each as an open failure. */
   skipped(list: readonly Instance[], what: string): void {
     for (const inst of list) {
@@ -426,16 +438,25 @@ function relay(flow: Flow, res: UpstreamResponse): void {
   const list = flow.chain.responseStream
   if (list.length === 0) return flow.host.relay(res)
   const observers: StreamObserver[] = []
+  const watching: Instance[] = []
   for (const inst of list) {
     try {
       const o = (inst.hooks.responseStream as NonNullable<typeof inst.hooks.responseStream>)(flow.view, flow.resView as ResponseView)
-      if (o !== null) observers.push(o)
+      if (o !== null) { observers.push(o); watching.push(inst) }
     } catch (err) {
       if (!flow.failed(inst, err)) return
     }
   }
   if (observers.length === 0) return flow.host.relay(res)
-  const tap = new Tap(observers)
+  // We asked for identity (Flow's constructor), but an upstream may compress
+  // anyway: the observers read it decoded (an AIUsage that cannot read the
+  // usage charges nothing), and the client gets it as sent.
+  const coding = hasBody(flow.view.method, res.status) ? codingOf(res.headers['content-encoding']) : null
+  if (coding !== null && !canDecode(coding)) {
+    for (const inst of watching) flow.unread(inst, `response Content-Encoding ${coding} cannot be decoded: ${NOT_DECODABLE}`)
+    return flow.host.relay(res)
+  }
+  const tap = new Tap(flow, watching, observers, coding)
   // The upstream's failure fails the tap too; the client writer sees it while
   // it reads, and after it let go (the client left) nobody needs to.
   tap.on('error', noop)
@@ -444,21 +465,113 @@ function relay(flow: Flow, res: UpstreamResponse): void {
   flow.host.relay({ ...res, body: body.pipe(tap) })
 }
 
-/** Passes chunks through unchanged, showing each to the observers (whose errors never break the stream). */
+/**
+ * Passes chunks through unchanged, showing each to the observers (whose errors
+ * never break the stream). A compressed body (`coding`) is shown decoded, up
+ * to the largest maxBodyBytes of the observers' extensions: a decompression
+ * bomb costs that much and no more. One that is corrupt or longer stops the
+ * observers, an open failure of each (the answer is never held for them).
+ */
 class Tap extends Transform {
+  readonly #flow: Flow
+  readonly #watching: readonly Instance[]
   readonly #observers: readonly StreamObserver[]
-  constructor(observers: readonly StreamObserver[]) {
+  readonly #coding: string | null
+  readonly #bound: number
+  #decoder: Transform | null = null
+  /** deflate: the first byte, until the second tells zlib-wrapped from raw. */
+  #head: Buffer | null = null
+  #decoded = 0
+  /** The observers were told how the body ended (or failed). */
+  #over = false
+  /** The whole body passed (the decoder may still be at work on it). */
+  #passed = false
+
+  constructor(flow: Flow, watching: readonly Instance[], observers: readonly StreamObserver[], coding: string | null) {
     super()
+    this.#flow = flow
+    this.#watching = watching
     this.#observers = observers
+    this.#coding = coding
+    let bound = 0
+    for (const inst of watching) if (inst.maxBodyBytes > bound) bound = inst.maxBodyBytes
+    this.#bound = bound
   }
+
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    for (const o of this.#observers) { try { o.chunk(chunk) } catch (err) { log.debug({ err }, 'stream observer failed') } }
+    if (this.#coding === null) this.#show(chunk)
+    else if (!this.#over) this.#decode(chunk)
     cb(null, chunk)
   }
+
   override _flush(cb: TransformCallback): void {
-    for (const o of this.#observers) { try { o.end() } catch (err) { log.debug({ err }, 'stream observer failed') } }
+    this.#passed = true
+    if (!this.#over) {
+      if (this.#head !== null) this.#start(this.#head)
+      // The decoder finishes for the observers on its own: the client is not kept waiting for it.
+      if (this.#decoder === null) this.#end()
+      else this.#decoder.end()
+    }
     cb()
   }
+
+  override _destroy(err: Error | null, cb: (err: Error | null) => void): void {
+    if (!this.#passed) {
+      this.#over = true
+      this.#decoder?.destroy()
+    }
+    cb(err)
+  }
+
+  #show(data: Buffer): void {
+    for (const o of this.#observers) { try { o.chunk(data) } catch (err) { log.debug({ err }, 'stream observer failed') } }
+  }
+
+  #end(): void {
+    this.#over = true
+    for (const o of this.#observers) { try { o.end() } catch (err) { log.debug({ err }, 'stream observer failed') } }
+  }
+
+  #decode(chunk: Buffer): void {
+    if (this.#decoder === null) {
+      const data = this.#head === null ? chunk : Buffer.concat([this.#head, chunk])
+      this.#head = null
+      if (this.#coding === 'deflate' && data.length < 2) { this.#head = data; return }
+      return this.#start(data)
+    }
+    this.#decoder.write(chunk)
+  }
+
+  #start(first: Buffer): void {
+    this.#head = null
+    const coding = this.#coding
+    const decoder = coding === 'br' ? zlib.createBrotliDecompress()
+      : coding === 'deflate' ? (isZlibHeader(first) ? zlib.createInflate() : zlib.createInflateRaw())
+        : zlib.createGunzip()
+    this.#decoder = decoder
+    decoder.on('data', (data: Buffer) => {
+      if (this.#over) return
+      this.#decoded += data.length
+      if (this.#decoded > this.#bound) return this.#fail(`decodes to more than ${this.#bound} bytes (maxBodyBytes)`)
+      this.#show(data)
+    })
+    decoder.on('end', () => { if (!this.#over) this.#end() })
+    decoder.on('error', (err: Error) => this.#fail(`cannot be decoded: ${err.message}`))
+    decoder.write(first)
+  }
+
+  #fail(why: string): void {
+    if (!this.#over) {
+      this.#over = true
+      for (const inst of this.#watching) this.#flow.unread(inst, `response Content-Encoding ${this.#coding ?? 'identity'} ${why}`)
+    }
+    this.#decoder?.destroy()
+  }
+}
+
+/** RFC 1950 §2.2: CM 8 (deflate) and a header checksum; raw deflate (as some servers send it) has neither. */
+function isZlibHeader(b: Buffer): boolean {
+  return b.length >= 2 && ((b[0] as number) & 0x0f) === 8 && (((b[0] as number) << 8) | (b[1] as number)) % 31 === 0
 }
 
 /**

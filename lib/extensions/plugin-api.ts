@@ -79,7 +79,11 @@ export interface ReplyHeaders {
 export type HookResult = void | undefined | Deny | ReplaceBody | ReplyHeaders
 export type MaybePromise<T> = T | Promise<T>
 
-/** Sees response body chunks as they stream (nothing is held back). */
+/**
+ * Sees response body chunks as they stream (nothing is held back). A body the
+ * upstream compressed anyway (gzip, deflate, br) is shown decoded, up to
+ * maxBodyBytes, while the client gets it as sent.
+ */
 export interface StreamObserver {
   chunk(data: Buffer): void
   end(): void

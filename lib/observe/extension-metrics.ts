@@ -6,7 +6,7 @@ import { registry } from './metrics.ts'
 
 export const extensionFailures = new Counter({
   name: 'sallyport_extension_failures_total',
-  help: 'Extension hooks that failed; outcome "open" continued the request (failOpen), "closed" answered 500.',
+  help: 'Extension hooks that failed; outcome "open" continued the request (failOpen, or a stream reader that could not read an answer it never holds back), "closed" answered 500.',
   labelNames: ['extension', 'type', 'outcome'] as const, registers: [registry],
 })
 
