@@ -8,7 +8,8 @@
 // sallyport_ai_tokens_total{model,namespace,service_account,direction} and,
 // with `budget`, charges the tokens to a token bucket per namespace or
 // serviceAccount (local or Redis): a client whose budget is spent gets 429
-// until it refills.
+// until it refills. A stream cut short (client gone, upstream failed) counts
+// the usage it carried so far, and nothing before its usage event.
 
 import { StringDecoder } from 'node:string_decoder'
 import type { CompiledExtension } from '../compile/table.ts'
@@ -135,6 +136,11 @@ export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHoo
         chunk(data: Buffer): void { reader.push(data) },
         end(): void {
           reader.end()
+          if (reader.found) record(req, reader.usage)
+        },
+        // Cut short: the usage seen so far is charged (cumulative usage, or the
+        // final event before [DONE]); before any, the tokens are unknown.
+        abort(): void {
           if (reader.found) record(req, reader.usage)
         },
       }

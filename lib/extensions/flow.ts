@@ -454,6 +454,7 @@ function relay(flow: Flow, res: UpstreamResponse): void {
   const coding = hasBody(flow.view.method, res.status) ? codingOf(res.headers['content-encoding']) : null
   if (coding !== null && !canDecode(coding)) {
     for (const inst of watching) flow.unread(inst, `response Content-Encoding ${coding} cannot be decoded: ${NOT_DECODABLE}`)
+    abortAll(observers)
     return flow.host.relay(res)
   }
   const tap = new Tap(flow, watching, observers, coding)
@@ -516,8 +517,12 @@ class Tap extends Transform {
   }
 
   override _destroy(err: Error | null, cb: (err: Error | null) => void): void {
+    // Before the body's end (the client left, the upstream failed): the observers keep what they saw.
     if (!this.#passed) {
-      this.#over = true
+      if (!this.#over) {
+        this.#over = true
+        abortAll(this.#observers)
+      }
       this.#decoder?.destroy()
     }
     cb(err)
@@ -564,9 +569,14 @@ class Tap extends Transform {
     if (!this.#over) {
       this.#over = true
       for (const inst of this.#watching) this.#flow.unread(inst, `response Content-Encoding ${this.#coding ?? 'identity'} ${why}`)
+      abortAll(this.#observers)
     }
     this.#decoder?.destroy()
   }
+}
+
+function abortAll(observers: readonly StreamObserver[]): void {
+  for (const o of observers) { try { o.abort?.() } catch (err) { log.debug({ err }, 'stream observer failed') } }
 }
 
 /** RFC 1950 §2.2: CM 8 (deflate) and a header checksum; raw deflate (as some servers send it) has neither. */

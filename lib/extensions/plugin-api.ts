@@ -86,7 +86,10 @@ export type MaybePromise<T> = T | Promise<T>
  */
 export interface StreamObserver {
   chunk(data: Buffer): void
+  /** The body ended whole. */
   end(): void
+  /** The body ended early (the client left, the upstream failed, it could not be read on): what was seen is all there is. */
+  abort?(): void
 }
 
 export interface ExtensionHooks {

@@ -3,7 +3,8 @@
 // SSE stream are read decoded and charged to the token budget, while the client
 // gets the bytes as the upstream sent them; an answer it cannot read (another
 // coding, corrupt, decoded past maxBodyBytes) is counted as a failure and
-// logged, never held back.
+// logged, never held back; a stream the client leaves after its usage event is
+// still charged.
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -34,7 +35,11 @@ function ask(port: number, p: string, user: string): Promise<Raw> {
   })
 }
 
-t.test('CLI: AIUsage on compressed answers', async (t) => {
+t.test('CLI: AIUsage on compressed answers and cut streams', async (t) => {
+  // /cut holds its stream open after the usage event until the test ends.
+  let release: () => void = () => {}
+  const released = new Promise<void>((resolve) => { release = resolve })
+  t.teardown(release)
   const answers: Record<string, { coding: string, body: Buffer }> = {
     '/gzip': { coding: 'gzip', body: zlib.gzipSync(usage('gzip-json', 90, 60)) },
     '/br': { coding: 'br', body: zlib.brotliCompressSync(usage('br-json', 1, 2)) },
@@ -58,6 +63,13 @@ t.test('CLI: AIUsage on compressed answers', async (t) => {
       gz.write(FIRST)
       gz.write(event(usage('gzip-sse', 70, 80)))
       gz.end(event('[DONE]'))
+      return
+    }
+    if (req.url === '/cut') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(FIRST)
+      res.write(event(usage('cut', 100, 50)))
+      void released.then(() => res.end(event('[DONE]')))
       return
     }
     res.writeHead(404); res.end()
@@ -115,5 +127,24 @@ t.test('CLI: AIUsage on compressed answers', async (t) => {
     await eventually(failures, (n) => n === before + 3, 5000, 'three failures counted')
     t.equal(tokens(await metrics(), 'bomb', 'output'), 0, 'decoded past maxBodyBytes: not read')
     await cli.waitFor(/"error":"response Content-Encoding zstd cannot be decoded[^"]*","msg":"extension could not read the response"/, 5000)
+  })
+
+  t.test('a stream the client leaves after its usage event is charged', async (t) => {
+    await new Promise<void>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: httpPort, path: '/cut', agent: false, headers: { host: 'ai.example.test', 'x-user': 'cut' } }, (res) => {
+        let body = ''
+        res.setEncoding('utf8')
+        res.on('error', () => {}) // ours: the client leaves
+        res.on('data', (s: string) => {
+          body += s
+          if (body.includes('"usage":{')) { req.destroy(); resolve() }
+        })
+      })
+      req.setTimeout(5000, () => req.destroy(new Error('no usage event')))
+      req.on('error', reject)
+      req.end()
+    })
+    await eventually(() => counted('cut'), (s) => s === '100/50', 5000, 'the usage seen is counted (input/output)')
+    t.equal((await ask(httpPort, '/cut', 'cut')).status, 429, 'and charged')
   })
 })
