@@ -273,8 +273,8 @@ function buildPorts(
         else exact.set(l.hostname, l.cert)
       }
       wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-      const validation = listeners.find(l => l.clientValidation !== null)?.clientValidation ?? null
-      serverTls = { exact, wildcards, fallback, clientValidation: validation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [] }
+      // One per port: planGateways throws out a listener whose validation differs from the port's.
+      serverTls = { exact, wildcards, fallback, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [] }
     }
     ports.set(port, {
       port, protocol,

@@ -1,10 +1,11 @@
 // Step 1: which Gateways we serve and what their listeners become. Listeners
 // are grouped per port; the first listener on a port (oldest Gateway, then
-// listener order) fixes the port's protocol, later incompatible ones are
-// Conflicted (Gateway API ListenerConditionConflicted).
+// listener order) fixes the port's protocol and, on HTTPS, its frontend
+// client-certificate validation; later incompatible ones are Conflicted
+// (Gateway API ListenerConditionConflicted).
 
 import { createHash } from 'node:crypto'
-import type { Gateway, Listener, RouteGroupKind } from '../resources/model.ts'
+import type { DataRef, Gateway, Listener, RouteGroupKind } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, ObjectStatus } from './status.ts'
 import type { PortProtocol, ServerCert } from './table.ts'
@@ -83,8 +84,8 @@ export function planGateways(snapshot: Snapshot, gatewayClass: string, controlle
       conditions: [condition('Accepted', true, 'Accepted', `handled by ${controllerName}`, cls.meta.generation)], parents: [], listeners: [],
     })
   }
-  // Per port: protocol (and TLS mode) fixed by the first listener, hostnames seen.
-  const ports = new Map<number, { protocol: PortProtocol; tlsMode: string | null; hostnames: Set<string> }>()
+  // Per port: protocol (and TLS mode) and frontend validation fixed by the first listener, hostnames seen.
+  const ports = new Map<number, PortClaim>()
   const served: ServedGateway[] = []
   for (const gateway of gateways) {
     const key = `${gateway.meta.namespace}/${gateway.meta.name}`
@@ -136,9 +137,56 @@ function conflictsWithin(gateway: Gateway): Map<Listener, { reason: 'ProtocolCon
   return out
 }
 
+/** What the first listener on a port fixed for the listeners after it. */
+interface PortClaim {
+  readonly protocol: PortProtocol
+  readonly tlsMode: string | null
+  readonly hostnames: Set<string>
+  /** `namespace/name` of the Gateway whose listener claimed the port. */
+  readonly gateway: string
+  readonly frontend: Frontend
+}
+
+/**
+ * A listener's frontend client-certificate validation (Gateway.spec.tls.frontend,
+ * HTTPS only): what it resolves to, and how to compare and name it.
+ */
+interface Frontend {
+  /** null: no client certificates asked (or refs that do not resolve: see `problem`). */
+  readonly validation: ServedListener['clientValidation']
+  readonly problem: { readonly reason: string; readonly message: string } | null
+  /** Equal keys, equal handshakes: mode and CA content once resolved, else mode and the refs as written. */
+  readonly key: string
+  /** For messages: `none`, or the mode and the CA refs. */
+  readonly text: string
+}
+
+const NO_FRONTEND: Frontend = { validation: null, problem: null, key: '', text: 'none' }
+
+function frontendOf(snapshot: Snapshot, gateway: Gateway, listener: Listener): Frontend {
+  const fv = gateway.frontendValidation
+  if (fv === null || listener.protocol !== 'HTTPS') return NO_FRONTEND
+  // GEP-91: validation is per port, the default for ports without their own entry.
+  const perPort = fv.perPort.find(p => p.port === listener.port)
+  const caRefs = perPort?.caCertificateRefs ?? fv.caCertificateRefs
+  if (caRefs.length === 0) return NO_FRONTEND
+  const mode = perPort?.mode ?? fv.mode
+  const text = `${mode}, CA ${caRefs.map(refText).join(', ')}`
+  const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
+  const r = resolveBundle(snapshot, from, caRefs, 'ca.crt', 'InvalidCACertificateRef')
+  if (!r.ok) return { validation: null, problem: { reason: r.reason, message: r.message }, key: `unresolved\0${text}`, text }
+  if (r.value === null) return NO_FRONTEND
+  const required = mode === 'AllowValidOnly'
+  return { validation: { caPem: r.value, required }, problem: null, key: `${mode}\0${r.value}`, text }
+}
+
+function refText(ref: DataRef): string {
+  return `${ref.kind} ${ref.namespace}/${ref.name}${ref.key === null ? '' : `[${ref.key}]`}`
+}
+
 function planListener(
   snapshot: Snapshot, gateway: Gateway, gatewayKey: string, listener: Listener,
-  ports: Map<number, { protocol: PortProtocol; tlsMode: string | null; hostnames: Set<string> }>,
+  ports: Map<number, PortClaim>,
   within: { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string } | null,
 ): ServedListener {
   const gen = gateway.meta.generation
@@ -160,18 +208,28 @@ function planListener(
 
   // Conflicts on the port: within this Gateway, every listener of a conflicting set;
   // with an earlier Gateway's listeners on the port, this one (it came later). Protocol
-  // first, then hostname (Gateway API Listener docs).
+  // first, then hostname (Gateway API Listener docs), then frontend validation: one TLS
+  // handshake serves every listener of a port (the client's certificate is asked, or
+  // required, before its SNI has picked a listener's routes), so listeners that cannot
+  // be isolated must validate alike — GEP-91 makes validation per port for this reason.
+  // Within a Gateway it is per port already; between Gateways the later one differing
+  // is thrown out, never served under the port's validation (an mTLS bypass) nor
+  // imposing its own on the older one's clients.
+  const frontend = frontendOf(snapshot, gateway, listener)
   let conflict: Condition = condition('Conflicted', false, 'NoConflicts', '', gen)
   const seen = ports.get(listener.port)
   const hostKey = hostname ?? ''
   if (within !== null) {
     conflict = condition('Conflicted', true, within.reason, within.message, gen)
   } else if (seen === undefined) {
-    ports.set(listener.port, { protocol, tlsMode, hostnames: new Set([hostKey]) })
+    ports.set(listener.port, { protocol, tlsMode, hostnames: new Set([hostKey]), gateway: gatewayKey, frontend })
   } else if (seen.protocol !== protocol || seen.tlsMode !== tlsMode) {
     conflict = condition('Conflicted', true, 'ProtocolConflict', `port ${listener.port} already serves ${seen.protocol}${seen.tlsMode !== null ? ` (${seen.tlsMode})` : ''}`, gen)
   } else if (seen.hostnames.has(hostKey) || protocol === 'TCP') {
     conflict = condition('Conflicted', true, 'HostnameConflict', `another listener on port ${listener.port} already uses hostname ${hostname ?? '(any)'}`, gen)
+  } else if (seen.frontend.key !== frontend.key) {
+    conflict = condition('Conflicted', true, 'FrontendValidationConflict',
+      `port ${listener.port} is held by Gateway ${seen.gateway}, whose client-certificate validation there (${seen.frontend.text}) differs from this Gateway's (${frontend.text}); listeners on one port share one TLS handshake`, gen)
   } else {
     seen.hostnames.add(hostKey)
   }
@@ -211,20 +269,10 @@ function planListener(
   }
 
   // Frontend client-certificate validation (Gateway.spec.tls.frontend), HTTPS only.
-  let clientValidation: ServedListener['clientValidation'] = null
-  const fv = gateway.frontendValidation
-  if (fv !== null && protocol === 'HTTPS') {
-    const perPort = fv.perPort.find(p => p.port === listener.port)
-    const caRefs = perPort?.caCertificateRefs ?? fv.caCertificateRefs
-    const mode = perPort?.mode ?? fv.mode
-    const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
-    const r = resolveBundle(snapshot, from, caRefs, 'ca.crt', 'InvalidCACertificateRef')
-    if (!r.ok) {
-      certOk = false
-      refs = condition('ResolvedRefs', false, r.reason, r.message, gen)
-    } else if (r.value !== null) {
-      clientValidation = { caPem: r.value, required: mode === 'AllowValidOnly' }
-    }
+  const clientValidation = frontend.validation
+  if (frontend.problem !== null) {
+    certOk = false
+    refs = condition('ResolvedRefs', false, frontend.problem.reason, frontend.problem.message, gen)
   }
 
   const ready = conflict.status === 'False' && certOk

@@ -4,7 +4,8 @@
 import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import type { ObjectStatus } from '../../lib/compile/status.ts'
-import type { Listener } from '../../lib/resources/model.ts'
+import type { ConfigMap, Gateway, Listener } from '../../lib/resources/model.ts'
+import { createCa } from '../helpers/pki.ts'
 import * as b from './builders.ts'
 
 type Obj = Parameters<typeof b.snapshotOf>[0][number]
@@ -106,4 +107,79 @@ t.test('HTTPS certificateRefs: same namespace resolves, other namespace needs a 
 t.test('a certificateRef to a Secret that is not kubernetes.io/tls is InvalidCertificateRef', async t => {
   const { status } = run([b.gateway('gw', [b.listener('s', 8443, 'HTTPS', { tls: tls('opaque') })]), b.tlsSecret('opaque', 'default', 'Opaque')])
   t.equal(listenerConditions(status.objects, 'gw', 's').ResolvedRefs, 'False/InvalidCertificateRef')
+})
+
+// ── frontend client-certificate validation (GEP-91) on a port Gateways share ──
+
+const clientCaA = createCa('client CA A')
+const clientCaB = createCa('client CA B')
+
+function caMap(name: string, pem: string, namespace = 'default'): ConfigMap {
+  return { kind: 'ConfigMap', apiVersion: 'v1', meta: b.meta(name, namespace), source: { file: 'test.yaml', doc: 0 }, data: { 'ca.crt': pem } }
+}
+
+function frontend(caName: string | null, mode: 'AllowValidOnly' | 'AllowInsecureFallback' = 'AllowValidOnly'): Partial<Gateway> {
+  if (caName === null) return {}
+  return { frontendValidation: { caCertificateRefs: [{ group: '', kind: 'ConfigMap', namespace: 'default', name: caName, key: null }], mode, perPort: [] } }
+}
+
+/** Gateways "public" (older, a.example.test) and "secure" (newer, b.example.test) on HTTPS port 8443. */
+function sharedPort(pub: Partial<Gateway>, sec: Partial<Gateway>, extra: Obj[] = []) {
+  return run([
+    b.gateway('public', [b.listener('pub', 8443, 'HTTPS', { hostname: 'a.example.test', tls: tls('cert-a') })], pub, { creationTimestamp: '2024-01-01T00:00:00Z' }),
+    b.gateway('secure', [b.listener('sec', 8443, 'HTTPS', { hostname: 'b.example.test', tls: tls('cert-b') })], sec, { creationTimestamp: '2025-01-01T00:00:00Z' }),
+    b.tlsSecret('cert-a'), b.tlsSecret('cert-b'), caMap('ca-a', clientCaA.certPem), caMap('ca-b', clientCaB.certPem), ...extra,
+  ])
+}
+
+t.test('frontend validation differing between Gateways on one HTTPS port: the later Gateway\'s listener is Conflicted, never served under the port\'s', async t => {
+  // One TLS handshake serves every listener of a port: requestCert, rejectUnauthorized and the CA
+  // are the port's. A client without a certificate got 200 from the AllowValidOnly Gateway's routes
+  // when an older Gateway on the port had AllowInsecureFallback (or no validation at all).
+  for (const [what, pub] of [['AllowInsecureFallback with another CA', frontend('ca-b', 'AllowInsecureFallback')], ['no validation', frontend(null)]] as const) {
+    const { table, status } = sharedPort(pub, frontend('ca-a'))
+    const c = listenerConditions(status.objects, 'secure', 'sec')
+    t.same([c.Conflicted, c.Accepted, c.Programmed], ['True/FrontendValidationConflict', 'False/FrontendValidationConflict', 'False/Invalid'], `older: ${what}; the newer AllowValidOnly listener is thrown out`)
+    const message = status.objects.get('Gateway/default/secure')?.listeners.find(l => l.name === 'sec')?.conditions.find(x => x.type === 'Conflicted')?.message ?? ''
+    t.match(message, /Gateway default\/public/, 'the message names the Gateway holding the port')
+    t.match(message, /AllowValidOnly/, 'and says how they differ')
+    t.equal(listenerConditions(status.objects, 'public', 'pub').Programmed, 'True/Programmed', 'the older Gateway keeps the port')
+    const entry = table.ports.get(8443)
+    t.same(entry?.listeners.map(l => `${l.gateway}/${l.name}`), ['default/public/pub'], 'only the older Gateway\'s listener is on the port')
+    t.equal(entry?.serverTls?.exact.has('b.example.test'), false, 'no certificate for the thrown-out listener\'s name: its clients cannot connect')
+  }
+
+  // The other way round: a newer Gateway without validation does not lose its clients to the older one's mTLS.
+  const { table, status } = sharedPort(frontend('ca-a'), frontend(null))
+  t.equal(listenerConditions(status.objects, 'secure', 'sec').Conflicted, 'True/FrontendValidationConflict')
+  t.match(status.objects.get('Gateway/default/secure')?.listeners[0]?.conditions.find(x => x.type === 'Conflicted')?.message ?? '', /none/)
+  t.same(table.ports.get(8443)?.serverTls?.clientValidation, { caPem: clientCaA.certPem.trimEnd() + '\n', required: true }, 'the port validates as its Gateway asked')
+})
+
+t.test('Gateways whose frontend validation is the same share an HTTPS port', async t => {
+  // Two ConfigMaps with the same CA: the effective validation is the same.
+  const { table, status } = sharedPort(frontend('ca-a'), frontend('ca-a2'), [caMap('ca-a2', clientCaA.certPem)])
+  t.equal(listenerConditions(status.objects, 'secure', 'sec').Conflicted, 'False/NoConflicts')
+  t.same(table.ports.get(8443)?.listeners.map(l => l.gateway), ['default/public', 'default/secure'])
+  t.equal(table.ports.get(8443)?.serverTls?.clientValidation?.required, true)
+  const none = sharedPort(frontend(null), frontend(null))
+  t.same(none.table.ports.get(8443)?.listeners.map(l => l.gateway), ['default/public', 'default/secure'], 'neither validating: shared as before')
+  t.equal(none.table.ports.get(8443)?.serverTls?.clientValidation, null)
+})
+
+t.test('the older per-listener tls.frontendValidation binds all of its Gateway\'s listeners on that port', async t => {
+  // read-gateway.ts reads listeners[].tls.frontendValidation as a per-port override.
+  const perPort: Partial<Gateway> = { frontendValidation: { caCertificateRefs: [], mode: 'AllowValidOnly', perPort: [{ port: 8443, caCertificateRefs: [{ group: '', kind: 'ConfigMap', namespace: 'default', name: 'ca-a', key: null }], mode: 'AllowValidOnly' }] } }
+  const { table, status } = run([
+    b.gateway('gw', [
+      b.listener('a', 8443, 'HTTPS', { hostname: 'a.example.test', tls: tls('cert-a') }),
+      b.listener('b', 8443, 'HTTPS', { hostname: 'b.example.test', tls: tls('cert-b') }),
+      b.listener('other', 9443, 'HTTPS', { tls: tls('cert-a') }),
+    ], perPort),
+    b.tlsSecret('cert-a'), b.tlsSecret('cert-b'), caMap('ca-a', clientCaA.certPem),
+  ])
+  t.same(table.ports.get(8443)?.listeners.map(l => l.name), ['a', 'b'], 'both listeners served')
+  t.equal(table.ports.get(8443)?.serverTls?.clientValidation?.required, true, 'and both validated')
+  t.equal(table.ports.get(9443)?.serverTls?.clientValidation, null, 'another port is not')
+  t.equal(listenerConditions(status.objects, 'gw', 'b').Conflicted, 'False/NoConflicts')
 })
