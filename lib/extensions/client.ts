@@ -57,14 +57,19 @@ const peerIds = new WeakMap<object, string | null>()
 /**
  * The SPIFFE ID of a TLS connection's client certificate — only when the
  * handshake verified it against the listener's frontend CA (`authorized`).
- * Cached per connection: read once, not per request.
+ * Cached per connection: read once, not per request. The listener reads it
+ * when the handshake is done: a closed socket has no certificate left to give
+ * (`getPeerCertificate()` is null), and a request's access line is written
+ * after it ends, its connection maybe gone by then.
  */
 export function peerSpiffeId(socket: object): string | null {
+  const tls = socket as { authorized?: boolean; getPeerCertificate?: () => { subjectaltname?: string } | null }
+  if (tls.authorized !== true) return null
   const cached = peerIds.get(socket)
   if (cached !== undefined) return cached
-  const tls = socket as { authorized?: boolean; getPeerCertificate?: () => { subjectaltname?: string } }
-  let id: string | null = null
-  if (tls.authorized === true && typeof tls.getPeerCertificate === 'function') id = spiffeIdOf(tls.getPeerCertificate().subjectaltname)
+  const cert = typeof tls.getPeerCertificate === 'function' ? tls.getPeerCertificate() : null
+  if (cert === null) return null
+  const id = spiffeIdOf(cert.subjectaltname)
   peerIds.set(socket, id)
   return id
 }

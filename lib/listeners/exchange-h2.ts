@@ -1,7 +1,6 @@
 // HTTP/2 exchanges (TLS h2 and h2c) on the core stream API: no compat objects.
 // Extended CONNECT (RFC 8441, :protocol) becomes a tunnel request.
 
-import { peerSpiffeId } from '../extensions/client.ts'
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { Readable, type Duplex } from 'node:stream'
 import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
@@ -53,6 +52,7 @@ export class H2Exchange implements Exchange, BodySink {
   readonly #stream: ServerHttp2Stream
   /** Its session, kept: node drops the stream's reference when it is destroyed. */
   readonly #session: object | undefined
+  readonly #spiffeId: string | null
   #bytesOut = 0
   /** A tunnel's bytes from the client (a tunnel has no request body to count them). */
   #tunnelIn = 0
@@ -70,9 +70,11 @@ export class H2Exchange implements Exchange, BodySink {
   #sunk: ResponseBody | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
-  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined) {
+  /** `spiffeId`: of the connection's verified client certificate, read at its handshake (issue 7). */
+  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined, spiffeId: string | null = null) {
     this.#stream = stream
     this.#session = stream.session
+    this.#spiffeId = spiffeId
     this.scheme = scheme
     this.method = headers[':method'] ?? 'GET'
     this.target = headers[':path'] ?? ''
@@ -244,11 +246,13 @@ export class H2Exchange implements Exchange, BodySink {
     if (!this.#stream.destroyed) this.#stream.close(constants.NGHTTP2_INTERNAL_ERROR)
   }
 
-  /** Issue 7: SPIFFE ID of a verified client certificate (HTTPS with frontend validation). */
-  spiffeId(): string | null {
-    const socket = this.scheme === 'https' ? this.#stream.session?.socket : undefined
-    return socket === undefined ? null : peerSpiffeId(socket)
-  }
+  /**
+   * Issue 7: SPIFFE ID of a verified client certificate (HTTPS with frontend
+   * validation), as its connection's handshake gave it: once the stream has
+   * closed node no longer links it to its session, and the access line is
+   * written after that.
+   */
+  spiffeId(): string | null { return this.#spiffeId }
 
   bytesIn(): number {
     const body = this.body

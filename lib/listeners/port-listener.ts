@@ -32,6 +32,7 @@ import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
 import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
+import { peerSpiffeId } from '../extensions/client.ts'
 
 const log = logger('listener')
 
@@ -71,6 +72,12 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 
 interface SessionInfo {
   readonly address: string
+  /**
+   * Issue 7: the SPIFFE ID of the client's verified certificate (HTTPS), read at
+   * the handshake. Not from a stream's session later: node unlinks a stream from
+   * its session when it closes, and the access line is written after that.
+   */
+  readonly spiffeId: string | null
   streams: number
   /** Runs out keepAliveTimeout after the last stream closed (restarted then); cleared when the session closes. */
   idle: NodeJS.Timeout | null
@@ -92,6 +99,8 @@ export class PortListener {
   readonly #connections: ReturnType<typeof downstreamActiveConnections.labels>
   /** Client address of the connection being handed to the HTTP/2 server (its socket may be a wrapper). */
   #handing = ''
+  /** And its client's SPIFFE ID (HTTPS with frontend validation), or null. */
+  #handingSpiffe: string | null = null
   #closing = false
 
   constructor(port: number, protocol: 'HTTP' | 'HTTPS', plane: PlaneContext) {
@@ -264,17 +273,23 @@ export class PortListener {
 
   #onSecure = (socket: TLSSocket): void => {
     socket.on('error', noop)
-    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress))
+    // Issue 7: a verified client certificate's SPIFFE ID, read while the connection has it
+    // (cached per socket for HTTP/1.1): requests are recorded after they end, and a closed
+    // socket's certificate, or a closed stream's session, is gone by then.
+    const spiffeId = peerSpiffeId(socket)
+    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId)
     else {
       socket.setNoDelay(true) // node's server did this for its connections; this one may never reach it
       this.#toH1(socket, null)
     }
   }
 
-  #toH2(socket: Duplex, address: string): void {
+  #toH2(socket: Duplex, address: string, spiffeId: string | null = null): void {
     this.#handing = address
+    this.#handingSpiffe = spiffeId
     this.#h2.emit('connection', socket)
     this.#handing = ''
+    this.#handingSpiffe = null
   }
 
   #sni = (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void): void => {
@@ -390,7 +405,7 @@ export class PortListener {
   // ── HTTP/2 ──
 
   #onSession = (session: ServerHttp2Session): void => {
-    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), streams: 0, idle: null }
+    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), spiffeId: this.#handingSpiffe, streams: 0, idle: null }
     this.#sessions.set(session, info)
     session.on('error', noop)
     // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE,
@@ -450,7 +465,7 @@ export class PortListener {
       openTunnel(h2Client(stream, info?.address ?? ''), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
       return
     }
-    handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address), table, this.#plane.env)
+    handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address, info === undefined ? null : info.spiffeId), table, this.#plane.env)
   }
 
   #refusedStream(info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {
