@@ -6,6 +6,9 @@
 //            vs one Map.get of the host (the least a host router does)
 //   metrics  recordRequest (requests, duration, bytes in/out for one series)
 //            vs one unlabelled prom-client Counter.inc
+//   sni      ConnectionSni.misdirects (GEP-3567) on a port of four HTTPS listeners:
+//            the request's host against the listener its connection's SNI selected
+//            vs one Map.get of the host
 // Inputs are built before timing; fixed counts; alternating median of 7 runs;
 // each run stops after 2 s whatever the count.
 // Run: npx node bench/request-path.ts
@@ -15,7 +18,8 @@ import { addForwarded, applyHeaderEdits, forwardableHeaders, hostOf, markHop } f
 import { pickBackend, rewritePath } from '../lib/router/filters.ts'
 import { findVirtualHost, matchRequest, type MatchInput } from '../lib/router/match.ts'
 import { recordRequest, type RequestKey } from '../lib/observe/http-metrics.ts'
-import type { HeaderEdits, HostIndex } from '../lib/compile/table.ts'
+import type { HeaderEdits, HostIndex, ListenerNames } from '../lib/compile/table.ts'
+import { ConnectionSni } from '../lib/router/misdirected.ts'
 import { buildTable, cluster } from '../test/helpers/table-builder.ts'
 
 const N = 200_000
@@ -97,6 +101,18 @@ const benches: Record<string, [() => number, () => number]> = {
         for (let i = 0; i < N; i++) recordRequest(keys[i & 7], 0.001, 0, 512)
         return N
       },
+    ] as [() => number, () => number]
+  })(),
+  sni: (() => {
+    // Connections made for an exact listener, the wildcard one and the catch-all; hosts of each
+    // kind: the SNI itself, another name of the SNI's listener, another listener's.
+    const names: ListenerNames = { exact: new Map([['a.example.com', 0], ['b.example.com', 1]]), wildcards: [{ suffix: '.example.com', listener: 2 }], fallback: 3 }
+    const conns = ['a.example.com', 'c.example.com', 'other.test'].map((n) => new ConnectionSni(n))
+    const hosts = ['a.example.com', 'b.example.com', 'c.example.com', 'd.example.com', 'other.test', 'x.y.example.com', 'a.example.com', 'c.example.com'].map(flat)
+    const seen = new Map(hosts.map((h) => [h, 1]))
+    return [
+      () => { let n = 0; for (let i = 0; i < N; i++) n += seen.get(hosts[i & 7]) ?? 0; return n },
+      () => { let n = 0; for (let i = 0; i < N; i++) n += conns[i % 3].misdirects(names, hosts[i & 7]) ? 1 : 0; return n },
     ] as [() => number, () => number]
   })(),
 }

@@ -5,6 +5,8 @@
 export const ErrorCode = {
   // request path
   NO_ROUTE: 'SP_ERR_NO_ROUTE',
+  /** An HTTPS connection's request for a host another listener than the one its SNI selected takes (GEP-3567): 421. */
+  MISDIRECTED: 'SP_ERR_MISDIRECTED',
   BACKEND_INVALID: 'SP_ERR_BACKEND_INVALID',
   NO_HEALTHY_UPSTREAM: 'SP_ERR_NO_HEALTHY_UPSTREAM',
   UPSTREAM_CONNECT: 'SP_ERR_UPSTREAM_CONNECT',
@@ -45,6 +47,7 @@ export type ErrorCode = typeof ErrorCode[keyof typeof ErrorCode]
 
 const STATUS: Record<ErrorCode, number> = {
   SP_ERR_NO_ROUTE: 404,
+  SP_ERR_MISDIRECTED: 421,
   SP_ERR_BACKEND_INVALID: 500,
   SP_ERR_NO_HEALTHY_UPSTREAM: 503,
   SP_ERR_UPSTREAM_CONNECT: 503,

@@ -6,7 +6,7 @@ import type { GRPCRoute, HTTPRoute, TCPRoute, TLSRoute } from '../resources/mode
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Status } from './status.ts'
-import type { Cluster, ClientIdentity, L4Route, PortEntry, RouteTable } from './table.ts'
+import type { Cluster, ClientIdentity, L4Route, ListenerNames, PortEntry, RouteTable } from './table.ts'
 import { planGateways, DEFAULT_CONTROLLER } from './gateways.ts'
 import type { ServedGateway, ServedListener } from './gateways.ts'
 import { attachRoute } from './attach.ts'
@@ -274,7 +274,10 @@ function buildPorts(
       }
       wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
       // One per port: planGateways throws out a listener whose validation differs from the port's.
-      serverTls = { exact, wildcards, fallback, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [] }
+      serverTls = {
+        exact, wildcards, fallback, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [],
+        listenerNames: protocol === 'HTTPS' && listeners.length > 1 ? listenerNamesOf(listeners) : null,
+      }
     }
     ports.set(port, {
       port, protocol,
@@ -287,6 +290,25 @@ function buildPorts(
     })
   }
   return ports
+}
+
+/**
+ * GEP-3567: which listener a name (an SNI, a request's host) selects on a port:
+ * exact, the longest wildcard, the listener without hostname — the rules the
+ * certificate (selectCert) and the routes (a host's most specific listener,
+ * vhosts.ts) are chosen by, so the three always agree.
+ */
+function listenerNamesOf(listeners: readonly ServedListener[]): ListenerNames {
+  const exact = new Map<string, number>()
+  const wildcards: Array<{ suffix: string; listener: number }> = []
+  let fallback = -1
+  listeners.forEach((l, i) => {
+    if (l.hostname === null) fallback = i
+    else if (l.hostname.startsWith('*.')) wildcards.push({ suffix: l.hostname.slice(1), listener: i })
+    else exact.set(l.hostname, i)
+  })
+  wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
+  return { exact, wildcards, fallback }
 }
 
 interface VhostReuse { readonly cache: CompileCache; readonly next: Map<number, Map<string, VhostMemo>>; reused: number; built: number }

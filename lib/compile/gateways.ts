@@ -11,6 +11,7 @@ import type { Condition, ObjectStatus } from './status.ts'
 import type { PortProtocol, ServerCert } from './table.ts'
 import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
 import { resolveBundle, resolveTlsSecret } from './refs.ts'
+import { ANY_HOST, covers } from './hostnames.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -93,7 +94,57 @@ export function planGateways(snapshot: Snapshot, gatewayClass: string, controlle
     const listeners = gateway.listeners.map(l => planListener(snapshot, gateway, key, l, ports, within.get(l) ?? null))
     served.push({ gateway, key, listeners })
   }
-  return { served, statuses }
+  return { served: withOverlaps(served), statuses }
+}
+
+/**
+ * GEP-3567, Gateway API ListenerConditionOverlappingTLSConfig: served HTTPS
+ * listeners on one port (of any Gateway) whose hostnames overlap — one covers
+ * the other; a listener without hostname covers all — each get
+ * OverlappingTLSConfig=True, reason OverlappingHostnames. A negative-polarity
+ * condition: never set False. They keep serving; a request for one's host on a
+ * connection another's SNI selected is answered 421 (router/misdirected.ts).
+ */
+function withOverlaps(served: ServedGateway[]): ServedGateway[] {
+  const byPort = new Map<number, ServedListener[]>()
+  for (const sg of served) {
+    for (const l of sg.listeners) {
+      if (!l.ready || l.protocol !== 'HTTPS') continue
+      const list = byPort.get(l.listener.port)
+      if (list === undefined) byPort.set(l.listener.port, [l])
+      else list.push(l)
+    }
+  }
+  const overlaps = new Map<ServedListener, string[]>()
+  for (const list of byPort.values()) {
+    for (let i = 0; i < list.length; i++) {
+      for (let j = i + 1; j < list.length; j++) {
+        const a = list[i]
+        const b = list[j]
+        const ha = a.hostname ?? ANY_HOST
+        const hb = b.hostname ?? ANY_HOST
+        if (!covers(ha, hb) && !covers(hb, ha)) continue
+        noteOverlap(overlaps, a, b)
+        noteOverlap(overlaps, b, a)
+      }
+    }
+  }
+  if (overlaps.size === 0) return served
+  return served.map(sg => sg.listeners.some(l => overlaps.has(l)) ? { ...sg, listeners: sg.listeners.map(l => withOverlap(l, overlaps.get(l))) } : sg)
+}
+
+function noteOverlap(overlaps: Map<ServedListener, string[]>, l: ServedListener, other: ServedListener): void {
+  const text = `${other.gatewayKey}/${other.listener.name} (${other.hostname ?? 'any hostname'})`
+  const list = overlaps.get(l)
+  if (list === undefined) overlaps.set(l, [text])
+  else list.push(text)
+}
+
+function withOverlap(l: ServedListener, others: string[] | undefined): ServedListener {
+  if (others === undefined) return l
+  const message = `hostname ${l.hostname ?? '(any)'} overlaps ${others.length === 1 ? 'that of listener' : 'those of listeners'} ${others.join(', ')} on port ${l.listener.port}: ` +
+    'each serves the connections its TLS server name selects, and a request on one of them for another\'s hostname gets 421 Misdirected Request'
+  return { ...l, conditions: [...l.conditions, condition('OverlappingTLSConfig', true, 'OverlappingHostnames', message, l.gateway.meta.generation)] }
 }
 
 /**

@@ -84,6 +84,23 @@ export interface ServerTls {
   /** Frontend client-certificate validation (Gateway.spec.tls.frontend); null = no client certs asked. */
   readonly clientValidation: { readonly caPem: string; readonly required: boolean } | null
   readonly alpn: readonly string[]
+  /**
+   * GEP-3567: the listener a name selects, by the rules certificates are
+   * selected by. An HTTPS connection serves the listener its SNI selected; a
+   * request whose host selects another gets 421 (lib/router/misdirected.ts).
+   * null: fewer than two listeners on the port (nothing to tell apart), or
+   * no HTTP on it (TLS listeners).
+   */
+  readonly listenerNames: ListenerNames | null
+}
+
+/** Listener hostnames → index in PortEntry.listeners. */
+export interface ListenerNames {
+  readonly exact: ReadonlyMap<string, number>
+  /** Longest suffix first; suffix includes the leading dot. */
+  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly listener: number }>
+  /** The listener without hostname; -1: none. */
+  readonly fallback: number
 }
 
 // ───────────────────────────── HTTP routing ─────────────────────────────

@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline, type Duplex, type Readable } from 'node:stream'
 import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
+import type { ConnectionSni } from '../router/misdirected.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import type { ErrorCode } from '../errors.ts'
 import { isReleasable, ownedStreams, releasableResponseChunk, WrittenChunks } from '../upstream/release.ts'
@@ -90,6 +91,19 @@ export function inFlightExchange(socket: Duplex): H1Exchange | undefined {
   return (socket as InFlightSocket)[kInFlight]
 }
 
+const kSni = Symbol('sallyport.sni')
+type SniSocket = Socket & { [kSni]?: ConnectionSni }
+
+/** Remembers the server name a TLS connection was made for (the HTTPS listener, at the handshake). */
+export function setConnectionSni(socket: Socket, sni: ConnectionSni): void {
+  (socket as SniSocket)[kSni] = sni
+}
+
+/** The server name `socket`'s TLS connection was made for; null: none (no SNI, or not TLS). */
+export function connectionSni(socket: Socket): ConnectionSni | null {
+  return (socket as SniSocket)[kSni] ?? null
+}
+
 /** Counts the body bytes pushed into `req` (what a 'data' listener would count, without taking the stream into flowing mode). */
 function countPushed(req: IncomingMessage, ex: H1Exchange): void {
   const push = req.push
@@ -110,6 +124,7 @@ export class H1Exchange implements Exchange, BodySink {
   readonly upgrade = null
   readonly clientAddress: string
   readonly port: number
+  readonly sni: ConnectionSni | null
   readonly #req: IncomingMessage
   readonly #res: ServerResponse
   readonly #socket: Socket
@@ -139,6 +154,7 @@ export class H1Exchange implements Exchange, BodySink {
     if (this.body !== null) ownedStreams.add(req)
     this.clientAddress = clientIp(req.socket.remoteAddress)
     this.port = port
+    this.sni = scheme === 'https' ? connectionSni(req.socket) : null
     this.#socket = req.socket
     // Counted as node's parser pushes them: the socket's own count cannot tell this
     // request's body from its head, or from a request pipelined behind it, when
@@ -335,6 +351,7 @@ export class UpgradeExchange implements Exchange {
   readonly upgrade: string
   readonly clientAddress: string
   readonly port: number
+  readonly sni: ConnectionSni | null
   readonly #socket: Socket
   readonly #head: Buffer
   #sent = false
@@ -358,6 +375,7 @@ export class UpgradeExchange implements Exchange {
     this.upgrade = (req.headers.upgrade ?? '').toLowerCase()
     this.clientAddress = clientIp(req.socket.remoteAddress)
     this.port = port
+    this.sni = scheme === 'https' ? connectionSni(socket) : null
     this.#socket = socket
     this.#head = head
     socket.on('error', noop)

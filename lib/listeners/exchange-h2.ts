@@ -4,6 +4,7 @@
 import { constants, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { Readable, type Duplex } from 'node:stream'
 import { NOOP_OBSERVER, wasCut, type Exchange, type ExchangeObserver } from '../router/exchange.ts'
+import type { ConnectionSni } from '../router/misdirected.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CLIENT_GONE, localError } from '../upstream/normalize-error.ts'
@@ -38,6 +39,20 @@ function responseFields(status: number, headers: OutgoingHeaders): string[] {
   return out
 }
 
+/** What the streams of one HTTP/2 connection share, known when it was handed to the HTTP/2 server. */
+export interface H2Connection {
+  /** The client's address. */
+  readonly address: string
+  /**
+   * Issue 7: the SPIFFE ID of the client's verified certificate (HTTPS), read at
+   * the handshake. Not from a stream's session later: node unlinks a stream from
+   * its session when it closes, and the access line is written after that.
+   */
+  readonly spiffeId: string | null
+  /** GEP-3567: the server name (SNI) the connection was made for; null: none, or h2c. */
+  readonly sni: ConnectionSni | null
+}
+
 export class H2Exchange implements Exchange, BodySink {
   readonly protocol = 'h2' as const
   readonly scheme: 'http' | 'https'
@@ -49,6 +64,7 @@ export class H2Exchange implements Exchange, BodySink {
   readonly upgrade: string | null
   readonly clientAddress: string
   readonly port: number
+  readonly sni: ConnectionSni | null
   readonly #stream: ServerHttp2Stream
   /** Its session, kept: node drops the stream's reference when it is destroyed. */
   readonly #session: object | undefined
@@ -70,11 +86,11 @@ export class H2Exchange implements Exchange, BodySink {
   #sunk: ResponseBody | null = null
   #observer: ExchangeObserver = NOOP_OBSERVER
 
-  /** `spiffeId`: of the connection's verified client certificate, read at its handshake (issue 7). */
-  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', clientAddress: string | undefined, spiffeId: string | null = null) {
+  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, port: number, scheme: 'http' | 'https', conn: H2Connection | undefined) {
     this.#stream = stream
     this.#session = stream.session
-    this.#spiffeId = spiffeId
+    this.#spiffeId = conn === undefined ? null : conn.spiffeId
+    this.sni = conn === undefined ? null : conn.sni
     this.scheme = scheme
     this.method = headers[':method'] ?? 'GET'
     this.target = headers[':path'] ?? ''
@@ -83,7 +99,7 @@ export class H2Exchange implements Exchange, BodySink {
     const protocol = headers[':protocol']
     this.upgrade = this.method === 'CONNECT' && typeof protocol === 'string' ? protocol.toLowerCase() : null
     this.body = this.upgrade !== null || (flags & END_STREAM) !== 0 ? null : new RequestBody(stream)
-    this.clientAddress = clientIp(clientAddress)
+    this.clientAddress = clientIp(conn?.address)
     this.port = port
     stream.on('error', noop)
   }

@@ -28,7 +28,8 @@ import { ResponseBody, type BodySink } from '../upstream/exchange.ts'
 import { CONTENT_LENGTH, INVALID_VALUE, TOKEN, knownName, nameTable } from '../upstream/h1-parser.ts'
 import { head as HEAD } from '../upstream/head-buffer.ts'
 import { backToStream, own, readShared } from '../upstream/socket-read.ts'
-import { acceptsTrailers, clientIp, closedBeforeEnd } from './exchange-h1.ts'
+import { acceptsTrailers, clientIp, closedBeforeEnd, connectionSni } from './exchange-h1.ts'
+import type { ConnectionSni } from '../router/misdirected.ts'
 
 /** What a fast connection needs from its port listener. */
 export interface FastH1Host {
@@ -133,6 +134,8 @@ export function parseHead(head: string, maxHeaders: number): FastHead | null {
 
 /** One client connection while its requests are the plain kind; see the file comment. */
 export class FastH1Connection {
+  /** The server name its TLS connection was made for (GEP-3567), read once; null: none, or not TLS. */
+  readonly sni: ConnectionSni | null
   readonly #socket: Socket
   readonly #host: FastH1Host
   /** Bytes read and not yet consumed. */
@@ -144,6 +147,7 @@ export class FastH1Connection {
   constructor(socket: Socket, host: FastH1Host) {
     this.#socket = socket
     this.#host = host
+    this.sni = host.scheme === 'https' ? connectionSni(socket) : null
     // The socket (TCP or TLS) reads into the shared read buffer (socket-read.ts):
     // what a read leaves unconsumed is copied out of it (#onRead, #fallback).
     if (!readShared(socket, this.#onRead)) socket.on('data', this.#onData)
@@ -310,6 +314,7 @@ export class FastH1Exchange implements Exchange, BodySink {
   readonly upgrade = null
   readonly clientAddress: string
   readonly port: number
+  readonly sni: ConnectionSni | null
   readonly #conn: FastH1Connection
   readonly #socket: Socket
   readonly #clientClose: boolean
@@ -345,6 +350,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#clientClose = head.close
     this.clientAddress = clientIp(socket.remoteAddress)
     this.port = port
+    this.sni = conn.sni
   }
 
   observe(observer: ExchangeObserver): void {

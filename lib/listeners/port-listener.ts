@@ -23,10 +23,11 @@ import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { bindServer } from './bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, type Refusal } from './exchange-h1.ts'
+import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
 import { ErrorCode } from '../errors.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
-import { H2Exchange } from './exchange-h2.ts'
+import { H2Exchange, type H2Connection } from './exchange-h2.ts'
+import { ConnectionSni } from '../router/misdirected.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
@@ -70,14 +71,7 @@ export interface PlaneContext {
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 
-interface SessionInfo {
-  readonly address: string
-  /**
-   * Issue 7: the SPIFFE ID of the client's verified certificate (HTTPS), read at
-   * the handshake. Not from a stream's session later: node unlinks a stream from
-   * its session when it closes, and the access line is written after that.
-   */
-  readonly spiffeId: string | null
+interface SessionInfo extends H2Connection {
   streams: number
   /** Runs out keepAliveTimeout after the last stream closed (restarted then); cleared when the session closes. */
   idle: NodeJS.Timeout | null
@@ -97,10 +91,8 @@ export class PortListener {
   readonly #fastHost: FastH1Host
   readonly #sessions = new Map<ServerHttp2Session, SessionInfo>()
   readonly #connections: ReturnType<typeof downstreamActiveConnections.labels>
-  /** Client address of the connection being handed to the HTTP/2 server (its socket may be a wrapper). */
-  #handing = ''
-  /** And its client's SPIFFE ID (HTTPS with frontend validation), or null. */
-  #handingSpiffe: string | null = null
+  /** The connection being handed to the HTTP/2 server, as its session will know it (its socket may be a wrapper). */
+  #handing: SessionInfo | null = null
   #closing = false
 
   constructor(port: number, protocol: 'HTTP' | 'HTTPS', plane: PlaneContext) {
@@ -277,19 +269,21 @@ export class PortListener {
     // (cached per socket for HTTP/1.1): requests are recorded after they end, and a closed
     // socket's certificate, or a closed stream's session, is gone by then.
     const spiffeId = peerSpiffeId(socket)
-    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId)
+    // GEP-3567: the server name the connection was made for, which selects its listener (router/misdirected.ts).
+    const servername = socket.servername
+    const sni = typeof servername === 'string' && servername.length > 0 ? new ConnectionSni(servername.toLowerCase()) : null
+    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni)
     else {
+      if (sni !== null) setConnectionSni(socket, sni)
       socket.setNoDelay(true) // node's server did this for its connections; this one may never reach it
       this.#toH1(socket, null)
     }
   }
 
-  #toH2(socket: Duplex, address: string, spiffeId: string | null = null): void {
-    this.#handing = address
-    this.#handingSpiffe = spiffeId
+  #toH2(socket: Duplex, address: string, spiffeId: string | null = null, sni: ConnectionSni | null = null): void {
+    this.#handing = { address, spiffeId, sni, streams: 0, idle: null }
     this.#h2.emit('connection', socket)
-    this.#handing = ''
-    this.#handingSpiffe = null
+    this.#handing = null
   }
 
   #sni = (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void): void => {
@@ -405,7 +399,7 @@ export class PortListener {
   // ── HTTP/2 ──
 
   #onSession = (session: ServerHttp2Session): void => {
-    const info: SessionInfo = { address: this.#handing !== '' ? this.#handing : clientIp(session.socket?.remoteAddress), spiffeId: this.#handingSpiffe, streams: 0, idle: null }
+    const info: SessionInfo = this.#handing ?? { address: clientIp(session.socket?.remoteAddress), spiffeId: null, sni: null, streams: 0, idle: null }
     this.#sessions.set(session, info)
     session.on('error', noop)
     // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE,
@@ -465,7 +459,7 @@ export class PortListener {
       openTunnel(h2Client(stream, info?.address ?? ''), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
       return
     }
-    handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info?.address, info === undefined ? null : info.spiffeId), table, this.#plane.env)
+    handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info), table, this.#plane.env)
   }
 
   #refusedStream(info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {

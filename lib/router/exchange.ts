@@ -7,6 +7,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import type { ErrorCode } from '../errors.ts'
 import type { OutgoingHeaders } from '../upstream/types.ts'
+import type { ConnectionSni } from './misdirected.ts'
 
 export interface Exchange {
   /** Downstream wire protocol: 'h1' | 'h2' (h2c included). */
@@ -67,6 +68,12 @@ export interface Exchange {
    * exchanges without TLS need not implement it.
    */
   spiffeId?(): string | null
+  /**
+   * The server name (SNI) its HTTPS connection was made for; null (or absent):
+   * none sent, or not TLS. Requests for another listener's host get 421
+   * (misdirected.ts).
+   */
+  readonly sni?: ConnectionSni | null
 }
 
 export interface ExchangeObserver {

@@ -46,6 +46,7 @@ const TUNNEL_IDLE_MS = 300_000
 const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_BAD_REQUEST: 'bad request',
   SP_ERR_NO_ROUTE: 'no route',
+  SP_ERR_MISDIRECTED: 'misdirected request',
   SP_ERR_BACKEND_INVALID: 'backend unresolved',
   SP_ERR_NO_HEALTHY_UPSTREAM: 'no endpoint available',
   SP_ERR_UPSTREAM_CONNECT: 'upstream connect failed',
@@ -75,6 +76,8 @@ function grpcStatusOf(code: ErrorCode): number {
 }
 
 const TEXT_PLAIN: OutgoingHeaders = { 'content-type': 'text/plain; charset=utf-8' }
+
+const MISDIRECTED_DETAIL = 'connect again with this host as the TLS server name'
 
 // hot path
 /** Routes one request. `table` is the one read at arrival; it is kept to the end. */
@@ -180,6 +183,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const entry = this.table.ports.get(ex.port)
     if (entry === undefined || entry.http === null) return this.fail(ErrorCode.NO_ROUTE)
     this.entry = entry
+    // GEP-3567: an HTTPS connection serves the listener its SNI selected; another's host gets 421.
+    const sni = ex.sni
+    if (sni != null) {
+      const tls = entry.serverTls
+      if (tls !== null && tls.listenerNames !== null && sni.misdirects(tls.listenerNames, this.host)) return this.fail(ErrorCode.MISDIRECTED, MISDIRECTED_DETAIL)
+    }
     const match = matchOnPort(entry.http, this.host, this)
     if (match === null) return this.fail(ErrorCode.NO_ROUTE)
     this.match = match
@@ -535,7 +544,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       this.ex.reset()
       return
     }
-    if (this.isGrpc()) return this.answerGrpc(code)
+    // A 421 stays one for gRPC clients too: their HTTP/2 layer is what must take it and connect again.
+    if (code !== ErrorCode.MISDIRECTED && this.isGrpc()) return this.answerGrpc(code)
     // Issue 6: a circuit-breaker 503 says so, so clients and parent gateways can tell overload from failure.
     this.answer(statusOf(code), code === ErrorCode.OVERLOADED ? { ...TEXT_PLAIN, 'x-sallyport-overloaded': 'true' } : { ...TEXT_PLAIN }, this.reason + '\n')
   }

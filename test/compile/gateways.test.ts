@@ -183,3 +183,48 @@ t.test('the older per-listener tls.frontendValidation binds all of its Gateway\'
   t.equal(table.ports.get(9443)?.serverTls?.clientValidation, null, 'another port is not')
   t.equal(listenerConditions(status.objects, 'gw', 'b').Conflicted, 'False/NoConflicts')
 })
+
+// ── listeners sharing an HTTPS port: isolation (GEP-3567) ──
+
+t.test('OverlappingTLSConfig: set (True, OverlappingHostnames) on every HTTPS listener whose hostname overlaps another\'s on its port, never False', async t => {
+  // Gateway API ListenerConditionOverlappingTLSConfig, the example there: foo.example.com and
+  // *.example.com overlap, foo.example.org does not; another port is another handshake.
+  const gw = b.gateway('gw', [
+    b.listener('foo', 8443, 'HTTPS', { hostname: 'foo.example.com', tls: tls('cert-a') }),
+    b.listener('org', 8443, 'HTTPS', { hostname: 'foo.example.org', tls: tls('cert-a') }),
+    b.listener('wild', 8443, 'HTTPS', { hostname: '*.example.com', tls: tls('cert-a') }),
+    b.listener('elsewhere', 9443, 'HTTPS', { hostname: 'bar.example.com', tls: tls('cert-a') }),
+    b.listener('plain', 8080, 'HTTP', { hostname: 'foo.example.com' }),
+    b.listener('plain-wild', 8080, 'HTTP', { hostname: '*.example.com' }),
+  ])
+  const spec = run([gw, b.tlsSecret('cert-a')])
+  const overlapIn = (objects: typeof spec.status.objects, gw: string, name: string): string | undefined => listenerConditions(objects, gw, name).OverlappingTLSConfig
+  for (const name of ['foo', 'wild']) t.equal(overlapIn(spec.status.objects, 'gw', name), 'True/OverlappingHostnames', name)
+  for (const name of ['org', 'elsewhere', 'plain', 'plain-wild']) t.equal(overlapIn(spec.status.objects, 'gw', name), undefined, `${name}: no condition`)
+
+  // A later Gateway on the port, without hostname: it overlaps every listener there.
+  const { table, status } = run([gw, b.gateway('other', [b.listener('any', 8443, 'HTTPS', { tls: tls('cert-a') })], {}, { creationTimestamp: '2025-01-01T00:00:00Z' }), b.tlsSecret('cert-a')])
+  const overlap = (gw: string, name: string): string | undefined => overlapIn(status.objects, gw, name)
+  for (const [gw, name] of [['gw', 'foo'], ['gw', 'wild'], ['gw', 'org'], ['other', 'any']] as const) t.equal(overlap(gw, name), 'True/OverlappingHostnames', `${gw}/${name}`)
+  for (const name of ['elsewhere', 'plain', 'plain-wild']) t.equal(overlap('gw', name), undefined, `${name}: no condition (HTTPS listeners on one port only)`)
+  const message = status.objects.get('Gateway/default/gw')?.listeners.find(l => l.name === 'foo')?.conditions.find(c => c.type === 'OverlappingTLSConfig')?.message ?? ''
+  t.match(message, /default\/gw\/wild \(\*\.example\.com\)/, 'the message names the overlapping listeners')
+  t.match(message, /421/, 'and what a misdirected request gets')
+  t.equal(listenerConditions(status.objects, 'gw', 'foo').Programmed, 'True/Programmed', 'overlapping listeners keep serving')
+
+  const without = run([b.gateway('gw', [
+    b.listener('a', 8443, 'HTTPS', { hostname: 'a.example.com', tls: tls('cert-a') }),
+    b.listener('b', 8443, 'HTTPS', { hostname: 'b.example.com', tls: tls('cert-a') }),
+  ]), b.tlsSecret('cert-a')])
+  t.equal(listenerConditions(without.status.objects, 'gw', 'a').OverlappingTLSConfig, undefined, 'distinct hostnames: no condition')
+
+  // The listener each name selects, by the rules certificates are selected by.
+  const names = table.ports.get(8443)?.serverTls?.listenerNames
+  const listeners = table.ports.get(8443)?.listeners ?? []
+  const at = (i: number | undefined): string => i === undefined || i < 0 ? '-' : listeners[i].name
+  t.equal(at(names?.exact.get('foo.example.com')), 'foo')
+  t.equal(at(names?.exact.get('foo.example.org')), 'org')
+  t.same(names?.wildcards.map(w => [w.suffix, at(w.listener)]), [['.example.com', 'wild']])
+  t.equal(at(names?.fallback), 'any')
+  t.equal(table.ports.get(9443)?.serverTls?.listenerNames, null, 'one listener on the port: nothing to tell apart')
+})

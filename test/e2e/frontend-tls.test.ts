@@ -1,7 +1,8 @@
 // HTTPS listeners at the gateway's front, through the CLI: a client verified by
 // frontend validation (GEP-91) is attributed by its certificate's SPIFFE ID on
 // HTTP/1.1 and HTTP/2 alike (access line and request metrics), a client that
-// went away mid-request included.
+// went away mid-request included; listeners sharing a port are kept apart by
+// the TLS server name (GEP-3567: 421 Misdirected Request, OverlappingTLSConfig).
 import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
@@ -170,4 +171,100 @@ spec:
     t.match(await lineFor(cli, hangPath), { protocol, status: 499, code: 'SP_ERR_CLIENT_ABORTED', clientNamespace: 'team-a', clientServiceAccount: 'app' }, `${protocol}: a client gone mid-request is attributed too`)
   }
   t.equal((await h1(port, 'plain.example.test', serverCa.certPem, 'plain.example.test', '/after', workload)).status, 200, 'and the gateway serves on')
+})
+
+t.test('CLI: a request on an HTTPS connection for a host of another listener than its SNI selected gets 421 Misdirected Request', async (t) => {
+  // GEP-3567: a client may reuse a connection for every name its certificate covers (HTTP/2
+  // coalescing), and any client can send any Host. The listener the TLS server name selected
+  // is the only one the connection serves; another listener's host is answered 421, and the
+  // client opens a connection with that name. Before, Host / :authority routed to any listener
+  // of the port: the wildcard listener's connection served the exact listener's routes.
+  const up = await recorder(t)
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const gateway = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: egress
+  namespace: default
+  annotations: { sallyport.io/allow-destination-cidrs: 127.0.0.0/8 }
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - { name: a, protocol: HTTPS, port: ${port}, hostname: a.example.test, tls: { certificateRefs: [{ name: cert-ab }] } }
+    - { name: b, protocol: HTTPS, port: ${port}, hostname: b.example.test, tls: { certificateRefs: [{ name: cert-b }] } }
+    - { name: wild, protocol: HTTPS, port: ${port}, hostname: "*.example.test", tls: { certificateRefs: [{ name: cert-wild }] } }
+    - { name: other, protocol: HTTPS, port: ${port}, hostname: other.test, tls: { certificateRefs: [{ name: cert-other }] } }
+`
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), [
+    CLASS, gateway,
+    // The certificate of listener a also covers b: what lets a client coalesce.
+    tlsSecret('cert-ab', serverCert(serverCa, ['a.example.test', 'b.example.test'])),
+    tlsSecret('cert-b', serverCert(serverCa, ['b.example.test'])),
+    tlsSecret('cert-wild', serverCert(serverCa, ['*.example.test'])),
+    tlsSecret('cert-other', serverCert(serverCa, ['other.test'])),
+  ].join('---\n'))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [
+    backendYaml('up', up.port),
+    httpRoute('ra', 'egress', 'a.example.test', 'up', up.port, 'a'),
+    httpRoute('rb', 'egress', 'b.example.test', 'up', up.port, 'b'),
+    httpRoute('rwild', 'egress', '"*.example.test"', 'up', up.port, 'wild'),
+    httpRoute('rother', 'egress', 'other.test', 'up', up.port, 'other'),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const ca = serverCa.certPem
+
+  // HTTP/2, one connection made for a.example.test.
+  const viaA = await h2Session(t, port, 'a.example.test', ca)
+  t.equal((await h2(viaA, 'a.example.test', '/h2-a-a')).status, 200, 'its own listener\'s host')
+  const coalesced = await h2(viaA, 'b.example.test', '/h2-a-b')
+  t.equal(coalesced.status, 421, 'listener b\'s host on a\'s connection: 421')
+  t.match(coalesced.body, /misdirected request/)
+  t.match(await lineFor(cli, '/h2-a-b'), { status: 421, code: 'SP_ERR_MISDIRECTED', protocol: 'h2', authority: 'b.example.test', route: '' }, 'an access line with its code')
+  t.equal((await h2(viaA, 'other.test', '/h2-a-other')).status, 421, 'another listener\'s host, whatever the certificate covers')
+  t.equal((await h2(viaA, 'a.example.test', '/h2-a-a2')).status, 200, 'and the connection serves its own on')
+  t.equal((await h2(viaA, 'nobody.test', '/h2-a-none')).status, 404, 'a host no listener takes: no route, as before')
+  // A new connection made for b.example.test is served.
+  const viaB = await h2Session(t, port, 'b.example.test', ca)
+  t.equal((await h2(viaB, 'b.example.test', '/h2-b-b')).status, 200)
+  t.match(await lineFor(cli, '/h2-b-b'), { status: 200, route: 'httproute/default/rb/rule/0' })
+
+  // The wildcard listener's connection: its own names, not the exact listener's.
+  const viaWild = await h2Session(t, port, 'c.example.test', ca)
+  t.equal((await h2(viaWild, 'c.example.test', '/h2-w-c')).status, 200)
+  t.equal((await h2(viaWild, 'd.example.test', '/h2-w-d')).status, 200, 'another name of the same listener')
+  t.equal((await h2(viaWild, 'b.example.test', '/h2-w-b')).status, 421, 'the exact listener\'s host: 421')
+  for (const s of [viaA, viaB, viaWild]) s.close()
+
+  // HTTP/1.1: the TLS server name and the Host field.
+  t.equal((await h1(port, 'a.example.test', ca, 'a.example.test', '/h1-a-a')).status, 200)
+  const h1Mis = await h1(port, 'a.example.test', ca, 'b.example.test', '/h1-a-b')
+  t.equal(h1Mis.status, 421, 'HTTP/1.1: Host of another listener than the SNI\'s: 421')
+  t.match(await lineFor(cli, '/h1-a-b'), { status: 421, code: 'SP_ERR_MISDIRECTED', protocol: 'h1' })
+  t.equal((await h1(port, 'c.example.test', ca, 'B.Example.Test:443', '/h1-w-b')).status, 421, 'case and port aside')
+
+  // No SNI (a client of the gateway's IP address): nothing to tell the listener by, Host routes.
+  const noSni = await new Promise<Answer>((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port, path: '/h1-nosni-b', ca, agent: false, headers: { host: 'b.example.test' } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8').on('data', (s: string) => { body += s }).on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  t.equal(noSni.status, 200, 'no SNI: routed by Host')
+  t.match(await lineFor(cli, '/h1-nosni-b'), { status: 200, route: 'httproute/default/rb/rule/0' })
+
+  const metrics = (await get(`http://127.0.0.1:${adminPort}/metrics`, 'x')).body
+  t.equal(metricSum(metrics, 'sallyport_downstream_requests_total', { code: '421' }), 5, 'the 421s count in the request metrics')
+
+  // Status: the wildcard overlaps a and b; other.test overlaps nothing.
+  const dump = JSON.parse((await get(`http://127.0.0.1:${adminPort}/config_dump`, 'x')).body) as { status: Array<{ kind: string; name: string; listeners: Array<{ name: string; conditions: Array<{ type: string; status: string; reason: string }> }> }> }
+  const listeners = dump.status.find(s => s.kind === 'Gateway' && s.name === 'egress')?.listeners ?? []
+  const overlapping = (name: string): string | undefined => {
+    const c = listeners.find(l => l.name === name)?.conditions.find(x => x.type === 'OverlappingTLSConfig')
+    return c === undefined ? undefined : `${c.status}/${c.reason}`
+  }
+  t.same(['a', 'b', 'wild', 'other'].map(overlapping), ['True/OverlappingHostnames', 'True/OverlappingHostnames', 'True/OverlappingHostnames', undefined])
 })

@@ -58,7 +58,7 @@ export function serverTls(certs: ReadonlyArray<{ readonly hostname: string | nul
     else exact.set(c.hostname, cert)
   }
   wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  return { exact, wildcards, fallback, clientValidation, alpn: ['h2', 'http/1.1'] }
+  return { exact, wildcards, fallback, clientValidation, alpn: ['h2', 'http/1.1'], listenerNames: null }
 }
 
 export function buildTable(ports: ReadonlyMap<number, PortSpec> | Record<number, PortSpec>, clusters: readonly Cluster[], version = 1): RouteTable {

@@ -47,7 +47,7 @@ t.test('H1Exchange: a field node will not write is refused, then a 502 goes out 
 t.test('H2Exchange: a single-value field twice is refused, then a 502 goes out on the same stream', async (t) => {
   const { results, answer } = answerer(FIELDS)
   const server = http2.createServer()
-  server.on('stream', (stream, headers, flags) => answer(new H2Exchange(stream, headers, flags, 0, 'http', '127.0.0.1'), String(headers[':path'])))
+  server.on('stream', (stream, headers, flags) => answer(new H2Exchange(stream, headers, flags, 0, 'http', { address: '127.0.0.1', spiffeId: null, sni: null }), String(headers[':path'])))
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
   const session = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
   t.teardown(() => { session.close(); server.close() })
