@@ -5,19 +5,26 @@
 
 import type { ListenerRef, PortEntry } from '../compile/table.ts'
 
-/** The listener on this port whose hostname covers `host`; a listener without hostname when none does; null when none at all. */
+/**
+ * The listener on this port that takes `host`, as routing picks it: the one
+ * naming it exactly, else the longest wildcard covering it, else one without
+ * hostname; null when none at all.
+ */
 export function servingListener(entry: PortEntry | null, host: string): ListenerRef | null {
   if (entry === null) return null
   const listeners = entry.listeners
   if (listeners.length === 1) return listeners[0]
   let fallback: ListenerRef | null = null
+  let wildcard: ListenerRef | null = null
   for (let i = 0; i < listeners.length; i++) {
     const l = listeners[i]
     const h = l.hostname
     if (h === null) { fallback ??= l; continue }
-    if (h === host || (h.charCodeAt(0) === 42 /* '*' */ && host.length > h.length - 1 && host.endsWith(h.slice(1)))) return l
+    if (h === host) return l
+    if (h.charCodeAt(0) === 42 /* '*' */ && host.length > h.length - 1 && host.endsWith(h.slice(1)) &&
+      (wildcard === null || (wildcard.hostname as string).length < h.length)) wildcard = l
   }
-  return fallback
+  return wildcard ?? fallback
 }
 
 /** `namespace/name` of the Gateway that served the request: its listener's, else the port's first ('' for none). */
