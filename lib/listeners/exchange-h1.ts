@@ -354,6 +354,7 @@ export class UpgradeExchange implements Exchange {
   readonly sni: ConnectionSni | null
   readonly #socket: Socket
   readonly #head: Buffer
+  readonly #spiffeId: string | null
   #sent = false
   #tunnelled = false
   #finished = false
@@ -378,8 +379,12 @@ export class UpgradeExchange implements Exchange {
     this.sni = scheme === 'https' ? connectionSni(socket) : null
     this.#socket = socket
     this.#head = head
+    this.#spiffeId = scheme === 'https' ? peerSpiffeId(socket) : null
     socket.on('error', noop)
   }
+  /** The client certificate's SPIFFE ID (HTTPS), as on any HTTP/1.1 request; read at the start, while the socket has it. */
+  spiffeId(): string | null { return this.#spiffeId }
+
 
   observe(observer: ExchangeObserver): void {
     this.#observer = observer

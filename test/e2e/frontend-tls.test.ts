@@ -171,6 +171,19 @@ spec:
     t.match(await lineFor(cli, hangPath), { protocol, status: 499, code: 'SP_ERR_CLIENT_ABORTED', clientNamespace: 'team-a', clientServiceAccount: 'app' }, `${protocol}: a client gone mid-request is attributed too`)
   }
   t.equal((await h1(port, 'plain.example.test', serverCa.certPem, 'plain.example.test', '/after', workload)).status, 200, 'and the gateway serves on')
+
+  // An Upgrade (WebSocket) request is attributed as any other (it had no identity at all, so an
+  // Authorization rule by namespace or SPIFFE ID refused it). This upstream takes no upgrade: a 502.
+  const ws = tls.connect({ host: '127.0.0.1', port, servername: 'plain.example.test', ca: serverCa.certPem, cert: workload.certPem, key: workload.keyPem, ALPNProtocols: ['http/1.1'] })
+  ws.on('error', () => {})
+  t.teardown(() => ws.destroy())
+  await new Promise<void>((resolve) => ws.once('secureConnect', () => resolve()))
+  let answer = ''
+  ws.setEncoding('latin1').on('data', (d: string) => { answer += d })
+  ws.write('GET /ws HTTP/1.1\r\nHost: plain.example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
+  await eventually(async () => answer, (a) => a.includes('\r\n\r\n'), 5000, 'an answer to the upgrade')
+  ws.destroy()
+  t.match(await lineFor(cli, '/ws'), { protocol: 'h1', clientNamespace: 'team-a', clientServiceAccount: 'app' }, 'an Upgrade request: attributed')
 })
 
 t.test('CLI: a request on an HTTPS connection for a host of another listener than its SNI selected gets 421 Misdirected Request', async (t) => {
