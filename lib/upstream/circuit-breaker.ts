@@ -17,13 +17,15 @@
 //   Retry-After, is "overloaded" for the Retry-After time (capped at 60 s) or
 //   5 s; the router spills to the next priority level meanwhile, and comes back
 //   once the time is over (the next answer decides again). Our own breaker
-//   refusals count toward the three like 503s: a backend at its limits is as
+//   refusals count toward the three like 503s, and so do requests that waited a
+//   pool's whole queue timeout (queue-timeout.ts): a backend at its limits is as
 //   overloaded as one that says so.
 
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { CircuitBreakerPolicy } from '../compile/table.ts'
 import type { OutgoingHeaders } from './types.ts'
 import { upstreamOverloads } from '../observe/resilience-metrics.ts'
+import { QUEUE_TIMEOUT } from './queue-timeout.ts'
 
 export const DEFAULT_CIRCUIT_LIMIT = 1024
 export const RETRY_BUDGET_PERCENT = 20
@@ -124,10 +126,19 @@ export class ClusterGuard {
     return false
   }
 
+  /** A request waited a pool's whole queue timeout for a connection: counted as a refusal. */
+  queueTimedOut(): void {
+    this.#refused(QUEUE_TIMEOUT)
+  }
+
   #overflow(limit: string): SallyportError {
+    this.#refused(limit)
+    return new SallyportError(ErrorCode.OVERLOADED, `${this.id}: circuit breaker ${limit} reached`)
+  }
+
+  #refused(limit: string): void {
     upstreamOverloads.inc({ backend: this.id, limit })
     // A refusal counts as a 503 answer toward the three (the clock is read only here, off the admitted path).
     if (++this.consecutiveOverload >= OVERLOAD_CONSECUTIVE) this.#markOverloaded(performance.now())
-    return new SallyportError(ErrorCode.OVERLOADED, `${this.id}: circuit breaker ${limit} reached`)
   }
 }

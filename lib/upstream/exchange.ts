@@ -78,6 +78,8 @@ export class Exchange {
   sent = false
   /** Resilience hooks; null when none (set by the registry before the first attempt). */
   guard: ExchangeGuard | null = null
+  /** The tick of its pool's queue clock it last started waiting at (queue-timeout.ts). */
+  queuedAt = 0
   #attempt: Attempt | null = null
   #answered = false
   #finished = false

@@ -22,6 +22,7 @@ import { h1RequestHeaders, responseHeaders, trailerFields } from './headers.ts'
 import { localError } from './normalize-error.ts'
 import { idleMsOf, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
 import { markReleasableChunks } from './release.ts'
+import { QueueTimeout } from './queue-timeout.ts'
 
 
 // Only undici's Pool (and the client it drives), not its index: the index also
@@ -54,6 +55,8 @@ export class H1Pool implements UpstreamPool, H1Host {
   /** What an UndiciAttempt reports to when it stops waiting. */
   readonly #undiciHost = { left: (): void => { this.#waiting--; this.#waitingUndici-- } }
   #sweep: NodeJS.Timeout | null = null
+  /** What bounds the wait in #queue (undici's queue has no such bound). */
+  readonly #queueTimeout: QueueTimeout
   #drained: (() => void) | null = null
   #undici: UndiciPool | null = null
 
@@ -61,6 +64,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     this.settings = settings
     this.#connector = connector
     this.#parked = parked
+    this.#queueTimeout = new QueueTimeout(settings.connectTimeoutMs, this.#sweepQueue)
   }
 
   get closed(): boolean {
@@ -77,6 +81,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     const idle = this.#takeIdle()
     if (idle !== undefined && this.#queue.length === 0) { idle.start(req); return }
     if (idle !== undefined) this.#idle.push(idle)
+    ex.queuedAt = this.#queueTimeout.queued()
     this.#queue.push(req)
     this.#pump()
   }
@@ -189,8 +194,31 @@ export class H1Pool implements UpstreamPool, H1Host {
 
   requeue(req: H1Request): void {
     this.#waiting++
+    req.ex.queuedAt = this.#queueTimeout.queued()
     this.#queue.unshift(req)
     this.#pump()
+  }
+
+  /**
+   * Fails the requests that waited the queue timeout for a connection (never
+   * sent: another level may take them) and drops the cancelled ones, which
+   * otherwise stay until they reach the front.
+   */
+  #sweepQueue = (): void => {
+    const queue = this.#queue
+    const timeout = this.#queueTimeout
+    let expired: H1Request[] | null = null
+    let kept = 0
+    for (let i = 0; i < queue.length; i++) {
+      const r = queue[i]
+      if (r.cancelled) continue
+      if (timeout.expired(r.ex.queuedAt)) (expired ??= []).push(r)
+      else queue[kept++] = r
+    }
+    queue.length = kept
+    if (kept === 0) timeout.stop()
+    if (expired !== null) for (const r of expired) r.fail(timeout.error(r.ex.endpoint))
+    this.#checkDrained()
   }
 
   /** Closes connections idle past their keep-alive deadline. */
@@ -230,6 +258,7 @@ export class H1Pool implements UpstreamPool, H1Host {
     if (this.#closed) return
     this.#closed = true
     if (this.#sweep !== null) { clearInterval(this.#sweep); this.#sweep = null }
+    if (this.#queue.length === 0) this.#queueTimeout.stop()
     const parked = this.#parked
     this.#parked = null
     if (parked !== null) parked.destroy()

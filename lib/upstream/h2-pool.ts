@@ -16,6 +16,7 @@ import { h2RequestHeaders, responseHeaders, trailerFields, websocketAccept } fro
 import { STREAM_REFUSED, localError } from './normalize-error.ts'
 import { H1Pool } from './h1-pool.ts'
 import { idleMsOf, stillWaiting, type PoolSettings, type PoolStats, type UpstreamPool } from './pool.ts'
+import { QueueTimeout } from './queue-timeout.ts'
 
 const H2: readonly string[] = ['h2']
 /** Our own ceiling on streams per session, whatever the peer allows. */
@@ -46,10 +47,13 @@ export class H2Pool implements UpstreamPool {
   #closed = false
   /** HTTP/1.1 Upgrade over a new connection, when the peer lacks RFC 8441. */
   #h1: H1Pool | null = null
+  /** What bounds the wait in #waiting. */
+  readonly #queueTimeout: QueueTimeout
 
   constructor(connector: Connector, settings: PoolSettings, adopted: Socket | null = null) {
     this.#connector = connector
     this.#settings = settings
+    this.#queueTimeout = new QueueTimeout(settings.connectTimeoutMs, this.#sweepQueue)
     this.#scheme = connector.secure ? 'https' : 'http'
     this.protocol = connector.secure ? 'h2' : 'h2c'
     if (adopted !== null) this.#adopt(adopted)
@@ -66,8 +70,26 @@ export class H2Pool implements UpstreamPool {
       this.#start(state, ex)
       return
     }
+    ex.queuedAt = this.#queueTimeout.queued()
     this.#waiting.push(ex)
     if (this.#connecting === 0 && this.#mayOpen()) this.#open()
+  }
+
+  /** Fails the requests that waited the queue timeout for a stream (never sent); drops answered ones. */
+  #sweepQueue = (): void => {
+    const waiting = this.#waiting
+    const timeout = this.#queueTimeout
+    let expired: Exchange[] | null = null
+    let kept = 0
+    for (let i = 0; i < waiting.length; i++) {
+      const ex = waiting[i]
+      if (ex.answered) continue
+      if (timeout.expired(ex.queuedAt)) (expired ??= []).push(ex)
+      else waiting[kept++] = ex
+    }
+    waiting.length = kept
+    if (kept === 0) timeout.stop()
+    if (expired !== null) for (const ex of expired) ex.fail(timeout.error(ex.endpoint))
   }
 
   /**
@@ -100,6 +122,7 @@ export class H2Pool implements UpstreamPool {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.#queueTimeout.stop()
     const waiting = this.#waiting
     this.#waiting = []
     for (const ex of waiting) ex.fail(localError('UND_ERR_CLOSED', 'upstream pool closed'))

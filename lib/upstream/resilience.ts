@@ -15,6 +15,7 @@ import type { Exchange, ExchangeGuard } from './exchange.ts'
 import type { OutgoingHeaders, ResilienceView } from './types.ts'
 import { createBalancer, type Balancer, type PickInput } from './balancer.ts'
 import { ClusterGuard, limitsOf } from './circuit-breaker.ts'
+import { QUEUE_TIMEOUT } from './queue-timeout.ts'
 import { HealthChecker } from './health-check.ts'
 import { EndpointHealth, OutlierDetector } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
@@ -105,6 +106,8 @@ export class ClusterRuntime implements ExchangeGuard {
   }
 
   failed(ex: Exchange, err: SallyportError): void {
+    // Waited the pool's queue timeout: the backend is as overloaded as when its breaker refuses.
+    if (err.detail === QUEUE_TIMEOUT) { this.guard.queueTimedOut(); return }
     // A client that goes away is not an upstream failure (STYLE.md §5).
     if (this.detector === null || !isLocalOriginFailure(err.code) || ex.tried === 0) return
     this.detector.onLocalFailure(this.health[ex.endpointIndex], performance.now())
