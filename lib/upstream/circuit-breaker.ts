@@ -6,9 +6,11 @@
 //   exchanges waiting for a pooled connection; maxConnections: split evenly
 //   over the endpoints' pools (rounded up, at least one each) as their cap on
 //   HTTP/1.1 connections and HTTP/2 sessions; maxParallelRetries: retries in
-//   flight. Unset limits are Envoy's default, 1024. A cluster without a circuitBreaker
-//   policy has no request limits (its pools keep their own caps) — but it
-//   always has the retry budget.
+//   flight. Unset limits are Envoy's default, 1024. A cluster without a
+//   circuitBreaker policy has Envoy's default maxPendingRequests (1024) and no
+//   other limit (its pools keep their own connection caps): a queue nothing
+//   bounded let one client's stalled requests, holding every connection, keep
+//   everyone else waiting in a queue that only grew. It always has the retry budget.
 // - Retry budget (Envoy's retry_budget semantics): retries in flight may be at
 //   most 20 % of the cluster's active requests, and always at least 3. It keeps
 //   retries from multiplying an outage: when every request fails, at most one
@@ -41,9 +43,17 @@ export interface CircuitLimits {
   readonly maxParallelRetries: number
 }
 
-/** Limits of a cluster's policy, Envoy's 1024 for those unset; null: no policy, no request limits. */
-export function limitsOf(policy: CircuitBreakerPolicy | null): CircuitLimits | null {
-  if (policy === null) return null
+/** Without a circuitBreaker policy: Envoy's pending bound, nothing else (Infinity: no limit). */
+export const DEFAULT_LIMITS: CircuitLimits = Object.freeze({
+  maxConnections: Infinity,
+  maxPendingRequests: DEFAULT_CIRCUIT_LIMIT,
+  maxParallelRequests: Infinity,
+  maxParallelRetries: Infinity,
+})
+
+/** Limits of a cluster's policy, Envoy's 1024 for those unset; no policy: DEFAULT_LIMITS. */
+export function limitsOf(policy: CircuitBreakerPolicy | null): CircuitLimits {
+  if (policy === null) return DEFAULT_LIMITS
   return {
     maxConnections: policy.maxConnections ?? DEFAULT_CIRCUIT_LIMIT,
     maxPendingRequests: policy.maxPendingRequests ?? DEFAULT_CIRCUIT_LIMIT,
@@ -68,7 +78,7 @@ export function retryAfterMs(headers: OutgoingHeaders, nowEpochMs: number): numb
 /** Counters and limits of one cluster id; outlives route tables so in-flight counts stay right across a swap. */
 export class ClusterGuard {
   readonly id: string
-  limits: CircuitLimits | null = null
+  limits: CircuitLimits = DEFAULT_LIMITS
   active = 0
   activeRetries = 0
   consecutiveOverload = 0
@@ -83,7 +93,6 @@ export class ClusterGuard {
   /** null: admitted; else the overload error (counted). `pending`: exchanges waiting for a connection now. */
   admit(pending: () => number): SallyportError | null {
     const limits = this.limits
-    if (limits === null) return null
     if (this.active >= limits.maxParallelRequests) return this.#overflow('max_parallel_requests')
     if (pending() >= limits.maxPendingRequests) return this.#overflow('max_pending_requests')
     return null
@@ -91,7 +100,7 @@ export class ClusterGuard {
 
   /** null: a retry may start; else why not ('budget' | 'max_parallel_retries'). */
   admitRetry(): string | null {
-    if (this.limits !== null && this.activeRetries >= this.limits.maxParallelRetries) {
+    if (this.activeRetries >= this.limits.maxParallelRetries) {
       upstreamOverloads.inc({ backend: this.id, limit: 'max_parallel_retries' })
       return 'max_parallel_retries'
     }

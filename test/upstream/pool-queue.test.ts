@@ -1,8 +1,9 @@
 // The queue of an upstream pool (requests waiting for an HTTP/1.1 connection or
-// an HTTP/2 stream) has bounds by default, with no circuitBreaker policy: each
-// request waits at most the connect timeout (HAProxy's `timeout queue`). A
-// probe held every connection of a backend with one client's stalled requests
-// while everyone else waited, unanswered.
+// an HTTP/2 stream) has bounds by default, with no circuitBreaker policy: at
+// most 1024 waiting per backend (Envoy's max_pending_requests), each for at
+// most the connect timeout (HAProxy's `timeout queue`). A probe held every
+// connection of a backend with one client's stalled requests while everyone
+// else waited, unanswered.
 import t, { type Test } from 'tap'
 import http from 'node:http'
 import http2 from 'node:http2'
@@ -94,4 +95,24 @@ t.test('HTTP/2: a request waiting for a stream gets a 503 (overloaded) after the
   t.equal(expectError(o).code, ErrorCode.OVERLOADED)
   t.equal(waiting(up), 0)
   t.equal(streams.length, 1, 'it never reached the upstream')
+})
+
+t.test('without a circuitBreaker, at most 1024 requests wait per backend; the next is refused at once', async (t) => {
+  const u = await holdingH1(t)
+  const c = cluster({ protocol: 'HTTP11', endpoints: [endpoint(u.port)] })
+  // A long connect timeout: here nobody waits long enough for it.
+  const up = upstreamsFor(t, c, { connectionsPerPool: 1, connectTimeoutMs: 60_000 })
+  const gone = new AbortController()
+  t.teardown(() => gone.abort(new Error('test over')))
+  void forward(up, request(c, { signal: gone.signal }))
+  t.ok(await until(() => u.held.length === 1))
+  for (let i = 0; i < 1024; i++) void forward(up, request(c, { signal: gone.signal }))
+  t.equal(waiting(up), 1024)
+  const before = await metricValue('sallyport_upstream_overload_total', { backend: c.id, limit: 'max_pending_requests' })
+  const o = await within(forward(up, request(c, { signal: gone.signal })), 2000)
+  t.not(o, 'still waiting', 'answered at once')
+  if (o === 'still waiting') return
+  t.equal(expectError(o).code, ErrorCode.OVERLOADED)
+  t.equal(await metricValue('sallyport_upstream_overload_total', { backend: c.id, limit: 'max_pending_requests' }), before + 1)
+  t.equal(waiting(up), 1024)
 })
