@@ -14,6 +14,7 @@ import { logger } from '../observe/log.ts'
 import { addPoolStatsSource, upstreamConnectErrors, type PoolConnectionSample } from '../observe/upstream-metrics.ts'
 import type { ResilienceView, UpstreamHandler, UpstreamRequest, Upstreams } from './types.ts'
 import { Resilience, type ClusterRuntime } from './resilience.ts'
+import { DEFAULT_CIRCUIT_LIMIT } from './circuit-breaker.ts'
 import { poolSettingsFor, poolVariant } from './pool-limits.ts'
 import { Connector } from './connect.ts'
 import { proxyKey } from './proxy-connect.ts'
@@ -35,7 +36,7 @@ export interface UpstreamOptions {
   readonly idleTimeoutMs?: number
   /** Idle pooled connection / HTTP/2 session lifetime; default 60 s. */
   readonly keepAliveTimeoutMs?: number
-  /** HTTP/1.1 connections per pool; default 128. */
+  /** HTTP/1.1 connections (HTTP/2 sessions) per pool, i.e. per endpoint; default 1024 (Envoy's max_connections). */
   readonly connectionsPerPool?: number
   /** Hostname → addresses, replacing DNS queries (tests, embedding); default: DNS per `dns`. */
   readonly resolve?: (hostname: string) => Promise<string[]>
@@ -133,7 +134,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
       idleTimeoutMs: options.idleTimeoutMs ?? 300_000,
       keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 60_000,
-      connectionsPerPool: options.connectionsPerPool ?? 128,
+      connectionsPerPool: options.connectionsPerPool ?? DEFAULT_CIRCUIT_LIMIT,
       maxRequestsPerConnection: null,
       http1Client: options.http1Client ?? 'sallyport',
     }

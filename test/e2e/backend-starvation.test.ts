@@ -2,12 +2,14 @@
 // upstream connections with requests it never finishes (a probe: one h2c
 // connection with 200 POST streams that never sent a body byte held all 128
 // connections of the endpoint, and every other request waited without an
-// answer). Through the real CLI: with a connection cap, a request that cannot
-// get a connection within the connect timeout is answered 503 (overloaded,
-// queue_timeout) instead of waiting.
+// answer). Through the real CLI: with the defaults, the most streams one
+// HTTP/2 client may open do not fill an endpoint's connections; with a
+// connection cap, a request that cannot get a connection within the connect
+// timeout is answered 503 (overloaded, queue_timeout) instead of waiting.
 import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
+import http2 from 'node:http2'
 import net from 'node:net'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
@@ -35,6 +37,31 @@ async function serve(t: Test, dir: string): Promise<{ port: number; admin: numbe
   await eventually(() => request(`http://127.0.0.1:${admin}/readyz`), (r) => r.status === 200, 20_000, 'readyz')
   return { port, admin }
 }
+
+t.test('one HTTP/2 client with 250 stalled uploads (its most streams) leaves the backend to the others', async (t) => {
+  const u = await upstream(t)
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), backendYaml('api', u.port))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), routeYaml('api', 'api.example.test', 'api', u.port))
+  const gw = await serve(t, dir)
+  const url = `http://127.0.0.1:${gw.port}/`
+  await eventually(() => request(url, { host: 'api.example.test' }), (r) => r.status === 200, 20_000, 'route served')
+
+  // The attacker: one h2c session, POST streams whose body never comes.
+  const session = http2.connect(`http://127.0.0.1:${gw.port}`)
+  session.on('error', () => {})
+  t.teardown(() => { session.destroy() })
+  for (let i = 0; i < 250; i++) {
+    const stream = session.request({ ':method': 'POST', ':path': `/upload/${i}`, ':authority': 'api.example.test' }, { endStream: false })
+    stream.on('error', () => {})
+  }
+  t.ok(await eventually(async () => u.active(), (n) => n === 250, 10_000, 'every stalled upload at the upstream').then(() => true, () => false),
+    'each stalled upload has a connection of its own')
+
+  // Everyone else is still served, at once.
+  const r = await request(url, { host: 'api.example.test', timeoutMs: 5000 }).then((x) => x.status, (e: Error) => e.message)
+  t.equal(r, 200, 'a well-behaved request is answered')
+})
 
 t.test('with a connection cap, a request waiting longer than the connect timeout gets a 503 (overloaded, queue_timeout)', async (t) => {
   const u = await upstream(t)

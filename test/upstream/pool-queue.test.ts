@@ -1,9 +1,9 @@
 // The queue of an upstream pool (requests waiting for an HTTP/1.1 connection or
 // an HTTP/2 stream) has bounds by default, with no circuitBreaker policy: at
 // most 1024 waiting per backend (Envoy's max_pending_requests), each for at
-// most the connect timeout (HAProxy's `timeout queue`). A probe held every
-// connection of a backend with one client's stalled requests while everyone
-// else waited, unanswered.
+// most the connect timeout (HAProxy's `timeout queue`), and 1024 connections
+// per endpoint before anyone waits. A probe held every connection of a backend
+// with one client's stalled requests while everyone else waited, unanswered.
 import t, { type Test } from 'tap'
 import http from 'node:http'
 import http2 from 'node:http2'
@@ -115,4 +115,18 @@ t.test('without a circuitBreaker, at most 1024 requests wait per backend; the ne
   t.equal(expectError(o).code, ErrorCode.OVERLOADED)
   t.equal(await metricValue('sallyport_upstream_overload_total', { backend: c.id, limit: 'max_pending_requests' }), before + 1)
   t.equal(waiting(up), 1024)
+})
+
+t.test('by default an endpoint takes 1024 connections: 200 held requests do not make a 201st wait', async (t) => {
+  const u = await holdingH1(t)
+  const c = cluster({ protocol: 'HTTP11', endpoints: [endpoint(u.port)] })
+  const up = upstreamsFor(t, c, {})
+  const gone = new AbortController()
+  t.teardown(() => gone.abort(new Error('test over')))
+  for (let i = 0; i < 200; i++) void forward(up, request(c, { signal: gone.signal }))
+  await until(() => u.held.length === 200)
+  t.equal(u.held.length, 200, 'each on a connection of its own')
+  void forward(up, request(c, { path: '/next', signal: gone.signal }))
+  t.ok(await until(() => u.held.length === 201), 'the next one too')
+  t.equal(waiting(up), 0, 'nobody waits')
 })
