@@ -18,7 +18,7 @@ Commands:
   version      Print the version
 
 serve [options]
-  --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json (repeatable; required without --kubernetes)
+  --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json, watched (repeatable; required without --kubernetes)
   --kubernetes             Watch Gateway API objects in the API server (in-cluster service account); write status, Events
   --kubeconfig FILE        Use this kubeconfig instead of the in-cluster service account (implies --kubernetes)
   --namespace NS           Watch namespaced kinds only in NS (repeatable; default: all namespaces)

@@ -34,6 +34,35 @@ export interface FileSourceOptions {
   readonly debounceMs?: number
   /** Watch for changes (default true). */
   readonly watch?: boolean
+  /** Milliseconds between checks that each watched directory is still the one its path names (default RECHECK_MS; 0: none). */
+  readonly recheckMs?: number
+}
+
+/** How often the watched directories are checked for having been replaced where no watch sees it. */
+export const RECHECK_MS = 10_000
+
+interface Watch {
+  readonly watcher: fs.FSWatcher
+  /** The directory's device and inode when the watch was made. */
+  readonly dev: number
+  readonly ino: number
+  /** Its birth time: ext4 gives a directory made right after one was removed the same inode number. */
+  readonly born: number
+  /** An event said the directory itself went away. */
+  stale: boolean
+  /** The entry names whose events matter (null: all). */
+  names: Set<string> | null
+}
+
+/** Whether `dir` still names the directory `w` watches. */
+function sameInode(dir: string, w: Watch): boolean {
+  try {
+    if (w.stale) return false
+    const st = fs.statSync(dir)
+    return st.dev === w.dev && st.ino === w.ino && st.birthtimeMs === w.born
+  } catch {
+    return false
+  }
 }
 
 /** The files of a configuration set, read and parsed. */
@@ -95,18 +124,55 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
 async function listManifests(p: string): Promise<string[]> {
   const stat = await fsp.stat(p)
   if (!stat.isDirectory()) return [p]
-  const entries = await fsp.readdir(p, { recursive: true, withFileTypes: true })
-  const out: string[] = []
-  for (const e of entries) {
-    if (!e.isFile() && !e.isSymbolicLink()) continue
-    const full = path.join(e.parentPath, e.name)
-    const rel = path.relative(p, full)
-    // Hidden files and directories (.git, editor swap and lock files) are not configuration.
-    if (rel.split(path.sep).some((part) => part.startsWith('.'))) continue
-    if (!EXTENSIONS.includes(path.extname(e.name).toLowerCase())) continue
-    out.push(full)
+  return walk(p).files
+}
+
+/**
+ * The manifests and directories under `root`, hidden entries skipped.
+ * Symbolic links are followed, to files and to directories alike; a linked
+ * directory already read, or one holding the link (`self -> .`, `up -> ..`),
+ * is not read again. Files are sorted; directories come in the order read.
+ */
+function walk(root: string): { files: string[]; dirs: string[] } {
+  const files: string[] = []
+  const dirs: string[] = []
+  const read = new Set<string>()
+  const visit = (dir: string, real: string): void => {
+    read.add(real)
+    dirs.push(dir)
+    // The root must be readable (its error is the caller's); a subdirectory that vanished meanwhile is skipped.
+    let entries: fs.Dirent[]
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+    } catch (err) {
+      if (dir === root) throw err
+      return
+    }
+    for (const e of entries) {
+      // Hidden files and directories (.git, editor swap and lock files, a ConfigMap's ..data) are not configuration.
+      if (e.name.startsWith('.')) continue
+      const full = path.join(dir, e.name)
+      let isDir = e.isDirectory()
+      if (e.isSymbolicLink()) {
+        try {
+          isDir = fs.statSync(full).isDirectory()
+        } catch { /* dangling: listed below if it looks like a manifest, so its read problem is reported */ }
+      }
+      if (!isDir) {
+        if ((e.isFile() || e.isSymbolicLink()) && EXTENSIONS.includes(path.extname(e.name).toLowerCase())) files.push(full)
+        continue
+      }
+      let target: string
+      try { target = fs.realpathSync(full) } catch { continue }
+      if (read.has(target) || real === target || real.startsWith(target + path.sep)) {
+        log.debug({ dir: full, target }, 'linked directory already read (or a loop); not read again')
+        continue
+      }
+      visit(full, target)
+    }
   }
-  return out.sort()
+  visit(root, fs.realpathSync(root))
+  return { files: files.sort(), dirs }
 }
 
 function readProblem(file: string, err: unknown): ConfigProblem {
@@ -123,7 +189,11 @@ export class FileSource {
   readonly #paths: readonly string[]
   readonly #debounceMs: number
   readonly #watch: boolean
-  #watchers = new Map<string, fs.FSWatcher>()
+  readonly #recheckMs: number
+  #watchers = new Map<string, Watch>()
+  /** Directories wanted but not watchable (missing); the re-check looks for them. */
+  #unwatchable = new Set<string>()
+  #recheckTimer: NodeJS.Timeout | null = null
   #timer: NodeJS.Timeout | null = null
   /** Hash of the last set read (good or not), so one broken state is reported once. */
   #seenHash: string | null = null
@@ -146,12 +216,17 @@ export class FileSource {
     this.#paths = paths.map((p) => path.resolve(p))
     this.#debounceMs = options.debounceMs ?? 200
     this.#watch = options.watch ?? true
+    this.#recheckMs = options.recheckMs ?? RECHECK_MS
   }
 
   /** First load (resolves after `onSnapshot` has handled it), then watch. */
   async start(onSnapshot: SnapshotListener): Promise<void> {
     this.#onSnapshot = onSnapshot
     this.#syncWatches()
+    if (this.#watch && this.#recheckMs > 0) {
+      this.#recheckTimer = setInterval(() => this.#recheck(), this.#recheckMs)
+      this.#recheckTimer.unref()
+    }
     await this.#reload(true)
   }
 
@@ -168,42 +243,106 @@ export class FileSource {
   close(): void {
     this.#closed = true
     if (this.#timer !== null) clearTimeout(this.#timer)
-    for (const w of this.#watchers.values()) w.close()
+    if (this.#recheckTimer !== null) clearInterval(this.#recheckTimer)
+    for (const w of this.#watchers.values()) w.watcher.close()
     this.#watchers.clear()
   }
 
   // Plain (non-recursive) inotify watches on every directory of the set: Node's
   // recursive mode on Linux follows files individually and loses them across a
-  // rename-save. The set of watched directories is re-synced after each read, so
-  // new subdirectories are picked up.
+  // rename-save. The set of watched directories is re-synced before each read,
+  // so new subdirectories are picked up.
+  //
+  // A watch follows an inode, the configuration a path: a directory replaced
+  // under its name (`rm -rf DIR && cp -r NEW DIR`, `mv NEW DIR`, a symlink
+  // swapped to a new target as git-sync does) leaves the watch on the old one,
+  // and no event or error says so. So each watch remembers the device and inode
+  // it was made on (and notes an event on the directory itself), and a sync
+  // re-makes any whose path now names another or that saw its directory go; the
+  // parent of each --config path is watched (for its name only, and for every
+  // link of a symlink chain) so a replacement is seen when it happens; and the
+  // re-check below catches what no watched directory sees (a link higher up the
+  // path swapped).
   #syncWatches(): void {
     if (!this.#watch || this.#closed) return
-    const wanted = new Set<string>()
+    /** Directory → the entry names that matter there (null: all). */
+    const wanted = new Map<string, Set<string> | null>()
+    const want = (dir: string, name: string | null): void => {
+      const names = wanted.get(dir)
+      if (names === null) return
+      if (name === null) wanted.set(dir, null)
+      else if (names === undefined) wanted.set(dir, new Set([name]))
+      else names.add(name)
+    }
     for (const p of this.#paths) {
+      // The path itself and each link it leads through: a replacement shows as an event on the name in its directory.
+      let link = p
+      for (let hop = 0; hop < 8; hop++) {
+        want(path.dirname(link), path.basename(link))
+        let target: string
+        try {
+          if (!fs.lstatSync(link).isSymbolicLink()) break
+          target = path.resolve(path.dirname(link), fs.readlinkSync(link))
+        } catch { break }
+        link = target
+      }
       let isDir = false
-      try { isDir = fs.statSync(p).isDirectory() } catch { /* missing: watch the parent for it to appear */ }
-      if (!isDir) { wanted.add(path.dirname(p)); continue }
-      wanted.add(p)
+      try { isDir = fs.statSync(p).isDirectory() } catch { /* missing: its parent is watched for it to appear */ }
+      // A file's directory entirely: a ConfigMap mounted as files swaps its ..data link there.
+      if (!isDir) { want(path.dirname(p), null); continue }
       try {
-        for (const e of fs.readdirSync(p, { recursive: true, withFileTypes: true })) {
-          if (!e.isDirectory()) continue
-          const full = path.join(e.parentPath, e.name)
-          if (!path.relative(p, full).split(path.sep).some((part) => part.startsWith('.'))) wanted.add(full)
-        }
-      } catch { /* vanished meanwhile: the next event re-syncs */ }
+        for (const dir of walk(p).dirs) want(dir, null)
+      } catch { /* vanished meanwhile: its parent's watch fires */ }
     }
     for (const [dir, w] of this.#watchers) {
-      if (!wanted.has(dir)) { w.close(); this.#watchers.delete(dir) }
+      const names = wanted.get(dir)
+      if (names === undefined || !sameInode(dir, w)) {
+        if (names !== undefined) log.info({ dir }, 'configuration directory replaced; watching the new one')
+        w.watcher.close()
+        this.#watchers.delete(dir)
+        continue
+      }
+      w.names = names
     }
-    for (const dir of wanted) {
+    for (const [dir, names] of wanted) {
       if (this.#watchers.has(dir)) continue
       try {
-        const w = fs.watch(dir, { persistent: false }, () => this.#changed())
-        w.on('error', () => { w.close(); this.#watchers.delete(dir); this.#changed() })
-        this.#watchers.set(dir, w)
+        // The inode first: one replaced between the two calls is caught by the next sync, never missed.
+        const st = fs.statSync(dir)
+        const self = path.basename(dir)
+        const watcher = fs.watch(dir, { persistent: false }, (_event, filename) => {
+          // An event on the directory itself (deleted, moved away) carries its own name: the watch is
+          // over, though no 'error' says so. (A child of the same name makes this a harmless re-watch.)
+          if (filename === self) entry.stale = true
+          if (entry.names === null || filename === null || entry.names.has(filename) || entry.stale) this.#changed()
+        })
+        const entry: Watch = { watcher, dev: st.dev, ino: st.ino, born: st.birthtimeMs, names, stale: false }
+        watcher.on('error', () => {
+          watcher.close()
+          if (this.#watchers.get(dir) === entry) this.#watchers.delete(dir)
+          this.#changed()
+        })
+        this.#watchers.set(dir, entry)
+        this.#unwatchable.delete(dir)
       } catch (err) {
-        log.warn({ dir, err }, 'cannot watch configuration directory; changes in it will not be picked up')
+        if (!this.#unwatchable.has(dir)) log.warn({ dir, err }, 'cannot watch configuration directory; changes in it will not be picked up')
+        this.#unwatchable.add(dir)
       }
+    }
+  }
+
+  /**
+   * The periodic re-check: a watched directory whose path now names another
+   * inode (or nothing), or one that could not be watched and now can, means a
+   * re-read (which re-syncs the watches). A few stat calls, no reading.
+   */
+  #recheck(): void {
+    if (this.#closed) return
+    for (const [dir, w] of this.#watchers) {
+      if (!sameInode(dir, w)) { this.#changed(); return }
+    }
+    for (const dir of this.#unwatchable) {
+      if (fs.existsSync(dir)) { this.#changed(); return }
     }
   }
 

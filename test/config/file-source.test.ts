@@ -168,3 +168,99 @@ t.test('a file that becomes empty is given time to be written before its objects
   await source.reload()
   t.equal(value(c.snapshots.at(-1), 't/b'), '3', 'a change beside an empty file that held nothing applies at once')
 })
+
+/** A watching source on `paths` (short debounce), started. */
+async function watching(t: Test, paths: string[], options: { recheckMs?: number } = {}): Promise<ReturnType<typeof collector>> {
+  const c = collector()
+  const source = new FileSource(paths, { debounceMs: 50, ...options })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+  t.equal(c.snapshots.length, 1, 'first load')
+  return c
+}
+
+t.test('a configuration directory replaced under its name is watched again', async (t) => {
+  for (const how of ['rm -rf and copy', 'mv away and mv in']) {
+    await t.test(how, async (t) => {
+      const root = tempDir(t)
+      const dir = path.join(root, 'cfg')
+      fs.mkdirSync(dir)
+      fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+      const c = await watching(t, [dir])
+      let next = c.next()
+      if (how === 'rm -rf and copy') {
+        // Within the debounce: no reload sees the directory missing.
+        fs.rmSync(dir, { recursive: true })
+        fs.mkdirSync(dir)
+        fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '2'))
+      } else {
+        const fresh = path.join(root, 'cfg.new')
+        fs.mkdirSync(fresh)
+        fs.writeFileSync(path.join(fresh, 'a.yaml'), cm('a', '2'))
+        fs.renameSync(dir, path.join(root, 'cfg.old'))
+        fs.renameSync(fresh, dir)
+      }
+      t.equal(value(await next, 't/a'), '2', 'the new directory is read')
+      next = c.next()
+      fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '3'))
+      t.equal(value(await next, 't/a'), '3', 'and a later edit in it is seen')
+    })
+  }
+})
+
+t.test('--config naming a symlink: swapping the link is seen, then edits in its new target', async (t) => {
+  const root = tempDir(t)
+  for (const rev of ['rev1', 'rev2']) {
+    fs.mkdirSync(path.join(root, rev))
+    fs.writeFileSync(path.join(root, rev, 'a.yaml'), cm('a', rev))
+  }
+  const current = path.join(root, 'current')
+  fs.symlinkSync('rev1', current)
+  const c = await watching(t, [current])
+  t.equal(value(c.snapshots[0], 't/a'), 'rev1')
+  let next = c.next()
+  // git-sync's atomic swap: a new link renamed over the old one.
+  fs.symlinkSync('rev2', path.join(root, 'tmp-link'))
+  fs.renameSync(path.join(root, 'tmp-link'), current)
+  t.equal(value(await next, 't/a'), 'rev2', 'the swap is applied')
+  next = c.next()
+  fs.writeFileSync(path.join(root, 'rev2', 'a.yaml'), cm('a', 'rev2-edited'))
+  t.equal(value(await next, 't/a'), 'rev2-edited', 'an edit in the new target is seen')
+})
+
+t.test('a directory replaced where no event reaches the gateway is noticed by the periodic re-check', async (t) => {
+  // --config root/link/cfg with `link` swapped: the events are in root, which is not watched.
+  const root = tempDir(t)
+  for (const rev of ['r1', 'r2']) {
+    fs.mkdirSync(path.join(root, rev, 'cfg'), { recursive: true })
+    fs.writeFileSync(path.join(root, rev, 'cfg', 'a.yaml'), cm('a', rev))
+  }
+  fs.symlinkSync('r1', path.join(root, 'link'))
+  const c = await watching(t, [path.join(root, 'link', 'cfg')], { recheckMs: 100 })
+  const next = c.next()
+  fs.symlinkSync('r2', path.join(root, 'tmp-link'))
+  fs.renameSync(path.join(root, 'tmp-link'), path.join(root, 'link'))
+  t.equal(value(await next, 't/a'), 'r2')
+})
+
+t.test('symlinked subdirectories are read and watched; links that loop are not followed', async (t) => {
+  const root = tempDir(t)
+  const dir = path.join(root, 'cfg')
+  fs.mkdirSync(dir)
+  fs.mkdirSync(path.join(root, 'teams-src'))
+  fs.writeFileSync(path.join(root, 'outside.yaml'), cm('outside', '1'))
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+  fs.writeFileSync(path.join(root, 'teams-src', 'b.yaml'), cm('b', '1'))
+  fs.symlinkSync(path.join('..', 'teams-src'), path.join(dir, 'teams'))
+  fs.symlinkSync('.', path.join(dir, 'self'))
+  fs.symlinkSync('..', path.join(dir, 'up'))
+  const set = await readConfigSet([dir])
+  t.same(set.files.map((f) => path.relative(dir, f)), ['a.yaml', path.join('teams', 'b.yaml')], 'the linked directory once; nothing through the loops')
+  t.same(set.problems, [])
+
+  const c = await watching(t, [dir])
+  t.equal(value(c.snapshots[0], 't/b'), '1')
+  const next = c.next()
+  fs.writeFileSync(path.join(root, 'teams-src', 'b.yaml'), cm('b', '2'))
+  t.equal(value(await next, 't/b'), '2', 'an edit in the linked directory is seen')
+})
