@@ -5,12 +5,14 @@
 // Envoy Gateway internal/provider/file/file.go), so events on single files are
 // not trustworthy; we watch directories and debounce.
 //
-// Atomicity: a reload either takes every file as it now is, or nothing. If one
-// file cannot be read or parsed, the last good configuration keeps serving, the
-// error is logged with file and line, and the failure is counted. The first
-// load is the exception: with no last good configuration, serving the readable
-// files (and reporting the broken one) beats refusing to start — one typo in one
-// team's file must not keep the gateway from coming up.
+// Each file on its own: a reload takes every file as it now is, except one that
+// cannot be read or parsed (a typo, a save caught half-written, a dangling
+// link), which keeps the objects of its last version that could be — one team's
+// typo holds back neither that team's objects nor any other file's changes.
+// The error is logged with file and line once, counted, and listed by
+// rejected(). A file that was never read whole (broken since startup, or added
+// broken) gives what can be read of it, as the first load does; a path that
+// cannot be listed (a --config directory gone) keeps the files last read under it.
 
 import { SerialPasses } from './serial-passes.ts'
 import { createHash } from 'node:crypto'
@@ -68,13 +70,26 @@ function sameInode(dir: string, w: Watch): boolean {
 /** The files of a configuration set, read and parsed. */
 export interface ConfigSet {
   readonly docs: SourcedDoc[]
-  /** Files that could not be read or parsed (one problem each, naming file and line). */
+  /** Files that could not be read or parsed, paths that could not be listed (one problem each, naming file and line). */
   readonly problems: ConfigProblem[]
-  /** Hash over every file's name and content. */
+  /** Hash over every file's name and content, and the problems. */
   readonly hash: string
   readonly files: readonly string[]
-  /** Files with nothing but whitespace in them. */
-  readonly emptyFiles: readonly string[]
+  /** Each file of `files`, read. */
+  readonly reads: ReadonlyMap<string, FileRead>
+  /** Paths (a --config path, a directory under one) that could not be listed. */
+  readonly unlisted: readonly ConfigProblem[]
+}
+
+/** One file, read and parsed. */
+export interface FileRead {
+  readonly docs: readonly SourcedDoc[]
+  /** Why it could not be read, or parsed whole (none: it was). */
+  readonly problems: readonly ConfigProblem[]
+  /** Hash of its content ('' if unreadable). */
+  readonly hash: string
+  /** Nothing but whitespace in it. */
+  readonly empty: boolean
 }
 
 /**
@@ -91,40 +106,46 @@ export const EMPTY_SETTLE_MS = 1000
  */
 export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet> {
   const files: string[] = []
-  const problems: ConfigProblem[] = []
+  const unlisted: ConfigProblem[] = []
   for (const p of paths) {
     try {
-      files.push(...await listManifests(p))
+      const listed = await listManifests(p)
+      files.push(...listed.files)
+      for (const f of listed.failed) unlisted.push(readProblem(f.dir, f.err))
     } catch (err) {
-      problems.push(readProblem(p, err))
+      unlisted.push(readProblem(p, err))
     }
   }
+  const problems: ConfigProblem[] = [...unlisted]
   const hash = createHash('sha256')
   const docs: SourcedDoc[] = []
-  const emptyFiles: string[] = []
+  const reads = new Map<string, FileRead>()
   for (const file of files) {
     let text: string
     try {
       text = await fsp.readFile(file, 'utf8')
     } catch (err) {
       // A file renamed away between listing and reading: the watcher fires again.
-      problems.push(readProblem(file, err))
+      const problem = readProblem(file, err)
+      problems.push(problem)
+      reads.set(file, { docs: [], problems: [problem], hash: '', empty: false })
       continue
     }
-    hash.update(file).update('\0').update(text).update('\0')
-    if (text.trim() === '') emptyFiles.push(file)
+    const fileHash = createHash('sha256').update(text).digest('hex')
+    hash.update(file).update('\0').update(fileHash).update('\0')
     const parsed = parseManifests(file, text)
     problems.push(...parsed.problems)
     docs.push(...parsed.docs)
+    reads.set(file, { docs: parsed.docs, problems: parsed.problems, hash: fileHash, empty: text.trim() === '' })
   }
   for (const p of problems) hash.update(formatProblem(p))
-  return { docs, problems, hash: hash.digest('hex'), files, emptyFiles }
+  return { docs, problems, hash: hash.digest('hex'), files, reads, unlisted }
 }
 
-async function listManifests(p: string): Promise<string[]> {
+async function listManifests(p: string): Promise<{ files: string[]; failed: Array<{ dir: string; err: unknown }> }> {
   const stat = await fsp.stat(p)
-  if (!stat.isDirectory()) return [p]
-  return walk(p).files
+  if (!stat.isDirectory()) return { files: [p], failed: [] }
+  return walk(p)
 }
 
 /**
@@ -133,19 +154,22 @@ async function listManifests(p: string): Promise<string[]> {
  * directory already read, or one holding the link (`self -> .`, `up -> ..`),
  * is not read again. Files are sorted; directories come in the order read.
  */
-function walk(root: string): { files: string[]; dirs: string[] } {
+function walk(root: string): { files: string[]; dirs: string[]; failed: Array<{ dir: string; err: unknown }> } {
   const files: string[] = []
   const dirs: string[] = []
+  const failed: Array<{ dir: string; err: unknown }> = []
   const read = new Set<string>()
   const visit = (dir: string, real: string): void => {
     read.add(real)
     dirs.push(dir)
-    // The root must be readable (its error is the caller's); a subdirectory that vanished meanwhile is skipped.
+    // The root must be readable (its error is the caller's); a subdirectory that vanished meanwhile is
+    // skipped, one that cannot be read is reported (its files keep their objects, see FileSource).
     let entries: fs.Dirent[]
     try {
       entries = fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     } catch (err) {
       if (dir === root) throw err
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') failed.push({ dir, err })
       return
     }
     for (const e of entries) {
@@ -172,7 +196,7 @@ function walk(root: string): { files: string[]; dirs: string[] } {
     }
   }
   visit(root, fs.realpathSync(root))
-  return { files: files.sort(), dirs }
+  return { files: files.sort(), dirs, failed }
 }
 
 function readProblem(file: string, err: unknown): ConfigProblem {
@@ -185,6 +209,12 @@ function readProblem(file: string, err: unknown): ConfigProblem {
 
 export type SnapshotListener = (snapshot: Snapshot) => void | Promise<void>
 
+/** The documents one file gives a snapshot, and the hash of the content they came from. */
+interface Taken {
+  readonly docs: readonly SourcedDoc[]
+  readonly hash: string
+}
+
 export class FileSource {
   readonly #paths: readonly string[]
   readonly #debounceMs: number
@@ -195,17 +225,19 @@ export class FileSource {
   #unwatchable = new Set<string>()
   #recheckTimer: NodeJS.Timeout | null = null
   #timer: NodeJS.Timeout | null = null
-  /** Hash of the last set read (good or not), so one broken state is reported once. */
+  /** Hash of the last set read (good or not): an unchanged set is not looked at again. */
   #seenHash: string | null = null
-  /** Hash of the last set handed on: equal content is never emitted twice. */
+  /** Hash of what the last snapshot handed on was built from: equal content is never emitted twice. */
   #emittedHash: string | null = null
   /** Issue 11: a reload validates and reads only the documents that changed. */
   readonly #docs = new DocumentCache()
-  /** The files of the last reload not applied (unreadable, unparsable); empty once a set is applied. */
+  /** Each file's last version read whole, whose documents serve: what a file that breaks keeps. */
+  #lastGood = new Map<string, Taken>()
+  /** The problems of the files that serve their last good version instead of what is on disk. */
   #rejected: readonly ConfigProblem[] = []
+  /** Per file or path, its problems as last reported: each broken state is logged and counted once. */
+  #reported = new Map<string, string>()
   #onSnapshot: SnapshotListener | null = null
-  /** Files that held documents in the set last handed on. */
-  #filesWithDocs = new Set<string>()
   /** Files that became empty, and since when (EMPTY_SETTLE_MS). */
   #emptySince = new Map<string, number>()
   /** The reload in progress; a change during it schedules one more after it. */
@@ -235,7 +267,7 @@ export class FileSource {
     return this.#schedule()
   }
 
-  /** Why the files on disk are not what serves: the problems of the last reload, kept out (none once one applies). */
+  /** Why files on disk are not what serves: the problems of the files that serve their last good version instead. */
   rejected(): readonly ConfigProblem[] {
     return this.#rejected
   }
@@ -360,28 +392,33 @@ export class FileSource {
   }
 
   /**
-   * Whether to hold this set back: a file that held objects is empty now, and
-   * has not been for EMPTY_SETTLE_MS yet (a re-read is scheduled for then). An
-   * emptiness that lasts is applied, with a warning naming the files.
+   * How long a file that held objects and is empty now is still given to be
+   * written (0: its emptiness is applied, with a warning naming it).
    */
-  #settling(set: ConfigSet): boolean {
-    const now = Date.now()
-    const emptied = set.emptyFiles.filter((f) => this.#filesWithDocs.has(f))
-    for (const f of [...this.#emptySince.keys()]) if (!emptied.includes(f)) this.#emptySince.delete(f)
-    let wait = 0
-    for (const f of emptied) {
-      const since = this.#emptySince.get(f)
-      if (since === undefined) this.#emptySince.set(f, now)
-      wait = Math.max(wait, (since ?? now) + EMPTY_SETTLE_MS - now)
-    }
+  #settleWait(file: string, now: number): number {
+    const since = this.#emptySince.get(file) ?? now
+    this.#emptySince.set(file, since)
+    const wait = since + EMPTY_SETTLE_MS - now
     if (wait > 0) {
-      log.info({ files: emptied }, 'a configuration file became empty; waiting for it to be written before applying')
-      setTimeout(() => { void this.#schedule() }, wait).unref()
-      return true
+      if (since === now) log.info({ file }, 'a configuration file became empty; waiting for it to be written before applying')
+      return wait
     }
-    if (emptied.length > 0) log.warn({ files: emptied }, 'configuration file is empty: the objects it held are removed')
-    this.#emptySince.clear()
-    return false
+    log.warn({ file }, 'configuration file is empty: the objects it held are removed')
+    this.#emptySince.delete(file)
+    return 0
+  }
+
+  /** Log and count a file's (or path's) problems, once per broken state. */
+  #report(file: string, problems: readonly ConfigProblem[], held: boolean): void {
+    const text = problems.map(formatProblem).join('\n')
+    if (this.#reported.get(file) === text) return
+    this.#reported.set(file, text)
+    for (const p of problems) {
+      log.error({ file: p.source.file, doc: p.source.doc, problem: formatProblem(p) },
+        held ? 'cannot load configuration file; its last good objects keep serving' : 'cannot load configuration file')
+      const reason = p.message.startsWith('cannot read') ? 'read' : 'parse'
+      configReloadFailures.inc({ source: 'file', reason })
+    }
   }
 
   async #reload(first: boolean): Promise<void> {
@@ -389,26 +426,81 @@ export class FileSource {
     if (!first) this.#syncWatches()
     const set = await readConfigSet(this.#paths)
     if (set.hash === this.#seenHash) return
-    if (!first && this.#settling(set)) return
-    this.#seenHash = set.hash
-    if (set.problems.length > 0) {
-      for (const p of set.problems) {
-        log.error({ file: p.source.file, doc: p.source.doc, problem: formatProblem(p) }, 'cannot load configuration file')
-        const reason = p.message.startsWith('cannot read') ? 'read' : 'parse'
-        configReloadFailures.inc({ source: 'file', reason })
+    const now = Date.now()
+    /** What each file gives this snapshot, in file order. */
+    const taken = new Map<string, Taken>()
+    const problems: ConfigProblem[] = []
+    const held: ConfigProblem[] = []
+    const lastGood = new Map<string, Taken>()
+    const broken = new Set<string>()
+    let settle = 0
+    for (const file of set.files) {
+      const read = set.reads.get(file)
+      if (read === undefined) continue
+      const last = this.#lastGood.get(file)
+      if (read.problems.length > 0) {
+        broken.add(file)
+        this.#report(file, read.problems, last !== undefined)
+        if (last !== undefined) {
+          taken.set(file, last)
+          lastGood.set(file, last)
+          held.push(...read.problems)
+        } else {
+          // Never read whole: what can be read of it, as on the first load.
+          taken.set(file, { docs: read.docs, hash: read.hash })
+          problems.push(...read.problems)
+        }
+        continue
       }
-      if (!first) {
-        log.warn({ files: set.problems.map((p) => p.source.file) }, 'keeping the last good configuration')
-        this.#rejected = set.problems
-        return
+      if (read.empty && last !== undefined && last.docs.length > 0) {
+        const wait = this.#settleWait(file, now)
+        if (wait > 0) {
+          settle = Math.max(settle, wait)
+          taken.set(file, last)
+          lastGood.set(file, last)
+          continue
+        }
+      } else {
+        this.#emptySince.delete(file)
       }
+      const good = { docs: read.docs, hash: read.hash }
+      taken.set(file, good)
+      lastGood.set(file, good)
     }
-    this.#rejected = []
-    // Back to the content already serving (a broken save, then undo): nothing to do.
-    if (set.hash === this.#emittedHash) return
-    this.#emittedHash = set.hash
-    this.#filesWithDocs = new Set(set.docs.map((d) => d.source.file))
-    const snapshot = buildSnapshot(set.docs, set.problems, this.#docs)
+    // A path that cannot be listed: the files last read under it keep their objects.
+    for (const p of set.unlisted) {
+      const dir = p.source.file
+      broken.add(dir)
+      let kept = false
+      for (const [file, last] of this.#lastGood) {
+        if (taken.has(file) || !(file === dir || file.startsWith(dir + path.sep))) continue
+        taken.set(file, last)
+        lastGood.set(file, last)
+        kept = true
+      }
+      this.#report(dir, [p], kept)
+      if (kept) held.push(p)
+      else problems.push(p)
+    }
+    for (const f of [...this.#reported.keys()]) if (!broken.has(f)) this.#reported.delete(f)
+    for (const f of [...this.#emptySince.keys()]) if (!taken.has(f)) this.#emptySince.delete(f)
+    if (settle > 0) setTimeout(() => { void this.#schedule() }, settle).unref()
+    // A file still settling: the re-read then must not be skipped as "seen".
+    this.#seenHash = settle > 0 ? null : set.hash
+    this.#lastGood = lastGood
+    this.#rejected = held
+    if (held.length > 0) log.warn({ files: held.map((p) => p.source.file) }, 'these files keep their last good objects; the others apply')
+
+    const files = [...taken.keys()].sort()
+    const hash = createHash('sha256')
+    for (const file of files) hash.update(file).update('\0').update(taken.get(file)?.hash ?? '').update('\0')
+    for (const p of problems) hash.update(formatProblem(p)).update('\0')
+    const digest = hash.digest('hex')
+    // What serves already (a broken save, then undo; a break that keeps the last good objects): nothing to do.
+    if (digest === this.#emittedHash) return
+    this.#emittedHash = digest
+    const docs = files.flatMap((f) => taken.get(f)?.docs ?? [])
+    const snapshot = buildSnapshot(docs, problems, this.#docs)
     if (this.#onSnapshot === null || this.#closed) return
     try {
       await this.#onSnapshot(snapshot)

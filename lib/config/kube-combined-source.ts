@@ -7,8 +7,8 @@
 // the file (so `/config_dump`, the logs and an Event say why an edit to it
 // has no effect). Status is written only for objects read from the API server
 // that are actually in use (status-writer.ts skips shadowed ones).
-// Each source keeps its own "last good": a broken file keeps the last good file
-// set, an unreachable API server keeps the last synced objects; the merged
+// Each source keeps its own "last good": a broken file keeps its last good
+// objects, an unreachable API server keeps the last synced objects; the merged
 // snapshot is rebuilt whenever either side changes.
 
 import { CLUSTER_SCOPED } from '../resources/model.ts'
@@ -23,7 +23,7 @@ export interface ConfigSource {
   start(onSnapshot: SnapshotListener): Promise<void>
   reload(): Promise<void>
   close(): void
-  /** Problems of the latest reload that was not applied (the file source's unreadable or unparsable files). */
+  /** Problems of what serves its last good version instead of what is on disk (the file source's unreadable or unparsable files). */
   rejected?(): readonly ConfigProblem[]
 }
 

@@ -139,7 +139,7 @@ export class Runtime {
       failedPorts: this.#failedPorts.map((f) => ({ port: f.port, error: f.error })),
       status: this.#status === null ? [] : [...this.#status.objects.values()],
       problems: this.#problems.map((p) => ({ ...p, line: formatProblem(p) })),
-      // The files on disk that are not what serves: the last reload, kept out (the table is the last good one).
+      // The files on disk that are not what serves: each serves the objects of its last good version instead.
       reloadRejected: (this.#source.rejected?.() ?? []).map((p) => ({ ...p, line: formatProblem(p) })),
       upstreams: this.#upstreams.stats(),
       // Issue 6: health, ejection, overload and circuit state per backend.

@@ -54,7 +54,7 @@ t.test('reads directories recursively, skipping hidden entries and other extensi
   t.match(missing.problems[0]?.message, /cannot read: ENOENT/)
 })
 
-t.test('a broken file keeps the last good set; fixing it reloads; unchanged content is not re-emitted', async (t) => {
+t.test('a broken file keeps its own last good objects; the other files\' changes apply; fixing it reloads', async (t) => {
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
   fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '1'))
@@ -69,20 +69,93 @@ t.test('a broken file keeps the last good set; fixing it reloads; unchanged cont
   fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '2'))
   fs.writeFileSync(path.join(dir, 'b.yaml'), 'kind: ConfigMap\nmetadata:\n  name: b\n  labels: x: y\n')
   await source.reload()
-  t.equal(c.snapshots.length, 1, 'nothing emitted: the change to a.yaml waits for b.yaml to parse')
+  t.equal(c.snapshots.length, 2, 'the change to a.yaml applies')
+  t.equal(value(c.snapshots[1], 't/a'), '2')
+  t.equal(value(c.snapshots[1], 't/b'), '1', 'b.yaml keeps its last good objects')
+  t.same(source.rejected().map((p) => p.source.file), [path.join(dir, 'b.yaml')], 'rejected() names the file held back')
+  t.match(source.rejected()[0]?.message, /^line 4\b/)
   t.equal(await failures('parse'), before + 1)
+  fs.writeFileSync(path.join(dir, 'c.yaml'), cm('c', '1'))
   await source.reload()
-  t.equal(await failures('parse'), before + 1, 'the same broken state is reported once')
+  t.equal(value(c.snapshots.at(-1), 't/c'), '1', 'a file added meanwhile applies')
+  t.equal(await failures('parse'), before + 1, 'the same broken file is reported once')
+  const count = c.snapshots.length
+  await source.reload()
+  t.equal(c.snapshots.length, count, 'nothing changed: nothing emitted')
 
   fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '2'))
+  await source.reload()
+  t.equal(value(c.snapshots.at(-1), 't/b'), '2', 'fixed: its new objects apply')
+  t.equal(value(c.snapshots.at(-1), 't/a'), '2')
+  t.same(source.rejected(), [])
+
+  fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '2'))
+  await source.reload()
+  t.equal(c.snapshots.length, count + 1, 'same content: nothing emitted')
+
+  // Broken, then removed: its objects go.
+  fs.writeFileSync(path.join(dir, 'b.yaml'), 'kind: [\n')
+  await source.reload()
+  fs.rmSync(path.join(dir, 'b.yaml'))
+  await source.reload()
+  t.equal(value(c.snapshots.at(-1), 't/b'), undefined, 'a broken file removed: its objects are removed')
+  t.same(source.rejected(), [])
+})
+
+t.test('a file broken since startup holds nothing back', async (t) => {
+  // The first load serves the rest; later changes to the rest must apply too, as a restart on the same files would.
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+  fs.writeFileSync(path.join(dir, 'second.yaml'), 'kind: ConfigMap\n  x: [\n')
+  const c = collector()
+  const source = new FileSource([dir], { watch: false })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '2'))
+  fs.writeFileSync(path.join(dir, 'third.yaml'), cm('third', '1'))
   await source.reload()
   t.equal(c.snapshots.length, 2)
-  t.equal(value(c.snapshots[1], 't/a'), '2')
-  t.equal(value(c.snapshots[1], 't/b'), '2')
-
-  fs.writeFileSync(path.join(dir, 'b.yaml'), cm('b', '2'))
+  const s = c.snapshots[1]
+  t.equal(value(s, 't/a'), '2', 'an edit applies')
+  t.equal(value(s, 't/third'), '1', 'an added file applies')
+  t.same(s?.problems.map((p) => p.source.file), [path.join(dir, 'second.yaml')], 'the broken file is still reported')
+  t.same(source.rejected(), [], 'nothing of it served before: nothing held back')
+  fs.writeFileSync(path.join(dir, 'second.yaml'), cm('second', '1'))
   await source.reload()
-  t.equal(c.snapshots.length, 2, 'same content: nothing emitted')
+  t.equal(value(c.snapshots.at(-1), 't/second'), '1', 'fixed: applied')
+  t.same(c.snapshots.at(-1)?.problems, [])
+})
+
+t.test('an unreadable file or directory keeps its last good objects; the rest applies', async (t) => {
+  const root = tempDir(t)
+  const one = path.join(root, 'one')
+  const two = path.join(root, 'two')
+  fs.mkdirSync(one)
+  fs.mkdirSync(two)
+  fs.writeFileSync(path.join(one, 'a.yaml'), cm('a', '1'))
+  fs.writeFileSync(path.join(one, 'b.yaml'), cm('b', '1'))
+  fs.writeFileSync(path.join(two, 'c.yaml'), cm('c', '1'))
+  const c = collector()
+  const source = new FileSource([one, two], { watch: false })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+
+  // A dangling symlink (a ConfigMap's link mid-swap, a target removed).
+  fs.rmSync(path.join(one, 'b.yaml'))
+  fs.symlinkSync(path.join(root, 'missing.yaml'), path.join(one, 'b.yaml'))
+  fs.writeFileSync(path.join(one, 'a.yaml'), cm('a', '2'))
+  await source.reload()
+  t.equal(value(c.snapshots.at(-1), 't/a'), '2')
+  t.equal(value(c.snapshots.at(-1), 't/b'), '1', 'the unreadable file keeps its objects')
+  t.match(source.rejected()[0], { source: { file: path.join(one, 'b.yaml') }, message: /cannot read: ENOENT/ })
+
+  // A --config directory gone: the files read under it keep their objects.
+  fs.rmSync(two, { recursive: true })
+  fs.writeFileSync(path.join(one, 'a.yaml'), cm('a', '3'))
+  await source.reload()
+  t.equal(value(c.snapshots.at(-1), 't/a'), '3')
+  t.equal(value(c.snapshots.at(-1), 't/c'), '1', 'the missing directory\'s objects are kept')
+  t.same(source.rejected().map((p) => p.source.file).sort(), [path.join(one, 'b.yaml'), two])
 })
 
 t.test('first load with a broken file serves the others and reports it', async (t) => {
