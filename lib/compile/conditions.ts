@@ -12,9 +12,11 @@ export function condition(type: string, ok: boolean, reason: string, message: st
 }
 
 /**
- * Oldest creationTimestamp first, then alphabetical `namespace/name`.
- * An absent timestamp ('') sorts as newest, so objects without one lose ties.
- * RFC 3339 timestamps in UTC compare correctly as strings; others are parsed.
+ * Oldest creationTimestamp first, then the first seen (file mode: an object
+ * added since startup is newer than one that was serving), then alphabetical
+ * `namespace/name`. An absent timestamp ('') sorts as newest, so objects
+ * without one lose ties. RFC 3339 timestamps in UTC compare correctly as
+ * strings; others are parsed.
  */
 export function compareAge(a: ObjectBase<string>, b: ObjectBase<string>): number {
   const sa = a.meta.creationTimestamp
@@ -28,6 +30,7 @@ export function compareAge(a: ObjectBase<string>, b: ObjectBase<string>): number
     const tb = timestampOf(sb)
     if (ta !== tb) return ta < tb ? -1 : 1
   }
+  if (a.meta.firstSeen !== b.meta.firstSeen) return a.meta.firstSeen < b.meta.firstSeen ? -1 : 1
   return compareJoined(a.meta.namespace, a.meta.name, b.meta.namespace, b.meta.name)
 }
 

@@ -34,6 +34,8 @@ export interface ExtensionOwner {
   readonly name: string
   /** RFC 3339 or '' (sorts newest). */
   readonly createdAt: string
+  /** ObjectMeta.firstSeen: orders equal createdAt. */
+  readonly firstSeen: number
 }
 
 export interface ScopedExtensions {
@@ -70,6 +72,7 @@ function olderThan(a: ExtensionOwner, b: ExtensionOwner): boolean {
   const ta = a.createdAt === '' ? '\uffff' : a.createdAt
   const tb = b.createdAt === '' ? '\uffff' : b.createdAt
   if (ta !== tb) return ta < tb
+  if (a.firstSeen !== b.firstSeen) return a.firstSeen < b.firstSeen
   return ownerKey(a) < ownerKey(b)
 }
 
@@ -207,11 +210,11 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
 
 /** The owner record of a Backend's spec.extensions: its own group and kind, which a ReferenceGrant for its Secrets must name. */
 export function backendExtensionOwner(b: Backend): ExtensionOwner {
-  return { ...groupKindOf(b), namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp }
+  return { ...groupKindOf(b), namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp, firstSeen: b.meta.firstSeen }
 }
 
 export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
-  return { kind: 'EgressExtension', group: 'sallyport.io', namespace: ext.meta.namespace, name: ext.meta.name, createdAt: ext.meta.creationTimestamp }
+  return { kind: 'EgressExtension', group: 'sallyport.io', namespace: ext.meta.namespace, name: ext.meta.name, createdAt: ext.meta.creationTimestamp, firstSeen: ext.meta.firstSeen }
 }
 
 /** An owner's extension Secret reference that cannot be used, where it is written, and the status key of the owner. */

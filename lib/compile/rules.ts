@@ -231,7 +231,7 @@ function compileRule(
   const limit = policy === null || ctx.extensionCompiler === undefined ? null : rateLimitExtension(policy)
   if (limit !== null && policy !== null) {
     const own = policy.targetRefs.some(r => r.kind === route.kind && r.name === route.meta.name)
-    scopes.push({ scope: own ? 'Route' : 'Gateway', owner: { kind: 'BackendTrafficPolicy', group: 'gateway.envoyproxy.io', namespace: policy.meta.namespace, name: policy.meta.name, createdAt: policy.meta.creationTimestamp }, list: [limit] })
+    scopes.push({ scope: own ? 'Route' : 'Gateway', owner: { kind: 'BackendTrafficPolicy', group: 'gateway.envoyproxy.io', namespace: policy.meta.namespace, name: policy.meta.name, createdAt: policy.meta.creationTimestamp, firstSeen: policy.meta.firstSeen }, list: [limit] })
   }
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.

@@ -38,6 +38,10 @@ export interface SourcedDoc {
  */
 export class DocumentCache {
   previous = new Map<string, Checked>()
+  /** Builds made so far: the firstSeen of an object new in the next one. */
+  builds = 0
+  /** The objects of the last build, by map and key: when each was first seen, and the file it came from. */
+  present = new Map<string, { readonly firstSeen: number; readonly file: string }>()
 }
 
 interface Checked {
@@ -71,7 +75,15 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
     if (cache !== undefined) {
       const key = `${source.file}\u0000${source.doc}\u0000${JSON.stringify(doc)}`
       checked = cache.previous.get(key)
-      if (checked === undefined) checked = check(doc, source, header)
+      if (checked === undefined) {
+        checked = check(doc, source, header)
+        // Files have no creationTimestamp: an object's age is when this process first saw it (meta.ts firstSeen).
+        const object = checked.object
+        if (object !== null && cache.builds > 0) {
+          const firstSeen = cache.present.get(`${MAP_OF[object.kind]}\u0000${snapshotKeyOf(object)}`)?.firstSeen ?? cache.builds
+          if (firstSeen !== 0) checked = { problems: checked.problems, object: { ...object, meta: { ...object.meta, firstSeen } } as ModelObject }
+        }
+      }
       next.set(key, checked)
     } else {
       checked = check(doc, source, header)
@@ -83,13 +95,24 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
     const key = snapshotKeyOf(object)
     const first = map.get(key)
     if (first !== undefined) {
-      problems.push(problem(source, object.kind, object.meta.namespace, object.meta.name,
-        `duplicate ${object.kind} ${key}: already defined at ${first.source.file}:${first.source.doc}; this one is ignored`))
+      // The one that served keeps its place (file mode): a newcomer is the duplicate, whichever file sorts first.
+      const served = cache?.present.get(`${MAP_OF[object.kind]}\u0000${key}`)?.file
+      const [kept, dropped] = served === source.file && first.source.file !== served ? [object, first] : [first, object]
+      problems.push(problem(dropped.source, dropped.kind, dropped.meta.namespace, dropped.meta.name,
+        `duplicate ${dropped.kind} ${key}: already defined at ${kept.source.file}:${kept.source.doc}; this one is ignored`))
+      map.set(key, kept)
       continue
     }
     map.set(key, object)
   }
-  if (cache !== undefined) cache.previous = next
+  if (cache !== undefined) {
+    cache.previous = next
+    cache.builds++
+    cache.present = new Map()
+    for (const [name, map] of Object.entries(maps)) {
+      for (const [key, object] of map) cache.present.set(`${name}\u0000${key}`, { firstSeen: object.meta.firstSeen, file: object.source.file })
+    }
+  }
   return { ...(maps as unknown as Omit<Snapshot, 'problems'>), problems }
 }
 

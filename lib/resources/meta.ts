@@ -17,6 +17,13 @@ export interface ObjectMeta {
   readonly resourceVersion: string
   /** RFC 3339 as written, or '' when absent (sorts as newest: absent timestamps lose ties). */
   readonly creationTimestamp: string
+  /**
+   * Files have no creationTimestamp: the file source's reload at which this
+   * process first saw the object (0: at startup; kept across reloads while the
+   * object exists), so an object added later is the newer. 0 from the API server.
+   * Orders objects whose creationTimestamps are equal (or both absent).
+   */
+  readonly firstSeen: number
   readonly labels: Readonly<Record<string, string>>
   readonly annotations: Readonly<Record<string, string>>
 }

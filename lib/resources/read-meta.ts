@@ -20,6 +20,7 @@ export function readMeta(doc: Fields, kind: string): ObjectMeta {
     generation: generation !== null && generation >= 1 ? Math.floor(generation) : 1,
     resourceVersion: textAt(m, 'resourceVersion') ?? '',
     creationTimestamp: textAt(m, 'creationTimestamp') ?? '',
+    firstSeen: 0,
     labels: stringMapAt(m, 'labels'),
     annotations: stringMapAt(m, 'annotations'),
   }

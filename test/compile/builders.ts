@@ -11,7 +11,7 @@ import type { Snapshot } from '../../lib/resources/snapshot.ts'
 export const G = 'gateway.networking.k8s.io'
 
 export function meta(name: string, namespace = 'default', extra: Partial<ObjectMeta> = {}): ObjectMeta {
-  return { name, namespace, uid: `${namespace}/${name}`, generation: 1, resourceVersion: '1', creationTimestamp: '2024-01-01T00:00:00Z', labels: {}, annotations: {}, ...extra }
+  return { name, namespace, uid: `${namespace}/${name}`, generation: 1, resourceVersion: '1', creationTimestamp: '2024-01-01T00:00:00Z', firstSeen: 0, labels: {}, annotations: {}, ...extra }
 }
 const source = { file: 'test.yaml', doc: 0 }
 

@@ -34,6 +34,19 @@ t.test('ProtocolConflict: a later listener on the same port with another protoco
   t.equal(listenerConditions(status.objects, 'first', 'web').Conflicted, 'False/NoConflicts')
 })
 
+t.test('file mode (no creationTimestamp): the Gateway first seen keeps the port, whatever the names; a creationTimestamp still decides', async t => {
+  const files = { creationTimestamp: '' }
+  const serving = b.gateway('egress', [b.listener('web', 8080)], {}, { ...files, firstSeen: 0 })
+  const added = b.gateway('a-new', [b.listener('raw', 8080, 'TCP')], {}, { ...files, firstSeen: 3 })
+  let { table, status } = run([serving, added])
+  t.same(table.ports.get(8080)?.listeners.map(l => l.gateway), ['default/egress'], 'the one seen first keeps the port')
+  t.equal(listenerConditions(status.objects, 'a-new', 'raw').Conflicted, 'True/ProtocolConflict', 'the newcomer is the conflicted one')
+  ;({ table } = run([serving, b.gateway('a-new', [b.listener('raw', 8080, 'TCP')], {}, { creationTimestamp: '2024-01-01T00:00:00Z', firstSeen: 3 })]))
+  t.same(table.ports.get(8080)?.listeners.map(l => l.gateway), ['default/a-new'], 'a creationTimestamp set in the file wins over none')
+  ;({ table } = run([serving, b.gateway('a-new', [b.listener('raw', 8080, 'TCP')], {}, { ...files, firstSeen: 0 })]))
+  t.same(table.ports.get(8080)?.listeners.map(l => l.gateway), ['default/a-new'], 'both seen at startup: namespace/name')
+})
+
 t.test('HostnameConflict: listeners of one Gateway sharing a hostname on a port are all thrown out; distinct hostnames share the port', async t => {
   // Gateway API: "implementations may accept a partial Listener set only if they throw out *all*
   // the conflicting Listeners. No picking one of the conflicting listeners as the winner."

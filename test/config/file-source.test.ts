@@ -4,6 +4,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { EMPTY_SETTLE_MS, FileSource, readConfigSet } from '../../lib/config/file-source.ts'
 import { configReloadFailures } from '../../lib/observe/metrics.ts'
+import { compile } from '../../lib/compile/compile.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 
 const cm = (name: string, value: string): string =>
@@ -336,4 +337,40 @@ t.test('symlinked subdirectories are read and watched; links that loop are not f
   const next = c.next()
   fs.writeFileSync(path.join(root, 'teams-src', 'b.yaml'), cm('b', '2'))
   t.equal(value(await next, 't/b'), '2', 'an edit in the linked directory is seen')
+})
+
+t.test('files carry no creationTimestamp: an object added later is the newer one, whatever its name or file', async (t) => {
+  const G = 'gateway.networking.k8s.io/v1'
+  const gatewayYaml = (name: string, protocol: string): string =>
+    `apiVersion: ${G}\nkind: Gateway\nmetadata:\n  name: ${name}\n  namespace: default\nspec:\n  gatewayClassName: sallyport\n  listeners:\n    - name: l\n      protocol: ${protocol}\n      port: 8080\n`
+  const routeYaml = (host: string): string =>
+    `apiVersion: ${G}\nkind: HTTPRoute\nmetadata:\n  name: good\n  namespace: default\nspec:\n  parentRefs: [{ name: egress }]\n  hostnames: [${host}]\n  rules: [{ backendRefs: [{ name: svc, port: 80 }] }]\n`
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'class.yaml'), `apiVersion: ${G}\nkind: GatewayClass\nmetadata:\n  name: sallyport\nspec:\n  controllerName: sallyport.io/gateway-controller\n`)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml('egress', 'HTTP'))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), routeYaml('good.test'))
+  const c = collector()
+  const source = new FileSource([dir], { watch: false })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+  const served = (s: Snapshot | undefined): string[] | undefined =>
+    s === undefined ? undefined : compile(s, { now: 0, version: 1, gatewayClass: 'sallyport' }).table.ports.get(8080)?.listeners.map((l) => l.gateway)
+  t.same(served(c.snapshots[0]), ['default/egress'])
+
+  // A Gateway whose name sorts first, on the serving Gateway's port with another protocol.
+  fs.writeFileSync(path.join(dir, 'a-new.yaml'), gatewayYaml('a-new', 'TCP'))
+  // A duplicate of the serving route, in a file that sorts first.
+  fs.writeFileSync(path.join(dir, '00-team-b.yaml'), routeYaml('hijack.test'))
+  await source.reload()
+  const s = c.snapshots.at(-1)
+  t.same(served(s), ['default/egress'], 'the serving Gateway keeps the port; the newcomer is the conflicted one')
+  t.same(s?.httpRoutes.get('default/good')?.hostnames, ['good.test'], 'the serving route stays')
+  const dup = s?.problems.find((p) => p.message.startsWith('duplicate'))
+  t.equal(dup?.source.file, path.join(dir, '00-team-b.yaml'), 'the duplicate error names the newcomer')
+  t.match(dup?.message, `already defined at ${path.join(dir, 'route.yaml')}:0; this one is ignored`)
+
+  // An edit keeps an object's age.
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml('egress', 'HTTP').replace('name: l', 'name: l2'))
+  await source.reload()
+  t.same(served(c.snapshots.at(-1)), ['default/egress'], 'edited, still the older')
 })

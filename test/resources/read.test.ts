@@ -6,7 +6,7 @@ const src = { file: 'inline.yaml', doc: 3 }
 
 t.test('metadata defaults for file sources', async (t) => {
   t.same(readMeta({ metadata: { name: 'x' } }, 'HTTPRoute'), {
-    name: 'x', namespace: 'default', uid: '', generation: 1, resourceVersion: '', creationTimestamp: '', labels: {}, annotations: {},
+    name: 'x', namespace: 'default', uid: '', generation: 1, resourceVersion: '', creationTimestamp: '', firstSeen: 0, labels: {}, annotations: {},
   })
   t.same(readMeta({ metadata: { name: 'x', namespace: 'ns' } }, 'Namespace').namespace, '')
   t.same(readMeta({ metadata: { name: 'x', namespace: 'ns' } }, 'ClusterTrustBundle').namespace, '')
@@ -14,7 +14,7 @@ t.test('metadata defaults for file sources', async (t) => {
   t.same(readMeta({
     metadata: { name: 'x', namespace: 'ns', uid: 'u-1', generation: 7, resourceVersion: '42', creationTimestamp: '2025-01-01T00:00:00Z', labels: { a: 'b', n: 1 }, annotations: { c: 'd' } },
   }, 'Gateway'), {
-    name: 'x', namespace: 'ns', uid: 'u-1', generation: 7, resourceVersion: '42', creationTimestamp: '2025-01-01T00:00:00Z', labels: { a: 'b', n: '1' }, annotations: { c: 'd' },
+    name: 'x', namespace: 'ns', uid: 'u-1', generation: 7, resourceVersion: '42', creationTimestamp: '2025-01-01T00:00:00Z', firstSeen: 0, labels: { a: 'b', n: '1' }, annotations: { c: 'd' },
   })
 })
 
