@@ -225,6 +225,7 @@ async function main(argv: string[]): Promise<number | null> {
     case 'validate': {
       const { values, positionals } = parse(rest, { 'log-level': { type: 'string' } }, true)
       if (positionals.length === 0) throw new UsageError('validate needs at least one PATH')
+      for (const p of positionals) if (!fs.existsSync(p)) throw new UsageError(`${p}: no such file or directory`)
       logLevel(values, 'silent')
       const { validateCommand } = await import('../lib/runtime/offline.ts')
       return validateCommand(positionals, out)
@@ -232,6 +233,7 @@ async function main(argv: string[]): Promise<number | null> {
     case 'routes': {
       const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'log-level': { type: 'string' } }, true)
       if (positionals.length === 0) throw new UsageError('routes needs at least one PATH')
+      for (const p of positionals) if (!fs.existsSync(p)) throw new UsageError(`${p}: no such file or directory`)
       logLevel(values, 'silent')
       const { routesCommand } = await import('../lib/runtime/offline.ts')
       return routesCommand(positionals, str(values, 'gateway-class', 'sallyport'), out)

@@ -79,6 +79,8 @@ export interface ConfigSet {
   readonly reads: ReadonlyMap<string, FileRead>
   /** Paths (a --config path, a directory under one) that could not be listed. */
   readonly unlisted: readonly ConfigProblem[]
+  /** Warnings (also in `problems`): a --config directory with no manifest in it. */
+  readonly warnings: readonly ConfigProblem[]
 }
 
 /** One file, read and parsed. */
@@ -107,16 +109,24 @@ export const EMPTY_SETTLE_MS = 1000
 export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet> {
   const files: string[] = []
   const unlisted: ConfigProblem[] = []
+  const warnings: ConfigProblem[] = []
   for (const p of paths) {
     try {
       const listed = await listManifests(p)
       files.push(...listed.files)
       for (const f of listed.failed) unlisted.push(readProblem(f.dir, f.err))
+      // Most likely the wrong directory, or a copy not done yet: say so rather than serve nothing in silence.
+      if (listed.files.length === 0 && listed.failed.length === 0) {
+        warnings.push({
+          source: { file: p, doc: 0 }, kind: '', namespace: '', name: '', field: '',
+          message: `no configuration file (${EXTENSIONS.join(', ')}) found`, severity: 'warning',
+        })
+      }
     } catch (err) {
       unlisted.push(readProblem(p, err))
     }
   }
-  const problems: ConfigProblem[] = [...unlisted]
+  const problems: ConfigProblem[] = [...unlisted, ...warnings]
   const hash = createHash('sha256')
   const docs: SourcedDoc[] = []
   const reads = new Map<string, FileRead>()
@@ -139,7 +149,7 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
     reads.set(file, { docs: parsed.docs, problems: parsed.problems, hash: fileHash, empty: text.trim() === '' })
   }
   for (const p of problems) hash.update(formatProblem(p))
-  return { docs, problems, hash: hash.digest('hex'), files, reads, unlisted }
+  return { docs, problems, hash: hash.digest('hex'), files, reads, unlisted, warnings }
 }
 
 async function listManifests(p: string): Promise<{ files: string[]; failed: Array<{ dir: string; err: unknown }> }> {
@@ -429,7 +439,7 @@ export class FileSource {
     const now = Date.now()
     /** What each file gives this snapshot, in file order. */
     const taken = new Map<string, Taken>()
-    const problems: ConfigProblem[] = []
+    const problems: ConfigProblem[] = [...set.warnings]
     const held: ConfigProblem[] = []
     const lastGood = new Map<string, Taken>()
     const broken = new Set<string>()

@@ -117,6 +117,19 @@ spec:
   t.match(r.stderr, /0 errors, 1 warning\b/)
 })
 
+t.test('validate: a directory with no configuration file in it is a warning', async (t) => {
+  const empty = tempDir(t)
+  const other = tempDir(t)
+  fs.writeFileSync(path.join(other, 'notes.txt'), 'hello')
+  fs.writeFileSync(path.join(other, '.hidden.yaml'), good)
+  for (const dir of [empty, other]) {
+    const r = await runCli(t, ['validate', dir])
+    t.equal(r.code, 0)
+    t.equal(r.stdout, `${dir}:0: <no kind> <no name>: no configuration file (.yaml, .yml, .json) found\n`)
+    t.match(r.stderr, /0 errors, 1 warning\b/)
+  }
+})
+
 t.test('routes prints the compiled table', async (t) => {
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'good.yaml'), good)
@@ -133,7 +146,7 @@ t.test('version', async (t) => {
 })
 
 t.test('argument errors print usage and exit 2', async (t) => {
-  for (const args of [[], ['frobnicate'], ['serve'], ['serve', '--config'], ['serve', '--config', '/nonexistent/dir'], ['serve', '--config', '.', '--workers', 'x'], ['serve', '--config', '.', '--bogus'], ['serve', '--config', '.', '--admin', 'nope'], ['validate'], ['routes']]) {
+  for (const args of [[], ['frobnicate'], ['serve'], ['serve', '--config'], ['serve', '--config', '/nonexistent/dir'], ['serve', '--config', '.', '--workers', 'x'], ['serve', '--config', '.', '--bogus'], ['serve', '--config', '.', '--admin', 'nope'], ['validate'], ['routes'], ['validate', '/nonexistent/dir'], ['routes', '/nonexistent/dir']]) {
     const r = await runCli(t, args)
     t.equal(r.code, 2, args.join(' '))
     t.match(r.stderr, /Usage: sallyport <command>/)

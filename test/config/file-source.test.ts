@@ -374,3 +374,16 @@ t.test('files carry no creationTimestamp: an object added later is the newer one
   await source.reload()
   t.same(served(c.snapshots.at(-1)), ['default/egress'], 'edited, still the older')
 })
+
+t.test('a directory with no configuration file in it is a warning, until one is added', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'notes.txt'), 'hello')
+  const c = collector()
+  const source = new FileSource([dir], { watch: false })
+  t.teardown(() => source.close())
+  await source.start(c.listener)
+  t.match(c.snapshots[0]?.problems, [{ source: { file: dir }, severity: 'warning', message: 'no configuration file (.yaml, .yml, .json) found' }])
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+  await source.reload()
+  t.same(c.snapshots.at(-1)?.problems, [])
+})
