@@ -259,8 +259,14 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   send({ type: 'sallyport:ready', ready: runtime.ready() })
 }
 
-/** SIGTERM and SIGINT: run `shutdown` once, then exit 0 (a second signal exits at once). */
+/**
+ * SIGTERM and SIGINT: run `shutdown` once, then exit 0 (a second signal exits at once).
+ * Until then the process stays up whatever it has open: with `--admin off` and no
+ * listener yet (an empty directory, no Gateway so far) nothing else would keep it
+ * running, and it exited at once instead of waiting for the files to come.
+ */
 function onShutdownSignal(shutdown: (signal: string) => Promise<void>): void {
+  setInterval(() => {}, 2 ** 30) // kept; process.exit() ends it
   let started = false
   const handler = (signal: NodeJS.Signals): void => {
     if (started) {
