@@ -102,7 +102,12 @@ export class Connector {
   readonly #tls: ClientTls | null
   readonly #resolver: Resolver
   readonly #timeoutMs: number
-  readonly #backend: string
+  /**
+   * Cluster id for metrics and logs. Several clusters may share the pool; when
+   * the one that made it leaves the configuration, the registry names one that
+   * remains (a removed backend's series would come back with each failure).
+   */
+  backend: string
   readonly #resume: boolean
   readonly #proxy: UpstreamProxy | null
   /** Last TLS session ticket of this pool: offered on the next connection (resumption). */
@@ -115,7 +120,7 @@ export class Connector {
     this.#tls = options.tls
     this.#resolver = options.resolver
     this.#timeoutMs = options.timeoutMs
-    this.#backend = options.backend ?? ''
+    this.backend = options.backend ?? ''
     this.#resume = options.resumeSessions ?? true
     this.#proxy = options.proxy ?? null
   }
@@ -261,7 +266,7 @@ export class Connector {
 
   #countTlsFailure(err: Error, reason: string, code: string, address: string): void {
     countedTlsErrors.add(err)
-    upstreamTlsHandshakeErrors.inc({ backend: this.#backend, reason })
-    log.warn({ backend: this.#backend, endpoint: `${address}:${this.endpoint.port}`, reason, code, detail: err.message }, 'upstream TLS handshake failed')
+    upstreamTlsHandshakeErrors.inc({ backend: this.backend, reason })
+    log.warn({ backend: this.backend, endpoint: `${address}:${this.endpoint.port}`, reason, code, detail: err.message }, 'upstream TLS handshake failed')
   }
 }

@@ -59,8 +59,13 @@ const log = logger('upstream')
 interface PoolEntry {
   readonly key: string
   readonly pool: UpstreamPool
-  /** Cluster id that created the pool (several clusters may share one endpoint pool). */
-  readonly cluster: string
+  /**
+   * Cluster id the pool's metrics name: the one that created it (several
+   * clusters may share one endpoint pool) until it leaves the configuration,
+   * then one of the clusters still using the pool.
+   */
+  cluster: string
+  readonly connector: Connector
 }
 
 /** Per Cluster object (i.e. per table): balancer state and resolved pools by endpoint index. */
@@ -282,19 +287,25 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   #retireUnused(swapped: RouteTable | null): void {
     const table = this.#table
     if (table === null) return
-    const wanted = new Set<string>()
+    /** Pool key → a cluster id using it. */
+    const wanted = new Map<string, string>()
     const ids = new Set(table.clusters.keys())
     for (const [c, d] of this.#dynamic) {
-      if (ids.has(c.id)) for (const k of d.state.keys) wanted.add(k)
+      if (ids.has(c.id)) for (const k of d.state.keys) wanted.set(k, c.id)
       if (swapped !== null && swapped.clusters.get(c.id) !== c) this.#dynamic.delete(c)
     }
     for (const cluster of table.clusters.values()) {
-      for (const endpoint of cluster.endpoints) wanted.add(poolKey(cluster, endpoint))
+      for (const endpoint of cluster.endpoints) wanted.set(poolKey(cluster, endpoint), cluster.id)
       // DESIGN.md safety defaults: disabled verification shows in the log at every load.
       if (swapped !== null && cluster.tls !== null && cluster.tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration (insecureSkipVerify)')
     }
     for (const [key, entry] of this.#pools) {
-      if (wanted.has(key)) continue
+      const user = wanted.get(key)
+      if (user !== undefined) {
+        // Kept for another cluster: its metrics stop naming a backend that is gone.
+        if (!ids.has(entry.cluster)) entry.cluster = entry.connector.backend = user
+        continue
+      }
       this.#pools.delete(key)
       log.debug({ key, backend: entry.cluster }, 'upstream pool retired')
       entry.pool.close().catch((err: unknown) => log.warn({ key, err }, 'upstream pool close failed'))
@@ -354,13 +365,13 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   #poolFor(cluster: Cluster, endpoint: Endpoint, key: string): UpstreamPool {
     const existing = this.#pools.get(key)
     if (existing !== undefined && !existing.pool.closed) return existing.pool
-    const pool = this.#createPool(cluster, endpoint)
-    this.#pools.set(key, { key, pool, cluster: cluster.id })
+    const { pool, connector } = this.#createPool(cluster, endpoint)
+    this.#pools.set(key, { key, pool, cluster: cluster.id, connector })
     log.debug({ key, backend: cluster.id, protocol: pool.protocol }, 'upstream pool created')
     return pool
   }
 
-  #createPool(cluster: Cluster, endpoint: Endpoint): UpstreamPool {
+  #createPool(cluster: Cluster, endpoint: Endpoint): { pool: UpstreamPool; connector: Connector } {
     const tls = cluster.tls
     // Per-cluster connect timeout and connection cap (BackendTrafficPolicy; the pool key carries them).
     const settings = poolSettingsFor(cluster, this.#settings)
@@ -368,17 +379,21 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls)
     if (tls !== null && tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration')
     const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs, backend: cluster.id, proxy: cluster.upstreamProxy ?? null })
-    switch (cluster.protocol) {
-      case 'HTTP2':
-      case 'H2C':
-        return new H2Pool(connector, settings)
-      case 'HTTP11':
-        return new H1Pool(connector, settings)
-      default:
-        // HTTP and MCP: over TLS the upstream picks by ALPN; in cleartext HTTP/1.1.
-        if (clientTls === null) return new H1Pool(connector, settings)
-        return new AlpnPool(connector, settings, tls !== null && tls.alpn.length > 0 ? tls.alpn : DEFAULT_ALPN)
-    }
+    return { pool: newPool(cluster, connector, settings, clientTls === null ? null : tls), connector }
+  }
+}
+
+function newPool(cluster: Cluster, connector: Connector, settings: PoolSettings, tls: Cluster['tls']): UpstreamPool {
+  switch (cluster.protocol) {
+    case 'HTTP2':
+    case 'H2C':
+      return new H2Pool(connector, settings)
+    case 'HTTP11':
+      return new H1Pool(connector, settings)
+    default:
+      // HTTP and MCP: over TLS the upstream picks by ALPN; in cleartext HTTP/1.1.
+      if (tls === null) return new H1Pool(connector, settings)
+      return new AlpnPool(connector, settings, tls.alpn.length > 0 ? tls.alpn : DEFAULT_ALPN)
   }
 }
 

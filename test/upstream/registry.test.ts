@@ -312,6 +312,28 @@ t.test('retain() keeps referenced pools warm and closes the rest', async (t) => 
   t.equal(r2.headers['x-remote-port'], r1.headers['x-remote-port'], 'warm connection reused across retain')
 })
 
+t.test('retain(): a pool kept for another cluster stops naming the backend that made it once that one is gone', async (t) => {
+  // Before, the pool gauge (and the connector's TLS failures) kept naming the removed backend for as
+  // long as the shared pool lived: a series of configuration that is gone, for good.
+  const server = echoPortServer()
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await close(server) })
+  const a = cluster({ endpoints: [endpoint(port)] })
+  const b = cluster({ endpoints: [endpoint(port)] })
+  up.retain(table([a]))
+  await readBody(expectResponse(await forward(up, request(a))).body)
+  t.match(up.stats(), [{ cluster: a.id, connected: 1 }])
+
+  up.retain(table([a, b]))
+  t.match(up.stats(), [{ cluster: a.id }], 'the one that made it, while it is configured')
+  up.retain(table([b]))
+  t.match(up.stats(), [{ cluster: b.id, connected: 1 }], 'the same pool, now under the backend still configured')
+  const text = await registry.metrics()
+  t.match(text, `sallyport_upstream_pool_connections{backend="${b.id}",protocol="h1"} 1`)
+  t.notMatch(text, `sallyport_upstream_pool_connections{backend="${a.id}"`)
+})
+
 t.test('HTTP/1.1 Upgrade tunnel echoes bytes; a non-101 answer is a response', async (t) => {
   const server = http.createServer((_req, res) => { res.statusCode = 426; res.end('upgrade required') })
   server.on('upgrade', (req, socket: Socket, head: Buffer) => {
