@@ -10,6 +10,7 @@
 
 import { Gauge, type Metric } from 'prom-client'
 import { registry } from './metrics.ts'
+import { addSeriesPruner, namesLive, noteSeries } from './series-retention.ts'
 
 export const downstreamActiveConnections = new Gauge({
   name: 'sallyport_downstream_active_connections', help: 'Open client connections by listening port.',
@@ -74,7 +75,10 @@ class Series {
   }
 }
 
-/** Every series ever seen, by label values (survives table swaps: counters stay monotonic). */
+/**
+ * Every series by label values. It outlives table swaps (counters stay
+ * monotonic) until what it names leaves the configuration (series-retention.ts).
+ */
 const series = new Map<string, Series>()
 
 const NONE = {}
@@ -82,8 +86,12 @@ type ByListener = Map<object, Series>
 type ByClient = Map<object, ByListener>
 type ByStatus = Map<number, ByClient>
 type ByCluster = Map<object, ByStatus>
-/** rule → cluster → status → client → listener → Series; weak at the top so old tables can go. */
-const cache = new WeakMap<object, ByCluster>()
+/**
+ * rule → cluster → status → client → listener → Series; weak at the top so old
+ * tables can go. Made anew when series are removed: a rule object of an old
+ * table (or one compile reuses) must not lead to a series no longer rendered.
+ */
+let cache = new WeakMap<object, ByCluster>()
 
 function child<K, V>(map: Map<K, V>, key: K, make: () => V): V {
   let v = map.get(key)
@@ -108,7 +116,12 @@ function seriesOf(k: RequestKey): Series {
   if (x === undefined) {
     const l = k.labels()
     const key = l.route + '\u0001' + l.backend + '\u0001' + l.status + '\u0001' + l.listener + '\u0001' + l.gateway + '\u0001' + l.namespace + '\u0001' + l.serviceAccount
-    x = child(series, key, () => new Series(l))
+    x = series.get(key)
+    if (x === undefined) {
+      x = new Series(l)
+      series.set(key, x)
+      noteSeries(x)
+    }
     byListener.set(listenerKey, x)
   }
   return x
@@ -211,3 +224,15 @@ register(new Family('sallyport_downstream_bytes_received_total', 'Request bytes 
 
 register(new Family('sallyport_downstream_bytes_sent_total', 'Response body bytes sent to clients.', 'counter', () =>
   grouped(byRoute, () => ({ n: 0 }), (acc, s) => { acc.n += s.bytesOut }).map(([labels, acc]) => ({ labels, value: acc.n }))))
+
+// Series naming a Gateway, listener, route or backend the configuration no longer has.
+addSeriesPruner((live) => {
+  let removed = false
+  for (const [key, s] of series) {
+    if (namesLive(live, s)) continue
+    series.delete(key)
+    removed = true
+  }
+  if (removed) cache = new WeakMap()
+  return 0
+})

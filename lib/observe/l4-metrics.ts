@@ -8,6 +8,7 @@
 
 import { Counter, Gauge, Histogram } from 'prom-client'
 import { registry } from './metrics.ts'
+import { noteSeries } from './series-retention.ts'
 
 /** Why an L4 connection ended badly; bounded (metric label and access-log field). */
 export type L4Reason =
@@ -83,4 +84,6 @@ export function recordL4Connection(o: L4Outcome): void {
   if (o.bytesIn > 0) l4Bytes.inc({ gateway: o.gateway, listener: o.listener, route: o.route, backend: o.backend, direction: 'in' }, o.bytesIn)
   if (o.bytesOut > 0) l4Bytes.inc({ gateway: o.gateway, listener: o.listener, route: o.route, backend: o.backend, direction: 'out' }, o.bytesOut)
   l4ConnectionDuration.observe({ gateway: o.gateway, listener: o.listener, route: o.route, backend: o.backend }, o.seconds)
+  // A connection that outlived its route's removal (tunnels last hours) brings its series back: a sweep comes for them.
+  noteSeries(o)
 }

@@ -6,6 +6,7 @@
 import { Counter, Gauge, type Metric } from 'prom-client'
 import { registry } from './metrics.ts'
 import { Family, type Value } from './http-metrics.ts'
+import { addSeriesPruner, namesLive, noteSeries } from './series-retention.ts'
 
 export const upstreamConnectErrors = new Counter({
   name: 'sallyport_upstream_connect_errors_total',
@@ -57,17 +58,44 @@ export class BackendSeries {
   }
 }
 
-/** Every backend ever seen, by cluster id (survives table swaps: counters stay monotonic). */
+/**
+ * Every backend by cluster id. It outlives table swaps (counters stay
+ * monotonic) until the backend leaves the configuration (series-retention.ts).
+ */
 const backends = new Map<string, BackendSeries>()
+/** The series of each Cluster object, found once per table rather than per exchange; made anew when series are removed. */
+let byCluster = new WeakMap<object, BackendSeries>()
 
-export function backendSeries(backend: string): BackendSeries {
-  let s = backends.get(backend)
+// hot path
+/** The series of a Cluster (`id`: its backend label). */
+export function backendSeries(cluster: { readonly id: string }): BackendSeries {
+  let s = byCluster.get(cluster)
   if (s === undefined) {
-    s = new BackendSeries(backend)
-    backends.set(backend, s)
+    s = backends.get(cluster.id)
+    if (s === undefined) {
+      s = new BackendSeries(cluster.id)
+      backends.set(cluster.id, s)
+      noteSeries(s)
+    }
+    byCluster.set(cluster, s)
   }
   return s
 }
+
+// A backend no longer configured goes once nothing is in flight to it: an
+// exchange holds its series and decrements `active` when it ends.
+addSeriesPruner((live) => {
+  let kept = 0
+  let removed = false
+  for (const [id, b] of backends) {
+    if (namesLive(live, b)) continue
+    if (b.active !== 0) { kept++; continue }
+    backends.delete(id)
+    removed = true
+  }
+  if (removed) byCluster = new WeakMap()
+  return kept
+})
 
 const DURATION = 'sallyport_upstream_request_duration_seconds'
 registry.registerMetric(new Family(DURATION, 'Upstream exchanges from dispatch to the end of the response body (or the error), by backend and status or error code.', 'histogram', () => {
@@ -94,6 +122,7 @@ export const upstreamActiveRequests = new Gauge({
   labelNames: ['backend'] as const,
   registers: [registry],
   collect() {
+    this.reset() // the backends of `backends`, none it dropped
     for (const b of backends.values()) this.set({ backend: b.backend }, b.active)
   },
 })

@@ -20,6 +20,7 @@ import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
 import type { Http1Client } from '../upstream/pool.ts'
 import { formatProblem } from '../resources/problem.ts'
+import { RemovedSeries } from '../observe/series-retention.ts'
 import { StatusLog } from './status-log.ts'
 import { listenersOnPort, withBindFailures, type BindFailure } from './bind-status.ts'
 import type { RouteTable } from '../compile/table.ts'
@@ -63,6 +64,12 @@ export interface RuntimeOptions {
   /** `source` label of the config metrics (default `file`). */
   readonly sourceLabel?: string
   /**
+   * `--removed-series-seconds`: how long metric series naming a Gateway,
+   * listener, route, backend, port or extension stay after a reload removed it
+   * (lib/observe/series-retention.ts). Default 300 s.
+   */
+  readonly removedSeriesMs?: number
+  /**
    * After each applied table, and again whenever the set of its ports that
    * could not be bound changes (a bind retry succeeded): the status — compile's,
    * with listeners on unbound ports Programmed=False — and the snapshot it came
@@ -71,7 +78,9 @@ export interface RuntimeOptions {
   readonly onApplied?: (applied: { readonly status: Status; readonly snapshot: Snapshot; readonly table: RouteTable }) => void
 }
 
-/** Delay between the swap and the table's secondary work (freeze, lookup index, status). */
+/** Default of --removed-series-seconds. */
+const DEFAULT_REMOVED_SERIES_MS = 300_000
+/** Delay between the swap and the table's secondary work (freeze, lookup index, names of its metric series, status). */
 const SETTLE_MS = 10
 const BIND_RETRY_MS = [500, 1000, 2000, 5000, 10000]
 
@@ -82,6 +91,8 @@ export class Runtime {
   readonly #upstreams: Upstreams
   readonly #dataPlane: DataPlane
   readonly #statusLog: StatusLog
+  /** The names the tables served gave metric labels: series of removed ones go after a grace. */
+  readonly #removedSeries: RemovedSeries
   #version = 0
   /** Issue 11: each compile reuses what the previous one built for unchanged routes. */
   readonly #compileCache = new CompileCache()
@@ -108,6 +119,7 @@ export class Runtime {
     this.#upstreams = createUpstreams({ dns: options.dns, guard: options.guard, http1Client: options.http1Client })
     this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
     this.#statusLog = new StatusLog(options.reportStatus ?? true)
+    this.#removedSeries = new RemovedSeries(options.removedSeriesMs ?? DEFAULT_REMOVED_SERIES_MS)
   }
 
   /** Load the configuration, compile, bind. Resolves after the first apply (bound or not). */
@@ -156,6 +168,7 @@ export class Runtime {
     await this.#applying.catch(() => {})
     await this.#dataPlane.drain(graceMs)
     await this.#upstreams.close()
+    this.#removedSeries.close()
   }
 
   #enqueue(step: () => Promise<void>): Promise<void> {
@@ -186,6 +199,8 @@ export class Runtime {
     }
     this.#version = version
     const table = compiled.table
+    // From the swap until served() below, no name retires (the new table's are not known yet).
+    this.#removedSeries.applying()
     await this.#applyTable(table, false)
     this.#upstreams.retain(table)
     configReloads.inc({ source: this.#sourceLabel })
@@ -205,6 +220,8 @@ export class Runtime {
     await new Promise<void>((resolve) => setTimeout(resolve, SETTLE_MS))
     deepFreeze(table)
     if (this.#table === table) ensureLookupIndexes(table)
+    // Names the previous table had and this one lacks retire: their series go after the grace.
+    this.#removedSeries.served(table)
     this.#problems = kept.length === 0 ? snapshot.problems : [...snapshot.problems, ...kept]
     setInvalidObjects(snapshot.problems)
     this.#published = { status: compiled.status, snapshot, table }

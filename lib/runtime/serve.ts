@@ -34,6 +34,8 @@ export interface ServeOptions {
   readonly workers: number
   readonly accessLog: boolean
   readonly drainSeconds: number
+  /** `--removed-series-seconds` (default 300): metric series naming removed configuration leave /metrics this long after the reload. */
+  readonly removedSeriesSeconds?: number
   /** `--kubernetes`: watch the API server (in-cluster unless a kubeconfig is given); null: files only. */
   readonly kubernetes?: { readonly kubeconfig: string | null; readonly namespaces: readonly string[]; readonly labelSelector: string | null } | null
   /** Backend DNS and the destination guard (issue 5); defaults when absent. */
@@ -58,7 +60,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard, http1Client: options.http1Client,
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options),
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
@@ -92,6 +94,10 @@ async function kubeMode(options: ServeOptions, writeStatus: boolean): Promise<im
     kubeconfig: k.kubeconfig, namespaces: k.namespaces, labelSelector: k.labelSelector,
     configPaths: options.configPaths, writeStatus, gatewayClass: options.gatewayClass,
   })
+}
+
+function removedSeriesMs(options: ServeOptions): number | undefined {
+  return options.removedSeriesSeconds === undefined ? undefined : options.removedSeriesSeconds * 1000
 }
 
 // ───────────────────────────── cluster ─────────────────────────────
@@ -223,7 +229,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard, http1Client: options.http1Client,
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options),
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
   })

@@ -49,18 +49,6 @@ export interface Redispatcher {
  */
 export const MAX_INFORMATIONAL = 16
 
-/** The metric series of each Cluster object, found once per table rather than per exchange. */
-const seriesByCluster = new WeakMap<Cluster, BackendSeries>()
-
-function seriesOf(cluster: Cluster): BackendSeries {
-  let s = seriesByCluster.get(cluster)
-  if (s === undefined) {
-    s = backendSeries(cluster.id)
-    seriesByCluster.set(cluster, s)
-  }
-  return s
-}
-
 export class Exchange {
   readonly req: UpstreamRequest
   readonly cluster: Cluster
@@ -95,7 +83,7 @@ export class Exchange {
     this.#handler = handler
     this.#redispatcher = redispatcher
     this.#started = performance.now()
-    const series = seriesOf(req.cluster)
+    const series = backendSeries(req.cluster)
     this.#series = series
     series.active++
     req.signal.addEventListener('abort', this)
