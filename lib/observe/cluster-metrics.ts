@@ -16,8 +16,15 @@
 // it. How each metric is combined across workers is its `aggregator` (sum
 // unless the metric says otherwise: lib/observe/metrics.ts), which
 // AggregatorRegistry.aggregate reads from the first worker's JSON.
+//
+// Kept counts of configuration that is gone go too: each worker sends, with its
+// metrics, the names of the Gateways, listeners, routes, backends, ports and
+// extensions it still keeps series of (series-retention.ts), and a kept series
+// naming something no live worker keeps is dropped, as the workers dropped
+// theirs; it would otherwise stay for good (and come back in every scrape).
 
 import { AggregatorRegistry } from 'prom-client'
+import { namesLive, type NameSet } from './series-retention.ts'
 
 /** A metric as `registry.getMetricsAsJSON()` gives it, after a trip over the cluster IPC channel. */
 export interface MetricJson {
@@ -47,15 +54,18 @@ interface Retained {
 export class ClusterMetrics {
   /** Worker id → its last answer. */
   readonly #last = new Map<number, readonly MetricJson[]>()
+  /** Worker id → the configuration names it keeps series of (absent: not known yet). */
+  readonly #names = new Map<number, ReadonlySet<string>>()
   /** Workers gone: an answer that arrives late must not bring one back. */
   readonly #exited = new Set<number>()
   /** Series key → counts of the workers gone. */
   readonly #retained = new Map<string, Retained>()
 
-  /** Worker `id` answered a scrape with `metrics`. */
-  observe(id: number, metrics: readonly MetricJson[]): void {
+  /** Worker `id` answered a scrape with `metrics`, keeping series of `names` (null: it has no table yet). */
+  observe(id: number, metrics: readonly MetricJson[], names: readonly string[] | null = null): void {
     if (this.#exited.has(id)) return
     this.#last.set(id, metrics)
+    if (names !== null) this.#names.set(id, new Set(names))
   }
 
   /** Worker `id` exited: keep what it had counted when last scraped. */
@@ -63,6 +73,7 @@ export class ClusterMetrics {
     this.#exited.add(id)
     const last = this.#last.get(id)
     this.#last.delete(id)
+    this.#names.delete(id)
     if (last === undefined) return
     for (const metric of last) {
       // Only what is monotonic and summed: counters and histograms. A counter a
@@ -80,10 +91,19 @@ export class ClusterMetrics {
 
   /** Prometheus text: the live workers' last answers and the retained counts of those gone. */
   async render(): Promise<string> {
+    this.#forgetRemoved()
     const lists: Array<readonly MetricJson[]> = [...this.#last.values()]
     if (this.#retained.size > 0) lists.push(this.#retainedJson())
     if (lists.length === 0) return ''
     return AggregatorRegistry.aggregate(lists).metrics()
+  }
+
+  /** Drop kept counts naming what no live worker keeps; nothing while no live worker has said what it keeps. */
+  #forgetRemoved(): void {
+    if (this.#retained.size === 0 || this.#names.size === 0) return
+    const sets = [...this.#names.values()]
+    const live: NameSet = { has: (key) => sets.some((s) => s.has(key)) }
+    for (const [key, r] of this.#retained) if (!namesLive(live, r.labels)) this.#retained.delete(key)
   }
 
   #retainedJson(): MetricJson[] {
@@ -100,6 +120,13 @@ export class ClusterMetrics {
 function seriesKey(name: string, v: MetricJsonValue): string {
   const labels = Object.keys(v.labels).sort().map((k) => `${k}=${String(v.labels[k])}`).join('\u0001')
   return `${name}\u0000${v.metricName ?? ''}\u0000${labels}`
+}
+
+/** The names a worker keeps series of, checked: it crossed a process boundary. null: none or not a list of strings. */
+export function parseNames(data: unknown): string[] | null {
+  if (!Array.isArray(data)) return null
+  for (const n of data as unknown[]) if (typeof n !== 'string') return null
+  return data as string[]
 }
 
 /** The metrics a worker sent, checked: it crossed a process boundary. null: not metric JSON. */

@@ -23,6 +23,9 @@
 //   made anew, which the next sweep removes (request, upstream and L4
 //   connection series arm one; a rarer counter, an upstream error, waits for
 //   the sweep of the next reload).
+// - With --workers the primary keeps what dead workers counted; each worker
+//   sends the names it keeps with its metrics, and the primary drops the kept
+//   counts of names no live worker has (cluster-metrics.ts).
 //
 // Series whose labels name no configuration object (client namespace and
 // service account, codes, reasons) are not touched.
@@ -212,6 +215,16 @@ export function addSeriesPruner(pruner: SeriesPruner): () => void {
 export function addServedNames(names: ServedNames): () => void {
   owners.add(names)
   return () => { owners.delete(names) }
+}
+
+/** The names this process keeps, for the primary of --workers; null while none has served a table. */
+export function keptNames(): string[] | null {
+  let out: string[] | null = null
+  for (const o of owners) {
+    const n = o.names()
+    if (n !== null) out = out === null ? n : out.concat(n)
+  }
+  return out
 }
 
 /**

@@ -14,7 +14,8 @@
 import cluster, { type Worker } from 'node:cluster'
 import { logger } from '../observe/log.ts'
 import { registry } from '../observe/metrics.ts'
-import { ClusterMetrics, parseMetricJson } from '../observe/cluster-metrics.ts'
+import { ClusterMetrics, parseMetricJson, parseNames } from '../observe/cluster-metrics.ts'
+import { keptNames } from '../observe/series-retention.ts'
 import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.ts'
 import { Runtime } from './runtime.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
@@ -106,8 +107,12 @@ type ToPrimary =
   | { readonly type: 'sallyport:ready'; readonly ready: boolean }
   /** JSON text: cluster IPC would turn the dump's Maps into `{}`. */
   | { readonly type: 'sallyport:config_dump'; readonly id: number; readonly json: string }
-  /** The worker's registry as `getMetricsAsJSON()` gives it (checked on arrival: parseMetricJson). */
-  | { readonly type: 'sallyport:metrics'; readonly id: number; readonly metrics: unknown }
+  /**
+   * The worker's registry as `getMetricsAsJSON()` gives it (checked on arrival:
+   * parseMetricJson), and the configuration names it keeps series of (null
+   * before its first table): the primary drops dead workers' counts of others.
+   */
+  | { readonly type: 'sallyport:metrics'; readonly id: number; readonly metrics: unknown; readonly names: unknown }
 type ToWorker =
   | { readonly type: 'sallyport:shutdown' }
   | { readonly type: 'sallyport:config_dump'; readonly id: number }
@@ -139,7 +144,7 @@ async function servePrimary(options: ServeOptions): Promise<void> {
       } else if (msg?.type === 'sallyport:config_dump') {
         pending.get(msg.id)?.(JSON.parse(msg.json))
       } else if (msg?.type === 'sallyport:metrics') {
-        pending.get(msg.id)?.(msg.metrics)
+        pending.get(msg.id)?.({ metrics: msg.metrics, names: msg.names })
       }
     })
     worker.on('exit', (code, signal) => {
@@ -168,11 +173,11 @@ async function servePrimary(options: ServeOptions): Promise<void> {
 
   /** One worker's metrics into the aggregate; a worker that does not answer counts with its previous answer. */
   const scrapeWorker = async (worker: Worker): Promise<void> => {
-    const answer = await ask(worker, (id) => ({ type: 'sallyport:metrics', id }))
+    const answer = await ask(worker, (id) => ({ type: 'sallyport:metrics', id })) as { metrics: unknown; names: unknown } | undefined
     if (answer === undefined) return
-    const parsed = parseMetricJson(answer)
+    const parsed = parseMetricJson(answer.metrics)
     if (parsed === null) log.warn({ worker: worker.id }, 'worker sent metrics that are not metric JSON; using its previous answer')
-    else clusterMetrics.observe(worker.id, parsed)
+    else clusterMetrics.observe(worker.id, parsed, parseNames(answer.names))
   }
 
   const admin: AdminServer | null = options.admin === null ? null : await startAdminServer({
@@ -219,8 +224,8 @@ async function serveWorker(options: ServeOptions): Promise<void> {
     if (msg?.type !== 'sallyport:metrics') return
     const id = msg.id
     registry.getMetricsAsJSON().then(
-      (metrics) => send({ type: 'sallyport:metrics', id, metrics }),
-      (err: unknown) => { log.error({ err }, 'collecting metrics failed'); send({ type: 'sallyport:metrics', id, metrics: null }) },
+      (metrics) => send({ type: 'sallyport:metrics', id, metrics, names: keptNames() }),
+      (err: unknown) => { log.error({ err }, 'collecting metrics failed'); send({ type: 'sallyport:metrics', id, metrics: null, names: null }) },
     )
   })
   if (options.tracing != null) installTracer(options.tracing)

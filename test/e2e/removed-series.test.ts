@@ -2,7 +2,8 @@
 // replaces route A (its Backend, listener and port) with route B drops every
 // series naming A's objects once --removed-series-seconds have passed, and
 // keeps B's. Before, each route/backend ever served left ~37 series behind for
-// good (600 reloads with new names: 813 → 23,013 lines of /metrics).
+// good (600 reloads with new names: 813 → 23,013 lines of /metrics). With
+// --workers the primary's counts of a dead worker go the same way.
 import t from 'tap'
 import type { Test } from 'tap'
 import fs from 'node:fs'
@@ -67,6 +68,25 @@ t.test('CLI: a reload that removes a route, its Backend, listener and port drops
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${ports.admin}`, '--access-log', 'off', '--removed-series-seconds', '1'])
   await eventually(() => request(`http://127.0.0.1:${ports.admin}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
   for (let i = 0; i < 6; i++) t.equal((await request(`http://127.0.0.1:${ports.a}/a${i}`, { host: 'a.example.test' })).status, 200)
+  await swapAndCheck(t, cli, dir, ports)
+  cli.child.kill('SIGTERM')
+  t.equal(await cli.exited, 0)
+})
+
+t.test('CLI --workers 2: the counts kept from a dead worker go with the objects they name', async (t) => {
+  const { dir, ports } = await setup(t)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${ports.admin}`, '--access-log', 'off', '--workers', '2', '--drain-seconds', '1', '--removed-series-seconds', '1'])
+  const admin = `http://127.0.0.1:${ports.admin}`
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  for (let i = 0; i < 6; i++) t.equal((await request(`http://127.0.0.1:${ports.a}/a${i}`, { host: 'a.example.test' })).status, 200)
+  await eventually(async () => (await request(`${admin}/metrics`)).body, (m) => metricSum(m, 'sallyport_downstream_requests_total', { route: 'default/a' }) === 6, 5000, 'A counted')
+  // A worker dies: the primary keeps what it counted (workers.test.ts), A's requests among it.
+  await settleLogs()
+  const [victim] = [...new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => Number(m[1])))].filter((pid) => pid !== cli.child.pid)
+  t.ok(victim !== undefined, 'a worker pid')
+  process.kill(victim as number, 'SIGKILL')
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 503, 5000, '/readyz 503 while a worker is missing')
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, '/readyz 200 once the worker is replaced')
   await swapAndCheck(t, cli, dir, ports)
   cli.child.kill('SIGTERM')
   t.equal(await cli.exited, 0)

@@ -2,8 +2,9 @@
 // a table gives labels, their retirement at a swap, and sweeps that remove
 // every series naming a retired name once its grace has passed — request
 // series, upstream series, prom-client counters, histograms and gauges (a
-// gauge only at 0) — while live names keep theirs. Times are passed in: a
-// grace of an hour keeps the module's own timer out of the test.
+// gauge only at 0) — while live names keep theirs. The primary of --workers
+// drops the counts it kept from dead workers the same way. Times are passed
+// in: a grace of an hour keeps the module's own timer out of the test.
 import t from 'tap'
 import { parseManifests } from '../../lib/config/parse.ts'
 import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
@@ -16,8 +17,9 @@ import { downstreamActiveConnections } from '../../lib/observe/http-metrics.ts'
 import { extensionFailures } from '../../lib/observe/extension-metrics.ts'
 import { upstreamFailovers } from '../../lib/observe/resilience-metrics.ts'
 import {
-  addServedNames, nameKey, namesLive, ServedNames, sweepRemovedSeries, tableNames,
+  addServedNames, keptNames, nameKey, namesLive, ServedNames, sweepRemovedSeries, tableNames,
 } from '../../lib/observe/series-retention.ts'
+import { ClusterMetrics, parseMetricJson, parseNames, type MetricJson } from '../../lib/observe/cluster-metrics.ts'
 import { metricSum } from '../e2e/harness.ts'
 
 const HOUR = 3_600_000
@@ -230,4 +232,41 @@ t.test('a sweep removes the series of retired names once their grace has passed,
   // And B's requests still land in B's series after those removals.
   record(B, ruleB, clusterB)
   t.equal(metricSum(await registry.metrics(), 'sallyport_downstream_requests_total', { route: B.route }), 2)
+  t.same(keptNames()?.sort(), [...namesOf(B)].sort(), 'what a worker tells its primary')
+})
+
+/** A worker's metrics over the IPC channel: one counter labelled by route. */
+function answer(counts: Record<string, number>): MetricJson[] {
+  const json = [{ name: 'req_total', help: 'h', type: 'counter', aggregator: 'sum', values: Object.entries(counts).map(([route, value]) => ({ value, labels: { route, code: '200' } })) }]
+  const parsed = parseMetricJson(JSON.parse(JSON.stringify(json)))
+  if (parsed === null) throw new Error('not metric JSON')
+  return parsed
+}
+
+t.test('--workers: the counts kept from a dead worker go once no live worker keeps what they name', async (t) => {
+  const cm = new ClusterMetrics()
+  const both = [nameKey.route('ns/a'), nameKey.route('ns/b')]
+  cm.observe(1, answer({ 'ns/a': 5, 'ns/b': 1 }), both)
+  cm.observe(2, answer({ 'ns/a': 3 }), both)
+  cm.exited(1)
+  let text = await cm.render()
+  t.equal(metricSum(text, 'req_total', { route: 'ns/a' }), 8, 'the dead worker\'s counts are kept')
+  t.equal(metricSum(text, 'req_total', { route: 'ns/b' }), 1)
+
+  // A replacement with no table yet says nothing: everything kept.
+  cm.observe(3, answer({}), null)
+  cm.observe(2, answer({ 'ns/a': 3 }), null)
+  t.equal(metricSum(await cm.render(), 'req_total', { route: 'ns/b' }), 1)
+
+  // The workers swept route b: its kept count goes, and does not come back.
+  cm.observe(2, answer({ 'ns/a': 3 }), [nameKey.route('ns/a')])
+  text = await cm.render()
+  t.equal(metricSum(text, 'req_total', { route: 'ns/a' }), 8)
+  t.notMatch(text, /ns\/b/, 'route b\'s kept count is gone')
+  cm.observe(2, answer({ 'ns/a': 3 }), both)
+  t.notMatch(await cm.render(), /ns\/b/, 'for good')
+
+  t.same(parseNames(['x', 'y']), ['x', 'y'])
+  t.equal(parseNames(['x', 1]), null)
+  t.equal(parseNames(undefined), null)
 })
