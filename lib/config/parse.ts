@@ -2,10 +2,14 @@
 // (`---`); JSON files hold one object. A `kind: List` (what `kubectl get -o
 // yaml` prints) is unwrapped into its items in either format.
 //
-// A syntax error makes the whole file unreadable: the problem names the file
-// and the line, and the caller decides what to keep serving (file-source.ts).
+// A YAML error spoils only the document it is in: the documents around it are
+// returned as usual, and the broken one is a problem naming the file, its
+// position, the line and column, and its kind and name when they can still be
+// read. The caller decides what to keep serving (file-source.ts). A JSON
+// syntax error makes the whole file unreadable (it holds one object).
 
 import { LineCounter, parseAllDocuments } from 'yaml'
+import type { Document } from 'yaml'
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 
@@ -15,8 +19,9 @@ export interface ParsedDoc {
 }
 
 export interface ParseResult {
+  /** Every document that could be read, including those of a file with broken ones. */
   readonly docs: ParsedDoc[]
-  /** Syntax errors (severity 'error'); non-empty means the file could not be read as a whole. */
+  /** Documents (or a whole JSON file) that could not be read (severity 'error'); non-empty means the file is not whole. */
   readonly problems: ConfigProblem[]
 }
 
@@ -30,11 +35,16 @@ const MAX_ALIAS_COUNT = 100
  * their own, in order (a file that is one List numbers its items 0..n-1).
  */
 export function parseManifests(file: string, text: string): ParseResult {
-  const raw = file.toLowerCase().endsWith('.json') ? parseJson(file, text) : parseYaml(file, text)
-  if (raw.problems.length > 0) return { docs: [], problems: raw.problems }
+  const raw = file.toLowerCase().endsWith('.json') ? parseJson(text) : parseYaml(text)
   const docs: ParsedDoc[] = []
+  const problems: ConfigProblem[] = []
   let index = 0
-  for (const value of raw.values) {
+  for (const entry of raw) {
+    if (entry.error !== null) {
+      problems.push(syntaxProblem(file, index++, entry.error, entry.value))
+      continue
+    }
+    const value = entry.value
     if (isList(value)) {
       for (const item of value.items) docs.push({ source: { file, doc: index++ }, doc: item })
       continue
@@ -42,58 +52,95 @@ export function parseManifests(file: string, text: string): ParseResult {
     if (value !== null && value !== undefined) docs.push({ source: { file, doc: index } , doc: value })
     index++
   }
-  return { docs, problems: [] }
+  return { docs, problems }
 }
 
-interface RawResult {
-  readonly values: unknown[]
-  readonly problems: ConfigProblem[]
+/** One document of a file: its value, or why it cannot be read (`value` is then what could be made of it, to name it by). */
+interface RawDoc {
+  readonly value: unknown
+  readonly error: DocError | null
 }
 
-function parseYaml(file: string, text: string): RawResult {
+interface DocError {
+  /** `12` or `12, column 3`. */
+  readonly where: number | string
+  readonly message: string
+}
+
+function parseYaml(text: string): RawDoc[] {
   const lineCounter = new LineCounter()
   const documents = parseAllDocuments(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
-  // parseAllDocuments returns an EmptyStream (not an array) for empty input.
-  if (!Array.isArray(documents)) return { values: [], problems: [] }
-  const values: unknown[] = []
-  for (let i = 0; i < documents.length; i++) {
-    const document = documents[i]
-    if (document === undefined) continue
-    const error = document.errors[0]
-    if (error !== undefined) {
-      const { line, col } = lineCounter.linePos(error.pos[0])
-      return { values: [], problems: [syntaxProblem(file, i, `${line}, column ${col}`, withoutInput(firstLine(error.message)))] }
-    }
-    try {
-      values.push(document.toJS({ maxAliasCount: MAX_ALIAS_COUNT }))
-    } catch (err) {
-      const line = document.range === undefined ? 1 : lineCounter.linePos(document.range[0]).line
-      return { values: [], problems: [syntaxProblem(file, i, line, withoutInput(firstLine(messageOf(err))))] }
+  // The library gives an error to the document being composed when it is
+  // found; a stray token after a document's end (`]` on a line of its own
+  // after `---`) lands on the one before, past its end: such an error belongs
+  // to the last document starting at or before it.
+  const errorsOf = new Map<number, { pos: number; message: string }>()
+  for (let d = 0; d < documents.length; d++) {
+    const document = documents[d] as Document.Parsed
+    for (const error of document.errors) {
+      const pos = error.pos[0]
+      let owner = d
+      if (pos > document.range[2]) {
+        for (let i = d + 1; i < documents.length; i++) {
+          if ((documents[i] as Document.Parsed).range[0] <= pos) owner = i
+        }
+      }
+      const seen = errorsOf.get(owner)
+      if (seen === undefined || pos < seen.pos) errorsOf.set(owner, { pos, message: error.message })
     }
   }
-  return { values, problems: [] }
+  const out: RawDoc[] = []
+  for (let i = 0; i < documents.length; i++) {
+    const document = documents[i] as Document.Parsed
+    const error = errorsOf.get(i)
+    if (error === undefined) {
+      out.push(toValue(document, lineCounter))
+      continue
+    }
+    const { line, col } = lineCounter.linePos(error.pos)
+    out.push({ value: headerOf(document), error: { where: `${line}, column ${col}`, message: withoutInput(firstLine(error.message)) } })
+  }
+  return out
 }
 
-function parseJson(file: string, text: string): RawResult {
+function toValue(document: Document.Parsed, lineCounter: LineCounter): RawDoc {
+  try {
+    return { value: document.toJS({ maxAliasCount: MAX_ALIAS_COUNT }), error: null }
+  } catch (err) {
+    const line = document.range === undefined ? 1 : lineCounter.linePos(document.range[0]).line
+    return { value: headerOf(document), error: { where: line, message: withoutInput(firstLine(messageOf(err))) } }
+  }
+}
+
+/** The kind, namespace and name of a document that cannot be built, read from its syntax tree (no alias is followed). */
+function headerOf(document: Document.Parsed): unknown {
+  try {
+    return { kind: document.get('kind'), metadata: { namespace: document.getIn(['metadata', 'namespace']), name: document.getIn(['metadata', 'name']) } }
+  } catch {
+    return undefined
+  }
+}
+
+function parseJson(text: string): RawDoc[] {
   // A byte order mark is not JSON (RFC 8259 §8.1 lets a parser ignore it);
   // editors on Windows write one, and the YAML parser already skips it.
   const body = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text
-  if (body.trim() === '') return { values: [], problems: [] }
+  if (body.trim() === '') return []
   try {
-    return { values: [JSON.parse(body)], problems: [] }
+    return [{ value: JSON.parse(body), error: null }]
   } catch {
     // V8's messages quote the input around the bad token (and then give no
     // position), and the input may be a Secret: the problem is built from our
     // own scan of the text, a position and a reason, never from V8's words.
     const error = findJsonError(body)
-    if (error === null) return { values: [], problems: [syntaxProblem(file, 0, 1, 'invalid JSON')] }
+    if (error === null) return [{ value: undefined, error: { where: 1, message: 'invalid JSON' } }]
     let line = 1
     let lineStart = 0
     for (let i = 0; i < error.offset; i++) {
       if (body.charCodeAt(i) === 0x0a) { line++; lineStart = i + 1 }
     }
     const where = `${line}, column ${error.offset - lineStart + 1}`
-    return { values: [], problems: [syntaxProblem(file, 0, where, `invalid JSON: ${error.reason}`)] }
+    return [{ value: undefined, error: { where, message: `invalid JSON: ${error.reason}` } }]
   }
 }
 
@@ -189,11 +236,30 @@ function isJsonSpace(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
 }
 
-function syntaxProblem(file: string, doc: number, line: number | string, message: string): ConfigProblem {
+/**
+ * The problem of a document that cannot be read, named by what can be read of
+ * it (`readable`). A broken document may have put any text where its name is
+ * read, a Secret's value say: only what looks like a kind and a Kubernetes
+ * name is taken.
+ */
+function syntaxProblem(file: string, doc: number, error: DocError, readable: unknown): ConfigProblem {
+  const obj = asRecord(readable)
+  const meta = asRecord(obj?.metadata)
   return {
-    source: { file, doc }, kind: '', namespace: '', name: '', field: '',
-    message: `line ${line}: ${message}`, severity: 'error',
+    source: { file, doc }, kind: matching(obj?.kind, KIND), namespace: matching(meta?.namespace, NAME), name: matching(meta?.name, NAME),
+    field: '', message: `line ${error.where}: ${error.message}`, severity: 'error',
   }
+}
+
+const KIND = /^[A-Za-z][A-Za-z0-9]{0,62}$/
+const NAME = /^[a-z0-9](?:[-a-z0-9.:]{0,251}[a-z0-9])?$/
+
+function asRecord(value: unknown): Record<string, unknown> | null {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? value as Record<string, unknown> : null
+}
+
+function matching(value: unknown, re: RegExp): string {
+  return typeof value === 'string' && re.test(value) ? value : ''
 }
 
 function isList(value: unknown): value is { items: unknown[] } {

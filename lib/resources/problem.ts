@@ -23,9 +23,14 @@ export interface ConfigProblem {
   readonly severity: 'error' | 'warning'
 }
 
-/** `FILE:DOC: KIND NS/NAME: FIELD: MESSAGE`, the line format of `sallyport validate`. */
+/**
+ * `FILE:DOC: KIND NS/NAME: FIELD: MESSAGE`, the line format of `sallyport
+ * validate`; `FILE:DOC: MESSAGE` for a document with neither kind nor name
+ * (one nothing could be read of, an unreadable file).
+ */
 export function formatProblem(p: ConfigProblem): string {
   const obj = p.namespace === '' ? p.name : `${p.namespace}/${p.name}`
   const field = p.field === '' ? '' : `${p.field}: `
-  return `${p.source.file}:${p.source.doc}: ${p.kind || '<no kind>'} ${obj || '<no name>'}: ${field}${p.message}`
+  const what = p.kind === '' && p.name === '' ? '' : `${p.kind || '<no kind>'} ${obj || '<no name>'}: `
+  return `${p.source.file}:${p.source.doc}: ${what}${field}${p.message}`
 }

@@ -89,7 +89,7 @@ t.test('validate: one line per problem, exit 1 on errors', async (t) => {
   // Files in argument order, documents in file order.
   t.equal(r.stdout, [
     `${badFile}:1: HTTPRoute team/broken: spec.rules[0].matches[0].path.type: "Bogus" is not one of Exact, PathPrefix, RegularExpression`,
-    `${brokenFile}:0: <no kind> <no name>: line 4, column 11: Nested mappings are not allowed in compact mappings`,
+    `${brokenFile}:0: ConfigMap x: line 4, column 11: Nested mappings are not allowed in compact mappings`,
     '',
   ].join('\n'))
   t.match(r.stderr, /2 errors, 0 warnings/)

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { parseManifests } from '../../lib/config/parse.ts'
+import { formatProblem } from '../../lib/resources/problem.ts'
 
 t.test('multi-document YAML keeps document positions, skipping empty ones', async (t) => {
   const r = parseManifests('a.yaml', 'kind: A\n---\n---\n# only a comment\n---\nkind: B\n')
@@ -8,21 +9,45 @@ t.test('multi-document YAML keeps document positions, skipping empty ones', asyn
   t.equal(r.docs[0]?.source.file, 'a.yaml')
 })
 
-t.test('a YAML syntax error names the file and the line and drops the whole file', async (t) => {
-  const text = 'kind: A\n---\nkind: B\nmetadata:\n  name: x\n  labels: a: b\n'
+t.test('a YAML syntax error names the file, the document, the line and the object; the other documents are kept', async (t) => {
+  const text = 'kind: A\n---\nkind: B\nmetadata:\n  name: x\n  namespace: team\n  labels: a: b\n---\nkind: C\n'
   const r = parseManifests('dir/b.yaml', text)
-  t.same(r.docs, [])
+  t.same(r.docs.map((d) => [d.source.doc, (d.doc as { kind: string }).kind]), [[0, 'A'], [2, 'C']])
   t.equal(r.problems.length, 1)
   const p = r.problems[0]
   t.equal(p?.source.file, 'dir/b.yaml')
   t.equal(p?.source.doc, 1)
   t.equal(p?.severity, 'error')
-  t.match(p?.message, /^line 6\b/)
+  t.match(p?.message, /^line 7\b/)
+  t.same([p?.kind, p?.namespace, p?.name], ['B', 'team', 'x'], 'what could be read of the broken document names it')
 })
 
-t.test('duplicate keys are a syntax error with the line of the second key', async (t) => {
+t.test('duplicate keys are an error with the line of the second key, in that document only', async (t) => {
   const r = parseManifests('c.yml', 'kind: A\nmetadata: {}\nkind: B\n')
   t.match(r.problems[0]?.message, /^line 3, column 1: Map keys must be unique/)
+  t.same(r.docs, [])
+  // The probe's case: a valid route, then one with `namespace:` twice.
+  const routes = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: good\n---\n' +
+    'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: other\n  namespace: default\n  namespace: default\n'
+  const both = parseManifests('routes.yaml', routes)
+  t.same(both.docs.map((d) => d.source.doc), [0], 'the valid route is kept')
+  t.same(both.problems.map((p) => [p.source.doc, p.kind, p.namespace, p.name]), [[1, 'HTTPRoute', 'default', 'other']])
+  t.match(both.problems[0]?.message, /^line 11, column 3: Map keys must be unique/)
+  t.equal(formatProblem(both.problems[0]!), 'routes.yaml:1: HTTPRoute default/other: line 11, column 3: Map keys must be unique')
+})
+
+t.test('a broken document after a List keeps the numbering of documents', async (t) => {
+  const r = parseManifests('l.yaml', 'kind: List\nitems:\n- kind: A\n- kind: B\n---\nkind: C\n  x: [\n---\nkind: D\n')
+  t.same(r.docs.map((d) => [d.source.doc, (d.doc as { kind: string }).kind]), [[0, 'A'], [1, 'B'], [3, 'D']])
+  t.same(r.problems.map((p) => p.source.doc), [2])
+})
+
+t.test('a document nothing can be read of is named by its position only', async (t) => {
+  const r = parseManifests('x.yaml', 'kind: A\n---\n]\n')
+  t.same(r.docs.map((d) => d.source.doc), [0])
+  t.same(r.problems.map((p) => [p.source.doc, p.kind, p.name]), [[1, '', '']])
+  t.match(r.problems[0]?.message, /^line 3, column 1: /)
+  t.match(formatProblem(r.problems[0]!), /^x\.yaml:1: line 3, column 1: /, 'no "<no kind> <no name>" placeholder')
 })
 
 t.test('kind: List is unwrapped, in YAML and in JSON', async (t) => {
@@ -109,5 +134,11 @@ t.test('YAML: a syntax error inside a Secret value quotes none of it', async (t)
     // An alias fails when the document is built: the line is the document's.
     t.match(problems[0]?.message ?? '', name === 'alias' ? /^line 1\b/ : /^line 7, column \d+: /, `${name}: its line`)
     t.notMatch(problems[0]?.message ?? '', /sk-live|ABCDEF/, `${name}: none of the value: ${problems[0]?.message}`)
+    t.match(formatProblem(problems[0]!), /^s\.yaml:0: Secret default\/k: /, `${name}: the Secret is named`)
+  }
+  // What a broken document makes of its name is taken only if it looks like a name.
+  for (const name of ['sk-live-ABCDEF123456', 'sk-live abcdef']) {
+    const { problems } = parseManifests('s.yaml', `apiVersion: v1\nkind: Secret\nmetadata:\n  name: ${name}\nstringData:\n  t: |-x\n`)
+    t.equal(problems[0]?.name, '', `${name}: not taken for the name`)
   }
 })

@@ -114,7 +114,7 @@ data:
   await t.test('a broken YAML keeps the old table; the log names file and line', async (t) => {
     const broken = path.join(dir, 'routes.yaml')
     fs.writeFileSync(broken, 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: one\n  labels: a: b\n')
-    await cli.waitFor(new RegExp(`${broken.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}:0: <no kind> <no name>: line 5\\b`))
+    await cli.waitFor(new RegExp(`${broken.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}:0: HTTPRoute one: line 5\\b`))
     const r = await request(`http://127.0.0.1:${httpPort}/`, { host: 'two.example.test' })
     t.equal(r.status, 200, 'old table still serves')
     const m = await request(`${admin}/metrics`)
@@ -123,7 +123,7 @@ data:
     // /config_dump says the files on disk are not what serves (it used to show the old table, no problem at all).
     const dump = JSON.parse((await request(`${admin}/config_dump`)).body) as { reloadRejected: { line: string }[]; problems: unknown[] }
     t.equal(dump.reloadRejected.length, 1, '/config_dump: the rejected reload')
-    t.match(dump.reloadRejected[0]?.line, /routes\.yaml:0: <no kind> <no name>: line 5\b/, 'naming file and line')
+    t.match(dump.reloadRejected[0]?.line, /routes\.yaml:0: HTTPRoute one: line 5\b/, 'naming file and line')
   })
 
   await t.test('undoing the broken save clears the rejected reload', async (t) => {
