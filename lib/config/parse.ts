@@ -8,8 +8,8 @@
 // read. The caller decides what to keep serving (file-source.ts). A JSON
 // syntax error makes the whole file unreadable (it holds one object).
 
-import { LineCounter, parseAllDocuments } from 'yaml'
-import type { Document } from 'yaml'
+import { LineCounter, isAlias, isMap, isPair, isScalar, isSeq, parseAllDocuments } from 'yaml'
+import type { Document, Node as YamlNode } from 'yaml'
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 
@@ -25,8 +25,14 @@ export interface ParseResult {
   readonly problems: ConfigProblem[]
 }
 
-// Aliases are expanded by toJS(); this caps "billion laughs" style expansion.
-const MAX_ALIAS_COUNT = 100
+/**
+ * How much aliases may add to one document, counted as one per value plus the
+ * characters of each string: far more than anchors for shared defaults ever
+ * add, far less than an alias bomb ("billion laughs": 90 values written, 9^9
+ * read). go-yaml (kubectl) bounds the same thing, by the share of its work
+ * that aliases cause.
+ */
+const MAX_ALIAS_GROWTH = 4 * 1024 * 1024
 
 /**
  * Parse one file's text. Document indices are positions in the file: empty
@@ -69,7 +75,8 @@ interface DocError {
 
 function parseYaml(text: string): RawDoc[] {
   const lineCounter = new LineCounter()
-  const documents = parseAllDocuments(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
+  // `merge`: `<<: *defaults` merge keys (YAML 1.1), which kubectl reads.
+  const documents = parseAllDocuments(text, { lineCounter, prettyErrors: false, uniqueKeys: true, merge: true })
   // The library gives an error to the document being composed when it is
   // found; a stray token after a document's end (`]` on a line of its own
   // after `---`) lands on the one before, past its end: such an error belongs
@@ -105,11 +112,84 @@ function parseYaml(text: string): RawDoc[] {
 
 function toValue(document: Document.Parsed, lineCounter: LineCounter): RawDoc {
   try {
-    return { value: document.toJS({ maxAliasCount: MAX_ALIAS_COUNT }), error: null }
+    expandAliases(document)
+    // No alias is left for the library to count (its count refuses a 101st use of one anchor).
+    return { value: document.toJS({ maxAliasCount: -1 }), error: null }
   } catch (err) {
-    const line = document.range === undefined ? 1 : lineCounter.linePos(document.range[0]).line
-    return { value: headerOf(document), error: { where: line, message: withoutInput(firstLine(messageOf(err))) } }
+    const offset = err instanceof AliasError ? err.offset : document.range[0]
+    const { line, col } = lineCounter.linePos(offset)
+    return { value: headerOf(document), error: { where: err instanceof AliasError ? `${line}, column ${col}` : line, message: withoutInput(firstLine(messageOf(err))) } }
   }
+}
+
+class AliasError extends Error {
+  readonly offset: number
+  constructor(offset: number, message: string) {
+    super(message)
+    this.offset = offset
+  }
+}
+
+/**
+ * Puts in each alias's place the node it names (the last anchor of that name
+ * before it, as YAML has it), so the document becomes a tree the library
+ * converts without resolving aliases itself — which it does by scanning every
+ * anchor and alias before each one, quadratic: 30,000 aliases took 20 s.
+ * Throws an AliasError at the alias that makes the document grow by more than
+ * MAX_ALIAS_GROWTH, or that sits inside the node it names (a cycle). An alias
+ * naming no anchor is left for the library to report.
+ */
+function expandAliases(document: Document.Parsed): void {
+  const anchors = new Map<string, YamlNode>()
+  const sizes = new Map<YamlNode, number>()
+  const open = new Set<YamlNode>()
+  let growth = 0
+  /** `node`, or the node the alias `node` names, and its size once expanded. */
+  const resolve = (node: unknown): [unknown, number] => {
+    if (!isAlias(node)) return [node, walk(node)]
+    const target = anchors.get(node.source)
+    if (target === undefined) return [node, 0]
+    const offset = node.range?.[0] ?? 0
+    if (open.has(target)) throw new AliasError(offset, 'an alias inside the node it names (the value would contain itself)')
+    const size = sizes.get(target) ?? 0
+    growth += size
+    if (growth > MAX_ALIAS_GROWTH) throw new AliasError(offset, `aliases expand the document by more than ${MAX_ALIAS_GROWTH / 1024 / 1024} MiB`)
+    return [target, size]
+  }
+  const walk = (node: unknown): number => {
+    const anchored = (isScalar(node) || isMap(node) || isSeq(node)) && node.anchor !== undefined ? node : null
+    if (anchored !== null) {
+      anchors.set(anchored.anchor as string, anchored)
+      open.add(anchored)
+    }
+    let size = 1
+    if (isScalar(node)) {
+      if (typeof node.value === 'string') size += node.value.length
+    } else if (isMap(node) || isSeq(node)) {
+      const items = node.items as unknown[]
+      for (let i = 0; i < items.length; i++) {
+        const item = items[i]
+        if (isPair(item)) {
+          const [key, keySize] = resolve(item.key)
+          const [value, valueSize] = resolve(item.value)
+          item.key = key
+          item.value = value
+          size += keySize + valueSize
+        } else {
+          const [value, valueSize] = resolve(item)
+          items[i] = value
+          size += valueSize
+        }
+      }
+    }
+    if (anchored !== null) {
+      open.delete(anchored)
+      sizes.set(anchored, size)
+    }
+    return size
+  }
+  // The root is never an alias that resolves: no anchor comes before it.
+  resolve(document.contents)
 }
 
 /** The kind, namespace and name of a document that cannot be built, read from its syntax tree (no alias is followed). */

@@ -79,6 +79,62 @@ t.test('alias bombs are refused', async (t) => {
   t.match(r.problems[0]?.message, /^line \d+/)
 })
 
+t.test('YAML as kubectl reads it: merge keys, and anchors used many times', async (t) => {
+  const route = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: default}
+spec:
+  rules:
+    - backendRefs:
+        - &ref {group: gateway.envoyproxy.io, kind: Backend, name: up, port: 40100}
+    - backendRefs:
+        - <<: *ref
+          weight: 5
+        - *ref
+`
+  const r = parseManifests('r.yaml', route)
+  t.same(r.problems, [])
+  const rules = (r.docs[0]?.doc as { spec: { rules: Array<{ backendRefs: unknown[] }> } }).spec.rules
+  t.same(rules[1]?.backendRefs, [
+    { group: 'gateway.envoyproxy.io', kind: 'Backend', name: 'up', port: 40100, weight: 5 },
+    { group: 'gateway.envoyproxy.io', kind: 'Backend', name: 'up', port: 40100 },
+  ])
+  // One anchor used 500 times (the yaml library's default refuses more than 100).
+  const lines = ['apiVersion: v1', 'kind: ConfigMap', 'metadata: {name: common}', 'data:', '  x: &v "value"']
+  for (let i = 0; i < 500; i++) lines.push(`  k${i}: *v`)
+  const cm = parseManifests('cm.yaml', lines.join('\n') + '\n')
+  t.same(cm.problems, [])
+  t.equal((cm.docs[0]?.doc as { data: Record<string, string> }).data.k499, 'value')
+})
+
+t.test('aliases that expand a document past the bound are that document\'s error', async (t) => {
+  // Nine levels of nine: a "billion laughs" (9^9 values from 90 written).
+  const laughs = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+  for (let i = 1; i < 9; i++) {
+    const prev = String.fromCharCode(96 + i)
+    laughs.push(`${String.fromCharCode(97 + i)}: &${String.fromCharCode(97 + i)} [${Array(9).fill(`*${prev}`).join(',')}]`)
+  }
+  const bomb = parseManifests('bomb.yaml', `kind: A\n---\n${laughs.join('\n')}\n---\nkind: B\n`)
+  t.same(bomb.docs.map((d) => d.source.doc), [0, 2], 'the documents beside it are kept')
+  t.equal(bomb.problems[0]?.source.doc, 1)
+  t.match(bomb.problems[0]?.message, /^line \d+, column \d+: aliases expand the document by more than/)
+  // Merge keys that merge merges: each level doubles the work.
+  const merges = ['m0: &m0 {k: v}']
+  for (let i = 1; i < 40; i++) merges.push(`m${i}: &m${i} {<<: [*m${i - 1}, *m${i - 1}], k${i}: v}`)
+  t.match(parseManifests('merge.yaml', merges.join('\n') + '\n').problems[0]?.message, /aliases expand the document by more than/)
+  // A long value, used often.
+  const long = parseManifests('long.yaml', `a: &a "${'x'.repeat(100_000)}"\nb: [${Array(100).fill('*a').join(', ')}]\n`)
+  t.match(long.problems[0]?.message, /aliases expand the document by more than/)
+  t.equal(parseManifests('ok.yaml', `a: &a "${'x'.repeat(100_000)}"\nb: [${Array(20).fill('*a').join(', ')}]\n`).problems.length, 0, 'under the bound')
+})
+
+t.test('an alias inside the node it names is an error, not a cycle', async (t) => {
+  const r = parseManifests('c.yaml', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: &a\n  k: v\n  self: *a\n')
+  t.same(r.docs, [])
+  t.match(r.problems[0]?.message, /^line 6, column 9: an alias inside the node it names/)
+  t.equal(r.problems[0]?.name, 'c')
+})
+
 // V8 quotes the input around a bad token ("...\"token\": 'k9X2'\"... is not
 // valid JSON") and gives no position for that form; the problem must quote
 // nothing from the file, whatever V8's wording, and still name the line.
