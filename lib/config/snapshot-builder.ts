@@ -4,7 +4,7 @@
 
 import { logger } from '../observe/log.ts'
 import { readObject } from '../resources/read.ts'
-import { validateDocument, isKnownKind } from '../validate/validate.ts'
+import { validateDocument, isKnownKind, unreadKindProblem } from '../validate/validate.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
 import type { ModelKind, ModelObject } from '../resources/model.ts'
 import type { SourceRef } from '../resources/meta.ts'
@@ -66,9 +66,12 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
       problems.push(problem(source, '', '', '', 'document is not an object with apiVersion and kind'))
       continue
     }
-    // Kinds the gateway does not use (Deployments next to the Gateway, say) are not errors.
+    // Kinds the gateway does not use (Deployments next to the Gateway, say) are
+    // not errors; a kind or apiVersion typo in a group it reads is a warning.
     if (!isKnownKind(header.apiVersion, header.kind)) {
-      log.debug({ file: source.file, doc: source.doc, apiVersion: header.apiVersion, kind: header.kind }, 'skipping unknown kind')
+      const unread = unreadKindProblem(source, header)
+      if (unread !== null) problems.push(unread)
+      else log.debug({ file: source.file, doc: source.doc, apiVersion: header.apiVersion, kind: header.kind }, 'skipping unknown kind')
       continue
     }
     let checked: Checked | undefined

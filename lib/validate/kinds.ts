@@ -48,10 +48,27 @@ function entry(shape: (doc: Obj) => Shape, opts: Partial<Omit<KindEntry, 'shape'
 }
 
 const registry = new Map<string, KindEntry>()
+/** kind → the apiVersions it is read in, in registry order. */
+const apiVersionsOf = new Map<string, string[]>()
+/** group → the kinds read in it, in registry order. */
+const kindsOf = new Map<string, string[]>()
 
 function add(group: string, versions: readonly string[], kind: string, e: KindEntry): void {
-  for (const v of versions) registry.set(`${group === '' ? v : `${group}/${v}`}|${kind}`, e)
+  for (const v of versions) {
+    const apiVersion = group === '' ? v : `${group}/${v}`
+    registry.set(`${apiVersion}|${kind}`, e)
+    apiVersionsOf.set(kind, [...apiVersionsOf.get(kind) ?? [], apiVersion])
+  }
+  const kinds = kindsOf.get(group) ?? []
+  if (!kinds.includes(kind)) kindsOf.set(group, [...kinds, kind])
 }
+
+/**
+ * Groups made only of kinds sallyport is meant to read: any other kind in them
+ * is most likely a typo. The other groups it reads from (core, discovery,
+ * certificates) hold many kinds that live beside a gateway's configuration.
+ */
+const GATEWAY_GROUPS: ReadonlySet<string> = new Set([GW, 'gateway.networking.x-k8s.io', 'gateway.envoyproxy.io', 'sallyport.io'])
 
 const btpV1: Shape = { schema: 'backendtlspolicy.json#/$defs/v1', rules: checkBackendTLSPolicy }
 const btpV1alpha2: Shape = { schema: 'backendtlspolicy.json#/$defs/v1alpha2', rules: checkBackendTLSPolicyV1alpha2 }
@@ -88,6 +105,26 @@ add('certificates.k8s.io', ['v1beta1', 'v1alpha1'], 'ClusterTrustBundle', entry(
 
 export function lookupKind(apiVersion: string, kind: string): KindEntry | null {
   return registry.get(`${apiVersion}|${kind}`) ?? null
+}
+
+/**
+ * Why a document of a group sallyport reads is not read, when that is most
+ * likely a mistake (`gateway.envoyproxy.io/v1` Backend, `HTTPRoutee`): the
+ * field at fault and a message naming what is read instead. null for kinds it
+ * reads, for groups it does not read, and for the core, discovery and
+ * certificates groups' other kinds (ServiceAccounts, say).
+ */
+export function unreadKind(apiVersion: string, kind: string): { field: string; message: string } | null {
+  if (lookupKind(apiVersion, kind) !== null) return null
+  const slash = apiVersion.lastIndexOf('/')
+  const group = slash === -1 ? '' : apiVersion.slice(0, slash)
+  if (!kindsOf.has(group)) return null
+  const versions = apiVersionsOf.get(kind)
+  if (versions !== undefined) {
+    return { field: 'apiVersion', message: `${apiVersion} is not an apiVersion sallyport reads ${kind} in (it reads ${versions.join(', ')}): the object is ignored` }
+  }
+  if (!GATEWAY_GROUPS.has(group)) return null
+  return { field: 'kind', message: `${kind} is not a kind sallyport reads in ${group} (it reads ${(kindsOf.get(group) ?? []).join(', ')}): the object is ignored` }
 }
 
 /** Every schema reference the registry can choose (for compiling them all in tests). */

@@ -9,7 +9,7 @@ import { asObj, asStr } from './access.ts'
 import type { Obj } from './access.ts'
 import { isDnsLabel, isDnsSubdomain } from './checks.ts'
 import { Findings, show } from './findings.ts'
-import { lookupKind } from './kinds.ts'
+import { lookupKind, unreadKind } from './kinds.ts'
 import type { KindEntry } from './kinds.ts'
 import { checkSchema } from './schema.ts'
 import { checkAnnotations } from './annotations.ts'
@@ -22,9 +22,19 @@ export function isKnownKind(apiVersion: string, kind: string): boolean {
 }
 
 /**
+ * The warning for an unknown kind that is most likely a typo (an apiVersion or
+ * kind not read in a group sallyport reads); null for the others.
+ */
+export function unreadKindProblem(source: SourceRef, info: DocumentInfo): ConfigProblem | null {
+  const why = unreadKind(info.apiVersion, info.kind)
+  if (why === null) return null
+  return { source, kind: info.kind, namespace: info.namespace, name: info.name, field: why.field, message: why.message, severity: 'warning' }
+}
+
+/**
  * Validates one parsed YAML/JSON document. `problems` non-empty with severity 'error' => drop it.
  * `info.namespace` is the namespace as written ('' when absent; readers default it).
- * Unknown kinds return no problems.
+ * Unknown kinds return no problems, but for the warning of unreadKindProblem.
  */
 export function validateDocument(doc: unknown, source: SourceRef): { info: DocumentInfo; problems: ConfigProblem[] } {
   const obj = asObj(doc)
@@ -44,7 +54,10 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
     return { info, problems: [problem('', `${missing} required`, 'error')] }
   }
   const entry = lookupKind(apiVersion, kind)
-  if (entry === null) return { info, problems: [] }
+  if (entry === null) {
+    const unread = unreadKindProblem(source, info)
+    return { info, problems: unread === null ? [] : [unread] }
+  }
 
   const f = new Findings()
   checkMeta(obj, entry, f)

@@ -53,6 +53,22 @@ t.test('unknown kinds are skipped silently; non-objects are problems', async (t)
   t.ok(snapshot.problems.every((p) => p.severity === 'error'))
 })
 
+t.test('a typo in the apiVersion or kind of a group sallyport reads is a warning; the object is skipped', async (t) => {
+  const { docs } = parseManifests('typo.yaml', [
+    'apiVersion: gateway.envoyproxy.io/v1\nkind: Backend\nmetadata: {name: up, namespace: apps}\n',
+    'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoutee\nmetadata: {name: r, namespace: apps}\n',
+    cm('fine', 'apps'),
+  ].join('---\n'))
+  const snapshot = buildSnapshot(docs)
+  t.equal(snapshot.backends.size, 0)
+  t.same([...snapshot.configMaps.keys()], ['apps/fine'])
+  t.same(snapshot.problems.map(formatProblem), [
+    'typo.yaml:0: Backend apps/up: apiVersion: gateway.envoyproxy.io/v1 is not an apiVersion sallyport reads Backend in (it reads gateway.networking.k8s.io/v1alpha1, gateway.envoyproxy.io/v1alpha1): the object is ignored',
+    'typo.yaml:1: HTTPRoutee apps/r: kind: HTTPRoutee is not a kind sallyport reads in gateway.networking.k8s.io (it reads GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant, BackendTLSPolicy, Backend): the object is ignored',
+  ])
+  t.ok(snapshot.problems.every((p) => p.severity === 'warning'))
+})
+
 t.test('namespaced objects without a namespace land in default', async (t) => {
   const snapshot = buildSnapshot(parseManifests('cm.yaml', cm('plain')).docs)
   t.same([...snapshot.configMaps.keys()], ['default/plain'])

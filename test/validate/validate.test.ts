@@ -36,6 +36,24 @@ t.test('unknown kinds are not errors', async (t) => {
   t.same(r.problems, [])
 })
 
+t.test('a kind or version sallyport does not read, in a group it reads, is a warning naming the ones it reads', async (t) => {
+  const doc = (apiVersion: string, kind: string): unknown => ({ apiVersion, kind, metadata: { name: 'x', namespace: 'a' } })
+  const version = validateDocument(doc('gateway.envoyproxy.io/v1', 'Backend'), src).problems
+  t.same(version.map((p) => [p.severity, p.kind, p.name, p.field]), [['warning', 'Backend', 'x', 'apiVersion']])
+  t.equal(version[0]?.message, 'gateway.envoyproxy.io/v1 is not an apiVersion sallyport reads Backend in (it reads gateway.networking.k8s.io/v1alpha1, gateway.envoyproxy.io/v1alpha1): the object is ignored')
+  const v9 = validateDocument(doc('gateway.networking.k8s.io/v9', 'HTTPRoute'), src).problems
+  t.match(v9[0]?.message, /^gateway\.networking\.k8s\.io\/v9 is not an apiVersion sallyport reads HTTPRoute in \(it reads gateway\.networking\.k8s\.io\/v1, gateway\.networking\.k8s\.io\/v1beta1, gateway\.networking\.k8s\.io\/v1alpha2\)/)
+  const kind = validateDocument(doc('gateway.networking.k8s.io/v1', 'HTTPRoutee'), src).problems
+  t.same(kind.map((p) => [p.severity, p.kind, p.field]), [['warning', 'HTTPRoutee', 'kind']])
+  t.match(kind[0]?.message, /^HTTPRoutee is not a kind sallyport reads in gateway\.networking\.k8s\.io \(it reads GatewayClass, Gateway, HTTPRoute, .*\): the object is ignored$/)
+  t.match(validateDocument(doc('sallyport.io/v1alpha1', 'EgressExtensions'), src).problems[0]?.message, /it reads EgressExtension\)/)
+  t.match(validateDocument(doc('v2', 'Secret'), src).problems[0]?.message, /^v2 is not an apiVersion sallyport reads Secret in \(it reads v1\)/)
+  // Groups sallyport does not read, and the core group's other kinds, stay silent.
+  for (const [v, k] of [['apps/v1', 'Deployment'], ['v1', 'ServiceAccount'], ['certificates.k8s.io/v1', 'CertificateSigningRequest'], ['example.com/v1', 'HTTPRoute']]) {
+    t.same(validateDocument(doc(v as string, k as string), src).problems, [], `${v} ${k}`)
+  }
+})
+
 t.test('documents that are not objects, or lack apiVersion/kind, give one whole-document problem', async (t) => {
   for (const doc of [null, undefined, 'text', 42, [1]]) {
     const r = validateDocument(doc, src)
