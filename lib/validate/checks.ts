@@ -4,6 +4,7 @@
 
 import { isIP } from 'node:net'
 import { parseCidr } from '../address-ranges.ts'
+import { show } from './findings.ts'
 
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
@@ -122,4 +123,27 @@ export function pathValueProblem(value: string): string | null {
   if (value.endsWith('/..') || value.endsWith('/.')) return `path "${value}" must not end with "/." or "/.."`
   if (!/^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$/.test(value)) return `path "${value}" contains invalid characters`
   return null
+}
+
+// What the gateway writes into a request or response head: node refuses to
+// send anything else (ERR_INVALID_CHAR), so a value outside these fails every
+// request that uses it. The schemas' headerName, headerValue and httpPath
+// (schemas/common.json) are the same expressions, for the fields ajv checks.
+const TOKEN = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/
+const FIELD_VALUE = /^(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?$/
+const HTTP_PATH = /^(?:\/[\x21-\x7e]*)?$/
+
+/** A header name: an RFC 9110 token. */
+export function headerNameProblem(name: string): string | null {
+  return TOKEN.test(name) ? null : `${show(name)} is not a valid header name (an RFC 9110 token)`
+}
+
+/** A header value: an RFC 9110 field-value (no CR, LF, NUL; no whitespace at either end). */
+export function headerValueProblem(value: string): string | null {
+  return FIELD_VALUE.test(value) ? null : `${show(value)} is not a valid header value (RFC 9110: visible characters, spaces and tabs only between them; no CR, LF, NUL or other control characters)`
+}
+
+/** A path the gateway writes (a request line, a Location): "/" then visible ASCII characters. */
+export function httpPathProblem(path: string): string | null {
+  return HTTP_PATH.test(path) ? null : `${show(path)} is not a valid path ("/" then visible ASCII characters: no spaces, CR, LF, NUL or other control characters)`
 }

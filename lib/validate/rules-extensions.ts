@@ -7,7 +7,7 @@
 import { ExtensionType, PHASES, canonicalType, effectiveType } from '../extension-types.ts'
 import { asArr, asObj, asStr, type Obj } from './access.ts'
 import { Findings, child, item, show } from './findings.ts'
-import { cidrProblem, wholeRegexProblem } from './checks.ts'
+import { cidrProblem, headerNameProblem, headerValueProblem, wholeRegexProblem } from './checks.ts'
 
 const UNITS = ['Second', 'Minute', 'Hour', 'Day']
 const KEY_PARTS = ['namespace', 'serviceAccount', 'route', 'backend', 'client']
@@ -56,10 +56,28 @@ function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings): v
   known(r, child(at, 'secretRef'), ['name', 'namespace', 'key', ...extra], f)
 }
 
+/** Where a credential goes: a header (its name, and the format around the value, are written in the request head) or a query parameter (encoded). */
 function placement(o: Obj, at: string, f: Findings): void {
   const format = asStr(o.format)
   if (format !== null && !format.includes('{value}')) f.error(child(at, 'format'), 'must contain {value}')
   if (o.header !== undefined && o.queryParam !== undefined) f.error(child(at, 'queryParam'), 'set header or queryParam, not both')
+  headerName(o.header, child(at, 'header'), f)
+  if (format !== null && o.queryParam === undefined) {
+    const problem = headerValueProblem(format)
+    if (problem !== null) f.error(child(at, 'format'), problem)
+  }
+}
+
+function headerName(v: unknown, at: string, f: Findings): void {
+  const name = asStr(v)
+  const problem = name === null ? null : headerNameProblem(name)
+  if (problem !== null) f.error(at, problem)
+}
+
+/** An AWS region or service: a part of the credential scope in the Authorization header. */
+function awsScopePart(o: Obj, at: string, name: string, f: Findings): void {
+  const v = asStr(o[name])
+  if (v !== null && !/^[A-Za-z0-9._-]+$/.test(v)) f.error(child(at, name), `${show(v)} is not an AWS region or service name (letters, digits, '.', '_' and '-')`)
 }
 
 function regex(v: unknown, at: string, f: Findings): void {
@@ -95,6 +113,8 @@ function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: re
     const h = asObj(k)
     if (typeof k === 'string' ? !KEY_PARTS.includes(k) : h === null || typeof h.header !== 'string') {
       f.error(item(child(at, 'key'), i), `must be one of ${KEY_PARTS.join(', ')} or { header: name }, got ${show(k)}`)
+    } else if (h !== null) {
+      headerName(h.header, child(item(child(at, 'key'), i), 'header'), f)
     }
   })
   matchBlock(o.match, child(at, 'match'), f)
@@ -121,6 +141,7 @@ function matchBlock(v: unknown, at: string, f: Findings): void {
     const p = item(child(at, 'headers'), i)
     if (o === null || typeof o.name !== 'string' || o.name === '') { f.error(child(p, 'name'), 'required: the header name'); return }
     known(o, p, ['name', 'value', 'type'], f)
+    headerName(o.name, child(p, 'name'), f)
     oneOf(o, p, 'type', ['Exact', 'RegularExpression'], f)
     const value = asStr(o.value)
     const problem = o.type === 'RegularExpression' && value !== null ? wholeRegexProblem(value) : null
@@ -203,6 +224,8 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
       required(o, oc, ['service', 'region', 'secretRef'], f)
       secretRef(o, oc, ['accessKeyIdKey', 'secretAccessKeyKey', 'sessionTokenKey'], f)
       oneOf(o, oc, 'payload', ['signed', 'unsigned'], f)
+      awsScopePart(o, oc, 'region', f)
+      awsScopePart(o, oc, 'service', f)
       break
     }
     case ExtensionType.RATE_LIMIT:

@@ -5,7 +5,7 @@ import { asArr, has, objAt, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
 import { Findings, child, item } from './findings.ts'
 import { checkCaChoice, checkExtensions, checkSubjectAltNames, checkTargetRef } from './rules-common.ts'
-import { cidrProblem, wholeRegexProblem } from './checks.ts'
+import { cidrProblem, headerNameProblem, wholeRegexProblem } from './checks.ts'
 
 // GEP-4488 / egress proposal: "Backend is explicitly disallowed as a targetRef
 // for BackendTLSPolicy" — a Backend carries its own TLS.
@@ -109,6 +109,9 @@ export function checkBackendTrafficPolicy(doc: Obj, f: Findings): void {
         for (const [sel, s] of objsAt(rule, 'clientSelectors')) {
           const at = `${item(`spec.rateLimit.${key}.rules`, r)}.${item('clientSelectors', s)}`
           for (const [h, i] of objsAt(sel, 'headers')) {
+            const name = strAt(h, 'name')
+            const nameProblem = name === null ? null : headerNameProblem(name)
+            if (nameProblem !== null) f.error(`${item(`${at}.headers`, i)}.name`, nameProblem)
             const value = strAt(h, 'value')
             const problem = strAt(h, 'type') === 'RegularExpression' && value !== null ? wholeRegexProblem(value) : null
             if (problem !== null) f.error(`${item(`${at}.headers`, i)}.value`, problem)

@@ -34,11 +34,17 @@ t.test('CLI: response edits never change the framing', async (t) => {
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
   fs.writeFileSync(path.join(dir, 'reply.mjs'), 'export default () => ({ requestHeaders() { return { responseHeaders: { "Content-Length": "3", "x-plugin": "yes" } } } })\n')
+  // validate refuses a route's edit with CR LF in its value; a Plugin's reply header is not checked before it runs.
+  fs.writeFileSync(path.join(dir, 'crlf.mjs'), 'export default () => ({ requestHeaders() { return { responseHeaders: { "x-r": "1\\r\\nSet-Cookie: injected=1" } } } })\n')
   fs.writeFileSync(path.join(dir, 'backends.yaml'), [
     egressBackend('api', up.port, '  []\n').replace('  extensions:\n  []\n', ''),
     egressBackend('plugged', up.port, `  - name: reply
     type: Plugin
     config: { path: ${JSON.stringify(path.join(dir, 'reply.mjs'))} }
+`),
+    egressBackend('crlf', up.port, `  - name: reply
+    type: Plugin
+    config: { path: ${JSON.stringify(path.join(dir, 'crlf.mjs'))} }
 `),
   ].join('---\n'))
   const edits = (set: string, add = ''): string => `        - type: ResponseHeaderModifier
@@ -49,7 +55,7 @@ t.test('CLI: response edits never change the framing', async (t) => {
     routeYaml('chunked', 'chunked.example.test', 'api', up.port, edits('{ name: Transfer-Encoding, value: chunked }')),
     routeYaml('added', 'added.example.test', 'api', up.port, edits('', '{ name: Content-Length, value: "5" }')),
     routeYaml('plugged', 'plugged.example.test', 'plugged', up.port),
-    routeYaml('crlf', 'crlf.example.test', 'api', up.port, edits('{ name: X-R, value: "1\\r\\nSet-Cookie: injected=1" }')),
+    routeYaml('crlf', 'crlf.example.test', 'crlf', up.port),
   ].join('---\n'))
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
