@@ -16,6 +16,9 @@ const END_STREAM = constants.NGHTTP2_FLAG_END_STREAM
 /** Response headers HTTP/2 forbids (RFC 9113 §8.2.2) that an HTTP/1.1 upstream or a tunnel may carry. */
 const H2_FORBIDDEN: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'sec-websocket-accept'])
 
+/** What no HTTP/2 field value may hold (RFC 9113 §8.2.1); node's HTTP/2 sends them as given. */
+const INVALID_H2_VALUE = /[\0\r\n]/
+
 function noop(): void {}
 
 // hot path
@@ -25,16 +28,25 @@ function noop(): void {}
  * stream for the stream's life: given an object, it copies it into a fresh one
  * first (and deleting the forbidden fields from ours made ours a dictionary);
  * a list it keeps as it is. `bench/alloc-profile.ts --h2`: 16.3–16.7 KiB
- * allocated per request against 17.9–18.3 with the object.
+ * allocated per request against 17.9–18.3 with the object. null: a value
+ * holds NUL, CR or LF, which HTTP/2 forbids (the gateway's own fields only:
+ * nghttp2 refuses an upstream's).
  */
-function responseFields(status: number, headers: OutgoingHeaders): string[] {
+function responseFields(status: number, headers: OutgoingHeaders): string[] | null {
   const out = [':status', String(status)]
   for (const name in headers) {
     if (H2_FORBIDDEN.has(name)) continue
     const v = headers[name] as string | string[] | undefined
     if (v === undefined) continue
-    if (typeof v === 'string') out.push(name, v)
-    else for (let i = 0; i < v.length; i++) out.push(name, v[i])
+    if (typeof v === 'string') {
+      if (INVALID_H2_VALUE.test(v)) return null
+      out.push(name, v)
+    } else {
+      for (let i = 0; i < v.length; i++) {
+        if (INVALID_H2_VALUE.test(v[i] as string)) return null
+        out.push(name, v[i] as string)
+      }
+    }
   }
   return out
 }
@@ -131,7 +143,10 @@ export class H2Exchange implements Exchange, BodySink {
     const fields: Record<string, string | string[]> = { ':status': String(status) }
     for (const name in headers) {
       const v = headers[name]
-      if (v !== undefined && !H2_FORBIDDEN.has(name)) fields[name] = v
+      if (v === undefined || H2_FORBIDDEN.has(name)) continue
+      // A field HTTP/2 cannot carry: an interim response is advice, dropped.
+      if (typeof v === 'string' ? INVALID_H2_VALUE.test(v) : v.some((one) => INVALID_H2_VALUE.test(one))) return
+      fields[name] = v
     }
     try {
       stream.additionalHeaders(fields)
@@ -147,9 +162,12 @@ export class H2Exchange implements Exchange, BodySink {
       if (body !== null && typeof body !== 'string') body.destroy()
       return true
     }
+    const fields = responseFields(status, headers)
+    // Nothing sent: the caller answers instead, as when node refuses a field below.
+    if (fields === null) return false
     try {
       const waitForTrailers = trailers !== null && body !== null && typeof body !== 'string'
-      stream.respond(responseFields(status, headers), { endStream: body === null, waitForTrailers })
+      stream.respond(fields, { endStream: body === null, waitForTrailers })
       if (waitForTrailers) stream.once('wantTrailers', () => sendTrailers(stream, trailers))
     } catch {
       // Fields node's HTTP/2 refuses (a single-value field twice, say): the caller answers instead.
@@ -244,7 +262,8 @@ export class H2Exchange implements Exchange, BodySink {
     const stream = this.#stream
     if (isGone(stream)) { upstream.destroy(); return null }
     // RFC 8441 §5: success is 2xx; an HTTP/1.1 upstream's 101 is a 200 here.
-    stream.respond(responseFields(200, headers))
+    // A field HTTP/2 cannot carry (an extension's edit with a CR in it): the tunnel opens without the answer's fields.
+    stream.respond(responseFields(200, headers) ?? [':status', '200'])
     this.#finished = true
     this.#tunnelled = true
     // A stream's 'data' always comes (the relay reads only sockets without it).

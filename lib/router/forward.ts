@@ -62,6 +62,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_LOOP_DETECTED: 'loop detected',
   SP_ERR_OVERLOADED: 'overloaded',
   SP_ERR_SHUTTING_DOWN: 'shutting down',
+  SP_ERR_INTERNAL: 'internal error',
 }
 
 function reasonOf(code: ErrorCode): string {
@@ -510,7 +511,14 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   answer(status: number, headers: OutgoingHeaders, body: import('node:stream').Readable | string | null): void {
     this.answered = true
     this.status = status
-    this.ex.respond(status, headers, body)
+    if (this.ex.respond(status, headers, body)) return
+    // Fields of the gateway's own making that cannot be written (a redirect's
+    // Location with a CR or LF in it, from a table `validate` would refuse; a
+    // field an extension's refusal set): nothing went out, and the client must
+    // still get an answer. fail()'s own fields are always writable.
+    this.answered = false
+    if (body !== null && typeof body !== 'string') body.destroy()
+    this.fail(ErrorCode.INTERNAL, 'response fields cannot be written')
   }
 
   answerDirect(direct: DirectResponse): void {

@@ -144,6 +144,36 @@ t.test('redirects: scheme, hostname, port, full path, prefix; default ports omit
   t.equal(viaH2.headers.location, 'https://example.com/https/h2')
 })
 
+// validate refuses such a configuration; the data path must still answer a
+// table that carries one (a redirect went out as nothing at all: 302 in the
+// access log, the client left waiting).
+t.test('a redirect whose Location or fields cannot be written is a 500 with a body, on every protocol', async (t) => {
+  const port = await freePort()
+  const redirect = (over: object) => ({ scheme: null, hostname: null, port: null, path: null, statusCode: 302, ...over })
+  const prefix = (value: string) => [{ path: { type: 'PathPrefix' as const, value } }]
+  await startPlane(t, buildTable({
+    [port]: {
+      routes: [{
+        name: 'r', rules: [
+          { matches: prefix('/location'), redirect: redirect({ path: { type: 'ReplaceFullPath', value: '/new\r\nX-Injected: 1' } }), backends: null },
+          {
+            matches: prefix('/field'), redirect: redirect({ hostname: 'shaped.org' }), backends: null,
+            responseHeaders: { set: [['x-moved', 'a\r\nX-Injected: 1']], add: [], remove: [] },
+          },
+        ],
+      }],
+    },
+  }, []))
+  for (const path of ['/location', '/field']) {
+    const fast = await h1(port, { path })
+    t.same([fast.status, fast.body, fast.headers['x-injected']], [500, 'internal error: response fields cannot be written\n', undefined], `${path}: HTTP/1.1`)
+    const node = await h1(port, { path, method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'x' })
+    t.same([node.status, node.body, node.headers['x-injected']], [500, 'internal error: response fields cannot be written\n', undefined], `${path}: HTTP/1.1 through node's server`)
+    const viaH2 = await h2(port, { path })
+    t.same([viaH2.status, viaH2.body], [500, 'internal error: response fields cannot be written\n'], `${path}: HTTP/2`)
+  }
+})
+
 t.test('URLRewrite: hostname, full path, prefix (slashes); Backend hostname as authority', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
