@@ -44,6 +44,8 @@ export function item(base: string, i: number): string {
 
 /** A value for a message: JSON, cut short so one bad field cannot flood a log line. */
 export function show(value: unknown): string {
+  // JSON prints these as null; YAML reads `1e400` as Infinity, `.nan` as NaN.
+  if (typeof value === 'number' && !Number.isFinite(value)) return String(value)
   let s: string
   try {
     s = JSON.stringify(value) ?? String(value)

@@ -106,6 +106,11 @@ function toFinding(e: ErrorObject, doc: unknown, options: SchemaOptions): { fiel
       return { field, message: what === undefined ? `${value} does not match ${String(p.pattern)}` : `${value} is not a valid ${what}`, severity: 'error' }
     }
     case 'type':
+      // YAML reads a number past ±1.8e308 (`1e400`) as Infinity, which JSON prints as null.
+      if (typeof e.data === 'number' && !Number.isFinite(e.data)) {
+        const message = Number.isNaN(e.data) ? `must be ${String(p.type)}, got NaN (.nan)` : `the number is out of range (beyond ±1.8e308): must be ${String(p.type)}`
+        return { field, message, severity: 'error' }
+      }
       return { field, message: `must be ${String(p.type)}, got ${secret ? typeName(e.data) : value}`, severity: 'error' }
     case 'minimum':
     case 'maximum':

@@ -186,3 +186,20 @@ t.test('RateLimit requests and burst are whole numbers of requests, at least 1 (
   t.same(errorsOf(backend({ requests: 1 })), [])
   t.same(errorsOf(backend({ requests: 3, burst: 6 })), [])
 })
+
+t.test('a number too large for a document (YAML 1e400 reads as Infinity) is out of range, not "null"', async (t) => {
+  const route = (weight: unknown): unknown => ({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r' },
+    spec: { rules: [{ backendRefs: [{ name: 's', port: 80, weight }] }] },
+  })
+  t.same(validateDocument(route(Infinity), src).problems.map((p) => `${p.field}: ${p.message}`),
+    ['spec.rules[0].backendRefs[0].weight: the number is out of range (beyond ±1.8e308): must be integer'])
+  t.same(validateDocument(route(-Infinity), src).problems.map((p) => p.message), ['the number is out of range (beyond ±1.8e308): must be integer'])
+  t.same(validateDocument(route(NaN), src).problems.map((p) => p.message), ['must be integer, got NaN (.nan)'])
+  // Semantic rules' messages show such a number as itself too.
+  const ext = validateDocument({
+    apiVersion: 'sallyport.io/v1alpha1', kind: 'EgressExtension', metadata: { name: 'e' },
+    spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'g' }], extensions: [{ name: 'l', type: 'RateLimit', config: { requests: Infinity, unit: 'Second' } }] },
+  }, src)
+  t.match(ext.problems.map((p) => p.message).join('\n'), /got Infinity/)
+})
