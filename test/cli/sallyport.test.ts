@@ -125,7 +125,7 @@ t.test('validate: a directory with no configuration file in it is a warning', as
   for (const dir of [empty, other]) {
     const r = await runCli(t, ['validate', dir])
     t.equal(r.code, 0)
-    t.equal(r.stdout, `${dir}:0: <no kind> <no name>: no configuration file (.yaml, .yml, .json) found\n`)
+    t.equal(r.stdout, `${dir}:0: no configuration file (.yaml, .yml, .json) found\n`)
     t.match(r.stderr, /0 errors, 1 warning\b/)
   }
 })
