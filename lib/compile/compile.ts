@@ -7,7 +7,7 @@ import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Status } from './status.ts'
 import type { Cluster, ClientIdentity, L4Route, ListenerNames, PortEntry, RouteTable } from './table.ts'
-import { planGateways, DEFAULT_CONTROLLER } from './gateways.ts'
+import { certificateProblems, planGateways, DEFAULT_CONTROLLER } from './gateways.ts'
 import type { ServedGateway, ServedListener } from './gateways.ts'
 import { attachRoute } from './attach.ts'
 import type { AnyRoute, RouteAttachment } from './attach.ts'
@@ -57,7 +57,7 @@ export interface CompileOptions {
 export interface CompileResult {
   readonly table: RouteTable
   readonly status: Status
-  /** What compile found wrong in objects it kept (extension Secret references): for /config_dump and the log. */
+  /** What compile found wrong in objects it kept (extension Secret references, listener certificates): for /config_dump and the log. */
   readonly problems: readonly ConfigProblem[]
 }
 
@@ -224,7 +224,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       return status
     },
     get problems(): readonly ConfigProblem[] {
-      return refs().map(r => r.problem)
+      return [...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway))]
     },
   }
 }

@@ -5,13 +5,15 @@
 // (Gateway API ListenerConditionConflicted).
 
 import { createHash } from 'node:crypto'
-import type { DataRef, Gateway, Listener, RouteGroupKind } from '../resources/model.ts'
+import type { DataRef, Gateway, Listener, RouteGroupKind, Secret } from '../resources/model.ts'
+import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, ObjectStatus } from './status.ts'
 import type { PortProtocol, ServerCert } from './table.ts'
 import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
 import { resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
+import { tlsSecretFault } from './tls-material.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -337,6 +339,39 @@ function planListener(
       conflict,
     ],
   }
+}
+
+/**
+ * The kubernetes.io/tls Secrets that terminating listeners of `gateways` name
+ * and whose certificate and key TLS cannot use, as problems of each Secret
+ * (its file, object and field, once per Secret): the log, /config_dump and
+ * `sallyport validate` say which and why, as for a Secret validation drops.
+ * The listeners themselves are ResolvedRefs=False InvalidCertificateRef.
+ */
+export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gateway>): ConfigProblem[] {
+  const users = new Map<Secret, string[]>()
+  for (const g of gateways) {
+    for (const l of g.listeners) {
+      if (l.tls === null || !(l.protocol === 'HTTPS' || (l.protocol === 'TLS' && l.tls.mode === 'Terminate'))) continue
+      for (const ref of l.tls.certificateRefs) {
+        if (ref.group !== '' || ref.kind !== 'Secret') continue
+        const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
+        if (secret === undefined || secret.type !== 'kubernetes.io/tls' || tlsSecretFault(secret) === null) continue
+        const list = users.get(secret) ?? []
+        list.push(`${g.meta.namespace}/${g.meta.name}/${l.name}`)
+        users.set(secret, list)
+      }
+    }
+  }
+  const out: ConfigProblem[] = []
+  for (const [secret, listeners] of users) {
+    const fault = tlsSecretFault(secret) as NonNullable<ReturnType<typeof tlsSecretFault>>
+    out.push({
+      source: secret.source, kind: 'Secret', namespace: secret.meta.namespace, name: secret.meta.name, field: fault.field,
+      message: `${fault.message}; not served: listener ${listeners.join(', ')}`, severity: 'error',
+    })
+  }
+  return out
 }
 
 export function gatewayStatus(g: Gateway, conditions: readonly Condition[], listeners: ObjectStatus['listeners'] = []): ObjectStatus {

@@ -4,6 +4,7 @@
 
 import type { DataRef, ObjectRef, ReferenceGrant } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
+import { tlsSecretFault } from './tls-material.ts'
 
 export interface From { readonly group: string; readonly kind: string; readonly namespace: string }
 
@@ -62,10 +63,10 @@ export function resolveTlsSecret(snapshot: Snapshot, from: From, ref: ObjectRef,
   const cert = secret.data['tls.crt']
   const key = secret.data['tls.key']
   if (cert === undefined || key === undefined) return fail(reason, `Secret ${ref.namespace}/${ref.name} lacks tls.crt or tls.key`)
-  const certPem = cert.toString('utf8')
-  const keyPem = key.toString('utf8')
-  if (!certPem.includes('-----BEGIN') || !keyPem.includes('-----BEGIN')) return fail(reason, `Secret ${ref.namespace}/${ref.name} does not hold PEM data`)
-  return { ok: true, value: { certPem, keyPem } }
+  // Parsed and matched here, not at the first handshake (tls-material.ts).
+  const fault = tlsSecretFault(secret)
+  if (fault !== null) return fail(reason, `Secret ${ref.namespace}/${ref.name} ${fault.field}: ${fault.message}`)
+  return { ok: true, value: { certPem: cert.toString('utf8'), keyPem: key.toString('utf8') } }
 }
 
 /** PEM text of a CA bundle / CRL reference; the key defaults to `defaultKey`. */

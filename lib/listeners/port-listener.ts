@@ -32,7 +32,7 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
+import { SecureContexts, selectCert, setDefaultContext } from './tls-contexts.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
 
 const log = logger('listener')
@@ -193,10 +193,7 @@ export class PortListener {
     const server = this.#server as tls.Server & { requestCert: boolean; rejectUnauthorized: boolean }
     server.requestCert = tlsConf !== null && tlsConf.clientValidation !== null
     server.rejectUnauthorized = tlsConf !== null && tlsConf.clientValidation !== null && tlsConf.clientValidation.required
-    if (tlsConf !== null) {
-      const cert = defaultCert(tlsConf)
-      if (cert !== null) server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, ...(tlsConf.clientValidation === null ? {} : { ca: tlsConf.clientValidation.caPem }) })
-    }
+    if (tlsConf !== null) setDefaultContext(server, tlsConf, this.port)
   }
 
   /**
@@ -293,7 +290,7 @@ export class PortListener {
     const cert = conf === null ? null : selectCert(conf, servername.toLowerCase())
     if (conf === null || cert === null) { cb(new Error('no certificate for server name')); return }
     try {
-      cb(null, this.#plane.contexts.get(cert, conf))
+      cb(null, this.#plane.contexts.get(cert, conf, this.port))
     } catch (err) {
       cb(err as Error)
     }

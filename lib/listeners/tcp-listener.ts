@@ -156,13 +156,14 @@ export class L4Listener {
   #terminate(socket: Socket, session: L4Session, entry: PortEntry, env: SessionEnv): void {
     const conf = entry.serverTls
     const sni = entry.sni
-    const cert = conf === null ? null : defaultCert(conf)
-    if (conf === null || sni === null || cert === null) return session.fail('no_route')
+    if (conf === null || sni === null || defaultCert(conf) === null) return session.fail('no_route')
     const contexts = this.#plane.contexts
+    const secureContext = contexts.defaultContext(conf, this.port)
+    if (secureContext === null) return session.fail('client_tls_failed')
     const secure = new tls.TLSSocket(socket, {
       isServer: true,
-      secureContext: contexts.get(cert, conf),
-      SNICallback: sniCallback(contexts, conf),
+      secureContext,
+      SNICallback: sniCallback(contexts, conf, this.port),
       requestCert: conf.clientValidation !== null,
       rejectUnauthorized: conf.clientValidation !== null && conf.clientValidation.required,
       ...(conf.alpn.length > 0 ? { ALPNProtocols: [...conf.alpn] } : {}),
@@ -192,12 +193,12 @@ export class L4Listener {
   }
 }
 
-function sniCallback(contexts: SecureContexts, conf: ServerTls): (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
+function sniCallback(contexts: SecureContexts, conf: ServerTls, port: number): (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
   return (servername, cb) => {
     const cert = selectCert(conf, servername.toLowerCase())
     if (cert === null) { cb(new Error('no certificate for server name')); return }
     try {
-      cb(null, contexts.get(cert, conf))
+      cb(null, contexts.get(cert, conf, port))
     } catch (err) {
       cb(err as Error)
     }

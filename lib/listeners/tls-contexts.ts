@@ -2,8 +2,11 @@
 // wildcard, listener without hostname) and SecureContexts cached by the
 // certificate's content hash, so a table swap reuses them.
 
-import { createSecureContext, type SecureContext } from 'node:tls'
+import { createSecureContext, type SecureContext, type Server } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
+import { logger } from '../observe/log.ts'
+
+const log = logger('listener')
 
 /** The certificate for an SNI name (lowercase); null when none covers it. */
 export function selectCert(tls: ServerTls, servername: string): ServerCert | null {
@@ -26,11 +29,42 @@ export function defaultCert(tls: ServerTls): ServerCert | null {
   return tls.wildcards.length > 0 ? tls.wildcards[0].cert : null
 }
 
-export class SecureContexts {
-  /** client CA PEM ('' = no client validation) → cert id → context. */
-  readonly #byCa = new Map<string, Map<string, SecureContext>>()
+/** The port's certificates, its default one (defaultCert) first. */
+function byPreference(conf: ServerTls): ServerCert[] {
+  const first = defaultCert(conf)
+  const all = [...conf.exact.values(), ...conf.wildcards.map(w => w.cert), ...(conf.fallback === null ? [] : [conf.fallback])]
+  return first === null ? all : [first, ...all.filter(c => c !== first)]
+}
 
-  get(cert: ServerCert, tls: ServerTls): SecureContext {
+function refused(port: number, cert: ServerCert, err: unknown): void {
+  log.error({ port, hostname: cert.hostname, err: (err as Error).message }, 'listener certificate refused by TLS; its hostname gets no handshake')
+}
+
+/**
+ * The server-wide context (the handshake's start, clients without SNI): the
+ * port's default certificate, else the next of its certificates TLS takes.
+ * Compile refuses material TLS cannot use; should some get through all the
+ * same, it costs its own hostname, never the port (a throw here once kept
+ * every listener of the port from binding).
+ */
+export function setDefaultContext(server: Server, conf: ServerTls, port: number): void {
+  const ca = conf.clientValidation === null ? {} : { ca: conf.clientValidation.caPem }
+  for (const cert of byPreference(conf)) {
+    try {
+      server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, ...ca })
+      return
+    } catch (err) {
+      refused(port, cert, err)
+    }
+  }
+}
+
+export class SecureContexts {
+  /** client CA PEM ('' = no client validation) → cert id → context, or why TLS refused it (logged once). */
+  readonly #byCa = new Map<string, Map<string, SecureContext | Error>>()
+
+  /** Throws when TLS refuses the certificate (see setDefaultContext). */
+  get(cert: ServerCert, tls: ServerTls, port: number): SecureContext {
     const ca = tls.clientValidation === null ? '' : tls.clientValidation.caPem
     let byId = this.#byCa.get(ca)
     if (byId === undefined) {
@@ -39,13 +73,29 @@ export class SecureContexts {
     }
     let ctx = byId.get(cert.id)
     if (ctx === undefined) {
-      ctx = createSecureContext({
-        cert: cert.certPem, key: cert.keyPem, minVersion: 'TLSv1.2',
-        ...(ca === '' ? {} : { ca }),
-      })
+      try {
+        ctx = createSecureContext({
+          cert: cert.certPem, key: cert.keyPem, minVersion: 'TLSv1.2',
+          ...(ca === '' ? {} : { ca }),
+        })
+      } catch (err) {
+        refused(port, cert, err)
+        ctx = err as Error
+      }
       byId.set(cert.id, ctx)
     }
+    if (ctx instanceof Error) throw ctx
     return ctx
+  }
+
+  /** The context of the port's default certificate, else of the next one TLS takes; null when it takes none. */
+  defaultContext(tls: ServerTls, port: number): SecureContext | null {
+    for (const cert of byPreference(tls)) {
+      try {
+        return this.get(cert, tls, port)
+      } catch { /* refused: logged, the next one */ }
+    }
+    return null
   }
 
   /** Drops contexts the table no longer references. */

@@ -4,6 +4,7 @@ import { buildSnapshot } from '../config/snapshot-builder.ts'
 import { readConfigSet } from '../config/file-source.ts'
 import { compile } from '../compile/compile.ts'
 import { secretRefProblems } from '../compile/extensions.ts'
+import { certificateProblems } from '../compile/gateways.ts'
 import { printTable } from '../compile/print.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
@@ -21,7 +22,11 @@ async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; pro
   // Extension Secret references, checked against the Secrets of the set: a
   // missing key always, a missing Secret only if the set holds Secrets at all
   // (they are often created apart from the manifests).
-  const refs = secretRefProblems(snapshot, { missingSecrets: snapshot.secrets.size > 0 }).map(r => r.problem)
+  const refs = [
+    ...secretRefProblems(snapshot, { missingSecrets: snapshot.secrets.size > 0 }).map(r => r.problem),
+    // And listener certificates that TLS cannot use (a key that does not match, unparsable PEM).
+    ...certificateProblems(snapshot, snapshot.gateways.values()),
+  ]
   // Print in reading order (files as listed, then document order), unreadable files in their place.
   const order = new Map(set.files.map((f, i) => [f, i]))
   const problems = [...snapshot.problems, ...refs]
@@ -40,8 +45,9 @@ async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; pro
  * It checks each object on its own (schema and the specs' rules). References
  * between objects (a route's parent Gateway, a backendRef) are `serve`'s and
  * `routes`'s business: they show as status conditions, since a set of files may
- * be validated one by one. One exception: an extension's Secret reference, whose
- * failure would fail every request through it (see load()).
+ * be validated one by one. Exceptions: an extension's Secret reference, whose
+ * failure would fail every request through it, and a listener's certificate
+ * Secret that TLS cannot use (see load()).
  */
 export async function validateCommand(paths: readonly string[], out: Output): Promise<number> {
   const { problems } = await load(paths)

@@ -7,6 +7,7 @@ import type { ObjectMeta } from '../../lib/resources/meta.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
 import { snapshotKeyOf } from '../../lib/resources/model.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
 
 export const G = 'gateway.networking.k8s.io'
 
@@ -102,10 +103,19 @@ export function namespace(name: string, labels: Record<string, string> = {}): Na
   return { kind: 'Namespace', apiVersion: 'v1', meta: meta(name, '', { labels }), source }
 }
 
-export function tlsSecret(name: string, ns = 'default', type = 'kubernetes.io/tls'): Secret {
+let keyPair: { readonly certPem: string; readonly keyPem: string } | null = null
+
+/** A real certificate and its key (minted once per test process, never committed): compile checks that they parse and match. */
+export function testKeyPair(): { readonly certPem: string; readonly keyPem: string } {
+  return keyPair ??= serverCert(createCa('builders CA'), ['builders.example.test'])
+}
+
+/** A Secret of `type` holding testKeyPair(), or the PEM given for tls.crt / tls.key. */
+export function tlsSecret(name: string, ns = 'default', type = 'kubernetes.io/tls', pem: { readonly cert?: string; readonly key?: string } = {}): Secret {
+  const pair = pem.cert !== undefined && pem.key !== undefined ? null : testKeyPair()
   return {
     kind: 'Secret', apiVersion: 'v1', meta: meta(name, ns), source, type,
-    data: { 'tls.crt': Buffer.from('-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n'), 'tls.key': Buffer.from('-----BEGIN PRIVATE KEY-----\nBBBB\n-----END PRIVATE KEY-----\n') },
+    data: { 'tls.crt': Buffer.from(pem.cert ?? pair?.certPem ?? ''), 'tls.key': Buffer.from(pem.key ?? pair?.keyPem ?? '') },
   }
 }
 

@@ -5,7 +5,7 @@ import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import type { ObjectStatus } from '../../lib/compile/status.ts'
 import type { ConfigMap, Gateway, Listener } from '../../lib/resources/model.ts'
-import { createCa } from '../helpers/pki.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
 import * as b from './builders.ts'
 
 type Obj = Parameters<typeof b.snapshotOf>[0][number]
@@ -240,4 +240,39 @@ t.test('OverlappingTLSConfig: set (True, OverlappingHostnames) on every HTTPS li
   t.same(names?.wildcards.map(w => [w.suffix, at(w.listener)]), [['.example.com', 'wild']])
   t.equal(at(names?.fallback), 'any')
   t.equal(table.ports.get(9443)?.serverTls?.listenerNames, null, 'one listener on the port: nothing to tell apart')
+})
+
+t.test('a listener Secret whose key does not match its certificate, or whose PEM does not parse, is InvalidCertificateRef; the port serves its other listeners', async t => {
+  // Gateway API: a certificateRef that is invalid makes the listener ResolvedRefs=False
+  // InvalidCertificateRef. The bad Secret is the port's default certificate (the listener
+  // without hostname): the port must still serve the good listener's hostname.
+  const other = serverCert(createCa('other CA'), ['other.example.com'])
+  const good = b.testKeyPair()
+  const garbage = (label: string) => `-----BEGIN ${label}-----\nbm90IGEgcmVhbCBibG9jaw==\n-----END ${label}-----\n`
+  const cases = [
+    { what: 'key of another certificate', pem: { cert: good.certPem, key: other.keyPem }, field: 'data[tls.key]', message: /the private key does not match the certificate in tls\.crt/ },
+    { what: 'unparsable certificate', pem: { cert: garbage('CERTIFICATE'), key: good.keyPem }, field: 'data[tls.crt]', message: /the certificate cannot be parsed/ },
+    { what: 'unparsable key', pem: { cert: good.certPem, key: garbage('PRIVATE KEY') }, field: 'data[tls.key]', message: /the private key cannot be parsed/ },
+  ]
+  for (const c of cases) {
+    const result = run([
+      b.gateway('gw', [
+        b.listener('good', 8443, 'HTTPS', { hostname: 'good.example.com', tls: tls('good') }),
+        b.listener('bad', 8443, 'HTTPS', { tls: tls('bad') }),
+      ]),
+      b.tlsSecret('good'), b.tlsSecret('bad', 'default', 'kubernetes.io/tls', c.pem),
+    ])
+    const l = result.status.objects.get('Gateway/default/gw')?.listeners.find(l => l.name === 'bad')
+    const refs = l?.conditions.find(x => x.type === 'ResolvedRefs')
+    t.equal(`${refs?.status}/${refs?.reason}`, 'False/InvalidCertificateRef', `${c.what}: ResolvedRefs`)
+    t.match(refs?.message, new RegExp(`^Secret default/bad ${c.field.replace(/[[\].]/g, '\\$&')}: ${c.message.source}`), `${c.what}: the message names the Secret, the field and the problem`)
+    t.equal(listenerConditions(result.status.objects, 'gw', 'bad').Programmed, 'False/Invalid', `${c.what}: not programmed`)
+    t.equal(listenerConditions(result.status.objects, 'gw', 'good').Programmed, 'True/Programmed', `${c.what}: the other listener is`)
+    const served = result.table.ports.get(8443)?.serverTls
+    t.equal(served?.fallback, null, `${c.what}: the bad certificate is not served`)
+    t.ok(served?.exact.has('good.example.com'), `${c.what}: the good one is`)
+    t.same(result.problems.map(p => [p.source.file, p.kind, p.namespace, p.name, p.field, p.severity]), [['test.yaml', 'Secret', 'default', 'bad', c.field, 'error']],
+      `${c.what}: a problem naming file, Secret and field (log, /config_dump, validate)`)
+    t.match(result.problems[0]?.message, c.message)
+  }
 })

@@ -136,3 +136,22 @@ t.test('a TLS handshake that stalls is closed at the handshake bound (a silent c
   const ok = await h1s(port, ca.certPem, 'a.example.com')
   t.equal(ok.status, 200, 'the port serves on')
 })
+
+t.test('a certificate TLS refuses (compile lets none through) never takes the port\'s other certificates down, at bind or at a swap', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  const mismatched = { hostname: null, certPem: certAny.certPem, keyPem: certA.keyPem, id: 'mismatched' } // the port's default certificate
+  const routes = [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }]
+  const conf = serverTls([mismatched, { hostname: 'a.example.com', ...certA }])
+  const { plane } = await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes } }, [cluster('c', up.port)]))
+  t.equal((await h1s(port, ca.certPem, 'a.example.com')).status, 200, 'bound, and the good certificate serves')
+  await t.rejects(h1s(port, ca.certPem, 'fallback.example'), 'the refused one gets no handshake')
+
+  // A swap to a table whose default certificate TLS refuses: the port keeps serving the rest.
+  const good = serverTls([{ hostname: 'a.example.com', ...certA }, { hostname: null, ...certAny }])
+  await plane.apply(buildTable({ [port]: { protocol: 'HTTPS', tls: good, routes } }, [cluster('c', up.port)], 2))
+  t.equal((await h1s(port, ca.certPem, 'fallback.example')).status, 200, 'a good default certificate serves again')
+  const result = await plane.apply(buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes } }, [cluster('c', up.port)], 3))
+  t.same(result.failed, [], 'the swap applies')
+  t.equal((await h1s(port, ca.certPem, 'a.example.com')).status, 200, 'and the good certificate still serves')
+})

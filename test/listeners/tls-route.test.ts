@@ -153,6 +153,23 @@ t.test('terminate: the listener certificate terminates, the decrypted stream goe
   await t.rejects(ask(port, { servername: 'nothing.gw.test', ca: ca.certPem }).then((r) => { if (r.reply === '') throw new Error('closed') }), 'no route for the name: closed')
 })
 
+t.test('terminate: a default certificate TLS refuses (compile lets none through) costs its own name only', async (t) => {
+  const ca = createCa('terminate CA')
+  const good = serverCert(ca, ['good.gw.test'])
+  const other = serverCert(ca, ['other.gw.test'])
+  const plain = await echoServer(t)
+  const port = await freePort()
+  const tlsConf = serverTls([
+    { hostname: null, certPem: other.certPem, keyPem: good.keyPem, id: 'mismatched' }, // the port's default: key and certificate differ
+    { hostname: 'good.gw.test', certPem: good.certPem, keyPem: good.keyPem, id: good.id },
+  ])
+  await startPlane(t, table([tlsPort(port, sniIndex({ 'good.gw.test': l4Route('tls-good', [{ cluster: 'plain' }]) }, 'Terminate'), { ...tlsConf, alpn: [] })], [
+    l4Cluster('plain', [plain.port]),
+  ]))
+  t.same(await ask(port, { servername: 'good.gw.test', ca: ca.certPem }, 'still here'), { reply: 'still here', cn: 'good.gw.test' }, 'the good name is served')
+  await t.rejects(ask(port, { servername: 'other.gw.test', ca: ca.certPem }), 'the refused one gets no handshake')
+})
+
 t.test('openssl s_client with stdin piped, through passthrough and terminate', async (t) => {
   const ca = createCa('openssl CA')
   const upstream = await tlsUpstream(t, ca, 'upstream', ['svc.example.com'])

@@ -1,0 +1,87 @@
+// The real CLI with HTTPS listeners whose TLS material is broken: `validate`
+// names file, object and field; `serve` keeps the port's other listeners
+// serving and says why in status, /config_dump problems and the log.
+import t from 'tap'
+import fs from 'node:fs'
+import https from 'node:https'
+import path from 'node:path'
+import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
+import { createCa, serverCert } from '../helpers/pki.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
+
+const ca = createCa('listener CA')
+
+function tlsSecretYaml(name: string, certPem: string, keyPem: string): string {
+  return `apiVersion: v1
+kind: Secret
+metadata: { name: ${name}, namespace: default }
+type: kubernetes.io/tls
+data:
+  tls.crt: ${Buffer.from(certPem).toString('base64')}
+  tls.key: ${Buffer.from(keyPem).toString('base64')}
+`
+}
+
+function httpsListener(name: string, port: number, secret: string, hostname: string | null): string {
+  return `    - name: ${name}
+      protocol: HTTPS
+      port: ${port}
+${hostname === null ? '' : `      hostname: ${hostname}\n`}      tls:
+        certificateRefs:
+          - name: ${secret}
+`
+}
+
+/** GET https://127.0.0.1:port/ with SNI and Host `servername`, the test CA trusted. */
+function get(port: number, servername: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port, servername, path: '/', headers: { host: servername }, ca: ca.certPem, agent: false }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (s: string) => { body += s })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+    })
+    req.setTimeout(5000, () => req.destroy(new Error('timed out')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+interface Dump {
+  problems: Array<{ kind: string; namespace: string; name: string; field: string; line: string }>
+  status: Array<{ kind: string; name: string; listeners: Array<{ name: string; conditions: Array<{ type: string; status: string; reason: string; message: string }> }> }>
+}
+
+t.test('a listener Secret whose key does not match: validate names it; serve keeps the port\'s other listener serving', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const good = serverCert(ca, ['good.example.test'])
+  const fallback = serverCert(ca, ['fallback.example.test'])
+  // The listener without hostname holds the port's default certificate: its broken Secret once kept the whole port from binding.
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('any', httpsPort, 'bad', null) + httpsListener('good', httpsPort, 'good', 'good.example.test')))
+  const secrets = path.join(dir, 'secrets.yaml')
+  fs.writeFileSync(secrets, `${tlsSecretYaml('good', good.certPem, good.keyPem)}---\n${tlsSecretYaml('bad', fallback.certPem, good.keyPem)}`)
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), `${backendYaml('up', upstream.address.port)}---\n${routeYaml('r', 'good.example.test', 'up', upstream.address.port)}`)
+
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 1, 'validate fails')
+  t.match(v.stdout, `${secrets}:1: Secret default/bad: data[tls.key]: the private key does not match the certificate in tls.crt`)
+  t.notMatch(v.stdout, /Secret default\/good/)
+
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--log-level', 'info'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const r = await get(httpsPort, 'good.example.test')
+  t.equal(r.status, 200, 'the good listener of the port serves')
+
+  const dump = await eventually(async () => JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as Dump,
+    (d) => d.status.length > 0, 10000, 'status in /config_dump')
+  const listener = (name: string) => dump.status.find(s => s.kind === 'Gateway')?.listeners.find(l => l.name === name)
+  t.match(listener('any')?.conditions.find(c => c.type === 'ResolvedRefs'), { status: 'False', reason: 'InvalidCertificateRef', message: /^Secret default\/bad data\[tls\.key\]: the private key does not match/ })
+  t.match(listener('any')?.conditions.find(c => c.type === 'Programmed'), { status: 'False' })
+  t.match(listener('good')?.conditions.find(c => c.type === 'Programmed'), { status: 'True' })
+  t.same(dump.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['Secret default/bad data[tls.key]'])
+  await cli.waitFor(/"msg":"config problem: requests that need it fail"[^\n]*"kind":"Secret"|"kind":"Secret"[^\n]*"msg":"config problem: requests that need it fail"/)
+  t.match(cli.stdout(), `"file":"${secrets}"`, 'the log line names the file')
+})
