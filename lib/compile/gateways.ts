@@ -5,15 +5,15 @@
 // (Gateway API ListenerConditionConflicted).
 
 import { createHash } from 'node:crypto'
-import type { DataRef, Gateway, Listener, RouteGroupKind, Secret } from '../resources/model.ts'
+import type { DataRef, Gateway, Listener, ModelObject, RouteGroupKind, Secret } from '../resources/model.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, ObjectStatus } from './status.ts'
 import type { PortProtocol, ServerCert } from './table.ts'
 import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
-import { resolveBundle, resolveTlsSecret } from './refs.ts'
+import { dataRefSource, resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
-import { tlsSecretFault } from './tls-material.ts'
+import { checkCertificates, tlsSecretFault } from './tls-material.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -219,18 +219,24 @@ const NO_FRONTEND: Frontend = { validation: null, problem: null, key: '', text: 
 function frontendOf(snapshot: Snapshot, gateway: Gateway, listener: Listener): Frontend {
   const fv = gateway.frontendValidation
   if (fv === null || listener.protocol !== 'HTTPS') return NO_FRONTEND
-  // GEP-91: validation is per port, the default for ports without their own entry.
-  const perPort = fv.perPort.find(p => p.port === listener.port)
-  const caRefs = perPort?.caCertificateRefs ?? fv.caCertificateRefs
+  const { caRefs, mode } = frontendSettings(fv, listener.port)
   if (caRefs.length === 0) return NO_FRONTEND
-  const mode = perPort?.mode ?? fv.mode
   const text = `${mode}, CA ${caRefs.map(refText).join(', ')}`
   const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
-  const r = resolveBundle(snapshot, from, caRefs, 'ca.crt', 'InvalidCACertificateRef')
+  // Parsed here: a bundle node could not read would leave an empty trust store (no
+  // client verified). One that does not parse is InvalidCACertificateRef on the
+  // listeners it validates, and compares as unresolved (its refs as written).
+  const r = resolveBundle(snapshot, from, caRefs, 'ca.crt', 'InvalidCACertificateRef', checkCertificates)
   if (!r.ok) return { validation: null, problem: { reason: r.reason, message: r.message }, key: `unresolved\0${text}`, text }
   if (r.value === null) return NO_FRONTEND
   const required = mode === 'AllowValidOnly'
   return { validation: { caPem: r.value, required }, problem: null, key: `${mode}\0${r.value}`, text }
+}
+
+/** GEP-91: validation is per port, the default for ports without their own entry. */
+function frontendSettings(fv: NonNullable<Gateway['frontendValidation']>, port: number): { readonly caRefs: readonly DataRef[]; readonly mode: string } {
+  const perPort = fv.perPort.find(p => p.port === port)
+  return { caRefs: perPort?.caCertificateRefs ?? fv.caCertificateRefs, mode: perPort?.mode ?? fv.mode }
 }
 
 function refText(ref: DataRef): string {
@@ -342,33 +348,47 @@ function planListener(
 }
 
 /**
- * The kubernetes.io/tls Secrets that terminating listeners of `gateways` name
- * and whose certificate and key TLS cannot use, as problems of each Secret
- * (its file, object and field, once per Secret): the log, /config_dump and
- * `sallyport validate` say which and why, as for a Secret validation drops.
- * The listeners themselves are ResolvedRefs=False InvalidCertificateRef.
+ * The TLS material listeners of `gateways` name and TLS cannot use, as
+ * problems of the object holding it (its file, object and field, once per
+ * object): kubernetes.io/tls Secrets of terminating listeners, and the
+ * frontend validation CA bundles of HTTPS listeners. The log, /config_dump and
+ * `sallyport validate` say which and why, as for an object validation drops;
+ * the listeners themselves are ResolvedRefs=False (InvalidCertificateRef,
+ * InvalidCACertificateRef).
  */
 export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gateway>): ConfigProblem[] {
-  const users = new Map<Secret, string[]>()
+  const found = new Map<ModelObject, { field: string; message: string; listeners: string[] }>()
+  const note = (object: ModelObject, field: string, message: string, listener: string): void => {
+    const seen = found.get(object)
+    if (seen === undefined) found.set(object, { field, message, listeners: [listener] })
+    else if (!seen.listeners.includes(listener)) seen.listeners.push(listener)
+  }
   for (const g of gateways) {
+    const fv = g.frontendValidation
     for (const l of g.listeners) {
-      if (l.tls === null || !(l.protocol === 'HTTPS' || (l.protocol === 'TLS' && l.tls.mode === 'Terminate'))) continue
-      for (const ref of l.tls.certificateRefs) {
-        if (ref.group !== '' || ref.kind !== 'Secret') continue
-        const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
-        if (secret === undefined || secret.type !== 'kubernetes.io/tls' || tlsSecretFault(secret) === null) continue
-        const list = users.get(secret) ?? []
-        list.push(`${g.meta.namespace}/${g.meta.name}/${l.name}`)
-        users.set(secret, list)
+      const name = `${g.meta.namespace}/${g.meta.name}/${l.name}`
+      if (l.tls !== null && (l.protocol === 'HTTPS' || (l.protocol === 'TLS' && l.tls.mode === 'Terminate'))) {
+        for (const ref of l.tls.certificateRefs) {
+          if (ref.group !== '' || ref.kind !== 'Secret') continue
+          const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
+          const fault = secret === undefined || secret.type !== 'kubernetes.io/tls' ? null : tlsSecretFault(secret)
+          if (fault !== null) note(secret as Secret, fault.field, fault.message, name)
+        }
+      }
+      if (fv !== null && l.protocol === 'HTTPS') {
+        for (const ref of frontendSettings(fv, l.port).caRefs) {
+          const source = dataRefSource(snapshot, ref, 'ca.crt')
+          const bad = source === null ? null : checkCertificates(source.pem)
+          if (source !== null && bad !== null) note(source.object, source.field, `client CA bundle: ${bad}`, name)
+        }
       }
     }
   }
   const out: ConfigProblem[] = []
-  for (const [secret, listeners] of users) {
-    const fault = tlsSecretFault(secret) as NonNullable<ReturnType<typeof tlsSecretFault>>
+  for (const [object, { field, message, listeners }] of found) {
     out.push({
-      source: secret.source, kind: 'Secret', namespace: secret.meta.namespace, name: secret.meta.name, field: fault.field,
-      message: `${fault.message}; not served: listener ${listeners.join(', ')}`, severity: 'error',
+      source: object.source, kind: object.kind, namespace: object.meta.namespace, name: object.meta.name, field,
+      message: `${message}; not served: listener ${listeners.join(', ')}`, severity: 'error',
     })
   }
   return out

@@ -2,7 +2,7 @@
 // references, and reading PEM material out of Secrets, ConfigMaps and
 // ClusterTrustBundles.
 
-import type { DataRef, ObjectRef, ReferenceGrant } from '../resources/model.ts'
+import type { ClusterTrustBundle, ConfigMap, DataRef, ObjectRef, ReferenceGrant, Secret } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { tlsSecretFault } from './tls-material.ts'
 
@@ -94,14 +94,45 @@ export function resolveDataRef(snapshot: Snapshot, from: From, ref: DataRef, def
   return { ok: true, value: text }
 }
 
-/** Concatenated PEM of several refs; the first failure wins. */
-export function resolveBundle(snapshot: Snapshot, from: From, refs: readonly DataRef[], defaultKey: string, reason: string): Resolved<string | null> {
+/**
+ * Concatenated PEM of several refs; the first failure wins. `check` (null:
+ * fine, else what is wrong) is asked about each ref's PEM, and a failure
+ * names the ref and its key.
+ */
+export function resolveBundle(
+  snapshot: Snapshot, from: From, refs: readonly DataRef[], defaultKey: string, reason: string,
+  check: ((pem: string) => string | null) | null = null,
+): Resolved<string | null> {
   if (refs.length === 0) return { ok: true, value: null }
   const parts: string[] = []
   for (const ref of refs) {
     const r = resolveDataRef(snapshot, from, ref, defaultKey, reason)
     if (!r.ok) return r
+    const bad = check === null ? null : check(r.value)
+    if (bad !== null) return fail(reason, `${describeDataRef(ref, defaultKey)}: ${bad}`)
     parts.push(r.value.trimEnd())
   }
   return { ok: true, value: parts.join('\n') + '\n' }
+}
+
+/** `ConfigMap ns/name key ca.crt`, `ClusterTrustBundle name`. */
+function describeDataRef(ref: DataRef, defaultKey: string): string {
+  return ref.kind === 'ClusterTrustBundle' ? `ClusterTrustBundle ${ref.name}` : `${ref.kind} ${ref.namespace}/${ref.name} key ${ref.key ?? defaultKey}`
+}
+
+/**
+ * The object a PEM reference reads, the field of its PEM and the PEM; null
+ * when there is none to read (the referrer's status says why).
+ */
+export function dataRefSource(snapshot: Snapshot, ref: DataRef, defaultKey: string): { readonly object: ConfigMap | Secret | ClusterTrustBundle; readonly field: string; readonly pem: string } | null {
+  const key = ref.key ?? defaultKey
+  if (ref.kind === 'ClusterTrustBundle') {
+    const bundle = snapshot.clusterTrustBundles.get(ref.name)
+    return bundle === undefined ? null : { object: bundle, field: 'spec.trustBundle', pem: bundle.trustBundle }
+  }
+  if (ref.group !== '') return null
+  const object = ref.kind === 'ConfigMap' ? snapshot.configMaps.get(`${ref.namespace}/${ref.name}`) : ref.kind === 'Secret' ? snapshot.secrets.get(`${ref.namespace}/${ref.name}`) : undefined
+  const value = object === undefined ? undefined : object.data[key]
+  if (object === undefined || value === undefined) return null
+  return { object, field: `data[${key}]`, pem: typeof value === 'string' ? value : value.toString('utf8') }
 }

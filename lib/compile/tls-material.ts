@@ -65,6 +65,25 @@ export function keyPairFault(certPem: string, keyPem: string): MaterialFault | n
   return null
 }
 
+// CA bundles are read for every listener or backend naming them, at every
+// compile: the verdict is kept per bundle text (a few bundles in practice).
+const BUNDLES = new Map<string, string | null>()
+const BUNDLES_KEPT = 64
+
+/** Every CERTIFICATE block of a CA bundle parses; at least one. null: fine, else what is wrong. */
+export function checkCertificates(pem: string): string | null {
+  let verdict = BUNDLES.get(pem)
+  if (verdict !== undefined) return verdict
+  const blocks = pem.match(CERT_BLOCK) ?? []
+  verdict = blocks.length === 0 ? 'no PEM CERTIFICATE in it' : null
+  for (const block of blocks) {
+    try { new X509Certificate(block) } catch { verdict = 'a certificate cannot be parsed'; break }
+  }
+  if (BUNDLES.size >= BUNDLES_KEPT) BUNDLES.clear()
+  BUNDLES.set(pem, verdict)
+  return verdict
+}
+
 /** `error:0A00018F:SSL routines::ee key too small` → `ee key too small`. */
 function openSslReason(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err)

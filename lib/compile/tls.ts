@@ -22,7 +22,7 @@
 // spec.infrastructure.parametersRef, else by its GatewayClass's parametersRef
 // (group "", kind Secret); verification is against Gateway.spec.mesh.trustBundle.
 
-import { createHash, X509Certificate } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import type { BackendTLSPolicy, Gateway, UpstreamTLS } from '../resources/model.ts'
 import { keyOfBackend } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
@@ -32,6 +32,7 @@ import { compareAge, condition, statusKey } from './conditions.ts'
 import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
 import { fail, resolveBundle, resolveTlsSecret } from './refs.ts'
+import { checkCertificates } from './tls-material.ts'
 
 export const CRL_STALE_ANNOTATION = 'sallyport.io/crl-stale'
 export const CRL_FETCH_ANNOTATION = 'sallyport.io/crl-fetch'
@@ -130,16 +131,6 @@ export function buildClusterTls(
 function withIdentity(fields: Omit<ClusterTls, 'identityHash'>): ClusterTls {
   const identityHash = createHash('sha256').update(JSON.stringify(fields)).digest('hex')
   return { ...fields, identityHash }
-}
-
-/** Every CERTIFICATE block parses; at least one. null: fine, else what is wrong. */
-function checkCertificates(pem: string): string | null {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? []
-  if (blocks.length === 0) return 'no PEM CERTIFICATE in it'
-  for (const block of blocks) {
-    try { new X509Certificate(block) } catch { return 'a certificate cannot be parsed' }
-  }
-  return null
 }
 
 /** Every X509 CRL block parses; at least one. */

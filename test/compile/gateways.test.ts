@@ -276,3 +276,51 @@ t.test('a listener Secret whose key does not match its certificate, or whose PEM
     t.match(result.problems[0]?.message, c.message)
   }
 })
+
+t.test('a frontend client-CA bundle that does not parse is InvalidCACertificateRef on the listeners it validates, naming the ConfigMap and key', async t => {
+  // GEP-91: "the Reason on all matching HTTPS listeners must be set to InvalidCACertificateRef
+  // and the Message of the Condition must indicate which reference is invalid and why".
+  const clientCa = createCa('client CA')
+  const configMap = (name: string, pem: string) => ({ kind: 'ConfigMap' as const, apiVersion: 'v1', meta: b.meta(name), source: { file: 'ca.yaml', doc: 1 }, data: { 'ca.crt': pem } })
+  const garbage = '-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n'
+  const caRef = (name: string) => ({ group: '', kind: 'ConfigMap', namespace: 'default', name, key: null })
+  const result = run([
+    b.gateway('gw', [b.listener('strict', 8443, 'HTTPS', { tls: tls('cert') }), b.listener('open', 9443, 'HTTPS', { tls: tls('cert') })], {
+      frontendValidation: {
+        caCertificateRefs: [caRef('good-ca'), caRef('bad-ca')], mode: 'AllowValidOnly',
+        perPort: [{ port: 9443, caCertificateRefs: [caRef('good-ca')], mode: 'AllowInsecureFallback' }],
+      },
+    }),
+    b.tlsSecret('cert'), configMap('good-ca', clientCa.certPem), configMap('bad-ca', garbage),
+  ])
+  const refs = result.status.objects.get('Gateway/default/gw')?.listeners.find(l => l.name === 'strict')?.conditions.find(c => c.type === 'ResolvedRefs')
+  t.match(refs, { status: 'False', reason: 'InvalidCACertificateRef', message: 'ConfigMap default/bad-ca key ca.crt: a certificate cannot be parsed' })
+  t.equal(listenerConditions(result.status.objects, 'gw', 'strict').Programmed, 'False/Invalid', 'not served with an empty trust store')
+  t.equal(result.table.ports.has(8443), false)
+  t.equal(listenerConditions(result.status.objects, 'gw', 'open').Programmed, 'True/Programmed', 'the port validating against the good bundle serves')
+  t.equal(result.table.ports.get(9443)?.serverTls?.clientValidation?.caPem.trim(), clientCa.certPem.trim())
+  t.same(result.problems.map(p => [p.source.file, p.source.doc, p.kind, p.namespace, p.name, p.field, p.severity]), [['ca.yaml', 1, 'ConfigMap', 'default', 'bad-ca', 'data[ca.crt]', 'error']],
+    'a problem naming file, ConfigMap and field (log, /config_dump, validate)')
+})
+
+t.test('Gateways sharing an HTTPS port whose client-CA bundle does not parse: InvalidCACertificateRef on each listener it validates; a Gateway validating otherwise is Conflicted', async t => {
+  // frontendOf parses the bundle where it resolves it: a bundle that does not parse compares as
+  // unresolved (mode and refs as written), never as "no validation" nor as an empty trust store.
+  const garbage = '-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n'
+  const alike = sharedPort(frontend('ca-bad'), frontend('ca-bad'), [caMap('ca-bad', garbage)])
+  for (const [gw, name] of [['public', 'pub'], ['secure', 'sec']] as const) {
+    const c = listenerConditions(alike.status.objects, gw, name)
+    t.same([c.ResolvedRefs, c.Conflicted, c.Programmed], ['False/InvalidCACertificateRef', 'False/NoConflicts', 'False/Invalid'], `${gw}/${name}: the same bad bundle, not a conflict`)
+  }
+  t.equal(alike.table.ports.has(8443), false, 'nothing served with a trust store that could not be read')
+  t.same(alike.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['ConfigMap default/ca-bad data[ca.crt]'], 'one problem for the bundle')
+  t.match(alike.problems[0]?.message, /not served: listener default\/public\/pub, default\/secure\/sec/)
+
+  const differ = sharedPort(frontend('ca-bad'), frontend('ca-a'), [caMap('ca-bad', garbage)])
+  t.equal(listenerConditions(differ.status.objects, 'public', 'pub').ResolvedRefs, 'False/InvalidCACertificateRef')
+  t.equal(listenerConditions(differ.status.objects, 'secure', 'sec').Conflicted, 'True/FrontendValidationConflict', 'a good bundle differs from the port\'s bad one')
+
+  const none = sharedPort(frontend(null), frontend('ca-bad'), [caMap('ca-bad', garbage)])
+  t.equal(listenerConditions(none.status.objects, 'secure', 'sec').Conflicted, 'True/FrontendValidationConflict', 'an unreadable bundle is not "no validation"')
+  t.equal(listenerConditions(none.status.objects, 'public', 'pub').Programmed, 'True/Programmed', 'the older Gateway keeps the port')
+})

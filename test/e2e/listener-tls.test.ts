@@ -85,3 +85,29 @@ t.test('a listener Secret whose key does not match: validate names it; serve kee
   await cli.waitFor(/"msg":"config problem: requests that need it fail"[^\n]*"kind":"Secret"|"kind":"Secret"[^\n]*"msg":"config problem: requests that need it fail"/)
   t.match(cli.stdout(), `"file":"${secrets}"`, 'the log line names the file')
 })
+
+t.test('a frontend client-CA bundle that does not parse: validate names the ConfigMap and its key', async (t) => {
+  const dir = tempDir(t)
+  const [httpPort, httpsPort] = [await freePort(), await freePort()]
+  const cert = serverCert(ca, ['mtls.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), `${gatewayYaml(httpPort, httpsListener('mtls', httpsPort, 'cert', 'mtls.example.test'))}  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{ kind: ConfigMap, group: "", name: client-ca }]
+`)
+  const file = path.join(dir, 'tls.yaml')
+  fs.writeFileSync(file, `${tlsSecretYaml('cert', cert.certPem, cert.keyPem)}---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: client-ca, namespace: default }
+data:
+  ca.crt: |
+    -----BEGIN CERTIFICATE-----
+    bm90IGEgY2VydA==
+    -----END CERTIFICATE-----
+`)
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 1, 'validate fails')
+  t.match(v.stdout, `${file}:1: ConfigMap default/client-ca: data[ca.crt]: client CA bundle: a certificate cannot be parsed; not served: listener default/egress/mtls`)
+})
