@@ -32,7 +32,8 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { SecureContexts, selectCert, setDefaultContext } from './tls-contexts.ts'
+import { SecureContexts, noCertificate, selectCert, setDefaultContext } from './tls-contexts.ts'
+import { handshakeFailed } from './tls-handshake-errors.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
 
 const log = logger('listener')
@@ -148,7 +149,7 @@ export class PortListener {
         handshakeTimeout: limits.headersTimeoutMs,
       })
       server.on('secureConnection', this.#onSecure)
-      server.on('tlsClientError', onTlsError)
+      server.on('tlsClientError', (err: Error, socket: TLSSocket) => onTlsError(this.port, err, socket))
       this.#server = server
     } else {
       this.#server = net.createServer({ noDelay: true }, this.#onPlain)
@@ -288,7 +289,7 @@ export class PortListener {
     const entry = table === null ? undefined : table.ports.get(this.port)
     const conf = entry === undefined ? null : entry.serverTls
     const cert = conf === null ? null : selectCert(conf, servername.toLowerCase())
-    if (conf === null || cert === null) { cb(new Error('no certificate for server name')); return }
+    if (conf === null || cert === null) { cb(noCertificate()); return }
     try {
       cb(null, this.#plane.contexts.get(cert, conf, this.port))
     } catch (err) {
@@ -569,12 +570,13 @@ function refuse(socket: Socket, refused: Refusal): void {
 }
 
 /**
- * A handshake that failed or stalled past `handshakeTimeout`. With this listener
+ * A handshake that failed or stalled past `handshakeTimeout` (reason `timeout`):
+ * counted and logged (tls-handshake-errors.ts), then closed. With this listener
  * attached node leaves the socket open (it destroys it only when nobody
  * listens): a client that sent nothing, or half a ClientHello, held it for good.
  */
-function onTlsError(err: Error, socket: tls.TLSSocket): void {
-  log.debug({ err: err.message }, 'tls handshake failed')
+function onTlsError(port: number, err: Error, socket: TLSSocket): void {
+  handshakeFailed(port, err, socket) // first: it reads the socket's server name, client and verdict
   socket.destroy()
 }
 

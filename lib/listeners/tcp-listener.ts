@@ -22,7 +22,8 @@ import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { l4Errors } from '../observe/l4-metrics.ts'
 import type { Upstreams } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
-import { SecureContexts, defaultCert, selectCert } from './tls-contexts.ts'
+import { SecureContexts, defaultCert, noCertificate, selectCert } from './tls-contexts.ts'
+import { handshakeFailed } from './tls-handshake-errors.ts'
 import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
 import { L4Session, type SessionEnv } from './tcp-session.ts'
 
@@ -170,8 +171,15 @@ export class L4Listener {
     })
     secure.allowHalfOpen = true
     session.stream = secure
-    const timer = setTimeout(() => session.fail('client_tls_failed'), this.#plane.l4Limits.handshakeTimeoutMs)
-    secure.once('error', () => { clearTimeout(timer); session.fail('client_tls_failed') })
+    const timer = setTimeout(() => {
+      handshakeFailed(this.port, Object.assign(new Error('TLS handshake timeout'), { code: 'ERR_TLS_HANDSHAKE_TIMEOUT' }), secure)
+      session.fail('client_tls_failed')
+    }, this.#plane.l4Limits.handshakeTimeoutMs)
+    secure.once('error', (err: Error) => {
+      clearTimeout(timer)
+      handshakeFailed(this.port, err, secure)
+      session.fail('client_tls_failed')
+    })
     secure.once('secure', () => {
       clearTimeout(timer)
       secure.removeAllListeners('error')
@@ -196,7 +204,7 @@ export class L4Listener {
 function sniCallback(contexts: SecureContexts, conf: ServerTls, port: number): (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
   return (servername, cb) => {
     const cert = selectCert(conf, servername.toLowerCase())
-    if (cert === null) { cb(new Error('no certificate for server name')); return }
+    if (cert === null) { cb(noCertificate()); return }
     try {
       cb(null, contexts.get(cert, conf, port))
     } catch (err) {

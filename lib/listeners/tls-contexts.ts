@@ -5,6 +5,7 @@
 import { createSecureContext, type SecureContext, type Server } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
+import { NO_CERTIFICATE } from './tls-handshake-errors.ts'
 
 const log = logger('listener')
 
@@ -20,6 +21,11 @@ export function selectCert(tls: ServerTls, servername: string): ServerCert | nul
     }
   }
   return tls.fallback
+}
+
+/** The SNI callback's answer when no certificate covers the name. */
+export function noCertificate(): Error {
+  return Object.assign(new Error('no certificate for server name'), { code: NO_CERTIFICATE })
 }
 
 /** Any certificate of the port, for clients that send no SNI. */

@@ -8,13 +8,18 @@
 // and the four families are rendered from the series at scrape time
 // (bench/request-path.ts).
 
-import { Gauge, type Metric } from 'prom-client'
+import { Counter, Gauge, type Metric } from 'prom-client'
 import { registry } from './metrics.ts'
 import { addSeriesPruner, namesLive, noteSeries } from './series-retention.ts'
 
 export const downstreamActiveConnections = new Gauge({
   name: 'sallyport_downstream_active_connections', help: 'Open client connections by listening port.',
   labelNames: ['port'] as const, registers: [registry],
+})
+export const downstreamTlsHandshakeErrors = new Counter({
+  name: 'sallyport_downstream_tls_handshake_errors_total',
+  help: 'Client TLS handshakes that failed on a listening port, by reason class (client_cert_missing, client_cert_unknown_ca, protocol_version, timeout, ...).',
+  labelNames: ['port', 'reason'] as const, registers: [registry],
 })
 export const downstreamActiveStreams = new Gauge({
   name: 'sallyport_downstream_active_streams', help: 'Requests (HTTP/1.1 exchanges and HTTP/2 streams) in flight.',

@@ -5,13 +5,15 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import http from 'node:http'
 import http2 from 'node:http2'
-import type net from 'node:net'
 import tls from 'node:tls'
 import { buildTable, cluster, freePort, serverTls } from '../helpers/table-builder.ts'
 import { clientCert, createCa, serverCert } from '../helpers/pki.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { echoH1, h1s, h2On, startPlane } from './fixtures.ts'
 import { pattern } from '../helpers/pattern.ts'
+import { metricValue } from '../helpers/metrics.ts'
+import net from 'node:net'
+import { issue } from '../helpers/pki.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -133,6 +135,7 @@ t.test('a TLS handshake that stalls is closed at the handshake bound (a silent c
   const [silent, partial] = await Promise.all([closed(null), closed(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00]))])
   t.equal(silent, 'closed', 'a client that sends nothing')
   t.equal(partial, 'closed', 'a client that sends half a ClientHello record')
+  t.equal(await counted(port, 'timeout', 2), 2, 'both counted as timeout in sallyport_downstream_tls_handshake_errors_total')
   const ok = await h1s(port, ca.certPem, 'a.example.com')
   t.equal(ok.status, 200, 'the port serves on')
 })
@@ -154,4 +157,72 @@ t.test('a certificate TLS refuses (compile lets none through) never takes the po
   const result = await plane.apply(buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes } }, [cluster('c', up.port)], 3))
   t.same(result.failed, [], 'the swap applies')
   t.equal((await h1s(port, ca.certPem, 'a.example.com')).status, 200, 'and the good certificate still serves')
+})
+
+/** A TLS handshake with the listener that settles either way (connected or refused), bounded. */
+function handshake(port: number, options: tls.ConnectionOptions): Promise<void> {
+  return new Promise((resolve) => {
+    const socket = tls.connect({ port, host: '127.0.0.1', ...options })
+    const done = (): void => { clearTimeout(timer); socket.destroy(); resolve() }
+    const timer = setTimeout(done, 5000)
+    socket.on('secureConnect', () => socket.end())
+    socket.on('data', () => {})
+    socket.on('error', done)
+    socket.on('close', done)
+  })
+}
+
+/** Waits until the listener has counted `want` handshake failures with `reason` (its error event can come after the client saw the close). */
+async function counted(port: number, reason: string, want: number): Promise<number> {
+  const labels = { port: String(port), reason }
+  for (let i = 0; i < 100; i++) {
+    const n = await metricValue('sallyport_downstream_tls_handshake_errors_total', labels)
+    if (n >= want) return n
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  return metricValue('sallyport_downstream_tls_handshake_errors_total', labels)
+}
+
+t.test('failed handshakes are counted by port and reason: client certificates refused, protocol, ALPN, no certificate, not TLS', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  const clientCa = createCa('client CA')
+  const good = clientCert(clientCa, 'workload')
+  const stranger = clientCert(createCa('other'), 'stranger')
+  const expired = issue(clientCa, { cn: 'expired', client: true, notBefore: new Date(Date.now() - 2 * 86_400_000), notAfter: new Date(Date.now() - 86_400_000) })
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }], { caPem: clientCa.certPem, required: true })
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const base = { servername: 'a.example.com', ca: ca.certPem }
+  const cases: Array<{ reason: string; options: tls.ConnectionOptions }> = [
+    { reason: 'client_cert_missing', options: { ...base, maxVersion: 'TLSv1.2' } },
+    { reason: 'client_cert_unknown_ca', options: { ...base, cert: stranger.certPem, key: stranger.keyPem } },
+    { reason: 'client_cert_expired', options: { ...base, cert: expired.certPem, key: expired.keyPem } },
+    { reason: 'no_application_protocol', options: { ...base, cert: good.certPem, key: good.keyPem, ALPNProtocols: ['spdy/3'] } },
+    { reason: 'no_certificate', options: { ...base, servername: 'nobody.example.com', cert: good.certPem, key: good.keyPem } },
+    { reason: 'protocol_version', options: { ...base, cert: good.certPem, key: good.keyPem, minVersion: 'TLSv1', maxVersion: 'TLSv1.1', ciphers: 'DEFAULT@SECLEVEL=0' } },
+  ]
+  for (const c of cases) {
+    await handshake(port, c.options)
+    t.equal(await counted(port, c.reason, 1), 1, c.reason)
+  }
+  // Plain HTTP to the TLS port.
+  await new Promise<void>((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write('GET / HTTP/1.1\r\nhost: a.example.com\r\n\r\n'))
+    s.on('error', () => {})
+    s.on('close', () => resolve())
+    s.resume()
+  })
+  t.equal(await counted(port, 'not_tls', 1), 1, 'not_tls')
+  t.equal((await h1s(port, ca.certPem, 'a.example.com', {}, { cert: good.certPem, key: good.keyPem })).status, 200, 'a good client is served')
+  t.equal(await metricValue('sallyport_downstream_tls_handshake_errors_total', { port: String(port) }), cases.length + 1, 'and not counted')
+})
+
+t.test('a handshake that does not complete in time is counted as timeout', async (t) => {
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [] } }, []), { limits: { headersTimeoutMs: 100 } })
+  const silent = net.connect(port, '127.0.0.1')
+  silent.on('error', () => {})
+  t.teardown(() => silent.destroy())
+  t.equal(await counted(port, 'timeout', 1), 1, 'timeout')
 })

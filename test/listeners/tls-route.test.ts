@@ -170,6 +170,24 @@ t.test('terminate: a default certificate TLS refuses (compile lets none through)
   await t.rejects(ask(port, { servername: 'other.gw.test', ca: ca.certPem }), 'the refused one gets no handshake')
 })
 
+t.test('terminate: failed client handshakes are counted by port and reason', async (t) => {
+  const ca = createCa('terminate CA')
+  const cert = serverCert(ca, ['db.gw.test'])
+  const plain = await echoServer(t)
+  const port = await freePort()
+  const tlsConf = serverTls([{ hostname: 'db.gw.test', certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }])
+  await startPlane(t, table([tlsPort(port, sniIndex({ 'db.gw.test': l4Route('tls-db', [{ cluster: 'plain' }]) }, 'Terminate'), { ...tlsConf, alpn: [] })], [
+    l4Cluster('plain', [plain.port]),
+  ]), { l4Limits: { handshakeTimeoutMs: 100 } })
+  const metric = 'sallyport_downstream_tls_handshake_errors_total'
+  await t.rejects(ask(port, { servername: 'nobody.gw.test', ca: ca.certPem }), 'no certificate for the name')
+  await until(async () => await metricValue(metric, { port: String(port), reason: 'no_certificate' }) === 1, 5000, 'no_certificate counted')
+  const silent = await connect(port)
+  t.teardown(() => silent.destroy())
+  await until(async () => await metricValue(metric, { port: String(port), reason: 'timeout' }) === 1, 5000, 'timeout counted')
+  t.pass('counted')
+})
+
 t.test('openssl s_client with stdin piped, through passthrough and terminate', async (t) => {
   const ca = createCa('openssl CA')
   const upstream = await tlsUpstream(t, ca, 'upstream', ['svc.example.com'])
