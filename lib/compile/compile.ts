@@ -273,10 +273,16 @@ function buildPorts(
         else exact.set(l.hostname, l.cert)
       }
       wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
+      // TLS settles the version before the server name picks a listener: the port offers
+      // every version one of its listeners accepts (each listener's floor is checked after
+      // the handshake), and a max-version caps the whole port (it cannot be held per name).
+      const minVersion = listeners.every(l => l.tlsVersions.min === 'TLSv1.3') ? 'TLSv1.3' : 'TLSv1.2'
+      const maxVersion = listeners.some(l => l.tlsVersions.max === 'TLSv1.2') ? 'TLSv1.2' : 'TLSv1.3'
       // One per port: planGateways throws out a listener whose validation differs from the port's.
       serverTls = {
         exact, wildcards, fallback, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [],
         listenerNames: protocol === 'HTTPS' && listeners.length > 1 ? listenerNamesOf(listeners) : null,
+        minVersion, maxVersion,
       }
     }
     ports.set(port, {

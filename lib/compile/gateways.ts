@@ -14,6 +14,7 @@ import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.
 import { dataRefSource, resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
 import { checkCertificates, tlsSecretFault } from './tls-material.ts'
+import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from '../validate/annotations.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -33,6 +34,8 @@ export interface ServedListener {
   readonly conditions: readonly Condition[]
   readonly cert: ServerCert | null
   readonly clientValidation: { readonly caPem: string; readonly required: boolean } | null
+  /** The listener's tls.options TLS versions (terminating listeners; defaults otherwise). */
+  readonly tlsVersions: { readonly min: TlsVersion; readonly max: TlsVersion }
 }
 
 export interface ServedGateway {
@@ -253,7 +256,7 @@ function planListener(
   const base = { gateway, gatewayKey, listener, hostname }
   if (!isProtocol(listener.protocol)) {
     return {
-      ...base, protocol: null, tlsMode: null, ready: false, kinds: [], cert: null, clientValidation: null,
+      ...base, protocol: null, tlsMode: null, ready: false, kinds: [], cert: null, clientValidation: null, tlsVersions: DEFAULT_VERSIONS,
       conditions: [
         condition('Accepted', false, 'UnsupportedProtocol', `protocol ${listener.protocol} is not supported`, gen),
         condition('Programmed', false, 'Invalid', 'listener not accepted', gen),
@@ -306,6 +309,7 @@ function planListener(
   // Server certificate for TLS termination.
   let cert: ServerCert | null = null
   let certOk = true
+  const tlsVersions = tlsMode === 'Terminate' ? listenerVersions(listener.tls?.options ?? {}) : DEFAULT_VERSIONS
   if (tlsMode === 'Terminate') {
     const from = { group: GATEWAY_GROUP, kind: 'Gateway', namespace: gateway.meta.namespace }
     const certRefs = listener.tls?.certificateRefs ?? []
@@ -322,7 +326,7 @@ function planListener(
       }
       if (cert === null) {
         const id = createHash('sha256').update(r.value.certPem).update('\0').update(r.value.keyPem).digest('hex').slice(0, 16)
-        cert = { id, hostname, certPem: r.value.certPem, keyPem: r.value.keyPem }
+        cert = { id, hostname, certPem: r.value.certPem, keyPem: r.value.keyPem, minVersion: tlsVersions.min }
       }
     }
   }
@@ -336,7 +340,7 @@ function planListener(
 
   const ready = conflict.status === 'False' && certOk
   return {
-    ...base, protocol, tlsMode, ready, kinds, cert, clientValidation,
+    ...base, protocol, tlsMode, ready, kinds, cert, clientValidation, tlsVersions,
     conditions: [
       // A conflicted listener is thrown out, not accepted (and says why).
       conflict.status === 'True' ? condition('Accepted', false, conflict.reason, conflict.message, gen) : condition('Accepted', true, 'Accepted', '', gen),
@@ -345,6 +349,24 @@ function planListener(
       conflict,
     ],
   }
+}
+
+const DEFAULT_VERSIONS = { min: 'TLSv1.2', max: 'TLSv1.3' } as const
+
+/**
+ * A listener's tls.options sallyport.io/min-version and max-version. What
+ * cannot be read keeps the default (validate warns), and so does a max-version
+ * under the min-version.
+ */
+function listenerVersions(options: Readonly<Record<string, string>>): { readonly min: TlsVersion; readonly max: TlsVersion } {
+  const read = (name: string, fallback: TlsVersion): TlsVersion => {
+    const text = options[name]
+    const r = text === undefined ? null : parseTlsVersion(text)
+    return r !== null && r.ok ? r.value : fallback
+  }
+  const min = read(TLS_OPTIONS.MIN_VERSION, DEFAULT_VERSIONS.min)
+  const max = read(TLS_OPTIONS.MAX_VERSION, DEFAULT_VERSIONS.max)
+  return { min, max: min === 'TLSv1.3' ? 'TLSv1.3' : max }
 }
 
 /**

@@ -72,6 +72,12 @@ export interface ServerCert {
   readonly certPem: string
   /** Secret material: never printed (config dump replaces it). */
   readonly keyPem: string
+  /**
+   * The listener's lowest TLS version (its `sallyport.io/min-version`): the
+   * version is settled before the server name picks a listener, so a
+   * connection this certificate served below it is closed after the handshake.
+   */
+  readonly minVersion: 'TLSv1.2' | 'TLSv1.3'
 }
 
 export interface ServerTls {
@@ -92,6 +98,9 @@ export interface ServerTls {
    * no HTTP on it (TLS listeners).
    */
   readonly listenerNames: ListenerNames | null
+  /** TLS versions the port negotiates: the lowest min-version of its listeners, the lowest max-version. */
+  readonly minVersion: 'TLSv1.2' | 'TLSv1.3'
+  readonly maxVersion: 'TLSv1.2' | 'TLSv1.3'
 }
 
 /** Listener hostnames → index in PortEntry.listeners. */

@@ -32,7 +32,7 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { SecureContexts, noCertificate, selectCert, setDefaultContext } from './tls-contexts.ts'
+import { SecureContexts, noCertificate, refusedBelowFloor, selectCert, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
 
@@ -263,6 +263,9 @@ export class PortListener {
 
   #onSecure = (socket: TLSSocket): void => {
     socket.on('error', noop)
+    // A listener whose min-version is above the port's: a connection its SNI selected it
+    // for that settled below it is closed before anything is read (tls-contexts.ts).
+    if (refusedBelowFloor(this.#plane.current()?.ports.get(this.port)?.serverTls ?? null, socket, this.port)) { socket.destroy(); return }
     // Issue 7: a verified client certificate's SPIFFE ID, read while the connection has it
     // (cached per socket for HTTP/1.1): requests are recorded after they end, and a closed
     // socket's certificate, or a closed stream's session, is gone by then.

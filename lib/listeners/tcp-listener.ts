@@ -22,7 +22,7 @@ import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { l4Errors } from '../observe/l4-metrics.ts'
 import type { Upstreams } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
-import { SecureContexts, defaultCert, noCertificate, selectCert } from './tls-contexts.ts'
+import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCert } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
 import { L4Session, type SessionEnv } from './tcp-session.ts'
@@ -182,6 +182,7 @@ export class L4Listener {
     })
     secure.once('secure', () => {
       clearTimeout(timer)
+      if (refusedBelowFloor(conf, secure, this.port)) return session.fail('client_tls_failed')
       secure.removeAllListeners('error')
       secure.on('error', noop)
       const name = typeof secure.servername === 'string' && secure.servername !== '' ? secure.servername.toLowerCase() : null

@@ -1,11 +1,15 @@
 // Server certificates for HTTPS listeners: SNI selection (exact, longest
 // wildcard, listener without hostname) and SecureContexts cached by the
-// certificate's content hash, so a table swap reuses them.
+// certificate's content hash, so a table swap reuses them. TLS versions: a
+// port negotiates its range (ServerTls.minVersion/maxVersion, on the
+// server-wide context: OpenSSL settles the version before the SNI callback
+// swaps in a certificate's context, whose own range is never read), and each
+// listener's higher floor is checked once the handshake names its listener.
 
-import { createSecureContext, type SecureContext, type Server } from 'node:tls'
+import { createSecureContext, type SecureContext, type Server, type TLSSocket } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
-import { NO_CERTIFICATE } from './tls-handshake-errors.ts'
+import { BELOW_MIN_VERSION, NO_CERTIFICATE, handshakeFailed } from './tls-handshake-errors.ts'
 
 const log = logger('listener')
 
@@ -57,7 +61,7 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
   const ca = conf.clientValidation === null ? {} : { ca: conf.clientValidation.caPem }
   for (const cert of byPreference(conf)) {
     try {
-      server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, ...ca })
+      server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, minVersion: conf.minVersion, maxVersion: conf.maxVersion, ...ca })
       return
     } catch (err) {
       refused(port, cert, err)
@@ -65,23 +69,44 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
   }
 }
 
+/**
+ * Whether a handshake settled a TLS version below the lowest its listener
+ * accepts (ServerCert.minVersion; the port offered its listeners' widest
+ * range); counted as protocol_version. The caller closes the connection
+ * before reading any request.
+ */
+export function refusedBelowFloor(conf: ServerTls | null, socket: TLSSocket, port: number): boolean {
+  if (conf === null || conf.minVersion === 'TLSv1.3') return false // the port refused anything less already
+  const servername = (socket as TLSSocket & { servername?: string | false | null }).servername
+  const cert = selectCert(conf, typeof servername === 'string' ? servername.toLowerCase() : '') ?? defaultCert(conf)
+  if (cert === null || cert.minVersion !== 'TLSv1.3' || socket.getProtocol() === 'TLSv1.3') return false
+  handshakeFailed(port, Object.assign(new Error(`${socket.getProtocol() ?? 'TLS'} is below the listener's min-version TLSv1.3`), { code: BELOW_MIN_VERSION }), socket)
+  return true
+}
+
+/** What a port's contexts share besides the certificate: TLS versions and client CA. */
+function contextKey(tls: ServerTls): string {
+  return `${tls.minVersion}|${tls.maxVersion}|${tls.clientValidation === null ? '' : tls.clientValidation.caPem}`
+}
+
 export class SecureContexts {
-  /** client CA PEM ('' = no client validation) → cert id → context, or why TLS refused it (logged once). */
-  readonly #byCa = new Map<string, Map<string, SecureContext | Error>>()
+  /** contextKey → cert id → context, or why TLS refused it (logged once). */
+  readonly #byKey = new Map<string, Map<string, SecureContext | Error>>()
 
   /** Throws when TLS refuses the certificate (see setDefaultContext). */
   get(cert: ServerCert, tls: ServerTls, port: number): SecureContext {
     const ca = tls.clientValidation === null ? '' : tls.clientValidation.caPem
-    let byId = this.#byCa.get(ca)
+    const key = contextKey(tls)
+    let byId = this.#byKey.get(key)
     if (byId === undefined) {
       byId = new Map()
-      this.#byCa.set(ca, byId)
+      this.#byKey.set(key, byId)
     }
     let ctx = byId.get(cert.id)
     if (ctx === undefined) {
       try {
         ctx = createSecureContext({
-          cert: cert.certPem, key: cert.keyPem, minVersion: 'TLSv1.2',
+          cert: cert.certPem, key: cert.keyPem, minVersion: tls.minVersion, maxVersion: tls.maxVersion,
           ...(ca === '' ? {} : { ca }),
         })
       } catch (err) {
@@ -110,16 +135,16 @@ export class SecureContexts {
     for (const entry of table.ports.values()) {
       const tls = entry.serverTls
       if (tls === null) continue
-      const ca = tls.clientValidation === null ? '' : tls.clientValidation.caPem
-      let ids = keep.get(ca)
-      if (ids === undefined) { ids = new Set(); keep.set(ca, ids) }
+      const key = contextKey(tls)
+      let ids = keep.get(key)
+      if (ids === undefined) { ids = new Set(); keep.set(key, ids) }
       for (const c of tls.exact.values()) ids.add(c.id)
       for (const w of tls.wildcards) ids.add(w.cert.id)
       if (tls.fallback !== null) ids.add(tls.fallback.id)
     }
-    for (const [ca, byId] of this.#byCa) {
-      const ids = keep.get(ca)
-      if (ids === undefined) { this.#byCa.delete(ca); continue }
+    for (const [key, byId] of this.#byKey) {
+      const ids = keep.get(key)
+      if (ids === undefined) { this.#byKey.delete(key); continue }
       for (const id of byId.keys()) if (!ids.has(id)) byId.delete(id)
     }
   }

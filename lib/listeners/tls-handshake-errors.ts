@@ -8,7 +8,7 @@
 //   client_cert_unknown_ca     its certificate does not chain to the frontend CA bundle
 //   client_cert_expired, client_cert_not_yet_valid
 //   client_cert_invalid        refused for another reason (bad signature, purpose...)
-//   protocol_version           no TLS version both sides accept
+//   protocol_version           no TLS version both sides accept, or one below the listener's min-version
 //   no_shared_cipher, no_application_protocol (ALPN)
 //   no_certificate             no listener of the port has a certificate for the server name
 //   server_certificate         a listener certificate TLS refused (compile lets none through)
@@ -26,6 +26,8 @@ const log = logger('listener')
 
 /** The code of an SNI callback error: no listener certificate covers the name. */
 export const NO_CERTIFICATE = 'SP_TLS_NO_CERTIFICATE'
+/** A handshake that settled below its listener's min-version (tls-contexts.ts refusedBelowFloor). */
+export const BELOW_MIN_VERSION = 'SP_TLS_BELOW_MIN_VERSION'
 
 const BY_CODE: Readonly<Record<string, string>> = {
   ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE: 'client_cert_missing',
@@ -44,6 +46,7 @@ const BY_CODE: Readonly<Record<string, string>> = {
   ECONNRESET: 'client_closed',
   EPIPE: 'client_closed',
   [NO_CERTIFICATE]: 'no_certificate',
+  [BELOW_MIN_VERSION]: 'protocol_version',
 }
 
 // The client's certificate, refused after OpenSSL's handshake (node destroys the socket: ECONNRESET).

@@ -24,6 +24,25 @@ export const ANNOTATIONS = {
 
 export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string }
 
+/** Gateway listener `tls.options` sallyport reads (listeners that terminate TLS). */
+export const TLS_OPTIONS = {
+  /** Lowest TLS version a client of the listener may use (default TLSv1.2). */
+  MIN_VERSION: 'sallyport.io/min-version',
+  /** Highest TLS version the listener's port offers (default TLSv1.3). */
+  MAX_VERSION: 'sallyport.io/max-version',
+} as const
+
+export type TlsVersion = 'TLSv1.2' | 'TLSv1.3'
+
+/** `TLSv1.3`, `TLSv1.2` (also `1.3`, `TLS1.2`, `TLSv1_3`). */
+export function parseTlsVersion(text: string): Parsed<TlsVersion> {
+  const m = /^(?:tls\s*v?)?1[._]([0-3])$/i.exec(text.trim())
+  if (m === null) return { ok: false, message: `${JSON.stringify(text)} is not a TLS version (TLSv1.2 or TLSv1.3)` }
+  if (m[1] === '3') return { ok: true, value: 'TLSv1.3' }
+  if (m[1] === '2') return { ok: true, value: 'TLSv1.2' }
+  return { ok: false, message: 'TLS 1.2 is the lowest version sallyport serves' }
+}
+
 /** `"443"`, `"443, 8443"`: ports 1-65535, comma or space separated. */
 export function parseConnectPorts(text: string): Parsed<number[]> {
   const parts = text.split(/[\s,]+/).filter((p) => p !== '')

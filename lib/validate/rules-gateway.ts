@@ -5,7 +5,8 @@
 import { asArr, asObj, has, objAt, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
 import { hostnameProblem, isIPAddress } from './checks.ts'
-import { Findings, child, item } from './findings.ts'
+import { Findings, child, item, key } from './findings.ts'
+import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from './annotations.ts'
 import { checkLabelSelector } from './rules-common.ts'
 
 export function checkGatewayClass(_doc: Obj, _f: Findings): void {
@@ -73,6 +74,28 @@ function checkListenerTls(l: Obj, at: string, protocol: string, f: Findings): vo
   if (mode === 'Passthrough' && refs > 0) f.error(child(tlsAt, 'certificateRefs'), 'must be empty for mode Passthrough')
   // sallyport terminates TLS itself and has no other certificate source than these refs.
   if (mode !== 'Passthrough' && refs === 0) f.error(child(tlsAt, 'certificateRefs'), `required to terminate TLS on a ${protocol} listener`)
+  checkTlsOptions(objAt(tls, 'options'), child(tlsAt, 'options'), mode === 'Passthrough', f)
+}
+
+/** Listener tls.options: what sallyport cannot read is ignored, with a warning (the listener serves on the defaults). */
+function checkTlsOptions(options: Obj | null, at: string, passthrough: boolean, f: Findings): void {
+  if (options === null) return
+  const versions: Partial<Record<string, TlsVersion>> = {}
+  for (const [name, value] of Object.entries(options)) {
+    const where = key(at, name)
+    if (name !== TLS_OPTIONS.MIN_VERSION && name !== TLS_OPTIONS.MAX_VERSION) {
+      f.warn(where, `not an option sallyport reads (${TLS_OPTIONS.MIN_VERSION}, ${TLS_OPTIONS.MAX_VERSION}); ignored`)
+      continue
+    }
+    if (passthrough) { f.warn(where, 'a Passthrough listener does not terminate TLS; ignored'); continue }
+    const r = parseTlsVersion(typeof value === 'string' ? value : String(value))
+    if (!r.ok) f.warn(where, `${r.message}; ignored`)
+    else versions[name] = r.value
+  }
+  const min = versions[TLS_OPTIONS.MIN_VERSION]
+  if (min === 'TLSv1.3' && versions[TLS_OPTIONS.MAX_VERSION] === 'TLSv1.2') {
+    f.warn(key(at, TLS_OPTIONS.MAX_VERSION), `lower than ${TLS_OPTIONS.MIN_VERSION}; ignored`)
+  }
 }
 
 function checkFrontend(frontend: Obj | null, f: Findings): void {

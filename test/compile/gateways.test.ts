@@ -324,3 +324,28 @@ t.test('Gateways sharing an HTTPS port whose client-CA bundle does not parse: In
   t.equal(listenerConditions(none.status.objects, 'secure', 'sec').Conflicted, 'True/FrontendValidationConflict', 'an unreadable bundle is not "no validation"')
   t.equal(listenerConditions(none.status.objects, 'public', 'pub').Programmed, 'True/Programmed', 'the older Gateway keeps the port')
 })
+
+t.test('listener tls.options min-version and max-version: a port offers the lowest min-version of its listeners and the lowest max-version; each listener keeps its own floor', async t => {
+  // TLS settles the version before the server name picks a listener: a port offers the lowest
+  // min-version of its listeners, and the lowest max-version (a cap holds for the whole port);
+  // each listener's own min-version is checked once the handshake names it.
+  const withOptions = (secret: string, options: Record<string, string>): Listener['tls'] => ({ ...tls(secret), options } as Listener['tls'])
+  const { table } = run([
+    b.gateway('gw', [
+      b.listener('legacy', 8443, 'HTTPS', { hostname: 'legacy.example.com', tls: tls('cert') }),
+      b.listener('strict', 8443, 'HTTPS', { hostname: 'strict.example.com', tls: withOptions('cert', { 'sallyport.io/min-version': 'TLSv1.3' }) }),
+      b.listener('capped', 9443, 'HTTPS', { hostname: 'capped.example.com', tls: withOptions('cert', { 'sallyport.io/max-version': '1.2' }) }),
+      b.listener('also', 9443, 'HTTPS', { hostname: 'also.example.com', tls: tls('cert') }),
+      b.listener('only13', 10443, 'HTTPS', { tls: withOptions('cert', { 'sallyport.io/min-version': 'TLSv1.3', 'sallyport.io/max-version': 'TLSv1.2' }) }),
+    ]),
+    b.tlsSecret('cert'),
+  ])
+  const shared = table.ports.get(8443)?.serverTls
+  t.same([shared?.minVersion, shared?.maxVersion], ['TLSv1.2', 'TLSv1.3'], 'the port offers what its most lenient listener accepts')
+  t.equal(shared?.exact.get('strict.example.com')?.minVersion, 'TLSv1.3', 'the strict listener keeps its floor')
+  t.equal(shared?.exact.get('legacy.example.com')?.minVersion, 'TLSv1.2')
+  const capped = table.ports.get(9443)?.serverTls
+  t.same([capped?.minVersion, capped?.maxVersion], ['TLSv1.2', 'TLSv1.2'], 'a cap holds for the whole port')
+  const inverted = table.ports.get(10443)?.serverTls
+  t.same([inverted?.minVersion, inverted?.maxVersion, inverted?.fallback?.minVersion], ['TLSv1.3', 'TLSv1.3', 'TLSv1.3'], 'a max-version under the min-version is ignored')
+})

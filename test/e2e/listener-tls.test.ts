@@ -7,7 +7,7 @@ import https from 'node:https'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 
 const ca = createCa('listener CA')
 
@@ -33,9 +33,9 @@ ${hostname === null ? '' : `      hostname: ${hostname}\n`}      tls:
 }
 
 /** GET https://127.0.0.1:port/ with SNI and Host `servername`, the test CA trusted. */
-function get(port: number, servername: string): Promise<{ status: number; body: string }> {
+function get(port: number, servername: string, tlsOptions: https.RequestOptions = {}): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = https.request({ host: '127.0.0.1', port, servername, path: '/', headers: { host: servername }, ca: ca.certPem, agent: false }, (res) => {
+    const req = https.request({ host: '127.0.0.1', port, servername, path: '/', headers: { host: servername }, ca: ca.certPem, agent: false, ...tlsOptions }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (s: string) => { body += s })
@@ -110,4 +110,29 @@ data:
   const v = await runCli(t, ['validate', dir])
   t.equal(v.code, 1, 'validate fails')
   t.match(v.stdout, `${file}:1: ConfigMap default/client-ca: data[ca.crt]: client CA bundle: a certificate cannot be parsed; not served: listener default/egress/mtls`)
+})
+
+t.test('listener tls.options sallyport.io/min-version: TLSv1.3 refuses TLS 1.2 clients of that listener only', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const strict = serverCert(ca, ['strict.example.test'])
+  const legacy = serverCert(ca, ['legacy.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, `${httpsListener('strict', httpsPort, 'strict', 'strict.example.test')}        options:
+          sallyport.io/min-version: TLSv1.3
+${httpsListener('legacy', httpsPort, 'legacy', 'legacy.example.test')}`))
+  fs.writeFileSync(path.join(dir, 'secrets.yaml'), `${tlsSecretYaml('strict', strict.certPem, strict.keyPem)}---\n${tlsSecretYaml('legacy', legacy.certPem, legacy.keyPem)}`)
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('s', 'strict.example.test', 'up', upstream.address.port), routeYaml('l', 'legacy.example.test', 'up', upstream.address.port)].join('---\n'))
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 0, 'valid, no warning')
+  t.equal(v.stdout, '')
+
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  t.equal((await get(httpsPort, 'strict.example.test', { minVersion: 'TLSv1.3' })).status, 200, 'TLS 1.3 to the strict listener')
+  await t.rejects(get(httpsPort, 'strict.example.test', { maxVersion: 'TLSv1.2' }), 'TLS 1.2 to the strict listener: refused')
+  t.equal((await get(httpsPort, 'legacy.example.test', { maxVersion: 'TLSv1.2' })).status, 200, 'TLS 1.2 to the other listener of the port')
+  const metrics = await eventually(() => request(`http://127.0.0.1:${adminPort}/metrics`), (r) => metricSum(r.body, 'sallyport_downstream_tls_handshake_errors_total', { reason: 'protocol_version' }) === 1, 10000, 'counted')
+  t.equal(metricSum(metrics.body, 'sallyport_downstream_tls_handshake_errors_total', { port: String(httpsPort), reason: 'protocol_version' }), 1, 'counted as protocol_version')
 })

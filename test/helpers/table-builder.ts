@@ -52,13 +52,13 @@ export function serverTls(certs: ReadonlyArray<{ readonly hostname: string | nul
   const wildcards: Array<{ suffix: string; cert: ServerCert }> = []
   let fallback: ServerCert | null = null
   for (const c of certs) {
-    const cert: ServerCert = { id: c.id, hostname: c.hostname, certPem: c.certPem, keyPem: c.keyPem }
+    const cert: ServerCert = { id: c.id, hostname: c.hostname, certPem: c.certPem, keyPem: c.keyPem, minVersion: 'TLSv1.2' }
     if (c.hostname === null) fallback = cert
     else if (c.hostname.startsWith('*.')) wildcards.push({ suffix: c.hostname.slice(1), cert })
     else exact.set(c.hostname, cert)
   }
   wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  return { exact, wildcards, fallback, clientValidation, alpn: ['h2', 'http/1.1'], listenerNames: null }
+  return { exact, wildcards, fallback, clientValidation, alpn: ['h2', 'http/1.1'], listenerNames: null, minVersion: 'TLSv1.2', maxVersion: 'TLSv1.3' }
 }
 
 export function buildTable(ports: ReadonlyMap<number, PortSpec> | Record<number, PortSpec>, clusters: readonly Cluster[], version = 1): RouteTable {

@@ -226,3 +226,26 @@ t.test('a handshake that does not complete in time is counted as timeout', async
   t.teardown(() => silent.destroy())
   t.equal(await counted(port, 'timeout', 1), 1, 'timeout')
 })
+
+t.test('TLS versions: the port negotiates its range; a listener with a higher floor closes a connection below it before any request', async (t) => {
+  const up = await echoH1(t)
+  const [port, capped] = [await freePort(), await freePort()]
+  const routes = [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }]
+  const strict = { ...serverTls([{ hostname: 'a.example.com', ...certA }, { hostname: null, ...certAny }]) }
+  const shared = { ...strict, exact: new Map([['a.example.com', { ...(strict.exact.get('a.example.com') as NonNullable<ReturnType<typeof strict.exact.get>>), minVersion: 'TLSv1.3' as const }]]) }
+  const cap = { ...serverTls([{ hostname: 'a.example.com', ...certA }]), maxVersion: 'TLSv1.2' as const }
+  await startPlane(t, buildTable({
+    [port]: { protocol: 'HTTPS', tls: shared, routes },
+    [capped]: { protocol: 'HTTPS', tls: cap, routes },
+  }, [cluster('c', up.port)]))
+  const protocolOf = (p: number, servername: string, options: tls.ConnectionOptions): Promise<string> => new Promise((resolve, reject) => {
+    const s = tls.connect({ port: p, host: '127.0.0.1', servername, ca: ca.certPem, ...options }, () => { resolve(s.getProtocol() ?? ''); s.end() })
+    s.on('error', reject)
+  })
+  t.equal((await h1s(port, ca.certPem, 'a.example.com', {}, { minVersion: 'TLSv1.3' })).status, 200, 'TLS 1.3 to the strict listener')
+  t.equal((await h1s(port, ca.certPem, 'fallback.example', {}, { maxVersion: 'TLSv1.2' })).status, 200, 'TLS 1.2 to the lenient one of the same port')
+  await t.rejects(h1s(port, ca.certPem, 'a.example.com', {}, { maxVersion: 'TLSv1.2' }), 'TLS 1.2 to the strict listener: closed')
+  t.equal(await counted(port, 'protocol_version', 1), 1, 'counted as protocol_version')
+  t.equal(await protocolOf(capped, 'a.example.com', {}), 'TLSv1.2', 'a capped port negotiates TLS 1.2 with a TLS 1.3 client')
+  await t.rejects(protocolOf(capped, 'a.example.com', { minVersion: 'TLSv1.3' }), 'and refuses a client that wants TLS 1.3 only')
+})
