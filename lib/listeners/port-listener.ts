@@ -32,7 +32,7 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { SecureContexts, noCertificate, refusedBelowFloor, selectCert, setDefaultContext } from './tls-contexts.ts'
+import { LISTENER_CIPHERS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
 
@@ -146,6 +146,7 @@ export class PortListener {
         ALPNProtocols: ['h2', 'http/1.1'],
         SNICallback: this.#sni,
         minVersion: 'TLSv1.2',
+        ciphers: LISTENER_CIPHERS,
         handshakeTimeout: limits.headersTimeoutMs,
       })
       server.on('secureConnection', this.#onSecure)

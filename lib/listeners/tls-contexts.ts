@@ -13,6 +13,18 @@ import { BELOW_MIN_VERSION, NO_CERTIFICATE, handshakeFailed } from './tls-handsh
 
 const log = logger('listener')
 
+/**
+ * TLS 1.2 cipher suites of every listener: ECDHE key exchange with an AEAD
+ * cipher, as Envoy's default. RFC 9113 §9.2.2 keeps the others (CBC, static
+ * RSA) from HTTP/2, and nothing still in use needs them. TLS 1.3 keeps its
+ * own suites (all AEAD).
+ */
+export const LISTENER_CIPHERS = [
+  'ECDHE-ECDSA-AES128-GCM-SHA256', 'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-CHACHA20-POLY1305', 'ECDHE-RSA-CHACHA20-POLY1305',
+  'ECDHE-ECDSA-AES256-GCM-SHA384', 'ECDHE-RSA-AES256-GCM-SHA384',
+].join(':')
+
 /** The certificate for an SNI name (lowercase); null when none covers it. */
 export function selectCert(tls: ServerTls, servername: string): ServerCert | null {
   if (servername.length > 0) {
@@ -61,7 +73,7 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
   const ca = conf.clientValidation === null ? {} : { ca: conf.clientValidation.caPem }
   for (const cert of byPreference(conf)) {
     try {
-      server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, minVersion: conf.minVersion, maxVersion: conf.maxVersion, ...ca })
+      server.setSecureContext({ cert: cert.certPem, key: cert.keyPem, minVersion: conf.minVersion, maxVersion: conf.maxVersion, ciphers: LISTENER_CIPHERS, ...ca })
       return
     } catch (err) {
       refused(port, cert, err)
@@ -106,7 +118,7 @@ export class SecureContexts {
     if (ctx === undefined) {
       try {
         ctx = createSecureContext({
-          cert: cert.certPem, key: cert.keyPem, minVersion: tls.minVersion, maxVersion: tls.maxVersion,
+          cert: cert.certPem, key: cert.keyPem, minVersion: tls.minVersion, maxVersion: tls.maxVersion, ciphers: LISTENER_CIPHERS,
           ...(ca === '' ? {} : { ca }),
         })
       } catch (err) {

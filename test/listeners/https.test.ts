@@ -249,3 +249,19 @@ t.test('TLS versions: the port negotiates its range; a listener with a higher fl
   t.equal(await protocolOf(capped, 'a.example.com', {}), 'TLSv1.2', 'a capped port negotiates TLS 1.2 with a TLS 1.3 client')
   await t.rejects(protocolOf(capped, 'a.example.com', { minVersion: 'TLSv1.3' }), 'and refuses a client that wants TLS 1.3 only')
 })
+
+t.test('TLS 1.2 clients get ECDHE with an AEAD cipher or no handshake (RFC 9113 §9.2.2 keeps the rest from HTTP/2)', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const cipherOf = (options: tls.ConnectionOptions): Promise<string> => new Promise((resolve, reject) => {
+    const s = tls.connect({ port, host: '127.0.0.1', servername: 'a.example.com', ca: ca.certPem, maxVersion: 'TLSv1.2', ...options }, () => { resolve(s.getCipher().name); s.end() })
+    s.on('error', reject)
+  })
+  t.equal(await cipherOf({ ALPNProtocols: ['h2'] }), 'ECDHE-RSA-AES128-GCM-SHA256', 'h2 over TLS 1.2 with an AEAD suite')
+  t.equal(await cipherOf({ ciphers: 'ECDHE-RSA-CHACHA20-POLY1305' }), 'ECDHE-RSA-CHACHA20-POLY1305')
+  await t.rejects(cipherOf({ ciphers: 'ECDHE-RSA-AES128-SHA:AES128-SHA' }), 'CBC suites only: refused')
+  t.equal(await counted(port, 'no_shared_cipher', 1), 1, 'counted as no_shared_cipher')
+  await t.rejects(cipherOf({ ciphers: 'AES128-GCM-SHA256' }), 'RSA key exchange only: refused')
+})
