@@ -41,7 +41,7 @@ export interface FileSourceOptions {
 }
 
 /** How often the watched directories are checked for having been replaced where no watch sees it. */
-export const RECHECK_MS = 10_000
+export const RECHECK_MS = 2000
 
 interface Watch {
   readonly watcher: fs.FSWatcher
@@ -299,12 +299,12 @@ export class FileSource {
   // under its name (`rm -rf DIR && cp -r NEW DIR`, `mv NEW DIR`, a symlink
   // swapped to a new target as git-sync does) leaves the watch on the old one,
   // and no event or error says so. So each watch remembers the device and inode
-  // it was made on (and notes an event on the directory itself), and a sync
-  // re-makes any whose path now names another or that saw its directory go; the
-  // parent of each --config path is watched (for its name only, and for every
-  // link of a symlink chain) so a replacement is seen when it happens; and the
-  // re-check below catches what no watched directory sees (a link higher up the
-  // path swapped).
+  // it was made on (and notes an event on the directory itself: deleted, moved
+  // away), and a sync re-makes any whose path now names another or that saw its
+  // directory go; the re-check below catches what no watched directory sees (a
+  // --config symlink, or a link higher up the path, swapped to a new target).
+  // The parents of --config paths are not watched: every write to any file
+  // beside the configuration (a log, say) would wake the gateway, ~3 µs each.
   #syncWatches(): void {
     if (!this.#watch || this.#closed) return
     /** Directory → the entry names that matter there (null: all). */
@@ -317,19 +317,13 @@ export class FileSource {
       else names.add(name)
     }
     for (const p of this.#paths) {
-      // The path itself and each link it leads through: a replacement shows as an event on the name in its directory.
-      let link = p
-      for (let hop = 0; hop < 8; hop++) {
-        want(path.dirname(link), path.basename(link))
-        let target: string
-        try {
-          if (!fs.lstatSync(link).isSymbolicLink()) break
-          target = path.resolve(path.dirname(link), fs.readlinkSync(link))
-        } catch { break }
-        link = target
-      }
       let isDir = false
-      try { isDir = fs.statSync(p).isDirectory() } catch { /* missing: its parent is watched for it to appear */ }
+      try {
+        isDir = fs.statSync(p).isDirectory()
+      } catch {
+        this.#unwatchable.add(p) // missing: the re-check reads it once it appears
+        continue
+      }
       // A file's directory entirely: a ConfigMap mounted as files swaps its ..data link there.
       if (!isDir) { want(path.dirname(p), null); continue }
       try {
