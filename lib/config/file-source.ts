@@ -52,8 +52,6 @@ interface Watch {
   readonly born: number
   /** An event said the directory itself went away. */
   stale: boolean
-  /** The entry names whose events matter (null: all). */
-  names: Set<string> | null
 }
 
 /** Whether `dir` still names the directory `w` watches. */
@@ -307,15 +305,8 @@ export class FileSource {
   // beside the configuration (a log, say) would wake the gateway, ~3 µs each.
   #syncWatches(): void {
     if (!this.#watch || this.#closed) return
-    /** Directory → the entry names that matter there (null: all). */
-    const wanted = new Map<string, Set<string> | null>()
-    const want = (dir: string, name: string | null): void => {
-      const names = wanted.get(dir)
-      if (names === null) return
-      if (name === null) wanted.set(dir, null)
-      else if (names === undefined) wanted.set(dir, new Set([name]))
-      else names.add(name)
-    }
+    /** The directories to watch (every event in each matters). */
+    const wanted = new Set<string>()
     for (const p of this.#paths) {
       let isDir = false
       try {
@@ -325,22 +316,20 @@ export class FileSource {
         continue
       }
       // A file's directory entirely: a ConfigMap mounted as files swaps its ..data link there.
-      if (!isDir) { want(path.dirname(p), null); continue }
+      if (!isDir) { wanted.add(path.dirname(p)); continue }
       try {
-        for (const dir of walk(p).dirs) want(dir, null)
-      } catch { /* vanished meanwhile: its parent's watch fires */ }
+        for (const dir of walk(p).dirs) wanted.add(dir)
+      } catch { /* vanished meanwhile: its own watch saw it go */ }
     }
     for (const [dir, w] of this.#watchers) {
-      const names = wanted.get(dir)
-      if (names === undefined || !sameInode(dir, w)) {
-        if (names !== undefined) log.info({ dir }, 'configuration directory replaced; watching the new one')
+      const kept = wanted.has(dir)
+      if (!kept || !sameInode(dir, w)) {
+        if (kept) log.info({ dir }, 'configuration directory replaced; watching the new one')
         w.watcher.close()
         this.#watchers.delete(dir)
-        continue
       }
-      w.names = names
     }
-    for (const [dir, names] of wanted) {
+    for (const dir of wanted) {
       if (this.#watchers.has(dir)) continue
       try {
         // The inode first: one replaced between the two calls is caught by the next sync, never missed.
@@ -350,9 +339,9 @@ export class FileSource {
           // An event on the directory itself (deleted, moved away) carries its own name: the watch is
           // over, though no 'error' says so. (A child of the same name makes this a harmless re-watch.)
           if (filename === self) entry.stale = true
-          if (entry.names === null || filename === null || entry.names.has(filename) || entry.stale) this.#changed()
+          this.#changed()
         })
-        const entry: Watch = { watcher, dev: st.dev, ino: st.ino, born: st.birthtimeMs, names, stale: false }
+        const entry: Watch = { watcher, dev: st.dev, ino: st.ino, born: st.birthtimeMs, stale: false }
         watcher.on('error', () => {
           watcher.close()
           if (this.#watchers.get(dir) === entry) this.#watchers.delete(dir)
