@@ -12,26 +12,12 @@
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, rawExchange, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, rawExchange, splitResponses as responses, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, recorder, route } from './extensions-helpers.ts'
 
 const UPSTREAM_BODY = '0123456789'
 const POST_BODY = 'abcGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n'
 
-/** Whole responses in `text`, each body read by its head's Content-Length (as the client does). */
-function responses(text: string): Array<{ head: string; body: string }> {
-  const out: Array<{ head: string; body: string }> = []
-  let rest = text
-  while (rest.startsWith('HTTP/1.1 ')) {
-    const end = rest.indexOf('\r\n\r\n')
-    if (end === -1) break
-    const head = rest.slice(0, end)
-    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0)
-    out.push({ head, body: rest.slice(end + 4, end + 4 + length) })
-    rest = rest.slice(end + 4 + length)
-  }
-  return out
-}
 
 /** The answers to a request on `host` (a POST, or a GET) and to a next one on the same connection. */
 async function exchange(port: number, host: string, method: 'GET' | 'POST'): Promise<Array<{ head: string; body: string }>> {

@@ -242,3 +242,18 @@ export function rawExchange(port: number, text: string, options: { until?: RegEx
     socket.write(text, 'latin1')
   })
 }
+
+/** Whole HTTP/1.1 responses in `text`, each body read by its head's Content-Length (as a client reads them). */
+export function splitResponses(text: string): Array<{ head: string; body: string }> {
+  const out: Array<{ head: string; body: string }> = []
+  let rest = text
+  while (rest.startsWith('HTTP/1.1 ')) {
+    const end = rest.indexOf('\r\n\r\n')
+    if (end === -1) break
+    const head = rest.slice(0, end)
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0)
+    out.push({ head, body: rest.slice(end + 4, end + 4 + length) })
+    rest = rest.slice(end + 4 + length)
+  }
+  return out
+}

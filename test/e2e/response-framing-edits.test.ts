@@ -7,26 +7,12 @@
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, rawExchange, routeYaml, runCli, startCli, tempDir } from './harness.ts'
+import { eventually, freePort, gatewayYaml, rawExchange, splitResponses as responses, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 import { egressBackend, get, recorder } from './extensions-helpers.ts'
 
 // The body an upstream might use to forge a response on a desynced connection.
 const BODY = 'HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Forged: yes\r\n\r\nFORGED'
 
-/** Whole responses in `text`: [head, body] by each head's Content-Length (the client's own reading). */
-function responses(text: string): Array<{ head: string; body: string }> {
-  const out: Array<{ head: string; body: string }> = []
-  let rest = text
-  while (rest.startsWith('HTTP/1.1 ')) {
-    const end = rest.indexOf('\r\n\r\n')
-    if (end === -1) break
-    const head = rest.slice(0, end)
-    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0)
-    out.push({ head, body: rest.slice(end + 4, end + 4 + length) })
-    rest = rest.slice(end + 4 + length)
-  }
-  return out
-}
 
 t.test('CLI: response edits never change the framing', async (t) => {
   const up = await recorder(t, (_s, res) => { res.setHeader('content-length', Buffer.byteLength(BODY)); res.end(BODY) })
