@@ -10,33 +10,11 @@ import https from 'node:https'
 import tls from 'node:tls'
 import path from 'node:path'
 import { createCa, clientCert, serverCert, type Leaf, type TestCa } from '../helpers/pki.ts'
-import { backendYaml, eventually, freePort, metricSum, startCli, tempDir, type Cli } from './harness.ts'
+import { backendYaml, caConfigMapYaml, eventually, freePort, metricSum, startCli, tempDir, tlsSecretYaml, type Cli } from './harness.ts'
 import { get, recorder } from './extensions-helpers.ts'
 
-const indent = (pem: string, by = '    '): string => pem.trim().split('\n').map(l => `${by}${l}`).join('\n')
-
-function tlsSecret(name: string, leaf: Leaf): string {
-  return `apiVersion: v1
-kind: Secret
-metadata: { name: ${name}, namespace: default }
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-${indent(leaf.certPem)}
-  tls.key: |
-${indent(leaf.keyPem)}
-`
-}
-
-function caConfigMap(name: string, ca: TestCa): string {
-  return `apiVersion: v1
-kind: ConfigMap
-metadata: { name: ${name}, namespace: default }
-data:
-  ca.crt: |
-${indent(ca.certPem)}
-`
-}
+const tlsSecret = (name: string, leaf: Leaf): string => tlsSecretYaml(name, leaf.certPem, leaf.keyPem)
+const caConfigMap = (name: string, ca: TestCa): string => caConfigMapYaml(name, ca.certPem)
 
 function httpRoute(name: string, gateway: string, hostname: string, backend: string, port: number, sectionName = ''): string {
   return `apiVersion: gateway.networking.k8s.io/v1

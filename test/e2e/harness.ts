@@ -257,3 +257,30 @@ export function splitResponses(text: string): Array<{ head: string; body: string
   }
   return out
 }
+
+const indentPem = (pem: string): string => pem.trim().split(/\r?\n/).map((l) => `    ${l}`).join('\n')
+
+/** A kubernetes.io/tls Secret (namespace default) holding `certPem` and `keyPem`. */
+export function tlsSecretYaml(name: string, certPem: string, keyPem: string): string {
+  return `apiVersion: v1
+kind: Secret
+metadata: { name: ${name}, namespace: default }
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+${indentPem(certPem)}
+  tls.key: |
+${indentPem(keyPem)}
+`
+}
+
+/** A ConfigMap (namespace default) with the CA bundle `pem` under ca.crt. */
+export function caConfigMapYaml(name: string, pem: string): string {
+  return `apiVersion: v1
+kind: ConfigMap
+metadata: { name: ${name}, namespace: default }
+data:
+  ca.crt: |
+${indentPem(pem)}
+`
+}

@@ -7,20 +7,9 @@ import https from 'node:https'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir, tlsSecretYaml } from './harness.ts'
 
 const ca = createCa('listener CA')
-
-function tlsSecretYaml(name: string, certPem: string, keyPem: string): string {
-  return `apiVersion: v1
-kind: Secret
-metadata: { name: ${name}, namespace: default }
-type: kubernetes.io/tls
-data:
-  tls.crt: ${Buffer.from(certPem).toString('base64')}
-  tls.key: ${Buffer.from(keyPem).toString('base64')}
-`
-}
 
 function httpsListener(name: string, port: number, secret: string, hostname: string | null): string {
   return `    - name: ${name}
