@@ -18,7 +18,7 @@
 import type { CompiledExtension } from '../compile/table.ts'
 import { DEFAULT_MAX_BODY_BYTES } from '../extension-types.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders, RequestView, ResponseView } from './plugin-api.ts'
-import { readBounded } from './read-bounded.ts'
+import { readBounded } from '../read-bounded.ts'
 import { writableField } from '../upstream/h1-parser.ts'
 import { isGatewayField } from './gateway-fields.ts'
 

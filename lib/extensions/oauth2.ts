@@ -9,7 +9,7 @@ import type { CompiledExtension } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, RequestView } from './plugin-api.ts'
 import { place, placement, secretValue } from './credential-injector.ts'
-import { readBounded } from './read-bounded.ts'
+import { readBounded } from '../read-bounded.ts'
 import { INVALID_VALUE } from '../upstream/h1-parser.ts'
 
 const log = logger('oauth2')

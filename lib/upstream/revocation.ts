@@ -22,6 +22,7 @@
 
 import { bitString, children, integerHex, isContext, isTime, readTlv, sequence, time, pemBlocks, type Tlv } from './tls-der.ts'
 import { verifySignature, type CertFacts } from './tls-cert.ts'
+import { readBoundedBytes } from '../read-bounded.ts'
 
 export interface Crl {
   readonly issuerDer: Buffer
@@ -204,11 +205,11 @@ export class CrlCache implements CrlSource {
 
 async function fetchCrl(url: string): Promise<Crl> {
   const res = await fetch(url, { signal: AbortSignal.timeout(FETCH_TIMEOUT_MS), redirect: 'follow' })
-  if (res.status !== 200) throw new Error(`GET ${url} answered ${res.status}`)
-  const length = Number(res.headers.get('content-length') ?? '0')
-  if (length > MAX_CRL_BYTES) throw new Error(`CRL at ${url} is larger than ${MAX_CRL_BYTES} bytes`)
-  const body = Buffer.from(await res.arrayBuffer())
-  if (body.length > MAX_CRL_BYTES) throw new Error(`CRL at ${url} is larger than ${MAX_CRL_BYTES} bytes`)
+  if (res.status !== 200) {
+    void res.body?.cancel().catch(() => {})
+    throw new Error(`GET ${url} answered ${res.status}`)
+  }
+  const body = await readBoundedBytes(res, MAX_CRL_BYTES, `the CRL distribution point ${url}`)
   // RFC 5280 §4.2.1.13: DER; accept PEM too, servers get this wrong.
   const text = body.subarray(0, 64).toString('latin1')
   const der = text.includes('-----BEGIN') ? pemBlocks(body.toString('latin1'), 'X509 CRL')[0] : body

@@ -112,6 +112,34 @@ t.test('CRL fetching from distribution points (opt-in): cached, fails closed', a
   t.equal(hits - before, 1, 'one fetch serves both connections (cached until nextUpdate)')
 })
 
+t.test('a distribution point that answers without end is read only up to the CRL bound', async (t) => {
+  // No Content-Length, chunks for as long as the reader takes them (bounded here at
+  // 512 MiB): the fetch stopped at its 5 s timeout, holding everything read so far.
+  let written = 0
+  let closed!: () => void
+  const done = new Promise<void>((resolve) => { closed = resolve })
+  const chunk = Buffer.alloc(64 * 1024, 0x30)
+  const crlServer = http.createServer((_req, res) => {
+    res.setHeader('content-type', 'application/pkix-crl')
+    const pump = (): void => {
+      while (written < 512 * 1024 * 1024 && !res.destroyed) {
+        written += chunk.length
+        if (!res.write(chunk)) { res.once('drain', pump); return }
+      }
+      res.end()
+    }
+    res.on('close', () => closed())
+    pump()
+  })
+  const crlPort = await listen(crlServer)
+  t.teardown(() => new Promise<void>((resolve) => { crlServer.closeAllConnections(); crlServer.close(() => resolve()) }))
+  const leaf = serverCert(inter, ['api.test'], { crlUrls: [`http://127.0.0.1:${crlPort}/endless.crl`] })
+  const up = upstreams(t)
+  t.equal(await outcome(up, c(await tlsServer(t, leaf), { crlFetch: true })), 'crl_unavailable', 'refused: no CRL to check against')
+  await done
+  t.ok(written < 64 * 1024 * 1024, `the fetch was cut soon after 16 MiB (the server wrote ${written >> 20} MiB)`)
+})
+
 function stapling(status: 'good' | 'revoked' | 'unknown', issuer: TestCa = inter, extra: Parameters<typeof ocspResponse>[2] = {}) {
   return (leaf: Leaf): Buffer => ocspResponse(issuer, leaf, { status, ...extra })
 }
