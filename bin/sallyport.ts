@@ -30,6 +30,7 @@ serve [options]
   --access-log on|off      One JSON log line per request (default: on)
   --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
   --drain-seconds N        On SIGTERM/SIGINT, time in-flight requests get to finish (default: 15)
+  --max-connections N      Open client connections per listening port (per process); past it new ones are closed at accept (default: 10000)
   --removed-series-seconds N  Metric series naming a Gateway, listener, route, backend, port or extension a reload removed leave /metrics N s later (default: 300)
   --dns-server ADDR[:PORT] DNS server for Backend hostnames (repeatable; default: the system's nameservers)
   --dns-min-ttl SECONDS    Shortest time a DNS answer is kept, whatever its TTL (default: 5)
@@ -183,6 +184,7 @@ async function main(argv: string[]): Promise<number | null> {
         'log-level': { type: 'string' },
         'drain-seconds': { type: 'string' },
         'removed-series-seconds': { type: 'string' },
+        'max-connections': { type: 'string' },
         kubernetes: { type: 'boolean' },
         kubeconfig: { type: 'string' },
         namespace: { type: 'string', multiple: true },
@@ -213,6 +215,7 @@ async function main(argv: string[]): Promise<number | null> {
       const workers = integer(values, 'workers', 0, 0, 256)
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
       const removedSeriesSeconds = integer(values, 'removed-series-seconds', 300, 0, 86400)
+      const maxConnections = integer(values, 'max-connections', 10_000, 1, 1_000_000)
       const destination = await destinationFlags(values)
       const tracing = tracingFlags(values)
       logLevel(values, 'info')
@@ -221,7 +224,7 @@ async function main(argv: string[]): Promise<number | null> {
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, ...destination, tracing, http1Client,
+        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
       })
       return null // keeps running until a signal
     }

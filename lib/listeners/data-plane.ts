@@ -32,6 +32,8 @@ export interface DataPlaneOptions {
   readonly limits?: Partial<HttpLimits>
   /** TCP/TLS listeners (issue 8): connections per port, idle and ClientHello timeouts. */
   readonly l4Limits?: Partial<L4Limits>
+  /** --max-connections: open client connections per listening port, every listener kind; overrides both limits'. */
+  readonly maxConnections?: number
   /** Value of this gateway in the loop-detection hop header; default random per process. */
   readonly gatewayId?: string
   /** Issue 7: extension runtime (default: the process-wide one). */
@@ -74,8 +76,9 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
 
   constructor(options: DataPlaneOptions) {
     this.#bind = options.bind ?? '0.0.0.0'
-    this.limits = { ...DEFAULT_LIMITS, ...options.limits }
-    this.l4Limits = { ...DEFAULT_L4_LIMITS, ...options.l4Limits }
+    const max = options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections }
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits, ...max }
+    this.l4Limits = { ...DEFAULT_L4_LIMITS, ...options.l4Limits, ...max }
     this.env = {
       upstreams: options.upstreams,
       gatewayId: options.gatewayId ?? randomBytes(6).toString('hex'),

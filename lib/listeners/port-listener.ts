@@ -34,6 +34,7 @@ import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
 import { LISTENER_CIPHERS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
+import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
 
 const log = logger('listener')
@@ -48,6 +49,8 @@ export interface HttpLimits {
   /** Idle keep-alive connection / HTTP/2 session without streams. */
   readonly keepAliveTimeoutMs: number
   readonly maxConcurrentStreams: number
+  /** Open client connections on the port (--max-connections); past it new ones are closed at accept. */
+  readonly maxConnections: number
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
@@ -57,6 +60,7 @@ export const DEFAULT_LIMITS: HttpLimits = {
   headersTimeoutMs: 30_000,
   keepAliveTimeoutMs: 60_000,
   maxConcurrentStreams: 250,
+  maxConnections: DEFAULT_MAX_CONNECTIONS,
 }
 
 /** What a listener needs from its data plane. */
@@ -156,6 +160,7 @@ export class PortListener {
       this.#server = net.createServer({ noDelay: true }, this.#onPlain)
     }
     this.#server.on('connection', this.#track)
+    limitConnections(this.#server, port, limits.maxConnections)
 
     this.#fastHost = {
       port,

@@ -24,13 +24,14 @@ import type { Upstreams } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
 import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCert } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
+import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
 import { L4Session, type SessionEnv } from './tcp-session.ts'
 
 const log = logger('listener')
 
 export interface L4Limits {
-  /** Open connections per listening port; past it new ones are closed at accept. Default 10 000. */
+  /** Open connections per listening port (--max-connections); past it new ones are closed at accept. Default 10 000. */
   readonly maxConnections: number
   /** No byte either way for this long closes the connection (route idle timeout wins). Default 1 h (Envoy tcp_proxy). */
   readonly idleTimeoutMs: number
@@ -41,7 +42,7 @@ export interface L4Limits {
 }
 
 export const DEFAULT_L4_LIMITS: L4Limits = {
-  maxConnections: 10_000,
+  maxConnections: DEFAULT_MAX_CONNECTIONS,
   idleTimeoutMs: 3_600_000,
   clientHelloTimeoutMs: 10_000,
   handshakeTimeoutMs: 10_000,
@@ -72,8 +73,7 @@ export class L4Listener {
     this.#plane = plane
     this.#connections = downstreamActiveConnections.labels(String(port))
     this.#server = net.createServer({ allowHalfOpen: true, noDelay: true, pauseOnConnect: true }, this.#onConnection)
-    this.#server.maxConnections = plane.l4Limits.maxConnections
-    this.#server.on('drop', this.#onDrop)
+    limitConnections(this.#server, port, plane.l4Limits.maxConnections, this.#onDrop)
   }
 
   /** Binds `bind:port`; rejects with the listen error. */

@@ -21,6 +21,11 @@ export const downstreamTlsHandshakeErrors = new Counter({
   help: 'Client TLS handshakes that failed on a listening port, by reason class (client_cert_missing, client_cert_unknown_ca, protocol_version, timeout, ...).',
   labelNames: ['port', 'reason'] as const, registers: [registry],
 })
+export const downstreamConnectionsRejected = new Counter({
+  name: 'sallyport_downstream_connections_rejected_total',
+  help: 'Client connections closed at accept because their listening port had --max-connections open.',
+  labelNames: ['port'] as const, registers: [registry],
+})
 export const downstreamActiveStreams = new Gauge({
   name: 'sallyport_downstream_active_streams', help: 'Requests (HTTP/1.1 exchanges and HTTP/2 streams) in flight.',
   registers: [registry],

@@ -69,6 +69,8 @@ export interface RuntimeOptions {
    * (lib/observe/series-retention.ts). Default 300 s.
    */
   readonly removedSeriesMs?: number
+  /** `--max-connections`: open client connections per listening port (default 10 000). */
+  readonly maxConnections?: number
   /**
    * After each applied table, and again whenever the set of its ports that
    * could not be bound changes (a bind retry succeeded): the status — compile's,
@@ -117,7 +119,7 @@ export class Runtime {
     this.#source = options.source ?? new FileSource(options.configPaths, { debounceMs: options.debounceMs ?? 200, watch: options.watch ?? true })
     this.#sourceLabel = options.sourceLabel ?? 'file'
     this.#upstreams = createUpstreams({ dns: options.dns, guard: options.guard, http1Client: options.http1Client })
-    this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog })
+    this.#dataPlane = createDataPlane({ bind: options.bind, upstreams: this.#upstreams, accessLog: options.accessLog, maxConnections: options.maxConnections })
     this.#statusLog = new StatusLog(options.reportStatus ?? true)
     this.#removedSeries = new RemovedSeries(options.removedSeriesMs ?? DEFAULT_REMOVED_SERIES_MS)
   }

@@ -37,6 +37,8 @@ export interface ServeOptions {
   readonly drainSeconds: number
   /** `--removed-series-seconds` (default 300): metric series naming removed configuration leave /metrics this long after the reload. */
   readonly removedSeriesSeconds?: number
+  /** `--max-connections` (default 10 000): open client connections per listening port, per process. */
+  readonly maxConnections?: number
   /** `--kubernetes`: watch the API server (in-cluster unless a kubeconfig is given); null: files only. */
   readonly kubernetes?: { readonly kubeconfig: string | null; readonly namespaces: readonly string[]; readonly labelSelector: string | null } | null
   /** Backend DNS and the destination guard (issue 5); defaults when absent. */
@@ -61,7 +63,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options),
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options), maxConnections: options.maxConnections,
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
@@ -234,7 +236,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
-    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options),
+    dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options), maxConnections: options.maxConnections,
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
   })
