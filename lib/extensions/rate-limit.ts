@@ -29,13 +29,19 @@ const MAX_KEY_PART = 64
 const DIGEST_MARK = 35 // '#'
 
 // hot path
+/** A header the request does not carry, as a key part: no value is stored as a bare `#` (boundPart). */
+const ABSENT = '#'
+
 /**
  * A key part as stored: as it is, or `#` and its SHA-256 (base64url) when it
- * is long — or starts with `#`, so a short value never reads as the digest of
- * a long one. Values are latin1 header text, so length is bytes.
+ * is long, starts with `#` (a short value never reads as the digest of a long
+ * one, nor as a header left out) or holds the `|` that joins the parts (`a|b`
+ * + `c` and `a` + `b|c` were one key). Values are latin1 header text, so length
+ * is bytes.
  */
-function boundPart(v: string): string {
-  return v.length <= MAX_KEY_PART && v.charCodeAt(0) !== DIGEST_MARK ? v : '#' + hash('sha256', v, 'base64url')
+function boundPart(v: string | null): string {
+  if (v === null) return ABSENT
+  return v.length <= MAX_KEY_PART && v.charCodeAt(0) !== DIGEST_MARK && !v.includes('|') ? v : '#' + hash('sha256', v, 'base64url')
 }
 
 function keyParts(list: unknown): KeyPart[] {
@@ -49,7 +55,8 @@ function keyParts(list: unknown): KeyPart[] {
 }
 
 // hot path
-function partValue(req: RequestView, p: KeyPart): string {
+/** The request's value of a key part; null: a header it does not carry. */
+function partValue(req: RequestView, p: KeyPart): string | null {
   switch (p) {
     case 'namespace': return req.client.namespace ?? '-'
     case 'serviceAccount': return req.client.namespace === null ? '-' : `${req.client.namespace}/${req.client.serviceAccount ?? '-'}`
@@ -58,7 +65,7 @@ function partValue(req: RequestView, p: KeyPart): string {
     case 'client': return req.client.address
     default: {
       const v = req.headers[p.header]
-      return v === undefined ? '-' : Array.isArray(v) ? v.join(',') : v
+      return v === undefined ? null : Array.isArray(v) ? v.join(',') : v
     }
   }
 }
@@ -88,8 +95,8 @@ export class Limiter {
   readonly #family: BucketFamily
   readonly #failOpen: boolean
   /** The last key built and the part values it came from: a key of route, backend or namespace repeats, so no string is built or hashed again. */
-  #last0: string | null = null
-  #last1: string | null = null
+  #last0: string | null | undefined = undefined
+  #last1: string | null | undefined = undefined
   #lastKey = ''
   /** The last success fields, reused while remaining and reset repeat (a bucket far from empty). */
   #lastAllow: HookResult = undefined
@@ -126,11 +133,11 @@ export class Limiter {
     const parts = this.#parts
     if (parts.length === 1 || parts.length === 2) {
       const v0 = partValue(req, parts[0] as KeyPart)
-      const v1 = parts.length === 2 ? partValue(req, parts[1] as KeyPart) : null
+      const v1 = parts.length === 2 ? partValue(req, parts[1] as KeyPart) : undefined
       if (v0 !== this.#last0 || v1 !== this.#last1) {
         this.#last0 = v0
         this.#last1 = v1
-        this.#lastKey = v1 === null ? this.#prefix + boundPart(v0) : this.#prefix + boundPart(v0) + '|' + boundPart(v1)
+        this.#lastKey = v1 === undefined ? this.#prefix + boundPart(v0) : this.#prefix + boundPart(v0) + '|' + boundPart(v1)
       }
       return this.#lastKey
     }

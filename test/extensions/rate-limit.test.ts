@@ -53,6 +53,20 @@ t.test('a key part longer than 64 characters counts by its digest: the key stays
   t.not(l.key(view('default/r', { 'x-user': lookalike })), k1)
 })
 
+t.test('key parts are told apart whatever their values: a "|" in one, or a header left out', async (t) => {
+  const parts = [{ header: 'x-team' }, { header: 'x-user' }]
+  const l = new Limiter(spec('per-team-user', { requests: 1, unit: 'Hour', key: parts }), { requests: 1, unit: 'Hour', key: parts }, new RedisPool(), 'requests')
+  const key = (headers: Record<string, string>): string => l.key(view('default/r', headers))
+  // "a|b" + "c" and "a" + "b|c" joined as "a|b|c": one client spent the other's bucket.
+  t.not(key({ 'x-team': 'a|b', 'x-user': 'c' }), key({ 'x-team': 'a', 'x-user': 'b|c' }), 'a "|" inside a value does not move the boundary')
+  // A header sent as "-" read as the header left out, which is every client that does not send it.
+  t.not(key({ 'x-team': 'a', 'x-user': '-' }), key({ 'x-team': 'a' }), 'a value "-" is not a missing header')
+  t.not(key({ 'x-team': 'a', 'x-user': '#' }), key({ 'x-team': 'a' }), 'nor is a value "#"')
+  t.equal(key({ 'x-team': 'a' }), key({ 'x-team': 'a' }), 'a missing header is one key part')
+  const three = new Limiter(spec('three', { requests: 1, unit: 'Hour', key: [...parts, { header: 'x-app' }] }), { requests: 1, unit: 'Hour', key: [...parts, { header: 'x-app' }] }, new RedisPool(), 'requests')
+  t.not(three.key(view('default/r', { 'x-team': 'a|b', 'x-user': 'c', 'x-app': 'd' })), three.key(view('default/r', { 'x-team': 'a', 'x-user': 'b|c', 'x-app': 'd' })), 'and so with three parts')
+})
+
 t.test('Redis unreachable, failureMode open: RateLimit-Policy but no RateLimit field (the count is unknown)', async (t) => {
   const port = await closedPort()
   const redis = new RedisPool()
