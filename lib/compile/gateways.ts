@@ -15,6 +15,7 @@ import { dataRefSource, resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
 import { checkCertificates, tlsSecretFault } from './tls-material.ts'
 import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from '../validate/annotations.ts'
+import { listenerConflicts, type ListenerConflict } from '../validate/listener-conflicts.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -152,44 +153,11 @@ function withOverlap(l: ServedListener, others: string[] | undefined): ServedLis
   return { ...l, conditions: [...l.conditions, condition('OverlappingTLSConfig', true, 'OverlappingHostnames', message, l.gateway.meta.generation)] }
 }
 
-/**
- * Listeners of one Gateway that are not distinct (Gateway API, Listener docs):
- * on one port, differing protocols (or TLS modes), or one hostname twice (any
- * two TCP listeners). Every listener of such a set is conflicted: "implementations
- * may accept a partial Listener set only if they throw out *all* the conflicting
- * Listeners. No picking one of the conflicting listeners as the winner."
- */
-function conflictsWithin(gateway: Gateway): Map<Listener, { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string }> {
-  const out = new Map<Listener, { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string }>()
-  const byPort = new Map<number, Listener[]>()
-  for (const l of gateway.listeners) {
-    if (!isProtocol(l.protocol)) continue
-    const list = byPort.get(l.port)
-    if (list === undefined) byPort.set(l.port, [l])
-    else list.push(l)
-  }
-  const modeOf = (l: Listener): string => `${l.protocol}/${l.protocol === 'HTTPS' ? 'Terminate' : l.protocol === 'TLS' ? (l.tls?.mode ?? 'Terminate') : ''}`
-  for (const [port, list] of byPort) {
-    if (list.length < 2) continue
-    const modes = new Set(list.map(modeOf))
-    if (modes.size > 1) {
-      const names = list.map(l => `${l.name} (${l.protocol})`).join(', ')
-      for (const l of list) out.set(l, { reason: 'ProtocolConflict', message: `listeners on port ${port} differ in protocol: ${names}; none of them is served` })
-      continue
-    }
-    const byHost = new Map<string, Listener[]>()
-    for (const l of list) {
-      const key = list[0].protocol === 'TCP' ? '' : (l.hostname ?? '').toLowerCase()
-      const same = byHost.get(key)
-      if (same === undefined) byHost.set(key, [l])
-      else same.push(l)
-    }
-    for (const [host, same] of byHost) {
-      if (same.length < 2) continue
-      const names = same.map(l => l.name).join(', ')
-      for (const l of same) out.set(l, { reason: 'HostnameConflict', message: `listeners ${names} on port ${port} share hostname ${host === '' ? '(any)' : host}; none of them is served` })
-    }
-  }
+/** The listeners of `gateway` that are not distinct, and why (validate/listener-conflicts.ts). */
+function conflictsWithin(gateway: Gateway): Map<Listener, ListenerConflict> {
+  const byIndex = listenerConflicts(gateway.listeners.map((l) => ({ name: l.name, protocol: l.protocol, port: l.port, hostname: l.hostname, tlsMode: l.tls?.mode ?? null })))
+  const out = new Map<Listener, ListenerConflict>()
+  for (const [i, conflict] of byIndex) out.set(gateway.listeners[i] as Listener, conflict)
   return out
 }
 
@@ -249,7 +217,7 @@ function refText(ref: DataRef): string {
 function planListener(
   snapshot: Snapshot, gateway: Gateway, gatewayKey: string, listener: Listener,
   ports: Map<number, PortClaim>,
-  within: { reason: 'ProtocolConflict' | 'HostnameConflict'; message: string } | null,
+  within: ListenerConflict | null,
 ): ServedListener {
   const gen = gateway.meta.generation
   const hostname = listener.hostname === null ? null : listener.hostname.toLowerCase()

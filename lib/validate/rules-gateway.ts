@@ -8,6 +8,7 @@ import { hostnameProblem, isIPAddress } from './checks.ts'
 import { Findings, child, item, key } from './findings.ts'
 import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from './annotations.ts'
 import { checkLabelSelector } from './rules-common.ts'
+import { listenerConflicts, type ListenerShape } from './listener-conflicts.ts'
 
 export function checkGatewayClass(_doc: Obj, _f: Findings): void {
   // The schema says all there is (controllerName pattern, parametersRef shape).
@@ -28,7 +29,13 @@ export function checkGateway(doc: Obj, f: Findings): void {
 function checkListeners(spec: Obj | null, f: Findings): void {
   const names = new Map<string, number>()
   const triples = new Map<string, number>()
+  const shapes: ListenerShape[] = []
+  const indexes: number[] = []
   for (const [l, i] of objsAt(spec, 'listeners')) {
+    if (typeof l.port === 'number') {
+      shapes.push({ name: strAt(l, 'name') ?? '', protocol: strAt(l, 'protocol') ?? '', port: l.port, hostname: strAt(l, 'hostname'), tlsMode: strAt(objAt(l, 'tls'), 'mode') })
+      indexes.push(i)
+    }
     const at = item('spec.listeners', i)
     const name = strAt(l, 'name') ?? ''
     const first = names.get(name)
@@ -51,6 +58,12 @@ function checkListeners(spec: Obj | null, f: Findings): void {
     const ns = objAt(objAt(l, 'allowedRoutes'), 'namespaces')
     if (strAt(ns, 'from') === 'Selector' && !has(ns, 'selector')) f.error(child(at, 'allowedRoutes.namespaces.selector'), 'required when from is Selector')
     checkLabelSelector(objAt(ns, 'selector'), child(at, 'allowedRoutes.namespaces.selector'), f)
+  }
+  // Listeners that differ in protocol on one port are not served, and the rest of the Gateway
+  // is: a warning each. (One hostname twice on a port is the error above.)
+  for (const [k, conflict] of listenerConflicts(shapes)) {
+    if (conflict.reason !== 'ProtocolConflict') continue
+    f.warn(child(item('spec.listeners', indexes[k] as number), 'port'), `${conflict.message} (Conflicted: ${conflict.reason})`)
   }
 }
 

@@ -203,3 +203,28 @@ t.test('a number too large for a document (YAML 1e400 reads as Infinity) is out 
   }, src)
   t.match(ext.problems.map((p) => p.message).join('\n'), /got Infinity/)
 })
+
+t.test('listeners that are not distinct are warned about each, as compile will leave them unserved', async (t) => {
+  const gateway = (listeners: unknown[]): unknown => ({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'Gateway', metadata: { name: 'g', namespace: 'a' }, spec: { gatewayClassName: 'sallyport', listeners } })
+  const cert = { certificateRefs: [{ name: 'c' }] }
+  const r = validateDocument(gateway([
+    { name: 'web', protocol: 'HTTP', port: 8080 },
+    { name: 'https', protocol: 'HTTPS', port: 8443, tls: cert },
+    { name: 'tls', protocol: 'TLS', port: 8443, tls: { mode: 'Passthrough' } },
+    { name: 'a', protocol: 'HTTP', port: 9090, hostname: 'api.example.com' },
+    { name: 'b', protocol: 'HTTP', port: 9090, hostname: 'api.example.com' },
+  ]), src)
+  t.same(r.problems.filter((p) => p.severity === 'warning').map((p) => [p.severity, p.field, p.message]), [
+    ['warning', 'spec.listeners[1].port', 'listeners on port 8443 differ in protocol: https (HTTPS), tls (TLS); none of them is served (Conflicted: ProtocolConflict)'],
+    ['warning', 'spec.listeners[2].port', 'listeners on port 8443 differ in protocol: https (HTTPS), tls (TLS); none of them is served (Conflicted: ProtocolConflict)'],
+  ], 'the listeners in conflict, each by its field; the Gateway is kept (warnings)')
+  // One hostname twice on a port is the rule above it (the API server's CEL refuses the Gateway).
+  t.same(r.problems.filter((p) => p.severity === 'error').map((p) => [p.field, p.message]), [['spec.listeners[4]', 'port, protocol and hostname repeat spec.listeners[3]']])
+  const distinct = validateDocument(gateway([
+    { name: 'a', protocol: 'HTTPS', port: 8443, hostname: 'a.example.com', tls: cert },
+    { name: 'b', protocol: 'HTTPS', port: 8443, hostname: 'b.example.com', tls: cert },
+    { name: 'c', protocol: 'TLS', port: 9443, tls: { mode: 'Terminate', ...cert } },
+    { name: 'd', protocol: 'TLS', port: 9443, hostname: 'd.example.com', tls: { mode: 'Terminate', ...cert } },
+  ]), src)
+  t.same(distinct.problems, [], 'distinct listeners sharing a port: nothing to say')
+})
