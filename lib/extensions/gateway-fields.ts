@@ -1,7 +1,8 @@
-// Fields no extension sets or removes: the gateway frames each message it
-// sends (Content-Length, Transfer-Encoding: RFC 9112 §6), names the upstream's
-// Host, and owns each connection's fields (RFC 9110 §7.6.1: Connection, the
-// other hop-by-hop fields, and whatever a Connection value names). An edited
+// Fields no extension sets or removes (the set: lib/gateway-owned-fields.ts):
+// the gateway frames each message it sends (Content-Length, Transfer-Encoding:
+// RFC 9112 §6), names the upstream's Host, and owns each connection's fields
+// (RFC 9110 §7.6.1: Connection, the other hop-by-hop fields, and whatever a
+// Connection value names). An edited
 // Content-Length had a request's head declare fewer bytes than its body (the
 // rest reached the upstream as another request) and a response's client read
 // the body by another length than was sent (the connection cut, or desynced).
@@ -13,19 +14,11 @@
 
 import type { OutgoingHeaders } from '../upstream/types.ts'
 import { logger } from '../observe/log.ts'
-
-const GATEWAY_FIELDS: ReadonlySet<string> = new Set([
-  'content-length', 'transfer-encoding', 'host',
-  'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'http2-settings',
-  'proxy-authenticate', 'proxy-authorization',
-])
+import { isGatewayField } from '../gateway-owned-fields.ts'
 
 const log = logger('extensions')
 
-/** Whether `name` (any case) is a field the gateway owns, never an extension. */
-export function isGatewayField(name: string): boolean {
-  return GATEWAY_FIELDS.has(name.toLowerCase())
-}
+export { isGatewayField }
 
 // hot path
 /**
@@ -45,7 +38,7 @@ export function keepGatewayFields(headers: OutgoingHeaders, length: string | str
     const list = Array.isArray(connection) ? connection.join(',') : connection
     for (const token of list.split(',')) {
       const name = token.trim().toLowerCase()
-      if (name !== '' && !GATEWAY_FIELDS.has(name)) delete headers[name]
+      if (name !== '' && !isGatewayField(name)) delete headers[name]
     }
     delete headers.connection
   }

@@ -8,6 +8,7 @@ import { ExtensionType, PHASES, canonicalType, effectiveType } from '../extensio
 import { asArr, asObj, asStr, type Obj } from './access.ts'
 import { Findings, child, item, show } from './findings.ts'
 import { cidrProblem, headerNameProblem, headerValueProblem, wholeRegexProblem } from './checks.ts'
+import { isGatewayField } from '../gateway-owned-fields.ts'
 
 const UNITS = ['Second', 'Minute', 'Hour', 'Day']
 const KEY_PARTS = ['namespace', 'serviceAccount', 'route', 'backend', 'client']
@@ -62,6 +63,8 @@ function placement(o: Obj, at: string, f: Findings): void {
   if (format !== null && !format.includes('{value}')) f.error(child(at, 'format'), 'must contain {value}')
   if (o.header !== undefined && o.queryParam !== undefined) f.error(child(at, 'queryParam'), 'set header or queryParam, not both')
   headerName(o.header, child(at, 'header'), f)
+  const header = asStr(o.header)
+  if (header !== null && isGatewayField(header)) f.error(child(at, 'header'), `${show(header)} is the gateway's to set (framing, connection or the upstream's Host): a credential there would never be sent`)
   if (format !== null && o.queryParam === undefined) {
     const problem = headerValueProblem(format)
     if (problem !== null) f.error(child(at, 'format'), problem)

@@ -228,3 +228,17 @@ t.test('listeners that are not distinct are warned about each, as compile will l
   ]), src)
   t.same(distinct.problems, [], 'distinct listeners sharing a port: nothing to say')
 })
+
+t.test('a credential header the gateway owns (Host, framing, connection fields) is an error: it would never be sent', async (t) => {
+  const backend = (type: string, config: Record<string, unknown>): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'a', namespace: 'default' },
+    spec: { endpoints: [{ ip: { address: '127.0.0.1', port: 41001 } }], extensions: [{ name: 'cred', type, config }] },
+  })
+  const secretRef = { name: 'key' }
+  for (const header of ['Host', 'content-length', 'Transfer-Encoding', 'connection', 'proxy-authorization']) {
+    t.same(errorsOf(backend('CredentialInjector', { secretRef, header })),
+      [`spec.extensions[0].config.header: "${header}" is the gateway's to set (framing, connection or the upstream's Host): a credential there would never be sent`], header)
+  }
+  t.match(errorsOf(backend('OAuth2', { tokenUrl: 'https://idp.example.com/token', secretRef, header: 'host' })), [/^spec\.extensions\[0\]\.config\.header: "host" is the gateway's to set/], 'OAuth2 alike')
+  t.same(errorsOf(backend('CredentialInjector', { secretRef, header: 'x-api-key' })), [], 'any other header is the credential\'s')
+})
