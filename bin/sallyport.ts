@@ -26,6 +26,7 @@ serve [options]
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
   --bind ADDR              Address the Gateway listeners bind (default: 0.0.0.0)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump (default: 0.0.0.0:9901)
+  --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
   --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
   --access-log on|off      One JSON log line per request (default: on)
   --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
@@ -185,6 +186,7 @@ async function main(argv: string[]): Promise<number | null> {
         'drain-seconds': { type: 'string' },
         'removed-series-seconds': { type: 'string' },
         'max-connections': { type: 'string' },
+        'config-dump': { type: 'string' },
         kubernetes: { type: 'boolean' },
         kubeconfig: { type: 'string' },
         namespace: { type: 'string', multiple: true },
@@ -216,6 +218,8 @@ async function main(argv: string[]): Promise<number | null> {
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
       const removedSeriesSeconds = integer(values, 'removed-series-seconds', 300, 0, 86400)
       const maxConnections = integer(values, 'max-connections', 10_000, 1, 1_000_000)
+      const configDump = str(values, 'config-dump', 'local')
+      if (configDump !== 'local' && configDump !== 'on' && configDump !== 'off') throw new UsageError('--config-dump must be local, on or off')
       const destination = await destinationFlags(values)
       const tracing = tracingFlags(values)
       logLevel(values, 'info')
@@ -224,7 +228,7 @@ async function main(argv: string[]): Promise<number | null> {
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
+        admin: adminAddress, configDump, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
       })
       return null // keeps running until a signal
     }

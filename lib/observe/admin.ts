@@ -6,6 +6,16 @@
 //   GET /readyz       200 "ready" / 503 "not ready" (load balancers and kubelet)
 //   GET /metrics      Prometheus text format
 //   GET /config_dump  JSON: table, status, problems, pools — Secret material redacted by the caller
+//
+// It shares the data path's process, event loop and memory, so what it costs
+// is bounded: at most 64 connections, idle or stalled ones closed, and one
+// config dump built at a time and shared while it is still being sent (the dump
+// of a large configuration is tens of MB and takes a few hundred ms to build:
+// built per request, twenty clients that never read held 1.2 GiB and stalled
+// the data path for seconds). The dump, which names
+// every tenant's routes and backends, is served to loopback clients only unless
+// `--config-dump on` (Envoy Gateway and Istio keep Envoy's admin on localhost;
+// `kubectl port-forward` reaches it from there).
 
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -13,13 +23,30 @@ import { logger } from './log.ts'
 
 const log = logger('admin')
 
+/** Who may read /config_dump: loopback clients (default), any client, or nobody. */
+export type ConfigDumpAccess = 'local' | 'on' | 'off'
+
 export interface AdminOptions {
   readonly host: string
   readonly port: number
   readonly ready: () => boolean
   readonly metrics: () => Promise<{ readonly contentType: string; readonly body: string }>
-  readonly configDump: () => Promise<unknown>
+  /** The dump as JSON text (dumpJson). */
+  readonly configDump: () => Promise<string>
+  /** `--config-dump` (default local). */
+  readonly configDumpAccess?: ConfigDumpAccess
+  /** Tests: the bounds below. */
+  readonly limits?: Partial<AdminLimits>
 }
+
+export interface AdminLimits {
+  /** Open connections; past it new ones are closed at accept. */
+  readonly maxConnections: number
+  /** A connection with nothing read or written for this long is closed (a stalled head, a client that stopped reading). */
+  readonly idleMs: number
+}
+
+const DEFAULT_LIMITS: AdminLimits = { maxConnections: 64, idleMs: 30_000 }
 
 export interface AdminServer {
   /** Where it listens (the real port when 0 was asked). */
@@ -38,14 +65,30 @@ export function parseAdminAddress(value: string): { host: string; port: number }
 }
 
 export async function startAdminServer(options: AdminOptions): Promise<AdminServer> {
-  const server = http.createServer((req, res) => {
-    handle(options, req, res).catch((err: unknown) => {
+  const limits = { ...DEFAULT_LIMITS, ...options.limits }
+  const dumps = new SharedDump(options.configDump)
+  const server = http.createServer({
+    headersTimeout: Math.min(10_000, limits.idleMs),
+    requestTimeout: limits.idleMs,
+    keepAliveTimeout: 5000,
+    connectionsCheckingInterval: Math.min(5000, Math.max(50, limits.idleMs / 4)),
+  }, (req, res) => {
+    handle(options, dumps, req, res).catch((err: unknown) => {
       log.error({ err, path: req.url }, 'admin request failed')
       if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n')
       else res.destroy()
     })
   })
-  server.keepAliveTimeout = 5000
+  server.maxConnections = limits.maxConnections
+  // No byte either way for idleMs: a connection that never sent a head, or stopped reading its answer.
+  server.timeout = limits.idleMs
+  server.on('timeout', (socket: import('node:net').Socket) => { socket.destroy() })
+  let warned = -Infinity
+  server.on('drop', () => {
+    if (performance.now() - warned < 10_000) return
+    warned = performance.now()
+    log.warn({ maxConnections: limits.maxConnections }, 'admin connection limit reached: new connections are closed at accept')
+  })
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(options.port, options.host, () => {
@@ -64,7 +107,7 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
   }
 }
 
-async function handle(options: AdminOptions, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+async function handle(options: AdminOptions, dumps: SharedDump, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.setHeader('allow', 'GET, HEAD')
@@ -82,8 +125,14 @@ async function handle(options: AdminOptions, req: http.IncomingMessage, res: htt
       return send(res, 200, m.contentType, m.body)
     }
     case '/config_dump': {
-      const dump = await options.configDump()
-      return send(res, 200, 'application/json', `${dumpJson(dump)}\n`)
+      const access = options.configDumpAccess ?? 'local'
+      if (access === 'off') return send(res, 404, 'text/plain; charset=utf-8', 'not found (--config-dump off)\n')
+      if (access === 'local' && !isLoopback(req.socket.remoteAddress)) {
+        return send(res, 403, 'text/plain; charset=utf-8', 'the config dump is served to loopback clients only (kubectl port-forward; --config-dump on serves it to any client)\n')
+      }
+      const body = await dumps.get()
+      dumps.sending(body, res)
+      return send(res, 200, 'application/json', body)
     }
     default:
       return send(res, 404, 'text/plain; charset=utf-8', 'not found\n')
@@ -105,7 +154,50 @@ function jsonReplacer(_key: string, value: unknown): unknown {
   return value
 }
 
-function send(res: http.ServerResponse, status: number, contentType: string, body: string): void {
-  res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' })
+function send(res: http.ServerResponse, status: number, contentType: string, body: string | Buffer): void {
+  res.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length, 'cache-control': 'no-store' })
   res.end(body)
+}
+
+/** A loopback peer: 127.0.0.0/8, ::1, or an IPv4 loopback address on a dual-stack socket. */
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address
+  return v4.startsWith('127.') || address === '::1'
+}
+
+/**
+ * One config dump at a time, its bytes shared: by the requests that ask while
+ * it is built, and by those that ask while some client is still being sent it.
+ * Clients get the same Buffer, so one that stops reading holds a reference to
+ * it, not a copy, and cannot make the gateway build (and hold) dump after dump.
+ * A request with every earlier answer delivered gets a fresh dump.
+ */
+class SharedDump {
+  readonly #build: () => Promise<string>
+  #body: Buffer | null = null
+  /** Responses still sending #body. */
+  #sending = 0
+  #building: Promise<Buffer> | null = null
+
+  constructor(build: () => Promise<string>) {
+    this.#build = build
+  }
+
+  get(): Promise<Buffer> {
+    if (this.#building !== null) return this.#building
+    if (this.#body !== null && this.#sending > 0) return Promise.resolve(this.#body)
+    this.#body = null
+    const building = this.#build().then((json) => Buffer.from(json + '\n'))
+    this.#building = building
+    building.then((body) => { this.#body = body }, () => {}).finally(() => { this.#building = null })
+    return building
+  }
+
+  /** `res` is sending `body`: it is shared until every such response has closed. */
+  sending(body: Buffer, res: http.ServerResponse): void {
+    if (body !== this.#body) return
+    this.#sending++
+    res.once('close', () => { if (this.#body === body) this.#sending-- })
+  }
 }

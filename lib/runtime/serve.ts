@@ -16,7 +16,7 @@ import { logger } from '../observe/log.ts'
 import { registry } from '../observe/metrics.ts'
 import { ClusterMetrics, parseMetricJson, parseNames } from '../observe/cluster-metrics.ts'
 import { keptNames } from '../observe/series-retention.ts'
-import { dumpJson, startAdminServer, type AdminServer } from '../observe/admin.ts'
+import { dumpJson, startAdminServer, type AdminServer, type ConfigDumpAccess } from '../observe/admin.ts'
 import { Runtime } from './runtime.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
@@ -31,6 +31,8 @@ export interface ServeOptions {
   readonly bind: string
   /** null: no admin server. */
   readonly admin: { readonly host: string; readonly port: number } | null
+  /** `--config-dump`: who may read /config_dump (default local: loopback clients). */
+  readonly configDump?: ConfigDumpAccess
   /** 0: no cluster, serve in this process. */
   readonly workers: number
   readonly accessLog: boolean
@@ -68,9 +70,10 @@ async function serveSingle(options: ServeOptions): Promise<void> {
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
     ...options.admin,
+    configDumpAccess: options.configDump,
     ready: () => runtime.ready(),
     metrics: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
-    configDump: async () => runtime.configDump(),
+    configDump: async () => dumpJson(runtime.configDump()),
   })
   onShutdownSignal(async (signal) => {
     log.info({ signal, drainSeconds: options.drainSeconds }, 'shutting down: draining')
@@ -144,7 +147,7 @@ async function servePrimary(options: ServeOptions): Promise<void> {
         const entry = workers.get(index)
         if (entry?.worker === worker) entry.ready = msg.ready
       } else if (msg?.type === 'sallyport:config_dump') {
-        pending.get(msg.id)?.(JSON.parse(msg.json))
+        pending.get(msg.id)?.(msg.json)
       } else if (msg?.type === 'sallyport:metrics') {
         pending.get(msg.id)?.({ metrics: msg.metrics, names: msg.names })
       }
@@ -184,6 +187,7 @@ async function servePrimary(options: ServeOptions): Promise<void> {
 
   const admin: AdminServer | null = options.admin === null ? null : await startAdminServer({
     ...options.admin,
+    configDumpAccess: options.configDump,
     ready: () => !shuttingDown && workers.size === options.workers && [...workers.values()].every((w) => w.ready),
     metrics: async () => {
       // A worker still starting (not heard from) is left out rather than waited for: it has counted
@@ -193,8 +197,9 @@ async function servePrimary(options: ServeOptions): Promise<void> {
     },
     configDump: async () => {
       const live = [...workers.values()].find((w) => w.worker.isConnected())
-      if (live === undefined) return { error: 'no live worker' }
-      return await ask(live.worker, (id) => ({ type: 'sallyport:config_dump', id })) ?? { error: 'worker did not answer' }
+      if (live === undefined) return dumpJson({ error: 'no live worker' })
+      const json = await ask(live.worker, (id) => ({ type: 'sallyport:config_dump', id }))
+      return typeof json === 'string' ? json : dumpJson({ error: 'worker did not answer' })
     },
   })
   log.info({ workers: options.workers }, 'primary started')
