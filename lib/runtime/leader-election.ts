@@ -132,7 +132,7 @@ export class LeaderElector {
       try {
         const lease = await this.#client.request<Lease>('GET', this.#path, { signal })
         if (lease.spec?.holderIdentity === this.#identity) {
-          const now = new Date().toISOString()
+          const now = microTime(new Date())
           await this.#client.request('PUT', this.#path, { signal, body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: now, acquireTime: now } } })
           log.info({ lease: this.#name, identity: this.#identity }, 'released the leader lease')
         }
@@ -206,7 +206,7 @@ export class LeaderElector {
     const mine: LeaseSpec = {
       holderIdentity: this.#identity,
       leaseDurationSeconds: Math.max(1, Math.round(this.#leaseMs / 1000)),
-      renewTime: now.toISOString(),
+      renewTime: microTime(now),
     }
     let lease: Lease
     try {
@@ -216,7 +216,7 @@ export class LeaderElector {
       try {
         await this.#client.request('POST', this.#collection, {
           signal,
-          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.#name, namespace: this.#namespace }, spec: { ...mine, acquireTime: now.toISOString(), leaseTransitions: 0 } },
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.#name, namespace: this.#namespace }, spec: { ...mine, acquireTime: microTime(now), leaseTransitions: 0 } },
         })
         this.#observedHolder = this.#identity
         return true
@@ -240,7 +240,7 @@ export class LeaderElector {
       ...lease,
       spec: {
         ...spec, ...mine,
-        acquireTime: holder === this.#identity ? spec.acquireTime : now.toISOString(),
+        acquireTime: holder === this.#identity ? spec.acquireTime : microTime(now),
         leaseTransitions: holder === this.#identity ? (spec.leaseTransitions ?? 0) : (spec.leaseTransitions ?? 0) + 1,
       },
     }
@@ -265,4 +265,13 @@ export class LeaderElector {
       log.error({ err }, 'leader change handler failed')
     }
   }
+}
+
+/**
+ * A Lease time as the API server takes it: metav1.MicroTime, RFC 3339 with
+ * exactly six fractional digits. `toISOString()`'s three are refused with 400
+ * ("cannot parse ... as .000000"): no replica could ever take the lease.
+ */
+export function microTime(date: Date): string {
+  return date.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z')
 }

@@ -19,6 +19,9 @@
 
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+
+/** metav1.MicroTime as the API server decodes it: RFC 3339, six fractional digits. */
+const MICRO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/
 import type { Socket } from 'node:net'
 
 export interface ResourceDef {
@@ -341,6 +344,17 @@ export class FakeApiServer {
     const store = this.#stores.get(`${group}/${plural}`)
     if (store === undefined || this.#hidden.has(plural) || (group !== '' && parts[2] !== store.def.version)) {
       return status(res, 404, 'NotFound', `the server could not find the requested resource (${url.pathname})`)
+    }
+    // Decoding as the API server does it: a Lease's times are MicroTime, RFC 3339 with exactly six
+    // fractional digits (metav1.MicroTime's layout); anything else fails the request with 400.
+    if (store.def.kind === 'Lease' && (req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH')) {
+      const spec = ((body ?? {}) as Obj).spec as Record<string, unknown> | undefined
+      for (const field of ['acquireTime', 'renewTime']) {
+        const v = spec?.[field]
+        if (v !== undefined && v !== null && (typeof v !== 'string' || !MICRO_TIME.test(v))) {
+          return status(res, 400, 'BadRequest', `Lease in version "v1" cannot be handled as a Lease: parsing time ${JSON.stringify(v)} as "2006-01-02T15:04:05.000000Z07:00": cannot parse ${JSON.stringify(v)} as ".000000"`)
+        }
+      }
     }
     if (this.#forbidden.has(plural)) return status(res, 403, 'Forbidden', `${plural} is forbidden: User "fake" cannot ${req.method} resource "${plural}"`)
     const def = store.def

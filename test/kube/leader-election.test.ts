@@ -11,6 +11,7 @@ import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import { freePort } from '../e2e/harness.ts'
 import { backend, clientFor, gateway, gatewayClass, route, startFake, until } from './fixtures.ts'
 import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
+import { microTime } from '../../lib/runtime/leader-election.ts'
 import type { Test } from 'tap'
 
 const HTTP_ROUTE = 'gateway.networking.k8s.io/v1'
@@ -64,4 +65,9 @@ t.test('a leader whose Lease requests hang steps down at its renew deadline, bef
   await until('generation 2 written', () => observedGeneration(fake, 'r') === 2)
   await until('b counts its write', () => (b.statusWriter?.writes ?? 0) > 0, 2_000)
   t.equal(a.statusWriter?.writes, aWrites, 'a wrote nothing')
+})
+
+t.test('Lease times are MicroTime: six fractional digits, as the API server decodes them', async (t) => {
+  t.equal(microTime(new Date(Date.UTC(2026, 10, 27, 7, 30, 5, 42))), '2026-11-27T07:30:05.042000Z')
+  t.equal(microTime(new Date(Date.UTC(2026, 0, 1))), '2026-01-01T00:00:00.000000Z')
 })
