@@ -134,9 +134,17 @@ export class Runtime {
     return this.#source.reload()
   }
 
-  /** Ready: a first table applied, every port of it bound, not draining. */
+  /**
+   * Ready: a first table applied, not draining, and some port of it bound (or
+   * none to bind). A port that cannot be bound while others serve is the
+   * listener's problem (Programmed=False, retried), not the replica's: one
+   * Gateway's listener on a taken port (the admin port, a sidecar's) held every
+   * replica's /readyz at 503, and the Service dropped all of them.
+   */
   ready(): boolean {
-    return this.#table !== null && this.#failedPorts.length === 0 && !this.#draining
+    const table = this.#table
+    if (table === null || this.#draining) return false
+    return this.#failedPorts.length === 0 || this.#failedPorts.length < table.ports.size
   }
 
   table(): RouteTable | null {

@@ -1,4 +1,4 @@
-// Runtime in-process: readiness waits for every port of the table to bind.
+// Runtime in-process: readiness waits for a port of the table to bind.
 import t from 'tap'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -10,7 +10,7 @@ configureLogger({ level: 'silent' })
 const { Runtime } = await import('../../lib/runtime/runtime.ts')
 const { startDemoUpstream } = await import('../../lib/runtime/demo-upstream.ts')
 
-t.test('a port that cannot bind holds readiness back until it binds', async (t) => {
+t.test('a table whose only port cannot bind holds readiness back until it binds', async (t) => {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
   t.teardown(() => upstream.close())
   const port = await freePort()
