@@ -24,8 +24,8 @@ serve [options]
   --namespace NS           Watch namespaced kinds only in NS (repeatable; default: all namespaces)
   --label-selector SEL     Watch only objects matching this label selector (e.g. egress=sallyport)
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
-  --bind ADDR              Address the Gateway listeners bind (default: 0.0.0.0)
-  --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump (default: 0.0.0.0:9901)
+  --bind ADDR              Address the Gateway listeners bind (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
+  --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
   --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
   --access-log on|off      One JSON log line per request (default: on)
@@ -223,10 +223,10 @@ async function main(argv: string[]): Promise<number | null> {
       const destination = await destinationFlags(values)
       const tracing = tracingFlags(values)
       logLevel(values, 'info')
-      const adminAddress = await admin(values, '0.0.0.0:9901')
+      const adminAddress = await admin(values, ':9901')
       const { serve } = await import('../lib/runtime/serve.ts')
       await serve({
-        configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '0.0.0.0'),
+        configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '::'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
         admin: adminAddress, configDump, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
       })

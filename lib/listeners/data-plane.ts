@@ -13,6 +13,7 @@ import type { RouterEnv } from '../router/forward.ts'
 import { defaultExtensionRuntime, type ExtensionRuntime } from '../extensions/chain.ts'
 import { DEFAULT_LIMITS, PortListener, type HttpLimits, type PlaneContext } from './port-listener.ts'
 import { SecureContexts } from './tls-contexts.ts'
+import { ANY_ADDRESS } from '../bind.ts'
 import { DEFAULT_L4_LIMITS, L4Listener, type L4Limits, type L4PlaneContext } from './tcp-listener.ts'
 
 export type { HttpLimits, L4Limits }
@@ -24,7 +25,7 @@ const log = logger('data-plane')
 const PORT_CLOSE_GRACE_MS = 30_000
 
 export interface DataPlaneOptions {
-  /** Address to bind; default '0.0.0.0'. */
+  /** Address to bind; default '::' (every address, both families: lib/bind.ts). */
   readonly bind: string
   readonly upstreams: Upstreams
   /** One pino JSON line per request on the `access` logger. */
@@ -75,7 +76,7 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
   #applying: Promise<unknown> = Promise.resolve()
 
   constructor(options: DataPlaneOptions) {
-    this.#bind = options.bind ?? '0.0.0.0'
+    this.#bind = options.bind ?? ANY_ADDRESS
     const max = options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections }
     this.limits = { ...DEFAULT_LIMITS, ...options.limits, ...max }
     this.l4Limits = { ...DEFAULT_L4_LIMITS, ...options.l4Limits, ...max }

@@ -21,7 +21,7 @@ import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward
 import { markCut, type Exchange } from '../router/exchange.ts'
 import { hostOf } from '../router/headers.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
-import { bindServer } from './bind.ts'
+import { bindServer } from '../bind.ts'
 import { logger } from '../observe/log.ts'
 import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
 import { ErrorCode } from '../errors.ts'

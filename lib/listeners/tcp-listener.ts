@@ -16,7 +16,7 @@
 import net, { type Socket } from 'node:net'
 import tls from 'node:tls'
 import type { ListenerRef, PortEntry, RouteTable, ServerTls } from '../compile/table.ts'
-import { bindServer } from './bind.ts'
+import { bindServer } from '../bind.ts'
 import { logger, type Logger } from '../observe/log.ts'
 import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { l4Errors } from '../observe/l4-metrics.ts'

@@ -20,6 +20,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { logger } from './log.ts'
+import { ANY_ADDRESS, bindServer } from '../bind.ts'
 
 const log = logger('admin')
 
@@ -54,14 +55,14 @@ export interface AdminServer {
   close(): Promise<void>
 }
 
-/** Parse `--admin ADDR:PORT` (`[::1]:9901`, `:9901` = all interfaces); null for `off`. */
+/** Parse `--admin ADDR:PORT` (`[::1]:9901`, `:9901` = every address, both families); null for `off`. */
 export function parseAdminAddress(value: string): { host: string; port: number } | null {
   if (value === 'off') return null
   const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(value)
   const port = m === null ? NaN : Number(m[3])
   if (m === null || !(port >= 0 && port <= 65535)) throw new Error(`invalid admin address ${JSON.stringify(value)}: want ADDR:PORT or off`)
   const host = m[1] ?? m[2] ?? ''
-  return { host: host === '' ? '0.0.0.0' : host, port }
+  return { host: host === '' ? ANY_ADDRESS : host, port }
 }
 
 export async function startAdminServer(options: AdminOptions): Promise<AdminServer> {
@@ -89,13 +90,7 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
     warned = performance.now()
     log.warn({ maxConnections: limits.maxConnections }, 'admin connection limit reached: new connections are closed at accept')
   })
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject)
-      resolve()
-    })
-  })
+  await bindServer(server, options.host, options.port, log)
   const address = server.address() as AddressInfo
   log.info({ address: address.address, port: address.port }, 'admin server listening')
   return {

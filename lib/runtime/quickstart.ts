@@ -26,7 +26,7 @@ export async function quickstart(options: { admin: { host: string; port: number 
     configPaths: [QUICKSTART_DIR], gatewayClass: 'sallyport', bind: '127.0.0.1', admin: options.admin,
     workers: 0, accessLog: true, drainSeconds: 1,
   })
-  const admin = options.admin === null ? '' : `http://${options.admin.host === '0.0.0.0' ? '127.0.0.1' : options.admin.host}:${options.admin.port}`
+  const admin = options.admin === null ? '' : `http://${options.admin.host === '0.0.0.0' || options.admin.host === '::' ? '127.0.0.1' : options.admin.host.includes(':') ? `[${options.admin.host}]` : options.admin.host}:${options.admin.port}`
   const lines = [
     '',
     'sallyport quickstart is running.',
