@@ -14,7 +14,10 @@
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `forbid(plural)`, `hide(plural)` (404 as
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
-//   that are accepted and never answered (a wedged API server or network path).
+//   that are accepted and never answered (a wedged API server or network path);
+// - RBAC: `authorize(rules)` answers 403 for every request no rule grants (verbs
+//   as kube-apiserver derives them: get, list, watch, create, update, patch, delete),
+//   so a test can run against the ClusterRole of deploy/kubernetes/rbac.yaml.
 // Driven by the real @kubernetes/client-node client (KubeConfig at http://127.0.0.1:PORT).
 
 import http from 'node:http'
@@ -52,6 +55,14 @@ interface Store {
 
 export interface RequestRecord { readonly method: string; readonly path: string; readonly query: string }
 
+/** A ClusterRole/Role rule (rbac.authorization.k8s.io/v1 PolicyRule), as written in a manifest. */
+export interface PolicyRule {
+  readonly apiGroups?: readonly string[]
+  readonly resources?: readonly string[]
+  readonly verbs: readonly string[]
+  readonly resourceNames?: readonly string[]
+}
+
 /** What `hang` matches on: the request's method, path and Authorization header (each test client can have its own token). */
 export interface HangMatch { readonly method: string; readonly path: string; readonly authorization: string }
 
@@ -68,6 +79,7 @@ export class FakeApiServer {
   readonly #sockets = new Set<Socket>()
   readonly #forbidden = new Set<string>()
   readonly #hidden = new Set<string>()
+  #rules: readonly PolicyRule[] | null = null
   readonly #listings = new Map<string, { readonly items: Obj[]; readonly rv: number }>()
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
@@ -228,6 +240,8 @@ export class FakeApiServer {
   /** 403 Forbidden for every request on this resource (plural) until `allow`. */
   forbid(plural: string): void { this.#forbidden.add(plural); for (const w of [...this.#watchers]) if (w.def.plural === plural) { w.res.socket?.destroy(); this.#watchers.delete(w) } }
   allow(plural: string): void { this.#forbidden.delete(plural) }
+  /** From now on, only what these rules grant is served (403 Forbidden otherwise, as RBAC answers); null: everything. */
+  authorize(rules: readonly PolicyRule[] | null): void { this.#rules = rules }
   /** 404 for every request on this resource, as when its CRD is not installed. */
   hide(plural: string): void { this.#hidden.add(plural) }
   unhide(plural: string): void { this.#hidden.delete(plural) }
@@ -341,6 +355,17 @@ export class FakeApiServer {
     let namespace: string | null = null
     if (rest[0] === 'namespaces' && rest.length >= 3) { namespace = rest[1] as string; rest = rest.slice(2) }
     const [plural, name, sub] = rest as [string, string | undefined, string | undefined]
+    const method = req.method ?? 'GET'
+    if (this.#rules !== null) {
+      // kube-apiserver's verbs: GET of one object is get, of a collection list (watch with ?watch=true).
+      const verb = name === undefined
+        ? (method === 'GET' ? (url.searchParams.get('watch') === 'true' ? 'watch' : 'list') : method === 'POST' ? 'create' : method === 'DELETE' ? 'deletecollection' : method.toLowerCase())
+        : ({ GET: 'get', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[method] ?? method.toLowerCase()
+      const resource = sub === undefined ? plural : `${plural}/${sub}`
+      if (!this.#rules.some((r) => grants(r, group, resource, verb, name))) {
+        return status(res, 403, 'Forbidden', `${resource}${group === '' ? '' : `.${group}`} is forbidden: User "fake" cannot ${verb} resource "${resource}" in API group "${group}"`)
+      }
+    }
     const store = this.#stores.get(`${group}/${plural}`)
     if (store === undefined || this.#hidden.has(plural) || (group !== '' && parts[2] !== store.def.version)) {
       return status(res, 404, 'NotFound', `the server could not find the requested resource (${url.pathname})`)
@@ -358,7 +383,6 @@ export class FakeApiServer {
     }
     if (this.#forbidden.has(plural)) return status(res, 403, 'Forbidden', `${plural} is forbidden: User "fake" cannot ${req.method} resource "${plural}"`)
     const def = store.def
-    const method = req.method ?? 'GET'
     if (name === undefined) {
       if (method === 'GET' && url.searchParams.get('watch') === 'true') return this.#watch(store, namespace, url, res)
       if (method === 'GET') return this.#list(store, namespace, url, res)
@@ -476,6 +500,13 @@ export class FakeApiServer {
 
 export function apiVersionOf(def: ResourceDef): string {
   return def.group === '' ? def.version : `${def.group}/${def.version}`
+}
+
+/** Whether an RBAC rule grants `verb` on `resource` (`plural` or `plural/subresource`) of `group`. */
+function grants(rule: PolicyRule, group: string, resource: string, verb: string, name: string | undefined): boolean {
+  const has = (list: readonly string[] | undefined, v: string): boolean => list !== undefined && (list.includes(v) || list.includes('*'))
+  if (!has(rule.apiGroups, group) || !has(rule.resources, resource) || !has(rule.verbs, verb)) return false
+  return rule.resourceNames === undefined || rule.resourceNames.length === 0 || (name !== undefined && rule.resourceNames.includes(name))
 }
 
 function labelsOf(o: Obj): Record<string, string> {

@@ -1,16 +1,20 @@
 // StatusWriter details against the fake API server: 409 retried with a fresh
-// read, invalid objects reported on the parents they name, policy ancestors,
+// read (also under the shipped RBAC, for every kind it writes), invalid objects reported on the parents they name, policy ancestors,
 // GEP-4488 Backend parents (controller in `name`), leader gating.
 import './quiet.ts'
 import t from 'tap'
+import fs from 'node:fs'
+import path from 'node:path'
+import { parseAllDocuments } from 'yaml'
 import { StatusWriter } from '../../lib/runtime/status-writer.ts'
-import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
+import { KUBE_RESOURCES, apiVersion, objectPath } from '../../lib/config/kube-resources.ts'
 import type { KubeObject } from '../../lib/config/kube-source.ts'
 import type { ObjectStatus, Status } from '../../lib/compile/status.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
 import { clientFor, route, startFake, until } from './fixtures.ts'
-import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
+import type { FakeApiServer, PolicyRule } from '../helpers/fake-apiserver.ts'
 import { metricValue } from '../helpers/metrics.ts'
+import { ROOT } from '../e2e/harness.ts'
 
 const CONTROLLER = 'sallyport.io/gateway-controller'
 const res = (group: string, plural: string) => KUBE_RESOURCES.find((r) => r.group === group && r.plural === plural) as KubeObject['resource']
@@ -59,6 +63,47 @@ t.test('409 is retried with a fresh read; other entries preserved', async (t) =>
   writer.update(status([{ ...[...s.objects.values()][0] as ObjectStatus, parents: [] }]), emptySnapshot())
   await writer.sync()
   t.equal(fake.count('PUT', /\/status$/), before, 'no writes when not leader')
+})
+
+// The re-read is a GET of the single object: the shipped ClusterRole has to grant
+// `get` on every kind whose status is written, or each conflict is a failed write
+// (a warning, sallyport_kube_status_writes_total{result="failed"}) until the retry 5 s later.
+t.test('a 409 is resolved by the re-read under the ClusterRole of deploy/kubernetes/rbac.yaml, for every kind whose status is written', async (t) => {
+  const fake = await startFake(t)
+  const docs = parseAllDocuments(fs.readFileSync(path.join(ROOT, 'deploy', 'kubernetes', 'rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind?: string; rules?: PolicyRule[] } | null)
+  const clusterRole = docs.find((d) => d?.kind === 'ClusterRole')
+  fake.authorize(clusterRole?.rules ?? [])
+  const kinds = KUBE_RESOURCES.filter((r) => r.status)
+  t.ok(kinds.length >= 12, 'every kind with a status subresource')
+  for (const [i, r] of kinds.entries()) {
+    const version = r.versions[0] as string
+    const av = apiVersion(r.group, version)
+    const name = r.kind === 'Gateway' ? 'egress' : `obj-${i}`
+    const namespace = r.namespaced ? 'default' : ''
+    fake.apply({ apiVersion: av, kind: r.kind, metadata: { name, ...(r.namespaced ? { namespace } : {}) }, spec: {} })
+    const stale = fake.get(av, r.kind, namespace, name) as KubeObject['raw']
+    // Someone else writes the status after our informer's copy was taken.
+    fake.apply({ ...stale, status: { conditions: [{ type: 'SetElsewhere', status: 'True', reason: 'Other', message: '', lastTransitionTime: '2026-01-01T00:00:00Z' }] } })
+    let handedOut = false
+    const source = {
+      lookup: (): KubeObject => {
+        const raw = handedOut ? fake.get(av, r.kind, namespace, name) as KubeObject['raw'] : stale
+        handedOut = true
+        return { resource: r, version, raw }
+      },
+    }
+    const failedBefore = await metricValue('sallyport_kube_status_writes_total', { kind: r.modelKind, result: 'failed' })
+    const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true })
+    writer.update(status([{ kind: r.modelKind, apiVersion: av, namespace, name, generation: 1, conditions: [accepted(1)], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] }]), emptySnapshot())
+    await writer.sync()
+    writer.close()
+    const at = objectPath(r, version, namespace, name)
+    const what = `${r.group}/${r.plural}`
+    t.equal(fake.requests.filter((q) => q.method === 'PUT' && q.path === `${at}/status`).length, 2, `${what}: the first PUT conflicted, the second was written`)
+    t.equal(fake.requests.filter((q) => q.method === 'GET' && q.path === at).length, 1, `${what}: one fresh read`)
+    t.equal(await metricValue('sallyport_kube_status_writes_total', { kind: r.modelKind, result: 'failed' }), failedBefore, `${what}: no failed write`)
+    t.match(JSON.stringify(fake.get(av, r.kind, namespace, name)?.status), /"Accepted"/, `${what}: our status is there`)
+  }
 })
 
 t.test('invalid objects, Backend parents, policy ancestors', async (t) => {
