@@ -104,6 +104,41 @@ t.test('Deployment: downward API identity, non-root, read-only root, probes, pre
   t.equal(pod.serviceAccountName, 'sallyport')
 })
 
+/** The documents a kustomization directory applies, by kind. */
+function kustomized(dir: string): Json[] {
+  const k = docsOf(path.join(dir, 'kustomization.yaml'))[0] as { resources: string[] }
+  return k.resources.flatMap((r) => docsOf(path.join(dir, r)))
+}
+const MODES = ['file-mode', 'kubernetes'].map((m) => path.join(DEPLOY, m))
+
+t.test('a Deployment an HPA scales sets no replicas (each apply would reset the scale)', async (t) => {
+  let hpas = 0
+  for (const dir of MODES) {
+    const docs = kustomized(dir)
+    for (const hpa of docs.filter((d) => d.kind === 'HorizontalPodAutoscaler')) {
+      hpas++
+      const spec = hpa.spec as { scaleTargetRef: { kind: string; name: string }; minReplicas: number }
+      const target = docs.find((d) => d.kind === spec.scaleTargetRef.kind && (d.metadata as Json).name === spec.scaleTargetRef.name)
+      t.ok(target, `${path.basename(dir)}: the HPA's target is shipped`)
+      t.notOk(target !== undefined && 'replicas' in (target.spec as Json), `${path.basename(dir)}: ${spec.scaleTargetRef.name} leaves replicas to the HPA`)
+      // With the PDB's minAvailable 1, one replica would block every voluntary eviction.
+      t.ok(spec.minReplicas >= 2, `${path.basename(dir)}: minReplicas ${spec.minReplicas} >= 2`)
+    }
+  }
+  t.equal(hpas, 1, 'the HPA of Kubernetes mode')
+})
+
+t.test('PodDisruptionBudgets never let NotReady pods block a drain', async (t) => {
+  let pdbs = 0
+  for (const dir of MODES) {
+    for (const pdb of kustomized(dir).filter((d) => d.kind === 'PodDisruptionBudget')) {
+      pdbs++
+      t.equal((pdb.spec as Json).unhealthyPodEvictionPolicy, 'AlwaysAllow', `${path.basename(dir)}: unhealthyPodEvictionPolicy`)
+    }
+  }
+  t.equal(pdbs, 2, 'one per mode')
+})
+
 t.test('the worked example validates and compiles its references', async (t) => {
   const set = await readConfigSet([path.join(DEPLOY, 'examples', 'ai-egress')])
   const snap = buildSnapshot(set.docs, set.problems)
