@@ -139,6 +139,15 @@ t.test('PodDisruptionBudgets never let NotReady pods block a drain', async (t) =
   t.equal(pdbs, 2, 'one per mode')
 })
 
+t.test('each mode ships one way to find the scrape target: a ServiceMonitor or prometheus.io annotations, not both', async (t) => {
+  for (const dir of MODES) {
+    const docs = kustomized(dir)
+    const monitor = docs.some((d) => d.kind === 'ServiceMonitor')
+    const annotated = docs.some((d) => d.kind === 'Deployment' && ((((d.spec as Json).template as Json).metadata as Json).annotations as Json | undefined)?.['prometheus.io/scrape'] !== undefined)
+    t.ok(monitor !== annotated, `${path.basename(dir)}: ServiceMonitor ${monitor}, annotations ${annotated}`)
+  }
+})
+
 t.test('the worked example validates and compiles its references', async (t) => {
   const set = await readConfigSet([path.join(DEPLOY, 'examples', 'ai-egress')])
   const snap = buildSnapshot(set.docs, set.problems)
