@@ -43,10 +43,24 @@ function oneOf(o: Obj, at: string, name: string, values: readonly string[], f: F
   if (v !== undefined && !(typeof v === 'string' && values.includes(v))) f.error(child(at, name), `must be one of ${values.join(', ')}, got ${show(v)}`)
 }
 
-function url(o: Obj, at: string, name: string, f: Findings): void {
+/**
+ * The authority of a URL (or of text that only looks like one): what comes
+ * before the first '/', '?', '#' or '\' after the scheme. An '@' in it sets
+ * userinfo off, as WHATWG URL parsing (fetch's) reads http(s) URLs.
+ */
+const AUTHORITY = /^(?:[A-Za-z][A-Za-z0-9+.-]*:\/\/)?([^/?#\\]*)/
+
+/**
+ * An http(s) URL without credentials. Like the upstream-proxy annotation
+ * (annotations.ts, parseUpstreamProxy): the URL is shown verbatim in
+ * /config_dump and log lines, and fetch refuses one with credentials. The
+ * value is not echoed then; `where` says where credentials belong instead.
+ */
+function url(o: Obj, at: string, name: string, where: string, f: Findings): void {
   const v = asStr(o[name])
   if (v === null) return
-  if (!/^https?:\/\/[^/]/.test(v)) f.error(child(at, name), `must be an http:// or https:// URL, got ${show(v)}`)
+  if (AUTHORITY.exec(v)?.[1]?.includes('@') === true) f.error(child(at, name), `credentials in the URL would show in logs and /config_dump${where}`)
+  else if (!/^https?:\/\/[^/]/.test(v)) f.error(child(at, name), `must be an http:// or https:// URL, got ${show(v)}`)
 }
 
 function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings): void {
@@ -209,7 +223,7 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
       known(config, c, nested === null ? [...fields, ...common] : ['oauth2', ...PLACEMENT, ...common], f)
       if (nested !== null) known(nested, oc, fields, f)
       required(o, oc, ['tokenUrl', 'secretRef'], f)
-      url(o, oc, 'tokenUrl', f)
+      url(o, oc, 'tokenUrl', ': put them in the Secret named by secretRef (client_id, client_secret)', f)
       secretRef(o, oc, ['clientIdKey', 'clientSecretKey'], f)
       oneOf(o, oc, 'authStyle', ['basic', 'header', 'body'], f)
       positive(o, oc, 'refreshBeforeSeconds', f)
@@ -255,7 +269,7 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
     case ExtensionType.EXTERNAL_PROCESSOR:
       known(config, c, ['url', 'timeoutMs', 'phases', ...common], f)
       required(config, c, ['url'], f)
-      url(config, c, 'url', f)
+      url(config, c, 'url', ', and fetch refuses such a URL (an ExternalProcessor takes no credentials)', f)
       positive(config, c, 'timeoutMs', f)
       asArr(config.phases).forEach((p, i) => { if (!(PHASES as readonly unknown[]).includes(p)) f.error(item(child(c, 'phases'), i), `must be one of ${PHASES.join(', ')}, got ${show(p)}`) })
       break

@@ -242,3 +242,28 @@ t.test('a credential header the gateway owns (Host, framing, connection fields) 
   t.match(errorsOf(backend('OAuth2', { tokenUrl: 'https://idp.example.com/token', secretRef, header: 'host' })), [/^spec\.extensions\[0\]\.config\.header: "host" is the gateway's to set/], 'OAuth2 alike')
   t.same(errorsOf(backend('CredentialInjector', { secretRef, header: 'x-api-key' })), [], 'any other header is the credential\'s')
 })
+
+// As for the upstream-proxy annotation: a URL the extension is configured with
+// is shown verbatim in /config_dump and (OAuth2's tokenUrl) in log lines, and
+// fetch refuses a URL with credentials anyway.
+t.test('credentials in an extension URL (ExternalProcessor url, OAuth2 tokenUrl) are an error naming the field, without echoing them', async (t) => {
+  const backend = (type: string, config: Record<string, unknown>): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'a', namespace: 'default' },
+    spec: { endpoints: [{ ip: { address: '127.0.0.1', port: 41001 } }], extensions: [{ name: 'x', type, config }] },
+  })
+  const secretRef = { name: 'idp' }
+  const extProc = 'spec.extensions[0].config.url: credentials in the URL would show in logs and /config_dump, and fetch refuses such a URL (an ExternalProcessor takes no credentials)'
+  const token = (at: string): string => `spec.extensions[0].config.${at}: credentials in the URL would show in logs and /config_dump: put them in the Secret named by secretRef (client_id, client_secret)`
+  t.same(errorsOf(backend('ExternalProcessor', { url: 'http://extuser:SECRET-1@ext.example.com:9000/?apikey=q' })), [extProc])
+  t.same(errorsOf(backend('ExternalProcessor', { url: 'https://extuser@ext.example.com/' })), [extProc], 'a user name alone')
+  t.same(errorsOf(backend('OAuth2', { tokenUrl: 'https://tokenuser:SECRET-2@idp.example.com/token', secretRef })), [token('tokenUrl')])
+  t.same(errorsOf(backend('CredentialInjector', { oauth2: { tokenUrl: 'https://u:SECRET-3@idp.example.com/token', secretRef } })), [token('oauth2.tokenUrl')], 'the nested oauth2 form')
+  t.same(errorsOf(backend('OAuth2', { tokenUrl: 'u:SECRET-4@idp.example.com/token', secretRef })), [token('tokenUrl')], 'no scheme: still not echoed in the scheme error')
+  const extension = validateDocument({
+    apiVersion: 'sallyport.io/v1alpha1', kind: 'EgressExtension', metadata: { name: 'e', namespace: 'default' },
+    spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'egress' }], extensions: [{ name: 'x', type: 'ExternalProcessor', config: { url: 'http://a:SECRET-5@ext.example.com/' } }] },
+  }, src).problems
+  t.match(extension.map((p) => p.message), [/^credentials in the URL would show in logs and \/config_dump/], 'an EgressExtension alike')
+  t.same(errorsOf(backend('ExternalProcessor', { url: 'http://ext.example.com/p@th?user=a@b#c@d' })), [], "an '@' past the host is no credential")
+  t.same(errorsOf(backend('OAuth2', { tokenUrl: 'https://idp.example.com/token', secretRef })), [])
+})
