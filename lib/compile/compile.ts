@@ -28,6 +28,7 @@ import { assembleStatus } from './assemble-status.ts'
 import { deepFreeze } from './freeze.ts'
 import { ExtensionCompiler, secretRefProblems, type SecretRefProblem } from './extensions.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
+import { PROCESS_KEY } from '../process-key.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -52,6 +53,14 @@ export interface CompileOptions {
    * as without it.
    */
   readonly cache?: CompileCache
+  /**
+   * The HMAC key of each compiled extension's `key`, which digests its Secret
+   * values among the rest (extensions.ts stateKey). Default: PROCESS_KEY, random
+   * per process, so the key printed in /config_dump and logs cannot be used to
+   * test guesses of a value; keys compare equal only within one process. Golden
+   * tests pin it to print the same keys every run.
+   */
+  readonly extensionKeySecret?: Uint8Array
 }
 
 export interface CompileResult {
@@ -91,7 +100,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot), new DestinationPolicies(snapshot, options.destination))
   const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
   const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
-  const extensionCompiler = new ExtensionCompiler(snapshot)
+  const extensionCompiler = new ExtensionCompiler(snapshot, options.extensionKeySecret ?? PROCESS_KEY)
   const winners = [traffic.winners, extensions.winners]
   const memo = cache === null ? null : cache.routes(reusedPlan !== null, winners)
   const nextMemo = new Map<AnyRoute, RouteMemo>()

@@ -14,7 +14,7 @@
 // are resolved here into the table, so the data path never reads sources; a
 // changed Secret recompiles into new values (rotation without restart).
 
-import { createHash } from 'node:crypto'
+import { createHmac } from 'node:crypto'
 import type { Backend, BackendTrafficPolicy, EgressExtension, ExtensionSpec } from '../resources/model.ts'
 import { backendKey, groupKindOf, keyOfBackend } from '../resources/model.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
@@ -141,9 +141,17 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string,
   return { secrets, error: null }
 }
 
-function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<Record<string, unknown>>): string {
-  // Hash, not values: the key is printed in dumps and used in logs.
-  const h = createHash('sha256').update(JSON.stringify([spec.type, spec.phase, spec.config, secrets])).digest('hex').slice(0, 16)
+/**
+ * Identifies an extension instance: owner, name, and a digest of everything it
+ * is built from, Secret values included, so a rotated Secret gives a new key and
+ * the data path a new instance (extensions/chain.ts keeps state by key). The
+ * key is printed in /config_dump and logs next to the type, phase and config:
+ * a plain hash let anyone who reads them test guesses of the Secret values
+ * offline. An HMAC under `secret` (a random per-process key by default) does
+ * not; keys are compared only within the process that compiled them.
+ */
+function stateKey(owner: ExtensionOwner, spec: ExtensionSpec, secrets: Readonly<Record<string, unknown>>, secret: Uint8Array): string {
+  const h = createHmac('sha256', secret).update(JSON.stringify([spec.type, spec.phase, spec.config, secrets])).digest('hex').slice(0, 16)
   return `${ownerId(owner)}/${spec.name}#${h}`
 }
 
@@ -157,13 +165,13 @@ function typesOf(spec: ExtensionSpec): { readonly canonical: ReturnType<typeof c
   return { canonical, type: canonical === null ? spec.type : effectiveType(canonical, spec.config) }
 }
 
-/** Compiles one extension: canonical type, phases, secrets. Pure. */
-export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['scope'], owner: ExtensionOwner, spec: ExtensionSpec): CompiledExtension {
+/** Compiles one extension: canonical type, phases, secrets; `keySecret` keys its `key` (stateKey). Pure. */
+export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['scope'], owner: ExtensionOwner, spec: ExtensionSpec, keySecret: Uint8Array): CompiledExtension {
   const { canonical, type } = typesOf(spec)
   const { secrets, error } = resolveSecrets(snapshot, owner, type, spec.config)
   const phases: Phase[] = spec.phase !== null ? [spec.phase as Phase] : defaultPhases(canonical === null ? null : type as never, spec.config)
   return {
-    key: stateKey(owner, spec, secrets), name: spec.name, type, phases, priority: spec.priority, failOpen: spec.failOpen,
+    key: stateKey(owner, spec, secrets, keySecret), name: spec.name, type, phases, priority: spec.priority, failOpen: spec.failOpen,
     scope, source: ownerKey(owner), namespace: owner.namespace, config: spec.config, secrets,
     error: error?.message ?? (canonical === null ? `unknown extension type ${spec.type}` : null),
   }
@@ -268,6 +276,7 @@ export function addSecretRefConditions(objects: Map<string, ObjectStatus>, probl
 /** Memoizes compiled extensions by owner and name (one object per extension in the table). */
 export class ExtensionCompiler {
   readonly #snapshot: Snapshot
+  readonly #keySecret: Uint8Array
   readonly #cache = new Map<string, CompiledExtension>()
   readonly #chains = new Map<string, ExtensionChain>()
   readonly verdicts: ExtensionVerdict[] = []
@@ -275,7 +284,10 @@ export class ExtensionCompiler {
 
   #handedOut = 0
 
-  constructor(snapshot: Snapshot) { this.#snapshot = snapshot }
+  constructor(snapshot: Snapshot, keySecret: Uint8Array) {
+    this.#snapshot = snapshot
+    this.#keySecret = keySecret
+  }
 
   /** Chains handed out so far (new or shared): compile-cache.ts reuses only routes that took none. */
   get handedOut(): number { return this.#handedOut }
@@ -283,7 +295,7 @@ export class ExtensionCompiler {
   #compiled(s: ScopedExtensions, spec: ExtensionSpec): CompiledExtension {
     const k = `${s.scope}|${ownerId(s.owner)}|${spec.name}`
     let c = this.#cache.get(k)
-    if (c === undefined) this.#cache.set(k, c = compileExtension(this.#snapshot, s.scope, s.owner, spec))
+    if (c === undefined) this.#cache.set(k, c = compileExtension(this.#snapshot, s.scope, s.owner, spec, this.#keySecret))
     return c
   }
 

@@ -2,7 +2,8 @@
 // resolved in compile, under ReferenceGrant with the owning object's own
 // group and kind.
 import t from 'tap'
-import { compile } from '../../lib/compile/compile.ts'
+import { createHash } from 'node:crypto'
+import { compile, type CompileOptions } from '../../lib/compile/compile.ts'
 import type { CompiledExtension, RouteTable } from '../../lib/compile/table.ts'
 import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
 import { parseManifests } from '../../lib/config/parse.ts'
@@ -176,4 +177,31 @@ t.test('an extension\'s missing Secret or Secret key is a problem naming file, o
   const w = table.ports.get(8080)?.http?.exact.get('w.test')?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions.find(e => e.name === 'inject')
   t.match(w?.error, /has no key apikey/)
   t.equal(injector(table, 'f.test')?.error, null)
+})
+
+// The key is printed in /config_dump and logs next to the type, phase and config;
+// a plain digest of those and the Secret values let anyone who reads the dump test
+// guesses of a value offline (sha256 of each candidate, compared with the key).
+t.test('an extension key changes with its Secret values, but is no digest of them anyone can recompute', async t => {
+  const granted = grant([{ group: 'gateway.envoyproxy.io', kind: 'Backend' }])
+  const withValue = (value: string, options: Partial<CompileOptions> = {}): CompiledExtension => {
+    const parsed = parseManifests('set.yaml', [GATEWAY, BACKENDS.replace('XNS-SECRET', value), routeTo('eg.test', 'gateway.envoyproxy.io', 'Backend', 'eg'), granted].join('---\n'))
+    const ext = injector(compile(buildSnapshot(parsed.docs, parsed.problems), { ...b.opts, ...options }).table, 'eg.test')
+    if (ext === undefined) throw new Error('no extension')
+    return ext
+  }
+  const a = withValue('hunter2')
+  t.same(a.secrets, { secretRef: { token: 'hunter2' } })
+  t.match(a.key, /^gateway\.envoyproxy\.io\/Backend default\/eg\/inject#[0-9a-f]{16}$/)
+  t.equal(withValue('hunter2').key, a.key, 'the same inputs give the same key (extension state is kept across reloads by it)')
+  t.not(withValue('hunter3').key, a.key, 'a new Secret value gives a new key (the instance is rebuilt with it)')
+  const pinned = { extensionKeySecret: Buffer.alloc(32, 'pinned') }
+  t.equal(withValue('hunter2', pinned).key, withValue('hunter2', pinned).key, 'a pinned extensionKeySecret gives the same key every run')
+  t.not(withValue('hunter2', pinned).key, a.key, 'another process (another key) gives another key: a key means nothing outside its process')
+  t.not(withValue('hunter3', pinned).key, withValue('hunter2', pinned).key)
+  // What the key was: sha256 over what the dump shows and the value; a guess that matched it was confirmed.
+  const hash = a.key.slice(a.key.indexOf('#') + 1)
+  for (const [type, phase] of [['CredentialInjector', null], [a.type, null], [a.type, a.phases[0]]] as const) {
+    t.not(createHash('sha256').update(JSON.stringify([type, phase, a.config, a.secrets])).digest('hex').slice(0, 16), hash, `not the sha256 of [${type}, ${phase}, config, secrets]`)
+  }
 })

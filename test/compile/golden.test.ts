@@ -15,7 +15,9 @@ import { createCa, serverCert } from '../helpers/pki.ts'
 
 const DIR = path.join(import.meta.dirname, '../../fixtures/compile')
 const UPDATE = process.env.SALLYPORT_UPDATE_GOLDENS === '1'
-const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport' }
+// Extension keys are HMACs under a key random per process (compile.ts
+// extensionKeySecret): pinned here, so each run prints the same keys.
+const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport', extensionKeySecret: Buffer.alloc(32, 'golden') }
 
 // Compile parses and matches certificates and keys, and no key is committed: an
 // input names TEST-PKI-CERT, TEST-PKI-KEY (its key) and TEST-PKI-OTHER-KEY (a
