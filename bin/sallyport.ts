@@ -28,6 +28,7 @@ serve [options]
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
   --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
+  --worker-watchdog-seconds N  With --workers: a worker whose event loop answers no ping for N s is killed and replaced; 0: never (default: 30)
   --access-log on|off      One JSON log line per request (default: on)
   --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
   --drain-seconds N        On SIGTERM/SIGINT, time in-flight requests get to finish (default: 15)
@@ -187,6 +188,7 @@ async function main(argv: string[]): Promise<number | null> {
         'removed-series-seconds': { type: 'string' },
         'max-connections': { type: 'string' },
         'config-dump': { type: 'string' },
+        'worker-watchdog-seconds': { type: 'string' },
         kubernetes: { type: 'boolean' },
         kubeconfig: { type: 'string' },
         namespace: { type: 'string', multiple: true },
@@ -215,6 +217,7 @@ async function main(argv: string[]): Promise<number | null> {
       const http1Client = str(values, 'http1-client', 'sallyport')
       if (http1Client !== 'sallyport' && http1Client !== 'undici') throw new UsageError('--http1-client must be sallyport or undici')
       const workers = integer(values, 'workers', 0, 0, 256)
+      const workerWatchdogSeconds = integer(values, 'worker-watchdog-seconds', 30, 0, 3600)
       const drainSeconds = integer(values, 'drain-seconds', 15, 0, 3600)
       const removedSeriesSeconds = integer(values, 'removed-series-seconds', 300, 0, 86400)
       const maxConnections = integer(values, 'max-connections', 10_000, 1, 1_000_000)
@@ -228,7 +231,7 @@ async function main(argv: string[]): Promise<number | null> {
       await serve({
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '::'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
-        admin: adminAddress, configDump, workers, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
+        admin: adminAddress, configDump, workers, workerWatchdogSeconds, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
       })
       return null // keeps running until a signal
     }

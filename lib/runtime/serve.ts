@@ -31,6 +31,8 @@ export interface ServeOptions {
   readonly bind: string
   /** null: no admin server. */
   readonly admin: { readonly host: string; readonly port: number } | null
+  /** `--worker-watchdog-seconds` (default 30; 0: off): a worker silent this long is killed and replaced. */
+  readonly workerWatchdogSeconds?: number
   /** `--config-dump`: who may read /config_dump (default local: loopback clients). */
   readonly configDump?: ConfigDumpAccess
   /** 0: no cluster, serve in this process. */
@@ -118,8 +120,11 @@ type ToPrimary =
    * before its first table): the primary drops dead workers' counts of others.
    */
   | { readonly type: 'sallyport:metrics'; readonly id: number; readonly metrics: unknown; readonly names: unknown }
+  /** The answer to a watchdog ping: the worker's event loop runs. */
+  | { readonly type: 'sallyport:pong' }
 type ToWorker =
   | { readonly type: 'sallyport:shutdown' }
+  | { readonly type: 'sallyport:ping' }
   | { readonly type: 'sallyport:config_dump'; readonly id: number }
   | { readonly type: 'sallyport:metrics'; readonly id: number }
 
@@ -127,10 +132,12 @@ const WORKER_INDEX_ENV = 'SALLYPORT_WORKER_INDEX'
 const RESPAWN_DELAY_MS = 1000
 /** How long the primary waits for a worker's answer (a scrape then counts its previous one; a dump says so). */
 const WORKER_ANSWER_MS = 5000
+/** How often the watchdog pings each worker. */
+const WATCHDOG_PING_MS = 1000
 
 async function servePrimary(options: ServeOptions): Promise<void> {
   // by index; `heard`: it sent a message, so it is far enough along to answer a scrape
-  const workers = new Map<number, { worker: Worker; ready: boolean; heard: boolean }>()
+  const workers = new Map<number, { worker: Worker; ready: boolean; heard: boolean; lastHeard: number }>()
   /** Questions to workers waiting for their answers, by id (config dumps, metric scrapes). */
   const pending = new Map<number, (answer: unknown) => void>()
   let nextId = 1
@@ -139,10 +146,10 @@ async function servePrimary(options: ServeOptions): Promise<void> {
 
   const fork = (index: number): void => {
     const worker = cluster.fork({ [WORKER_INDEX_ENV]: String(index) })
-    workers.set(index, { worker, ready: false, heard: false })
+    workers.set(index, { worker, ready: false, heard: false, lastHeard: performance.now() })
     worker.on('message', (msg: ToPrimary) => {
       const heard = workers.get(index)
-      if (heard?.worker === worker) heard.heard = true
+      if (heard?.worker === worker) { heard.heard = true; heard.lastHeard = performance.now() }
       if (msg?.type === 'sallyport:ready') {
         const entry = workers.get(index)
         if (entry?.worker === worker) entry.ready = msg.ready
@@ -164,6 +171,31 @@ async function servePrimary(options: ServeOptions): Promise<void> {
     })
   }
   for (let i = 0; i < options.workers; i++) fork(i)
+
+  // The watchdog (--worker-watchdog-seconds): a worker whose event loop has not
+  // answered for that long (a Plugin in an endless loop, a stuck native call) is
+  // killed and replaced. The primary answers /healthz and /readyz for all of
+  // them, so without it a wedged worker was invisible to kubelet while the
+  // connections handed to it hung, as a single process's own probes would not be.
+  const watchdogMs = (options.workerWatchdogSeconds ?? 30) * 1000
+  if (watchdogMs > 0) {
+    setInterval(() => {
+      if (shuttingDown) return
+      const now = performance.now()
+      for (const [index, entry] of workers) {
+        // Watched once it has spoken (its start, slow on a busy machine, is /readyz's business).
+        if (!entry.heard || !entry.worker.isConnected() || entry.worker.isDead()) continue
+        const silentMs = now - entry.lastHeard
+        if (silentMs > watchdogMs) {
+          log.error({ worker: index, pid: entry.worker.process.pid, silentMs: Math.round(silentMs) }, 'worker stopped answering; killing it (it is replaced)')
+          entry.ready = false
+          entry.worker.process.kill('SIGKILL')
+          continue
+        }
+        try { entry.worker.send({ type: 'sallyport:ping' } satisfies ToWorker) } catch { /* gone: its exit handler replaces it */ }
+      }
+    }, Math.min(WATCHDOG_PING_MS, watchdogMs / 2)).unref()
+  }
 
   /** Asks one worker (`question` given its id); its answer, or undefined once it timed out, exited or could not be asked. */
   const ask = (worker: Worker, question: (id: number) => ToWorker): Promise<unknown> => new Promise<unknown>((resolve) => {
@@ -228,6 +260,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   // Scrapes are answered from the start: a worker just forked (a replacement) is
   // asked along with the others, and an unanswered ask holds the scrape for METRICS_TIMEOUT_MS.
   process.on('message', (msg: ToWorker) => {
+    if (msg?.type === 'sallyport:ping') { send({ type: 'sallyport:pong' }); return }
     if (msg?.type !== 'sallyport:metrics') return
     const id = msg.id
     registry.getMetricsAsJSON().then(

@@ -101,3 +101,27 @@ t.test('serve --workers 2: counters do not go back when a worker is killed and r
   cli.child.kill('SIGTERM')
   t.equal(await cli.exited, 0)
 })
+
+t.test('serve --workers: a worker whose event loop stops answering is killed and replaced by the watchdog', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => upstream.close())
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(httpPort), backendYaml('demo', upstream.address.port), routeYaml('demo', 'demo.example.test', 'demo', upstream.address.port),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--worker-watchdog-seconds', '2', '--drain-seconds', '1', '--access-log', 'off'])
+  const admin = `http://127.0.0.1:${adminPort}`
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  await settleLogs()
+  const [victim] = [...new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => Number(m[1])))].filter((pid) => pid !== cli.child.pid)
+  t.ok(victim !== undefined, 'a worker pid')
+  // SIGSTOP stands in for an event loop that never returns: the process is alive, and answers nothing.
+  process.kill(victim as number, 'SIGSTOP')
+  t.teardown(() => { try { process.kill(victim as number, 'SIGKILL') } catch { /* gone */ } })
+  await cli.waitFor(new RegExp(`"pid":${victim},"silentMs":\\d+,"msg":"worker stopped answering; killing it \\(it is replaced\\)"`), 15000)
+  t.pass('the watchdog names the worker it kills')
+  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, '/readyz 200 once the worker is replaced')
+  for (let i = 0; i < 10; i++) t.equal((await request(`http://127.0.0.1:${httpPort}/w${i}`, { host: 'demo.example.test' })).status, 200, 'fresh connections are all served')
+  t.equal(cli.child.exitCode, null, 'the gateway keeps running')
+})
