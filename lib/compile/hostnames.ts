@@ -2,8 +2,10 @@
 // `*.example.com` matches one or more DNS labels in place of the `*`, so it
 // covers a.example.com and a.b.example.com but not example.com.
 
-/** The pattern of a listener or route that accepts any hostname. Never a valid hostname itself. */
-export const ANY_HOST = '*'
+import { ANY_HOST } from '../hostname-index.ts'
+
+/** The pattern of a listener or route that accepts any hostname (defined with the lookup it serves). */
+export { ANY_HOST }
 
 export function isWildcard(hostname: string): boolean {
   return hostname.startsWith('*.')

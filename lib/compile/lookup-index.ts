@@ -87,7 +87,7 @@ function vhostKeys(v: VirtualHost, pattern: string): VhostKeys {
 /** The index of `index`'s hosts and paths. */
 export function buildLookupIndex(index: HostIndex): LookupIndex {
   // Vhost ids: exact hosts, wildcards, then the catch-all.
-  const vhosts: VirtualHost[] = [...index.exact.values(), ...index.wildcards.map(w => w.vhost)]
+  const vhosts: VirtualHost[] = [...index.exact.values(), ...index.wildcards.map(w => w.value)]
   const patterns: string[] = [...index.exact.keys(), ...index.wildcards.map(w => `*${w.suffix}`)]
   if (index.fallback !== null) { vhosts.push(index.fallback); patterns.push(ANY_HOST) }
   const matches: Array<RouteMatch | null> = []

@@ -31,7 +31,7 @@ export function vhostMatches(v: VirtualHost): RouteMatch[] {
 }
 
 function printHosts(out: string[], index: HostIndex): void {
-  const vhosts = [...index.exact.values(), ...index.wildcards.map(w => w.vhost), ...(index.fallback === null ? [] : [index.fallback])]
+  const vhosts = [...index.exact.values(), ...index.wildcards.map(w => w.value), ...(index.fallback === null ? [] : [index.fallback])]
   for (const v of vhosts) {
     out.push(`    host ${v.hostname}`)
     for (const m of vhostMatches(v)) {

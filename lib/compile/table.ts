@@ -7,6 +7,7 @@
 // are milliseconds, header names are lowercased.
 
 import type { ErrorCode } from '../errors.ts'
+import type { HostnameIndex } from '../hostname-index.ts'
 import type {
   ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy,
 } from '../resources/model.ts'
@@ -114,13 +115,8 @@ export interface ListenerNames {
 
 // ───────────────────────────── HTTP routing ─────────────────────────────
 
-export interface HostIndex {
-  /** Lowercased exact hostnames. */
-  readonly exact: ReadonlyMap<string, VirtualHost>
-  /** Wildcard hostnames, longest suffix first; `suffix` is '.example.com' for '*.example.com'. */
-  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly vhost: VirtualHost }>
-  /** Routes that accept any hostname; null if none. */
-  readonly fallback: VirtualHost | null
+/** Host → virtual host; the fallback holds the routes that accept any hostname. */
+export interface HostIndex extends HostnameIndex<VirtualHost> {
   /**
    * The same hosts and their Exact / PathPrefix keys as one compact hash index
    * (lib/compile/lookup-index.ts; lib/router/match.ts matchOnPort). Derived

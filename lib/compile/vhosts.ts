@@ -14,6 +14,7 @@ import type { MatchSpec } from './precedence.ts'
 import { compareMatches } from './precedence.ts'
 import { ANY_HOST, covers, hostSpecificity, isWildcard } from './hostnames.ts'
 import { withLookupIndex } from './lookup-index.ts'
+import { buildHostnameIndex } from '../hostname-index.ts'
 
 export interface PlacedMatch {
   readonly spec: MatchSpec
@@ -75,9 +76,7 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
     else { byPattern.set(p.spec.hostname, [p]); if (isWildcard(p.spec.hostname)) anyWildcard = true }
   }
   const patterns = new Set<string>([...byPattern.keys(), ...listenerHosts])
-  const exact = new Map<string, VirtualHost>()
-  const wildcards: Array<{ suffix: string; vhost: VirtualHost }> = []
-  let fallback: VirtualHost | null = null
+  const vhosts: Array<[string, VirtualHost]> = []
   const covering: PlacedMatch[][] = []
   for (const pattern of [...patterns].sort()) {
     const listener = mostSpecificCovering(listenerHosts, pattern)
@@ -91,12 +90,10 @@ export function buildHostIndex(placed: readonly PlacedMatch[], listenerHosts: re
       vhost = buildVirtualHost(pattern, cache === undefined ? specs : specs.slice()) // it ranks the list in place
       cache?.set(pattern, specs, vhost)
     }
-    if (pattern === ANY_HOST) fallback = vhost
-    else if (isWildcard(pattern)) wildcards.push({ suffix: pattern.slice(1), vhost })
-    else exact.set(pattern, vhost)
+    vhosts.push([pattern, vhost])
   }
-  wildcards.sort((a, b) => b.suffix.length - a.suffix.length || (a.suffix < b.suffix ? -1 : 1))
-  return withLookupIndex({ exact, wildcards, fallback })
+  // The patterns come sorted: wildcards of one length stay in code-unit order.
+  return withLookupIndex(buildHostnameIndex(vhosts))
 }
 
 interface MutableNode { children: Map<string, MutableNode> | null; matches: RouteMatch[] | null }

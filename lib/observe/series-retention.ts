@@ -121,7 +121,7 @@ export function tableNames(table: RouteTable): Set<string> {
 
 function addHostRules(index: HostIndex, rules: Set<RouteRule>): void {
   const vhosts = new Set<VirtualHost>(index.exact.values())
-  for (const w of index.wildcards) vhosts.add(w.vhost)
+  for (const w of index.wildcards) vhosts.add(w.value)
   if (index.fallback !== null) vhosts.add(index.fallback)
   const add = (matches: readonly RouteMatch[]): void => { for (const m of matches) rules.add(m.rule) }
   for (const v of vhosts) {

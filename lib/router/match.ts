@@ -44,6 +44,7 @@
 // PathPrefix request) measured no gain.
 
 import type { HeaderMatcher, HostIndex, LookupIndex, PrefixNode, RouteMatch, VirtualHost } from '../compile/table.ts'
+import { lookupHostname } from '../hostname-index.ts'
 import { FLAG_EXACT, FLAG_QUERY, FLAG_REGEX, FNV_OFFSET, FNV_PRIME, HEAD_FINAL, HEAD_FITS_ALL, INFO_WORDS, KIND_EXACT, KIND_PREFIX, KIND_WILDCARD, SLOT_WORDS, slotHash, storedHash } from '../lookup-hash.ts'
 
 export interface MatchInput {
@@ -65,14 +66,7 @@ export interface MatchInput {
  * `a.b.example.com` matches but `example.com` does not.
  */
 export function findVirtualHost(index: HostIndex, host: string): VirtualHost | null {
-  const exact = index.exact.get(host)
-  if (exact !== undefined) return exact
-  const wildcards = index.wildcards
-  for (let i = 0; i < wildcards.length; i++) {
-    const w = wildcards[i]
-    if (host.length > w.suffix.length && host.endsWith(w.suffix)) return w.vhost
-  }
-  return index.fallback
+  return lookupHostname(index, host)
 }
 
 // Scratch for matchOnPort: hashes and end offsets of the path's prefixes at

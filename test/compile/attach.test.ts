@@ -42,7 +42,7 @@ function servedHosts(table: RouteTable, port: number): string[] {
     v.exactPaths.size > 0 || v.prefixes.matches.length > 0 || v.prefixes.children.size > 0 || v.regexes.length > 0
   return [
     ...[...http.exact.values()].filter(withMatches).map(v => v.hostname),
-    ...http.wildcards.filter(w => withMatches(w.vhost)).map(w => `*${w.suffix}`),
+    ...http.wildcards.filter(w => withMatches(w.value)).map(w => `*${w.suffix}`),
     ...(http.fallback !== null && withMatches(http.fallback) ? ['*'] : []),
   ]
 }

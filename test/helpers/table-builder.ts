@@ -2,6 +2,7 @@
 // matches (the shape compile produces), clusters on loopback endpoints.
 
 import { unusedPort } from './ports.ts'
+import { buildHostnameIndex } from '../../lib/hostname-index.ts'
 import type {
   Cluster, HostIndex, PathMatcher, PortEntry, PrefixNode, RouteMatch, RouteRule, RouteTable, ServerCert, ServerTls, VirtualHost, WeightedCluster,
 } from '../../lib/compile/table.ts'
@@ -93,17 +94,7 @@ function portEntry(port: number, spec: PortSpec): PortEntry {
       }
     })
   }
-  const exact = new Map<string, VirtualHost>()
-  const wildcards: Array<{ suffix: string; vhost: VirtualHost }> = []
-  let fallback: VirtualHost | null = null
-  for (const [h, matches] of byHost) {
-    const vhost = vhostOf(h, matches)
-    if (h === '*') fallback = vhost
-    else if (h.startsWith('*.')) wildcards.push({ suffix: h.slice(1), vhost })
-    else exact.set(h, vhost)
-  }
-  wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  const http: HostIndex = { exact, wildcards, fallback }
+  const http: HostIndex = buildHostnameIndex([...byHost].map(([h, matches]) => [h, vhostOf(h, matches)] as const))
   return {
     port, protocol, listeners: [{ gateway: 'test/gw', name: `l${port}`, hostname: null }],
     http, serverTls: spec.tls ?? null, tcp: null, sni: null,

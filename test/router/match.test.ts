@@ -36,7 +36,7 @@ t.test('findVirtualHost: exact, longest wildcard, fallback', async t => {
   const v = (hostname: string): VirtualHost => ({ hostname, exactPaths: new Map(), prefixes: node([]), regexes: [], needsQuery: false })
   const index: HostIndex = {
     exact: new Map([['a.example.com', v('a.example.com')]]),
-    wildcards: [{ suffix: '.b.example.com', vhost: v('*.b.example.com') }, { suffix: '.example.com', vhost: v('*.example.com') }],
+    wildcards: [{ suffix: '.b.example.com', value: v('*.b.example.com') }, { suffix: '.example.com', value: v('*.example.com') }],
     fallback: v('*'),
   }
   t.equal(findVirtualHost(index, 'a.example.com')?.hostname, 'a.example.com')
