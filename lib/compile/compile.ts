@@ -23,6 +23,7 @@ import { buildHostIndex } from './vhosts.ts'
 import type { PlacedMatch } from './vhosts.ts'
 import { buildSniIndex, compileL4Route } from './l4.ts'
 import { ANY_HOST } from './hostnames.ts'
+import { buildHostnameIndex } from '../hostname-index.ts'
 import { sortedValues } from './conditions.ts'
 import { assembleStatus } from './assemble-status.ts'
 import { deepFreeze } from './freeze.ts'
@@ -272,16 +273,7 @@ function buildPorts(
     const terminates = first.tlsMode === 'Terminate'
     let serverTls: PortEntry['serverTls'] = null
     if (terminates) {
-      const exact = new Map<string, NonNullable<ServedListener['cert']>>()
-      const wildcards: Array<{ suffix: string; cert: NonNullable<ServedListener['cert']> }> = []
-      let fallback: ServedListener['cert'] = null
-      for (const l of listeners) {
-        if (l.cert === null) continue
-        if (l.hostname === null) fallback ??= l.cert
-        else if (l.hostname.startsWith('*.')) wildcards.push({ suffix: l.hostname.slice(1), cert: l.cert })
-        else exact.set(l.hostname, l.cert)
-      }
-      wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
+      const certs = buildHostnameIndex(listeners.flatMap(l => l.cert === null ? [] : [[l.hostname ?? ANY_HOST, l.cert] as const]))
       // TLS settles the version before the server name picks a listener: the port offers
       // every version one of its listeners accepts (each listener's floor is checked after
       // the handshake), and a max-version caps the whole port (it cannot be held per name).
@@ -289,7 +281,7 @@ function buildPorts(
       const maxVersion = listeners.some(l => l.tlsVersions.max === 'TLSv1.2') ? 'TLSv1.2' : 'TLSv1.3'
       // One per port: planGateways throws out a listener whose validation differs from the port's.
       serverTls = {
-        exact, wildcards, fallback, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [],
+        ...certs, clientValidation: first.clientValidation, alpn: protocol === 'HTTPS' ? ['h2', 'http/1.1'] : [],
         listenerNames: protocol === 'HTTPS' && listeners.length > 1 ? listenerNamesOf(listeners) : null,
         minVersion, maxVersion,
       }

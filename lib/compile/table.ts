@@ -81,13 +81,8 @@ export interface ServerCert {
   readonly minVersion: 'TLSv1.2' | 'TLSv1.3'
 }
 
-export interface ServerTls {
-  /** Exact SNI → cert. */
-  readonly exact: ReadonlyMap<string, ServerCert>
-  /** Wildcard certs, longest suffix first; suffix includes the leading dot. */
-  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly cert: ServerCert }>
-  /** Certificate of a listener without hostname; null if none. */
-  readonly fallback: ServerCert | null
+/** SNI → the certificate of the listener it selects; the fallback is that of the listener without hostname. */
+export interface ServerTls extends HostnameIndex<ServerCert> {
   /** Frontend client-certificate validation (Gateway.spec.tls.frontend); null = no client certs asked. */
   readonly clientValidation: { readonly caPem: string; readonly required: boolean } | null
   readonly alpn: readonly string[]

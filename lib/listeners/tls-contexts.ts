@@ -8,6 +8,7 @@
 
 import { createSecureContext, type SecureContext, type Server, type TLSSocket } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
+import { lookupHostname } from '../hostname-index.ts'
 import { logger } from '../observe/log.ts'
 import { BELOW_MIN_VERSION, NO_CERTIFICATE, handshakeFailed } from './tls-handshake-errors.ts'
 
@@ -27,16 +28,7 @@ export const LISTENER_CIPHERS = [
 
 /** The certificate for an SNI name (lowercase); null when none covers it. */
 export function selectCert(tls: ServerTls, servername: string): ServerCert | null {
-  if (servername.length > 0) {
-    const exact = tls.exact.get(servername)
-    if (exact !== undefined) return exact
-    const wildcards = tls.wildcards
-    for (let i = 0; i < wildcards.length; i++) {
-      const w = wildcards[i]
-      if (servername.length > w.suffix.length && servername.endsWith(w.suffix)) return w.cert
-    }
-  }
-  return tls.fallback
+  return servername.length > 0 ? lookupHostname(tls, servername) : tls.fallback
 }
 
 /** The SNI callback's answer when no certificate covers the name. */
@@ -48,13 +40,13 @@ export function noCertificate(): Error {
 export function defaultCert(tls: ServerTls): ServerCert | null {
   if (tls.fallback !== null) return tls.fallback
   for (const cert of tls.exact.values()) return cert
-  return tls.wildcards.length > 0 ? tls.wildcards[0].cert : null
+  return tls.wildcards.length > 0 ? tls.wildcards[0].value : null
 }
 
 /** The port's certificates, its default one (defaultCert) first. */
 function byPreference(conf: ServerTls): ServerCert[] {
   const first = defaultCert(conf)
-  const all = [...conf.exact.values(), ...conf.wildcards.map(w => w.cert), ...(conf.fallback === null ? [] : [conf.fallback])]
+  const all = [...conf.exact.values(), ...conf.wildcards.map(w => w.value), ...(conf.fallback === null ? [] : [conf.fallback])]
   return first === null ? all : [first, ...all.filter(c => c !== first)]
 }
 
@@ -151,7 +143,7 @@ export class SecureContexts {
       let ids = keep.get(key)
       if (ids === undefined) { ids = new Set(); keep.set(key, ids) }
       for (const c of tls.exact.values()) ids.add(c.id)
-      for (const w of tls.wildcards) ids.add(w.cert.id)
+      for (const w of tls.wildcards) ids.add(w.value.id)
       if (tls.fallback !== null) ids.add(tls.fallback.id)
     }
     for (const [key, byId] of this.#byKey) {

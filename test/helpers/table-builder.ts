@@ -2,7 +2,7 @@
 // matches (the shape compile produces), clusters on loopback endpoints.
 
 import { unusedPort } from './ports.ts'
-import { buildHostnameIndex } from '../../lib/hostname-index.ts'
+import { ANY_HOST, buildHostnameIndex } from '../../lib/hostname-index.ts'
 import type {
   Cluster, HostIndex, PathMatcher, PortEntry, PrefixNode, RouteMatch, RouteRule, RouteTable, ServerCert, ServerTls, VirtualHost, WeightedCluster,
 } from '../../lib/compile/table.ts'
@@ -49,17 +49,9 @@ export function cluster(id: string, port: number, over: Partial<Cluster> = {}): 
 }
 
 export function serverTls(certs: ReadonlyArray<{ readonly hostname: string | null; readonly certPem: string; readonly keyPem: string; readonly id: string }>, clientValidation: ServerTls['clientValidation'] = null): ServerTls {
-  const exact = new Map<string, ServerCert>()
-  const wildcards: Array<{ suffix: string; cert: ServerCert }> = []
-  let fallback: ServerCert | null = null
-  for (const c of certs) {
-    const cert: ServerCert = { id: c.id, hostname: c.hostname, certPem: c.certPem, keyPem: c.keyPem, minVersion: 'TLSv1.2' }
-    if (c.hostname === null) fallback = cert
-    else if (c.hostname.startsWith('*.')) wildcards.push({ suffix: c.hostname.slice(1), cert })
-    else exact.set(c.hostname, cert)
-  }
-  wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  return { exact, wildcards, fallback, clientValidation, alpn: ['h2', 'http/1.1'], listenerNames: null, minVersion: 'TLSv1.2', maxVersion: 'TLSv1.3' }
+  const byName = buildHostnameIndex(certs.map((c): [string, ServerCert] =>
+    [c.hostname ?? ANY_HOST, { id: c.id, hostname: c.hostname, certPem: c.certPem, keyPem: c.keyPem, minVersion: 'TLSv1.2' }]))
+  return { ...byName, clientValidation, alpn: ['h2', 'http/1.1'], listenerNames: null, minVersion: 'TLSv1.2', maxVersion: 'TLSv1.3' }
 }
 
 export function buildTable(ports: ReadonlyMap<number, PortSpec> | Record<number, PortSpec>, clusters: readonly Cluster[], version = 1): RouteTable {
