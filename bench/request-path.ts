@@ -106,7 +106,7 @@ const benches: Record<string, [() => number, () => number]> = {
   sni: (() => {
     // Connections made for an exact listener, the wildcard one and the catch-all; hosts of each
     // kind: the SNI itself, another name of the SNI's listener, another listener's.
-    const names: ListenerNames = { exact: new Map([['a.example.com', 0], ['b.example.com', 1]]), wildcards: [{ suffix: '.example.com', listener: 2 }], fallback: 3 }
+    const names: ListenerNames = { exact: new Map([['a.example.com', 0], ['b.example.com', 1]]), wildcards: [{ suffix: '.example.com', value: 2 }], fallback: 3 }
     const conns = ['a.example.com', 'c.example.com', 'other.test'].map((n) => new ConnectionSni(n))
     const hosts = ['a.example.com', 'b.example.com', 'c.example.com', 'd.example.com', 'other.test', 'x.y.example.com', 'a.example.com', 'c.example.com'].map(flat)
     const seen = new Map(hosts.map((h) => [h, 1]))

@@ -306,16 +306,7 @@ function buildPorts(
  * vhosts.ts) are chosen by, so the three always agree.
  */
 function listenerNamesOf(listeners: readonly ServedListener[]): ListenerNames {
-  const exact = new Map<string, number>()
-  const wildcards: Array<{ suffix: string; listener: number }> = []
-  let fallback = -1
-  listeners.forEach((l, i) => {
-    if (l.hostname === null) fallback = i
-    else if (l.hostname.startsWith('*.')) wildcards.push({ suffix: l.hostname.slice(1), listener: i })
-    else exact.set(l.hostname, i)
-  })
-  wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  return { exact, wildcards, fallback }
+  return buildHostnameIndex(listeners.map((l, i) => [l.hostname ?? ANY_HOST, i] as const))
 }
 
 interface VhostReuse { readonly cache: CompileCache; readonly next: Map<number, Map<string, VhostMemo>>; reused: number; built: number }

@@ -99,14 +99,8 @@ export interface ServerTls extends HostnameIndex<ServerCert> {
   readonly maxVersion: 'TLSv1.2' | 'TLSv1.3'
 }
 
-/** Listener hostnames → index in PortEntry.listeners. */
-export interface ListenerNames {
-  readonly exact: ReadonlyMap<string, number>
-  /** Longest suffix first; suffix includes the leading dot. */
-  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly listener: number }>
-  /** The listener without hostname; -1: none. */
-  readonly fallback: number
-}
+/** Listener hostnames → index in PortEntry.listeners; the fallback is the listener without hostname. */
+export type ListenerNames = HostnameIndex<number>
 
 // ───────────────────────────── HTTP routing ─────────────────────────────
 

@@ -10,18 +10,12 @@
 // address) has nothing to tell its listener by: its requests route by host.
 
 import type { ListenerNames } from '../compile/table.ts'
+import { lookupHostname } from '../hostname-index.ts'
 
 // hot path
-/** The listener (index in PortEntry.listeners) `name` selects: exact, longest wildcard, the one without hostname; -1 for none. */
-export function selectListener(names: ListenerNames, name: string): number {
-  const exact = names.exact.get(name)
-  if (exact !== undefined) return exact
-  const wildcards = names.wildcards
-  for (let i = 0; i < wildcards.length; i++) {
-    const w = wildcards[i]
-    if (name.length > w.suffix.length && name.endsWith(w.suffix)) return w.listener
-  }
-  return names.fallback
+/** The listener (index in PortEntry.listeners) `name` selects: exact, longest wildcard, the one without hostname; null for none. */
+export function selectListener(names: ListenerNames, name: string): number | null {
+  return lookupHostname(names, name)
 }
 
 /**
@@ -32,7 +26,7 @@ export function selectListener(names: ListenerNames, name: string): number {
 export class ConnectionSni {
   readonly servername: string
   #names: ListenerNames | null = null
-  #listener = -1
+  #listener: number | null = null
 
   constructor(servername: string) {
     this.servername = servername
@@ -51,6 +45,6 @@ export class ConnectionSni {
       this.#names = names
     }
     const listener = selectListener(names, host)
-    return listener !== -1 && listener !== this.#listener
+    return listener !== null && listener !== this.#listener
   }
 }

@@ -234,10 +234,10 @@ t.test('OverlappingTLSConfig: set (True, OverlappingHostnames) on every HTTPS li
   // The listener each name selects, by the rules certificates are selected by.
   const names = table.ports.get(8443)?.serverTls?.listenerNames
   const listeners = table.ports.get(8443)?.listeners ?? []
-  const at = (i: number | undefined): string => i === undefined || i < 0 ? '-' : listeners[i].name
+  const at = (i: number | null | undefined): string => i == null ? '-' : listeners[i].name
   t.equal(at(names?.exact.get('foo.example.com')), 'foo')
   t.equal(at(names?.exact.get('foo.example.org')), 'org')
-  t.same(names?.wildcards.map(w => [w.suffix, at(w.listener)]), [['.example.com', 'wild']])
+  t.same(names?.wildcards.map(w => [w.suffix, at(w.value)]), [['.example.com', 'wild']])
   t.equal(at(names?.fallback), 'any')
   t.equal(table.ports.get(9443)?.serverTls?.listenerNames, null, 'one listener on the port: nothing to tell apart')
 })

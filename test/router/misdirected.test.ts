@@ -7,7 +7,7 @@ import { ConnectionSni, selectListener } from '../../lib/router/misdirected.ts'
 // Listeners: 0 a.example.com, 1 *.example.com, 2 *.b.example.com, 3 (no hostname).
 const names: ListenerNames = {
   exact: new Map([['a.example.com', 0]]),
-  wildcards: [{ suffix: '.b.example.com', listener: 2 }, { suffix: '.example.com', listener: 1 }],
+  wildcards: [{ suffix: '.b.example.com', value: 2 }, { suffix: '.example.com', value: 1 }],
   fallback: 3,
 }
 
@@ -18,7 +18,7 @@ t.test('selectListener: exact, then the longest wildcard, then the listener with
   t.equal(selectListener(names, 'c.b.example.com'), 2, 'the longest suffix')
   t.equal(selectListener(names, 'example.com'), 3, 'a wildcard does not cover its parent')
   t.equal(selectListener(names, 'other.test'), 3)
-  t.equal(selectListener({ ...names, fallback: -1 }, 'other.test'), -1, 'none: -1')
+  t.equal(selectListener({ ...names, fallback: null }, 'other.test'), null, 'none: null')
 })
 
 t.test('ConnectionSni: a host of another listener than the SNI\'s is misdirected; its own, or one no listener takes, is not', async t => {
@@ -30,7 +30,7 @@ t.test('ConnectionSni: a host of another listener than the SNI\'s is misdirected
   t.equal(viaWild.misdirects(names, 'd.example.com'), false, 'another name of the same listener')
   t.equal(viaWild.misdirects(names, 'a.example.com'), true, 'the exact listener\'s host')
   t.equal(viaWild.misdirects(names, 'x.b.example.com'), true, 'a more specific wildcard listener\'s host')
-  const onlyExact: ListenerNames = { exact: new Map([['a.example.com', 0], ['b.example.com', 1]]), wildcards: [], fallback: -1 }
+  const onlyExact: ListenerNames = { exact: new Map([['a.example.com', 0], ['b.example.com', 1]]), wildcards: [], fallback: null }
   t.equal(new ConnectionSni('a.example.com').misdirects(onlyExact, 'nobody.test'), false, 'no listener takes it: not misdirected (a 404 elsewhere)')
 })
 
@@ -38,11 +38,11 @@ t.test('ConnectionSni: the SNI\'s listener is selected again in a new table', as
   const conn = new ConnectionSni('a.example.com')
   t.equal(conn.misdirects(names, 'c.example.com'), true)
   // A reload that renumbers: a.example.com is now listener 1, the wildcard 0.
-  const renumbered: ListenerNames = { exact: new Map([['a.example.com', 1]]), wildcards: [{ suffix: '.example.com', listener: 0 }], fallback: -1 }
+  const renumbered: ListenerNames = { exact: new Map([['a.example.com', 1]]), wildcards: [{ suffix: '.example.com', value: 0 }], fallback: null }
   t.equal(conn.misdirects(renumbered, 'a.example.com'), false)
   t.equal(conn.misdirects(renumbered, 'c.example.com'), true, 'still the wildcard\'s host, whatever its index')
-  // A reload that drops a's listener: the wildcard takes both names, one listener.
-  const merged: ListenerNames = { exact: new Map(), wildcards: [{ suffix: '.example.com', listener: 0 }], fallback: 1 }
+  // A reload that drops a's value: the wildcard takes both names, one listener.
+  const merged: ListenerNames = { exact: new Map(), wildcards: [{ suffix: '.example.com', value: 0 }], fallback: 1 }
   t.equal(conn.misdirects(merged, 'c.example.com'), false, 'the connection\'s name now selects the wildcard listener too')
   t.equal(conn.misdirects(merged, 'other.test'), true)
 })
