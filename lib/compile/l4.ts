@@ -19,7 +19,7 @@ import { GATEWAY_GROUP } from './conditions.ts'
 import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import type { RefProblem } from './rules.ts'
-import { ANY_HOST, isWildcard } from './hostnames.ts'
+import { buildHostnameIndex } from '../hostname-index.ts'
 
 export function compileL4Route(route: TCPRoute | TLSRoute, resolver: BackendResolver, traffic: PolicyIndex<BackendTrafficPolicy>,
   gatewayKey: string, listenerName: string, problems: RefProblem[]): L4Route {
@@ -49,16 +49,5 @@ export function compileL4Route(route: TCPRoute | TLSRoute, resolver: BackendReso
 
 /** Routes arrive oldest first; the first route for a name keeps it. */
 export function buildSniIndex(entries: ReadonlyArray<{ hostname: string; route: L4Route }>, mode: SniIndex['mode']): SniIndex {
-  const exact = new Map<string, L4Route>()
-  const wild = new Map<string, L4Route>()
-  let fallback: L4Route | null = null
-  for (const e of entries) {
-    if (e.hostname === ANY_HOST) { fallback ??= e.route; continue }
-    const map = isWildcard(e.hostname) ? wild : exact
-    const key = isWildcard(e.hostname) ? e.hostname.slice(1) : e.hostname
-    if (!map.has(key)) map.set(key, e.route)
-  }
-  const wildcards = [...wild].map(([suffix, route]) => ({ suffix, route }))
-    .sort((a, b) => b.suffix.length - a.suffix.length || (a.suffix < b.suffix ? -1 : 1))
-  return { exact, wildcards, fallback, mode }
+  return { ...buildHostnameIndex(entries.map(e => [e.hostname, e.route] as const)), mode }
 }

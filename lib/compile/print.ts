@@ -74,7 +74,7 @@ export function printTable(table: RouteTable, status: Status): string {
     if (p.tcp !== null) out.push(`    tcp ${printL4(p.tcp)}`)
     if (p.sni !== null) {
       for (const [name, r] of p.sni.exact) out.push(`    sni ${name} ${printL4(r)}`)
-      for (const w of p.sni.wildcards) out.push(`    sni *${w.suffix} ${printL4(w.route)}`)
+      for (const w of p.sni.wildcards) out.push(`    sni *${w.suffix} ${printL4(w.value)}`)
       if (p.sni.fallback !== null) out.push(`    sni * ${printL4(p.sni.fallback)}`)
     }
   }

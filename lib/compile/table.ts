@@ -376,10 +376,8 @@ export interface L4Route {
   readonly connectMs: number | null
 }
 
-export interface SniIndex {
-  readonly exact: ReadonlyMap<string, L4Route>
-  readonly wildcards: ReadonlyArray<{ readonly suffix: string; readonly route: L4Route }>
-  readonly fallback: L4Route | null
+/** SNI → TLSRoute; the fallback is the route without hostnames. */
+export interface SniIndex extends HostnameIndex<L4Route> {
   /** Passthrough forwards the raw TLS stream; Terminate decrypts with serverTls first. */
   readonly mode: 'Passthrough' | 'Terminate'
 }

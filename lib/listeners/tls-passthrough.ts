@@ -5,6 +5,7 @@
 
 import type { Socket } from 'node:net'
 import type { L4Route, SniIndex } from '../compile/table.ts'
+import { lookupHostname } from '../hostname-index.ts'
 import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
 
 /**
@@ -13,16 +14,7 @@ import { MAX_CLIENT_HELLO_BYTES, parseClientHello } from './sni-client-hello.ts'
  * then the routes without hostnames. No SNI → only that fallback.
  */
 export function matchSni(index: SniIndex, sni: string | null): L4Route | null {
-  if (sni !== null) {
-    const exact = index.exact.get(sni)
-    if (exact !== undefined) return exact
-    const wildcards = index.wildcards
-    for (let i = 0; i < wildcards.length; i++) {
-      const w = wildcards[i]
-      if (sni.length > w.suffix.length && sni.endsWith(w.suffix)) return w.route
-    }
-  }
-  return index.fallback
+  return sni !== null ? lookupHostname(index, sni) : index.fallback
 }
 
 export type HelloOutcome =

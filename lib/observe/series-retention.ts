@@ -101,7 +101,7 @@ export function tableNames(table: RouteTable): Set<string> {
     if (entry.tcp !== null) l4.add(entry.tcp)
     if (entry.sni !== null) {
       for (const r of entry.sni.exact.values()) l4.add(r)
-      for (const w of entry.sni.wildcards) l4.add(w.route)
+      for (const w of entry.sni.wildcards) l4.add(w.value)
       if (entry.sni.fallback !== null) l4.add(entry.sni.fallback)
     }
   }

@@ -126,7 +126,7 @@ t.test('TLS Passthrough: SNI index, exact and wildcard, no server certificate', 
   const e = ports.get(8443)
   t.equal(e?.sni?.mode, 'Passthrough')
   t.equal(e?.sni?.exact.get('db.example.com')?.route.name, 'exact')
-  t.same(e?.sni?.wildcards.map((w) => [w.suffix, w.route.route.name]), [['.example.com', 'wild']])
+  t.same(e?.sni?.wildcards.map((w) => [w.suffix, w.value.route.name]), [['.example.com', 'wild']])
   t.equal(e?.serverTls, null)
   t.equal(e?.http, null)
 })

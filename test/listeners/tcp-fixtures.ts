@@ -7,6 +7,7 @@ import net, { type AddressInfo } from 'node:net'
 import tls from 'node:tls'
 import type { Test } from 'tap'
 import type { Cluster, ClusterTls, L4Route, PortEntry, RouteTable, ServerTls, SniIndex, WeightedCluster } from '../../lib/compile/table.ts'
+import { buildHostnameIndex } from '../../lib/hostname-index.ts'
 import { createDataPlane, type DataPlane, type DataPlaneOptions } from '../../lib/listeners/data-plane.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
@@ -46,16 +47,7 @@ export function tcpPort(port: number, route: L4Route | null): PortEntry {
 }
 
 export function sniIndex(routes: Record<string, L4Route>, mode: SniIndex['mode'] = 'Passthrough'): SniIndex {
-  const exact = new Map<string, L4Route>()
-  const wildcards: Array<{ suffix: string; route: L4Route }> = []
-  let fallback: L4Route | null = null
-  for (const [host, route] of Object.entries(routes)) {
-    if (host === '*') fallback = route
-    else if (host.startsWith('*.')) wildcards.push({ suffix: host.slice(1), route })
-    else exact.set(host, route)
-  }
-  wildcards.sort((a, b) => b.suffix.length - a.suffix.length)
-  return { exact, wildcards, fallback, mode }
+  return { ...buildHostnameIndex(Object.entries(routes)), mode }
 }
 
 export function tlsPort(port: number, sni: SniIndex, serverTls: ServerTls | null = null): PortEntry {
