@@ -27,7 +27,18 @@ export interface HostnameIndex<T> {
 }
 
 // hot path
-/** The value `name` (lowercased, without port) selects: exact, the longest wildcard, the fallback; null for none. */
+/**
+ * The value `name` (lowercased, without port) selects: exact, the longest
+ * wildcard, the fallback; null for none.
+ *
+ * Every kind of index comes through here, and V8 keeps a property load fast
+ * only while it sees at most four object shapes. There are four: HostIndex,
+ * ServerTls, SniIndex and this builder's plain object (ListenerNames,
+ * servingListener's), all frozen, as are their Maps, arrays and wildcard
+ * entries. Measured in one process running all five lookups: leaving
+ * servingListener's index unfrozen (a fifth shape) made findVirtualHost and
+ * selectCert 15-30% slower; leaving only its inner objects unfrozen, 10%.
+ */
 export function lookupHostname<T>(index: HostnameIndex<T>, name: string): T | null {
   const exact = index.exact.get(name)
   if (exact !== undefined) return exact

@@ -4,27 +4,40 @@
 // so the listener comes from the port and the request's host, not from the rule.
 
 import type { ListenerRef, PortEntry } from '../compile/table.ts'
+import { ANY_HOST, buildHostnameIndex, lookupHostname, type HostnameIndex } from '../hostname-index.ts'
+
+/** A port's listeners by hostname, built on the port's first lookup (a table never changes, so neither does the index). */
+const byHostname = new WeakMap<readonly ListenerRef[], HostnameIndex<ListenerRef>>()
 
 /**
- * The listener on this port that takes `host`, as routing picks it: the one
- * naming it exactly, else the longest wildcard covering it, else one without
- * hostname; null when none at all.
+ * Frozen like the compiled indexes (its Map, array and entries too), so that
+ * lookupHostname sees the shapes it sees for them (see there). Only the
+ * index's own objects: the listeners are the table's.
+ */
+function frozen<T>(index: HostnameIndex<T>): HostnameIndex<T> {
+  for (const w of index.wildcards) Object.freeze(w)
+  Object.freeze(index.wildcards)
+  Object.freeze(index.exact)
+  return Object.freeze(index)
+}
+
+// hot path
+/**
+ * The listener on this port that takes `host` (lowercased), as routing picks
+ * it: the one naming it exactly, else the longest wildcard covering it, else
+ * the one without hostname; null when none at all. A port's only listener
+ * takes every host.
  */
 export function servingListener(entry: PortEntry | null, host: string): ListenerRef | null {
   if (entry === null) return null
   const listeners = entry.listeners
   if (listeners.length === 1) return listeners[0]
-  let fallback: ListenerRef | null = null
-  let wildcard: ListenerRef | null = null
-  for (let i = 0; i < listeners.length; i++) {
-    const l = listeners[i]
-    const h = l.hostname
-    if (h === null) { fallback ??= l; continue }
-    if (h === host) return l
-    if (h.charCodeAt(0) === 42 /* '*' */ && host.length > h.length - 1 && host.endsWith(h.slice(1)) &&
-      (wildcard === null || (wildcard.hostname as string).length < h.length)) wildcard = l
+  let index = byHostname.get(listeners)
+  if (index === undefined) {
+    index = frozen(buildHostnameIndex(listeners.map(l => [l.hostname ?? ANY_HOST, l] as const)))
+    byHostname.set(listeners, index)
   }
-  return wildcard ?? fallback
+  return lookupHostname(index, host)
 }
 
 /** `namespace/name` of the Gateway that served the request: its listener's, else the port's first ('' for none). */
