@@ -30,6 +30,15 @@ function get(port: number, path: string): Promise<{ status: number; body: string
   })
 }
 
+/** Polls `ok` every 20 ms until it holds; fails after 10 s. */
+async function until(ok: () => boolean | Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await ok()) return
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  throw new Error('condition not reached in 10 s')
+}
+
 /** Resolves when the server closes `socket` (true), or after `ms` with it still open (false). */
 function closedWithin(socket: net.Socket, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -67,15 +76,23 @@ t.test('one dump is built for the requests that ask at once, and shared while a 
   const reader = await connect(t, port)
   reader.pause()
   reader.write('GET /config_dump HTTP/1.1\r\nHost: x\r\n\r\n')
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  // Bounded waits, not fixed sleeps: on a loaded machine the server may take a while to get there.
+  await until(() => builds === 2)
   t.equal(builds, 2, 'a new dump once the earlier ones were delivered')
+  let firstByte = false
+  reader.once('readable', () => { firstByte = true })
+  await until(() => firstByte)
   // While that client has not read it, others share its bytes instead of building more.
   const shared = await get(port, '/config_dump')
-  t.ok(shared.body.startsWith('{"build":2,'), 'a request meanwhile gets the same dump')
+  t.equal(shared.body.slice(0, 10), '{"build":2', 'a request meanwhile gets the same dump')
   t.equal(builds, 2, 'and nothing was built for it')
+  const closed = new Promise((resolve) => reader.once('close', resolve))
   reader.destroy()
-  await new Promise((resolve) => setTimeout(resolve, 50))
-  t.equal((await get(port, '/config_dump')).body, '{"build":3,"big":""}\n', 'once nobody is being sent it, a fresh one again')
+  await closed
+  // The server sees the reset when it next writes: until then it may still count the reader.
+  let fresh = ''
+  await until(async () => { fresh = (await get(port, '/config_dump')).body; return fresh.startsWith('{"build":3') })
+  t.equal(fresh.slice(0, 40), '{"build":3,"big":""}\n', 'once nobody is being sent it, a fresh one again')
 })
 
 t.test('a failed dump is not kept: the next request builds again', async (t) => {
