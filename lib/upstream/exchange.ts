@@ -8,6 +8,7 @@ import { Readable, type Duplex } from 'node:stream'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
+import type { EndpointHealth } from './outlier.ts'
 import { BACKEND_REQUEST_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
 import { responseHeaders } from './headers.ts'
@@ -31,7 +32,11 @@ export interface Attempt {
  */
 export interface ExchangeGuard {
   started(ex: Exchange): void
-  /** Before an attempt goes to endpoint `index` (ex.tried/endpointIndex still describe the previous one). */
+  /**
+   * Before an attempt goes to endpoint `index` of this guard's list
+   * (ex.endpointHealth still names the previous attempt's endpoint, which may
+   * belong to an older list of the same cluster: a DNS answer changed).
+   */
   entering(ex: Exchange, index: number): void
   responded(ex: Exchange, status: number, headers: OutgoingHeaders): void
   failed(ex: Exchange, err: SallyportError): void
@@ -58,8 +63,15 @@ export class Exchange {
   readonly #series: BackendSeries
   /** `host:port` of the endpoint of the current attempt. */
   endpoint = ''
-  /** Index into cluster.endpoints of the current attempt. */
+  /** Index of the current attempt's endpoint in the endpoint list of `guard` (the registry's state it was sent with). */
   endpointIndex = 0
+  /**
+   * Health of the current attempt's endpoint, which counts it in flight; null
+   * before the first attempt and once finished. Held by identity, not index:
+   * a DNS answer that changes under a pending connect gives the cluster a new
+   * list, and the retry to the next address must still release this one.
+   */
+  endpointHealth: EndpointHealth | null = null
   /** Endpoints tried so far (connect fallback tries each at most once). */
   tried = 0
   /** True once request bytes may have left: never retried after this point. */

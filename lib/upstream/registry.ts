@@ -257,17 +257,32 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     return this.#l4.dial(req, callback)
   }
 
+  /**
+   * A connect failure of an unsent request: the next endpoint of the cluster's
+   * current list. A hostname cluster's list may have changed since the request
+   * was sent (a new DNS answer while the connect hung): the position is found
+   * again by address, and a request whose address left the answer goes where
+   * the balancer picks. At most as many tries as the list has endpoints.
+   */
   redispatch(ex: Exchange): boolean {
     const state = hasHostnames(ex.cluster) ? this.#dynamic.get(ex.cluster)?.state : this.#stateOf(ex.cluster)
     if (state === undefined) return false
     const endpoints = state.endpoints
     if (this.#closed || ex.aborted || ex.tried >= endpoints.length) return false
-    const next = (ex.endpointIndex + 1) % endpoints.length
+    const rt = state.balancer
+    let next: number
+    if (ex.guard === rt) next = (ex.endpointIndex + 1) % endpoints.length
+    else {
+      const at = state.labels.indexOf(ex.endpoint)
+      next = at !== -1 ? (at + 1) % endpoints.length : rt.pick(ex.req) ?? 0
+    }
     // Out of the failing pool's callback before starting the next attempt.
     queueMicrotask(() => {
       if (ex.answered) return
-      if (this.#closed) ex.fail(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
-      else this.#send(ex, state, next)
+      if (this.#closed) return ex.fail(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
+      // The outcome of the next attempt is the new list's to count (the cluster's breaker counters are shared).
+      ex.guard = rt
+      this.#send(ex, state, next)
     })
     return true
   }

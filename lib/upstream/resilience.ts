@@ -94,14 +94,18 @@ export class ClusterRuntime implements ExchangeGuard {
   }
 
   entering(ex: Exchange, index: number): void {
-    if (ex.tried > 0) this.health[ex.endpointIndex].inflight--
-    this.health[index].inflight++
+    const previous = ex.endpointHealth
+    if (previous !== null) previous.inflight--
+    const h = this.health[index]
+    h.inflight++
+    ex.endpointHealth = h
   }
 
   responded(ex: Exchange, status: number, headers: OutgoingHeaders): void {
     const needsClock = this.detector !== null || status === 429 || status === 503
     const now = needsClock ? performance.now() : 0
-    if (this.detector !== null) this.detector.onStatus(this.health[ex.endpointIndex], status, now)
+    const h = ex.endpointHealth
+    if (this.detector !== null && h !== null) this.detector.onStatus(h, status, now)
     this.guard.onStatus(status, headers, now)
   }
 
@@ -109,13 +113,17 @@ export class ClusterRuntime implements ExchangeGuard {
     // Waited the pool's queue timeout: the backend is as overloaded as when its breaker refuses.
     if (err.detail === QUEUE_TIMEOUT) { this.guard.queueTimedOut(); return }
     // A client that goes away is not an upstream failure (STYLE.md §5).
-    if (this.detector === null || !isLocalOriginFailure(err.code) || ex.tried === 0) return
-    this.detector.onLocalFailure(this.health[ex.endpointIndex], performance.now())
+    const h = ex.endpointHealth
+    if (this.detector === null || !isLocalOriginFailure(err.code) || h === null) return
+    this.detector.onLocalFailure(h, performance.now())
   }
 
   finished(ex: Exchange): void {
     this.guard.active--
-    if (ex.tried > 0) this.health[ex.endpointIndex].inflight--
+    const h = ex.endpointHealth
+    if (h === null) return
+    h.inflight--
+    ex.endpointHealth = null
   }
 }
 
