@@ -36,7 +36,7 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, ExtensionChain, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import type { OutgoingHeaders, ResilienceView, UpstreamHandler, UpstreamRequest, UpstreamResponse, UpstreamTunnel, Upstreams } from '../upstream/types.ts'
 import { Cancel } from '../upstream/cancel.ts'
-import { STREAM_REFUSED, codeOf } from '../upstream/normalize-error.ts'
+import { PER_TRY_TIMEOUT, STREAM_REFUSED, codeOf } from '../upstream/normalize-error.ts'
 import { upstreamFailovers, upstreamRetries, upstreamRetryBudgetExhausted } from '../observe/resilience-metrics.ts'
 import { applyHeaderEdits } from './headers.ts'
 import { ReplayBody } from './replay-body.ts'
@@ -366,7 +366,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   timedOut(): void {
     this.#timer = null
     this.#timedOut = true
-    this.#attemptController?.abort(new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'per-try timeout exceeded'))
+    this.#attemptController?.abort(new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'per-try timeout exceeded', { detail: PER_TRY_TIMEOUT }))
   }
 
   // ── UpstreamHandler ──

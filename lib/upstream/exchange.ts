@@ -9,7 +9,7 @@ import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster } from '../compile/table.ts'
 import type { OutgoingHeaders, UpstreamHandler, UpstreamRequest } from './types.ts'
 import type { EndpointHealth } from './outlier.ts'
-import { BACKEND_REQUEST_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
+import { BACKEND_REQUEST_TIMEOUT, PER_TRY_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
 import { responseHeaders } from './headers.ts'
 import {
@@ -122,7 +122,11 @@ export class Exchange {
   deadlineExpired(): void {
     this.#deadline = null
     if (this.#finished) return
-    const err = localError(BACKEND_REQUEST_TIMEOUT, `backendRequest timeout (${this.req.timeouts.deadlineMs} ms) exceeded`)
+    this.#timedOut(localError(BACKEND_REQUEST_TIMEOUT, `backendRequest timeout (${this.req.timeouts.deadlineMs} ms) exceeded`))
+  }
+
+  /** The try ran out of time (backendRequest deadline, per-try timeout): the endpoint's failure, counted as such. */
+  #timedOut(err: Error): void {
     const attempt = this.#attempt
     if (!this.#answered) {
       this.fail(err)
@@ -140,7 +144,13 @@ export class Exchange {
 
   /** Cancellation listener (an object, so no closure per request). */
   handleEvent(): void {
-    const reason = new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted by the client or the route timeout', { cause: this.req.signal.reason })
+    const cause: unknown = this.req.signal.reason
+    // The attempt loop's per-try timeout is the endpoint's timeout, as a
+    // backendRequest one is: outlier detection counts it (Envoy reports
+    // LocalOriginTimeout); the loop retries it or answers 504. A client that
+    // goes away (or the route timeout) counts against nobody.
+    if (cause instanceof SallyportError && cause.detail === PER_TRY_TIMEOUT) return this.#timedOut(cause)
+    const reason = new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted by the client or the route timeout', { cause })
     const attempt = this.#attempt
     if (attempt !== null) attempt.cancel(reason)
     if (!this.#answered) {

@@ -30,6 +30,13 @@ const CONNECT_CODES: Readonly<Record<string, string>> = {
 /** A try's backendRequest deadline ran out (exchange.ts). */
 export const BACKEND_REQUEST_TIMEOUT = 'SP_BACKEND_REQUEST_TIMEOUT'
 
+/**
+ * SallyportError.detail of the reason an attempt's signal is aborted with when
+ * its per-try timeout (BackendTrafficPolicy retry.perRetry.timeout) runs out
+ * (router/attempts.ts): the exchange reports it as the endpoint's timeout.
+ */
+export const PER_TRY_TIMEOUT = 'per_try_timeout'
+
 const TIMEOUT_CODES: ReadonlySet<string> = new Set([
   'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'SP_HEADERS_TIMEOUT', 'SP_IDLE_TIMEOUT',
   BACKEND_REQUEST_TIMEOUT,

@@ -72,6 +72,25 @@ t.test('per-try timeout: each try of a hanging upstream times out and is retried
   t.equal(await metric('sallyport_upstream_retries_total', { backend: 'h', reason: 'timeout' }) - before, 2)
 })
 
+t.test('per-try timeout: a try cut by it counts as the endpoint\'s failure, so a hanging endpoint is ejected', async (t) => {
+  // Accepts and never answers: every try there runs into the per-try timeout.
+  const hang = await upstream(t, 'hang', () => { /* never answers */ })
+  const ok = await upstream(t, 'ok')
+  const passive = { ...PASSIVE, consecutive5xxErrors: 2, baseEjectionTimeMs: 60_000, maxEjectionPercent: 50 }
+  const c = cluster('pt', hang.port, { endpoints: [ep(hang.port), ep(ok.port)], healthCheck: { active: null, passive } })
+  const gw = await serve(t, [c], { retry: policy({ numRetries: 2, perTryTimeout: 150, triggers: ['5xx', 'connect-failure', 'reset'] }) })
+  const before = await metric('sallyport_upstream_ejections_total', { backend: 'pt' })
+  for (let i = 0; i < 4; i++) t.equal((await ask(gw.port)).body, 'ok', 'each request answered by the live endpoint in the end')
+  const dump = gw.upstreams.resilience?.health().find((h) => h.backend === 'pt') as { endpoints: Array<{ endpoint: string; ejected: boolean }> }
+  t.equal(dump.endpoints.find((e) => e.endpoint === `127.0.0.1:${hang.port}`)?.ejected, true, 'two per-try timeouts in a row: ejected')
+  t.equal(await metric('sallyport_upstream_ejections_total', { backend: 'pt' }), before + 1, 'one ejection counted')
+  const hits = hang.hits
+  const started = performance.now()
+  for (let i = 0; i < 6; i++) t.equal((await ask(gw.port)).body, 'ok')
+  t.equal(hang.hits, hits, 'no try goes to the ejected endpoint')
+  t.ok(performance.now() - started < 6 * 150, 'and no request waits for the per-try timeout any more')
+})
+
 t.test('Retry-After: the retry waits for it; past the cap the answer goes back at once', async (t) => {
   const at: number[] = []
   const u = await upstream(t, 'ra', (req, res) => {
