@@ -8,6 +8,7 @@
 // request that has not started sending moves to the next endpoint, each
 // endpoint at most once; anything later is the resilience layer's business.
 
+import { performance } from 'node:perf_hooks'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
@@ -53,6 +54,9 @@ export function createUpstreams(options: UpstreamOptions = {}): Upstreams {
 }
 
 const DEFAULT_ALPN: readonly string[] = ['h2', 'http/1.1']
+
+/** At most one background lookup per cluster within this time (#refresh). */
+const REFRESH_FLOOR_MS = 1000
 
 const log = logger('upstream')
 
@@ -132,6 +136,18 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   readonly #unregister: () => void
   readonly #l4: L4Dialer
   readonly #resilience: Resilience
+  /**
+   * Hostname clusters of the current table whose names gave no usable address:
+   * re-resolved every #retryMs until they give one (Envoy's STRICT_DNS
+   * clusters keep resolving on their refresh timer whatever traffic does).
+   */
+  readonly #unresolved = new Set<Cluster>()
+  /** Clusters whose names are being resolved by #refresh. */
+  readonly #refreshing = new WeakSet<Cluster>()
+  /** When #refresh last started a lookup for a cluster (performance.now()). */
+  readonly #refreshedAt = new WeakMap<Cluster, number>()
+  readonly #retryMs: number
+  #retryTimer: NodeJS.Timeout | null = null
   #closed = false
 
   constructor(options: UpstreamOptions) {
@@ -152,8 +168,10 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       connectTimeoutMs: this.#settings.connectTimeoutMs,
     })
     this.#unregister = addPoolStatsSource(() => this.#samples())
+    // A name with no usable address is asked again about as often as the DNS cache keeps a negative answer.
+    this.#retryMs = Math.max(1000, options.dns?.minTtlMs ?? 5000)
     // Health checks resolve hostnames through the destination guard, as requests do.
-    this.#resilience = new Resilience((cluster) => this.#destinations.guardedResolver(cluster))
+    this.#resilience = new Resilience((cluster) => this.#destinations.guardedResolver(cluster), (cluster) => this.#refresh(cluster))
   }
 
   // hot path
@@ -246,7 +264,45 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       log.info({ backend: cluster.id, endpoints: state.labels }, 'backend addresses changed')
       this.#retireUnused(null)
     }
+    if (state.error === null) this.#unresolved.delete(cluster)
+    else if (this.#table?.clusters.get(cluster.id) === cluster) {
+      this.#unresolved.add(cluster)
+      if (this.#retryTimer === null && !this.#closed) this.#retryTimer = setTimeout(this.#retryUnresolved, this.#retryMs).unref()
+    }
     return state
+  }
+
+  /**
+   * Resolve a hostname cluster's names again without waiting for a request:
+   * the cached answers when they are current (a changed one rebuilds the
+   * endpoints at once), else a lookup in the background. One at a time per cluster.
+   */
+  #refresh(cluster: Cluster): void {
+    if (this.#closed || this.#refreshing.has(cluster) || !hasHostnames(cluster)) return
+    if (this.#table?.clusters.get(cluster.id) !== cluster || this.#resolvedState(cluster) !== null) return
+    // A resolver failing fast (SERVFAIL) is not asked once per request of the traffic that finds the cluster unavailable.
+    const now = performance.now()
+    if (now - (this.#refreshedAt.get(cluster) ?? -Infinity) < REFRESH_FLOOR_MS) return
+    this.#refreshedAt.set(cluster, now)
+    this.#refreshing.add(cluster)
+    const lookups = cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.resolve(cluster, e.host) : null)
+    Promise.all(lookups).then((resolutions) => {
+      this.#refreshing.delete(cluster)
+      if (!this.#closed && this.#table?.clusters.get(cluster.id) === cluster) this.#rebuild(cluster, resolutions)
+    }, (err: unknown) => {
+      this.#refreshing.delete(cluster)
+      log.warn({ backend: cluster.id, err }, 'resolving backend names failed')
+    })
+  }
+
+  #retryUnresolved = (): void => {
+    this.#retryTimer = null
+    if (this.#closed) return
+    for (const cluster of this.#unresolved) {
+      if (this.#table?.clusters.get(cluster.id) !== cluster) this.#unresolved.delete(cluster)
+      else this.#refresh(cluster)
+    }
+    if (this.#unresolved.size > 0) this.#retryTimer = setTimeout(this.#retryUnresolved, this.#retryMs).unref()
   }
 
   dialL4(req: L4DialRequest, callback: L4DialCallback): PendingDial {
@@ -340,6 +396,9 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer)
+    this.#retryTimer = null
+    this.#unresolved.clear()
     this.#unregister()
     this.#resilience.close()
     this.#destinations.close()

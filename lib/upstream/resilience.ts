@@ -130,8 +130,12 @@ export class ClusterRuntime implements ExchangeGuard {
 /** The resolver a cluster's connections use outside the request path: its hostnames, guarded as requests' are. */
 export type GuardedResolverFor = (cluster: Cluster) => Resolver
 
+/** Asks the registry to resolve a hostname cluster's names again (it has no usable address). */
+export type RefreshCluster = (cluster: Cluster) => void
+
 export class Resilience implements ResilienceView {
   readonly #resolverFor: GuardedResolverFor
+  readonly #refresh: RefreshCluster
   readonly #guards = new Map<string, ClusterGuard>()
   readonly #endpoints = new Map<string, EndpointHealth>()
   readonly #checkers = new Map<string, HealthChecker>()
@@ -140,8 +144,9 @@ export class Resilience implements ResilienceView {
   readonly #unregister: () => void
   #table: RouteTable | null = null
 
-  constructor(resolverFor: GuardedResolverFor) {
+  constructor(resolverFor: GuardedResolverFor, refresh: RefreshCluster = () => {}) {
     this.#resolverFor = resolverFor
+    this.#refresh = refresh
     this.#unregister = addEndpointHealthSource(() => this.#samples())
   }
 
@@ -197,7 +202,17 @@ export class Resilience implements ResilienceView {
   // hot path
   available(cluster: Cluster): boolean {
     if (cluster.endpoints.length === 0) return false
-    return this.runtimeOf(cluster).available(performance.now())
+    let rt = this.runtimeOf(cluster)
+    if (rt.health.length === 0) {
+      // A hostname cluster whose names gave no usable address (NXDOMAIN, resolver
+      // down, every address refused): unavailable, but not for good — failover
+      // sends it no traffic, so ask for its names here (the DNS cache's negative
+      // TTL bounds the queries). An answer the cache already has counts at once.
+      this.#refresh(cluster)
+      rt = this.runtimeOf(cluster)
+      if (rt.health.length === 0) return false
+    }
+    return rt.available(performance.now())
   }
 
   admitRetry(cluster: Cluster): string | null {

@@ -9,6 +9,8 @@ import type { Cluster, Endpoint, PassiveHealthCheck, RouteTable } from '../../li
 import { createDataPlane } from '../../lib/listeners/data-plane.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
 import type { Upstreams } from '../../lib/upstream/types.ts'
+import type { DnsSettings } from '../../lib/upstream/resolve.ts'
+import type { GuardOptions } from '../../lib/upstream/destination-guard.ts'
 
 export interface Upstream {
   readonly name: string
@@ -55,8 +57,8 @@ export interface Gateway {
 }
 
 /** The real data plane + registry serving `table` (its first port). */
-export async function gateway(t: Test, table: RouteTable, options: { connectTimeoutMs?: number; connectionsPerPool?: number } = {}): Promise<Gateway> {
-  const upstreams = createUpstreams({ connectTimeoutMs: options.connectTimeoutMs ?? 1000, connectionsPerPool: options.connectionsPerPool })
+export async function gateway(t: Test, table: RouteTable, options: { connectTimeoutMs?: number; connectionsPerPool?: number; dns?: DnsSettings; guard?: GuardOptions } = {}): Promise<Gateway> {
+  const upstreams = createUpstreams({ connectTimeoutMs: options.connectTimeoutMs ?? 1000, connectionsPerPool: options.connectionsPerPool, dns: options.dns, guard: options.guard })
   upstreams.retain(table)
   const p = createDataPlane({ bind: '127.0.0.1', upstreams, accessLog: false, gatewayId: 'gw-test' })
   await p.apply(table)
