@@ -1,14 +1,23 @@
 // Active health checks (Envoy Gateway BackendTrafficPolicy healthCheck.active):
 // one checker per endpoint of a cluster that asks for them, started when a
 // table references the cluster and stopped when none does (Resilience.retain).
-// Each check opens a fresh connection with the cluster's own connector (same
-// DNS, guard and TLS as traffic): TCP checks pass when it connects; HTTP
-// checks send one request (HTTP/1.1, or HTTP/2 for HTTP2/H2C clusters) and
-// pass when the status is an expected one. unhealthyThreshold failures in a
-// row take the endpoint out of rotation, healthyThreshold successes bring it
-// back. Intervals are jittered ±10 % so checkers started together drift
-// apart; the first check runs after a jittered tenth of the interval, and
-// endpoints count as healthy until checks say otherwise.
+// Each check opens a fresh connection with the cluster's own TLS: TCP checks
+// pass when it connects; HTTP checks send one request (HTTP/1.1, or HTTP/2 for
+// HTTP2/H2C clusters) and pass when the status is an expected one.
+// unhealthyThreshold failures in a row take the endpoint out of rotation,
+// healthyThreshold successes bring it back. Intervals are jittered ±10 % so
+// checkers started together drift apart; the first check runs after a
+// jittered tenth of the interval, and endpoints count as healthy until checks
+// say otherwise.
+//
+// A hostname endpoint whose addresses the registry balances over (no upstream
+// proxy) is checked per address, as Envoy checks every host of a STRICT_DNS
+// cluster: each round resolves the name through the destination guard (as
+// requests do: a refused address gets no probe), probes every address, and
+// gives each address its own verdict. Addresses that left the answer are
+// forgotten; at most MAX_ADDRESSES of one answer are probed. The name's own
+// verdict — read only before the registry has resolved it — passes while any
+// address passes.
 
 import http2 from 'node:http2'
 import type { Socket } from 'node:net'
@@ -17,7 +26,7 @@ import { logger } from '../observe/log.ts'
 import { Connector, type PendingConnect } from './connect.ts'
 import type { EndpointHealth } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
-import { buildClientTls } from './tls.ts'
+import { buildClientTls, type ClientTls } from './tls.ts'
 
 const log = logger('upstream')
 
@@ -27,86 +36,75 @@ function jittered(ms: number): number {
   return Math.max(1, Math.round(ms * (1 - JITTER + Math.random() * 2 * JITTER)))
 }
 
-export class HealthChecker {
-  readonly #config: ActiveHealthCheck
-  readonly #health: EndpointHealth
+/** Addresses of one answer probed in a round; the rest keep their verdict (healthy until checked). */
+const MAX_ADDRESSES = 64
+
+/** Where a hostname's per-address verdicts go (Resilience). */
+export interface AddressVerdicts {
+  /** The health of one resolved address of the name (created when new). */
+  healthOf(endpoint: Endpoint): EndpointHealth
+  /** The addresses checked changed: those that left may be forgotten. */
+  changed(): void
+}
+
+interface CheckTarget {
+  readonly config: ActiveHealthCheck
+  readonly authority: string
+  readonly h2: boolean
+}
+
+/** One check of one connection target: connect, then (HTTP) one request. */
+class Probe {
+  readonly endpoint: Endpoint
   readonly #connector: Connector
-  readonly #authority: string
-  readonly #h2: boolean
-  #timer: NodeJS.Timeout | null = null
   #socket: Socket | null = null
-  #stopped = false
   /** The check's connect while in progress. */
   #opening: PendingConnect | null = null
-  /** Checks run so far (tests, dump). */
-  runs = 0
+  /** The running check's end; null when none runs. */
+  #finish: ((ok: boolean) => void) | null = null
 
-  constructor(cluster: Cluster, endpoint: Endpoint, health: EndpointHealth, config: ActiveHealthCheck, resolver: Resolver) {
-    this.#config = config
-    this.#health = health
-    const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls)
-    this.#connector = new Connector({ endpoint, tls, resolver, timeoutMs: config.timeoutMs })
-    this.#authority = cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
-    this.#h2 = cluster.protocol === 'HTTP2' || cluster.protocol === 'H2C'
+  constructor(endpoint: Endpoint, connector: Connector) {
+    this.endpoint = endpoint
+    this.#connector = connector
   }
 
-  /** Same configuration (a new table with an equal check keeps its checker and counters). */
-  sameAs(config: ActiveHealthCheck): boolean {
-    return JSON.stringify(config) === JSON.stringify(this.#config)
-  }
-
-  start(): void {
-    this.#schedule(jittered(this.#config.intervalMs / 10))
-  }
-
-  stop(): void {
-    this.#stopped = true
-    if (this.#timer !== null) clearTimeout(this.#timer)
-    this.#timer = null
-    this.#opening?.cancel()
-    this.#opening = null
-    this.#socket?.destroy()
-    this.#socket = null
-  }
-
-  #schedule(ms: number): void {
-    if (this.#stopped) return
-    this.#timer = setTimeout(() => { this.#timer = null; this.#run() }, ms)
-    this.#timer.unref()
-  }
-
-  #run(): void {
-    const config = this.#config
-    let done = false
+  run(target: CheckTarget, done: (ok: boolean) => void): void {
+    const config = target.config
+    let over = false
     const finish = (ok: boolean): void => {
-      if (done) return
-      done = true
+      if (over) return
+      over = true
+      this.#finish = null
       clearTimeout(timer)
       // A check that timed out while connecting stops its connect too.
       this.#opening?.cancel()
       this.#opening = null
       this.#socket?.destroy()
       this.#socket = null
-      this.runs++
-      if (!this.#stopped) this.#verdict(ok)
-      this.#schedule(jittered(config.intervalMs))
+      done(ok)
     }
+    this.#finish = finish
     const timer = setTimeout(() => finish(false), config.timeoutMs)
     timer.unref()
-    const alpn = config.type === 'HTTP' ? (this.#h2 ? ['h2'] : ['http/1.1']) : null
+    const alpn = config.type === 'HTTP' ? (target.h2 ? ['h2'] : ['http/1.1']) : null
     const opening = this.#connector.connect(alpn, (err, socket) => {
       if (this.#opening === opening) this.#opening = null
       if (err !== null || socket === null) return finish(false)
-      if (done || this.#stopped) { socket.destroy(); return }
+      if (over) { socket.destroy(); return }
       this.#socket = socket
       if (config.type === 'TCP' || config.http === null) return finish(true)
-      if (this.#h2) this.#checkH2(socket, config.http, finish)
-      else this.#checkH1(socket, config.http, finish)
+      if (target.h2) this.#checkH2(socket, target, config.http, finish)
+      else this.#checkH1(socket, target, config.http, finish)
     })
     this.#opening = opening
   }
 
-  #checkH1(socket: Socket, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {
+  /** Ends a running check at once (its verdict is not wanted any more). */
+  stop(): void {
+    this.#finish?.(false)
+  }
+
+  #checkH1(socket: Socket, target: CheckTarget, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {
     let head = ''
     socket.setEncoding('latin1')
     socket.on('data', (chunk: string) => {
@@ -119,12 +117,12 @@ export class HealthChecker {
     })
     socket.on('error', () => finish(false))
     socket.on('close', () => finish(false))
-    socket.write(`${http.method} ${http.path} HTTP/1.1\r\nhost: ${this.#authority}\r\nuser-agent: sallyport-health-check\r\nconnection: close\r\n\r\n`)
+    socket.write(`${http.method} ${http.path} HTTP/1.1\r\nhost: ${target.authority}\r\nuser-agent: sallyport-health-check\r\nconnection: close\r\n\r\n`)
   }
 
-  #checkH2(socket: Socket, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {
+  #checkH2(socket: Socket, target: CheckTarget, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {
     const scheme = this.#connector.secure ? 'https' : 'http'
-    const session = http2.connect(`${scheme}://${this.#authority}`, { createConnection: () => socket })
+    const session = http2.connect(`${scheme}://${target.authority}`, { createConnection: () => socket })
     session.on('error', () => finish(false))
     const req = session.request({ ':method': http.method, ':path': http.path, 'user-agent': 'sallyport-health-check' }, { endStream: true })
     req.on('response', (headers) => {
@@ -134,25 +132,156 @@ export class HealthChecker {
     req.on('error', () => finish(false))
     req.resume()
   }
+}
 
-  #verdict(ok: boolean): void {
-    const h = this.#health
-    const config = this.#config
-    if (ok) {
-      h.checkFailures = 0
-      h.checkSuccesses++
-      if (!h.activeHealthy && h.checkSuccesses >= config.healthyThreshold) {
-        h.activeHealthy = true
-        h.since = performance.now()
-        log.info({ backend: h.backend, endpoint: h.label }, 'upstream endpoint healthy (active check)')
-      }
+/** A hostname checked per address: its resolver, and a probe per address of the last answer. */
+interface NameTarget {
+  readonly endpoint: Endpoint
+  readonly resolver: Resolver
+  readonly tls: ClientTls | null
+  readonly verdicts: AddressVerdicts
+  readonly probes: Map<string, Probe>
+}
+
+export class HealthChecker {
+  readonly #config: ActiveHealthCheck
+  /** The configured endpoint's health. */
+  readonly #health: EndpointHealth
+  readonly #target: CheckTarget
+  /** An address, a unix socket, or a name resolved by the connector (through an upstream proxy): one probe. */
+  readonly #single: Probe | null
+  /** A name checked per resolved address. */
+  readonly #name: NameTarget | null
+  #timer: NodeJS.Timeout | null = null
+  #stopped = false
+  /** Checks run so far (tests, dump). */
+  runs = 0
+
+  /** `verdicts`: check a hostname endpoint per resolved address (null: one probe for the endpoint). */
+  constructor(cluster: Cluster, endpoint: Endpoint, health: EndpointHealth, config: ActiveHealthCheck, resolver: Resolver, verdicts: AddressVerdicts | null = null) {
+    this.#config = config
+    this.#health = health
+    const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls)
+    const authority = cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
+    this.#target = { config, authority, h2: cluster.protocol === 'HTTP2' || cluster.protocol === 'H2C' }
+    if (verdicts !== null && endpoint.kind === 'hostname') {
+      this.#single = null
+      this.#name = { endpoint, resolver, tls, verdicts, probes: new Map() }
     } else {
-      h.checkSuccesses = 0
-      h.checkFailures++
-      if (h.activeHealthy && h.checkFailures >= config.unhealthyThreshold) {
-        h.activeHealthy = false
-        log.warn({ backend: h.backend, endpoint: h.label }, 'upstream endpoint unhealthy (active check)')
+      this.#single = new Probe(endpoint, new Connector({ endpoint, tls, resolver, timeoutMs: config.timeoutMs }))
+      this.#name = null
+    }
+  }
+
+  /** Same configuration (a new table with an equal check keeps its checker and counters). */
+  sameAs(config: ActiveHealthCheck): boolean {
+    return JSON.stringify(config) === JSON.stringify(this.#config)
+  }
+
+  /** The resolved addresses checked now (a hostname checked per address; else none). */
+  addresses(): Iterable<Endpoint> {
+    const name = this.#name
+    if (name === null) return []
+    return [...name.probes.values()].map((p) => p.endpoint)
+  }
+
+  start(): void {
+    this.#schedule(jittered(this.#config.intervalMs / 10))
+  }
+
+  stop(): void {
+    this.#stopped = true
+    if (this.#timer !== null) clearTimeout(this.#timer)
+    this.#timer = null
+    this.#single?.stop()
+    if (this.#name !== null) for (const p of this.#name.probes.values()) p.stop()
+  }
+
+  #schedule(ms: number): void {
+    if (this.#stopped) return
+    this.#timer = setTimeout(() => { this.#timer = null; this.#run() }, ms)
+    this.#timer.unref()
+  }
+
+  #run(): void {
+    const single = this.#single
+    if (single !== null) {
+      single.run(this.#target, (ok) => this.#roundDone(ok))
+      return
+    }
+    const name = this.#name as NameTarget
+    name.resolver.resolve(name.endpoint.host).then(
+      (addresses) => { if (!this.#stopped) this.#probeAll(name, addresses) },
+      // No usable address (NXDOMAIN, resolver down, every address refused): nothing to probe, the name fails.
+      () => { if (!this.#stopped) { this.#track(name, []); this.#roundDone(false) } },
+    )
+  }
+
+  /** Every address of the answer at once; each its own verdict, the name passing while any address passes. */
+  #probeAll(name: NameTarget, addresses: readonly string[]): void {
+    const probes = this.#track(name, addresses.slice(0, MAX_ADDRESSES))
+    if (probes.length === 0) return this.#roundDone(false)
+    let left = probes.length
+    let any = false
+    for (const probe of probes) {
+      probe.run(this.#target, (ok) => {
+        // Looked up at each verdict: an address forgotten meanwhile gets a fresh state, not a stale one.
+        if (!this.#stopped && name.probes.get(probe.endpoint.host) === probe) applyVerdict(name.verdicts.healthOf(probe.endpoint), ok, this.#config)
+        if (ok) any = true
+        if (--left === 0) this.#roundDone(any)
+      })
+    }
+  }
+
+  /** The probes for `addresses`: new ones made, those of addresses no longer in the answer dropped. */
+  #track(name: NameTarget, addresses: readonly string[]): Probe[] {
+    const probes = name.probes
+    let changed = false
+    const wanted = new Set(addresses)
+    for (const [address, probe] of probes) {
+      if (wanted.has(address)) continue
+      probe.stop()
+      probes.delete(address)
+      changed = true
+    }
+    const out: Probe[] = []
+    for (const address of wanted) {
+      let probe = probes.get(address)
+      if (probe === undefined) {
+        const endpoint: Endpoint = { host: address, port: name.endpoint.port, kind: 'ip', weight: name.endpoint.weight, zone: name.endpoint.zone }
+        probe = new Probe(endpoint, new Connector({ endpoint, tls: name.tls, resolver: name.resolver, timeoutMs: this.#config.timeoutMs }))
+        probes.set(address, probe)
+        changed = true
       }
+      out.push(probe)
+    }
+    if (changed) name.verdicts.changed()
+    return out
+  }
+
+  #roundDone(ok: boolean): void {
+    this.runs++
+    if (!this.#stopped) applyVerdict(this.#health, ok, this.#config)
+    this.#schedule(jittered(this.#config.intervalMs))
+  }
+}
+
+/** One check's outcome for one endpoint: thresholds, then in or out of rotation. */
+function applyVerdict(h: EndpointHealth, ok: boolean, config: ActiveHealthCheck): void {
+  if (ok) {
+    h.checkFailures = 0
+    h.checkSuccesses++
+    if (!h.activeHealthy && h.checkSuccesses >= config.healthyThreshold) {
+      h.activeHealthy = true
+      h.since = performance.now()
+      log.info({ backend: h.backend, endpoint: h.label }, 'upstream endpoint healthy (active check)')
+    }
+  } else {
+    h.checkSuccesses = 0
+    h.checkFailures++
+    if (h.activeHealthy && h.checkFailures >= config.unhealthyThreshold) {
+      h.activeHealthy = false
+      log.warn({ backend: h.backend, endpoint: h.label }, 'upstream endpoint unhealthy (active check)')
     }
   }
 }

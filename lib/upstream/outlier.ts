@@ -38,8 +38,6 @@ export class EndpointHealth {
   activeHealthy = true
   checkFailures = 0
   checkSuccesses = 0
-  /** The configured hostname endpoint a resolved address came from: its active-check verdict applies. */
-  parent: EndpointHealth | null = null
   /** Exchanges in flight (LeastRequest). */
   inflight = 0
   /** When the endpoint (re)entered rotation: slow start ramps from here. */
@@ -53,7 +51,7 @@ export class EndpointHealth {
 
   // hot path
   isAvailable(now: number): boolean {
-    if (!this.activeHealthy || (this.parent !== null && !this.parent.activeHealthy)) return false
+    if (!this.activeHealthy) return false
     if (this.ejectedUntil === 0) return true
     if (now < this.ejectedUntil) return false
     // Ejection over: back into rotation (slow start ramps from now).

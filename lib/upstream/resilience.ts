@@ -16,7 +16,7 @@ import type { OutgoingHeaders, ResilienceView } from './types.ts'
 import { createBalancer, type Balancer, type PickInput } from './balancer.ts'
 import { ClusterGuard, limitsOf } from './circuit-breaker.ts'
 import { QUEUE_TIMEOUT } from './queue-timeout.ts'
-import { HealthChecker } from './health-check.ts'
+import { HealthChecker, type AddressVerdicts } from './health-check.ts'
 import { EndpointHealth, OutlierDetector } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
 import type { UpstreamPool } from './pool.ts'
@@ -127,6 +127,13 @@ export class ClusterRuntime implements ExchangeGuard {
   }
 }
 
+/** No active check judges the endpoint any more: back to the default verdict. */
+function resetChecks(h: EndpointHealth): void {
+  h.activeHealthy = true
+  h.checkFailures = 0
+  h.checkSuccesses = 0
+}
+
 /** The resolver a cluster's connections use outside the request path: its hostnames, guarded as requests' are. */
 export type GuardedResolverFor = (cluster: Cluster) => Resolver
 
@@ -137,8 +144,10 @@ export class Resilience implements ResilienceView {
   readonly #resolverFor: GuardedResolverFor
   readonly #refresh: RefreshCluster
   readonly #guards = new Map<string, ClusterGuard>()
-  readonly #endpoints = new Map<string, EndpointHealth>()
-  readonly #checkers = new Map<string, HealthChecker>()
+  /** Per cluster id, per endpoint label: configured endpoints, the latest answer's addresses, the addresses checks probe. */
+  readonly #endpoints = new Map<string, Map<string, EndpointHealth>>()
+  /** Active checkers by `cluster id|endpoint label`. */
+  readonly #checkers = new Map<string, { readonly id: string; readonly label: string; readonly checker: HealthChecker }>()
   /** The runtime of a cluster's latest endpoint list (hostname clusters rebuild it when DNS answers change). */
   readonly #latest = new WeakMap<Cluster, ClusterRuntime>()
   readonly #unregister: () => void
@@ -154,7 +163,9 @@ export class Resilience implements ResilienceView {
    * A runtime for `endpoints` of `cluster` (the cluster's own, or the usable
    * addresses its hostnames resolved to); `pools` lets the breaker count
    * exchanges waiting for a connection. Endpoint health is keyed by cluster
-   * id and address, so it survives table swaps and DNS rebuilds.
+   * id and address, so it survives table swaps and DNS rebuilds; a new answer
+   * of the current table's cluster forgets addresses no longer in it (a name
+   * rotating through many addresses holds state for its current ones only).
    */
   runtime(cluster: Cluster, endpoints: readonly Endpoint[], pools: ReadonlyArray<UpstreamPool | null> | null): ClusterRuntime {
     const now = performance.now()
@@ -164,34 +175,50 @@ export class Resilience implements ResilienceView {
       this.#guards.set(cluster.id, guard)
     }
     guard.limits = limitsOf(cluster.circuitBreaker)
-    const health = endpoints.map((e) => {
-      const key = `${cluster.id}|${endpointLabel(e)}`
-      let h = this.#endpoints.get(key)
-      if (h === undefined) {
-        h = new EndpointHealth(cluster.id, endpointLabel(e), now)
-        this.#endpoints.set(key, h)
-      }
-      // A resolved address takes the active-check verdict of the configured (hostname) endpoint it came from.
-      if (e.kind === 'ip' && !cluster.endpoints.includes(e)) {
-        const origin = cluster.endpoints.find((c) => c.kind === 'hostname' && c.port === e.port)
-        h.parent = origin === undefined ? null : this.#endpointHealth(cluster, origin, now)
-      }
-      return h
-    })
+    const health = endpoints.map((e) => this.#endpointHealth(cluster.id, e, now))
     const rt = new ClusterRuntime(cluster, guard, health, endpoints)
     if (pools !== null) rt.setPending(() => pendingOf(pools))
     this.#latest.set(cluster, rt)
+    if (endpoints !== cluster.endpoints && this.#table?.clusters.get(cluster.id) === cluster) this.#forgetGone(cluster.id)
     return rt
   }
 
-  #endpointHealth(cluster: Cluster, e: Endpoint, now: number): EndpointHealth {
-    const key = `${cluster.id}|${endpointLabel(e)}`
-    let h = this.#endpoints.get(key)
+  #endpointHealth(id: string, e: Endpoint, now: number): EndpointHealth {
+    let states = this.#endpoints.get(id)
+    if (states === undefined) this.#endpoints.set(id, states = new Map())
+    const label = endpointLabel(e)
+    let h = states.get(label)
     if (h === undefined) {
-      h = new EndpointHealth(cluster.id, endpointLabel(e), now)
-      this.#endpoints.set(key, h)
+      h = new EndpointHealth(id, label, now)
+      states.set(label, h)
     }
     return h
+  }
+
+  /**
+   * Drop the health of a cluster's addresses that neither its latest endpoint
+   * list (current table) nor its active checks use any more. A runtime still
+   * holding one (requests in flight) keeps its object; an address that comes
+   * back starts afresh, as a new host does in Envoy.
+   */
+  #forgetGone(id: string): void {
+    const states = this.#endpoints.get(id)
+    const cluster = this.#table?.clusters.get(id)
+    if (states === undefined || cluster === undefined) return
+    const keep = new Set<string>()
+    for (const e of cluster.endpoints) {
+      keep.add(endpointLabel(e))
+      const checker = this.#checkers.get(`${id}|${endpointLabel(e)}`)?.checker
+      if (checker !== undefined) for (const a of checker.addresses()) keep.add(endpointLabel(a))
+    }
+    const rt = this.#latest.get(cluster)
+    if (rt !== undefined) for (const h of rt.health) keep.add(h.label)
+    for (const label of states.keys()) if (!keep.has(label)) states.delete(label)
+  }
+
+  /** Endpoint health entries held for a cluster id (tests: bounded by its endpoints and current answers). */
+  endpointStates(id: string): number {
+    return this.#endpoints.get(id)?.size ?? 0
   }
 
   /** The latest runtime of a cluster, or one over its configured endpoints. */
@@ -250,27 +277,48 @@ export class Resilience implements ResilienceView {
       wantedClusters.add(cluster.id)
       if (active === null) continue
       for (const endpoint of cluster.endpoints) {
-        const key = `${cluster.id}|${endpointLabel(endpoint)}`
+        const label = endpointLabel(endpoint)
+        const key = `${cluster.id}|${label}`
         wantedCheckers.add(key)
-        const existing = this.#checkers.get(key)
+        const existing = this.#checkers.get(key)?.checker
         if (existing !== undefined && existing.sameAs(active)) continue
-        existing?.stop()
-        const checker = new HealthChecker(cluster, endpoint, this.#endpointHealth(cluster, endpoint, performance.now()), active, this.#checkResolver(cluster))
-        this.#checkers.set(key, checker)
+        if (existing !== undefined) this.#stopChecker(cluster.id, existing)
+        // A name whose addresses the registry balances over is checked per address (no upstream proxy).
+        const perAddress = endpoint.kind === 'hostname' && cluster.upstreamProxy == null ? this.#addressVerdicts(cluster.id) : null
+        const checker = new HealthChecker(cluster, endpoint, this.#endpointHealth(cluster.id, endpoint, performance.now()), active, this.#checkResolver(cluster), perAddress)
+        this.#checkers.set(key, { id: cluster.id, label, checker })
         checker.start()
       }
     }
-    for (const [key, checker] of this.#checkers) {
+    for (const [key, { id, label, checker }] of this.#checkers) {
       if (wantedCheckers.has(key)) continue
-      checker.stop()
       this.#checkers.delete(key)
-      const h = this.#endpoints.get(key)
-      if (h !== undefined) { h.activeHealthy = true; h.checkFailures = 0; h.checkSuccesses = 0 }
+      this.#stopChecker(id, checker)
+      const h = this.#endpoints.get(id)?.get(label)
+      if (h !== undefined) resetChecks(h)
     }
-    for (const [key, h] of this.#endpoints) if (!wantedClusters.has(h.backend)) this.#endpoints.delete(key)
+    for (const id of this.#endpoints.keys()) if (!wantedClusters.has(id)) this.#endpoints.delete(id)
     for (const id of this.#guards.keys()) if (!table.clusters.has(id)) {
       const guard = this.#guards.get(id) as ClusterGuard
       if (guard.active === 0 && guard.activeRetries === 0) this.#guards.delete(id)
+    }
+  }
+
+  /** Where a cluster's per-address check verdicts go. */
+  #addressVerdicts(id: string): AddressVerdicts {
+    return {
+      healthOf: (e) => this.#endpointHealth(id, e, performance.now()),
+      changed: () => this.#forgetGone(id),
+    }
+  }
+
+  /** A checker no table wants (or replaced): stopped; the addresses it judged count as healthy again. */
+  #stopChecker(id: string, checker: HealthChecker): void {
+    checker.stop()
+    const states = this.#endpoints.get(id)
+    if (states !== undefined) for (const a of checker.addresses()) {
+      const h = states.get(endpointLabel(a))
+      if (h !== undefined) resetChecks(h)
     }
   }
 
@@ -309,7 +357,7 @@ export class Resilience implements ResilienceView {
   }
 
   close(): void {
-    for (const checker of this.#checkers.values()) checker.stop()
+    for (const { checker } of this.#checkers.values()) checker.stop()
     this.#checkers.clear()
     this.#unregister()
   }
