@@ -34,6 +34,7 @@ import type { CompiledRoute } from './rules.ts'
 import type { RouteOutcome } from './compile.ts'
 import type { MatchSpec } from './precedence.ts'
 import type { VirtualHost } from './table.ts'
+import { untracked } from './references.ts'
 import type { PlacedMatch } from './vhosts.ts'
 
 /** The snapshot maps a compiled route depends on besides its own object. */
@@ -88,10 +89,18 @@ export class CompileCache {
   #vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>> = new Map()
   /** What the last compile reused; for logs and tests. */
   stats: CompileCacheStats = { routesReused: 0, routesCompiled: 0, vhostsReused: 0, vhostsBuilt: 0 }
+  /**
+   * Whether the last plan() call returned the previous plan: that compile then
+   * read nothing anew that the plan and reused routes had read before
+   * (references.ts keeps what the earlier compile read).
+   */
+  planReused = false
 
   /** The previous compile's gateway plan when nothing it depends on changed (its listeners key the route memo's attachments), else null. */
   plan(snapshot: Snapshot, optionsKey: string): GatewayPlan | null {
-    return this.#plan !== null && optionsKey === this.#optionsKey && sameEnvironment(this.#environment, snapshot) ? this.#plan : null
+    const plan = this.#plan !== null && optionsKey === this.#optionsKey && sameEnvironment(this.#environment, snapshot) ? this.#plan : null
+    this.planReused = plan !== null
+    return plan
   }
 
   /**
@@ -108,13 +117,23 @@ export class CompileCache {
     return this.#vhosts.get(port)?.get(pattern)
   }
 
+  /**
+   * F4: the runtime skipped compiling `snapshot`, which differs from the last
+   * compiled one only in objects no compile read (references.ts): the memos
+   * hold for it as they did, so the next compile compares against it.
+   */
+  carry(snapshot: Snapshot): void {
+    if (this.#environment !== null) this.#environment = ENVIRONMENT.map((name) => untracked(snapshot[name] as ReadonlyMap<string, ModelObject>))
+  }
+
   /** Replaces the memos with what a compile that finished built and reused (entries of objects that are gone are dropped). */
   commit(next: {
     readonly snapshot: Snapshot; readonly optionsKey: string; readonly plan: GatewayPlan; readonly winners: ReadonlyArray<ReadonlyMap<string, unknown>>
     readonly routes: Map<AnyRoute, RouteMemo>; readonly vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>>
     readonly stats: CompileCacheStats
   }): void {
-    this.#environment = ENVIRONMENT.map((name) => next.snapshot[name] as ReadonlyMap<string, ModelObject>)
+    // The maps as the source made them, not as references.ts wraps them for one compile.
+    this.#environment = ENVIRONMENT.map((name) => untracked(next.snapshot[name] as ReadonlyMap<string, ModelObject>))
     this.#optionsKey = next.optionsKey
     this.#plan = next.plan
     this.#winners = next.winners
@@ -141,7 +160,7 @@ function sameEnvironment(previous: Environment | null, snapshot: Snapshot): bool
   const podsMatter = selectsPods(snapshot)
   for (let i = 0; i < ENVIRONMENT.length; i++) {
     if (i === PODS && !podsMatter) continue
-    if (!sameEntries(previous[i] as ReadonlyMap<string, unknown>, snapshot[ENVIRONMENT[i] as (typeof ENVIRONMENT)[number]])) return false
+    if (!sameEntries(previous[i] as ReadonlyMap<string, unknown>, untracked(snapshot[ENVIRONMENT[i] as (typeof ENVIRONMENT)[number]] as ReadonlyMap<string, unknown>))) return false
   }
   return true
 }

@@ -7,6 +7,7 @@
 import { performance } from 'node:perf_hooks'
 import { compile } from '../compile/compile.ts'
 import { CompileCache } from '../compile/compile-cache.ts'
+import { References } from '../compile/references.ts'
 import { dumpTable } from '../compile/print.ts'
 import { FileSource } from '../config/file-source.ts'
 import type { ConfigSource } from '../config/kube-combined-source.ts'
@@ -98,6 +99,12 @@ export class Runtime {
   #version = 0
   /** Issue 11: each compile reuses what the previous one built for unchanged routes. */
   readonly #compileCache = new CompileCache()
+  /**
+   * F4: the snapshot the serving table was compiled from (or one that differs
+   * from it only in objects nothing read), and the Secrets, ConfigMaps,
+   * Services and ClusterTrustBundles its compiles read.
+   */
+  #compiled: { snapshot: Snapshot; references: References } | null = null
   #table: RouteTable | null = null
   /** What is shown and written: compile's status with the bind failures over it. */
   #status: Status | null = null
@@ -189,12 +196,24 @@ export class Runtime {
 
   async #load(snapshot: Snapshot): Promise<void> {
     if (this.#draining) return
+    const previous = this.#compiled
+    if (previous !== null && previous.references.onlyUnreferenced(previous.snapshot, snapshot)) {
+      // F4: only Secrets, ConfigMaps, Services, EndpointSlices or
+      // ClusterTrustBundles that no compile read changed (Kubernetes mode
+      // watches them cluster-wide): the table, status and problems would be
+      // the same. Keep serving; compare the next snapshot with this one.
+      previous.snapshot = snapshot
+      this.#compileCache.carry(snapshot)
+      log.debug('only unreferenced objects changed; the route table stays')
+      return
+    }
     this.#statusLog.problems(snapshot.problems)
     const version = this.#version + 1
     const started = performance.now()
+    const references = new References()
     let compiled: { table: RouteTable; status: Status; problems: readonly ConfigProblem[] }
     try {
-      compiled = compile(snapshot, {
+      compiled = compile(references.track(snapshot), {
         now: Date.now(), version, gatewayClass: this.#options.gatewayClass, controllerName: CONTROLLER_NAME,
         destination: { allowCidrs: this.#options.guard?.allowCidrs ?? [], clusterCidrs: this.#options.guard?.clusterCidrs ?? [] },
         freeze: false, // frozen right after the swap, below
@@ -208,6 +227,10 @@ export class Runtime {
       compileDuration.observe((performance.now() - started) / 1000)
     }
     this.#version = version
+    // Lookups compile did not repeat because it reused the gateway plan and routes were made by the compiles before.
+    if (previous !== null && this.#compileCache.planReused) references.merge(previous.references)
+    // The status and problems, read below, still record into references.
+    this.#compiled = { snapshot, references }
     const table = compiled.table
     // From the swap until served() below, no name retires (the new table's are not known yet).
     this.#removedSeries.applying()

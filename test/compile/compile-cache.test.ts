@@ -13,8 +13,10 @@ import { parseManifests } from '../../lib/config/parse.ts'
 import { buildSnapshot, DocumentCache, type SourcedDoc } from '../../lib/config/snapshot-builder.ts'
 import { compile } from '../../lib/compile/compile.ts'
 import { CompileCache } from '../../lib/compile/compile-cache.ts'
+import { References } from '../../lib/compile/references.ts'
 import { ensureLookupIndexes } from '../../lib/compile/lookup-index.ts'
 import type { RouteTable } from '../../lib/compile/table.ts'
+import type { Snapshot } from '../../lib/resources/snapshot.ts'
 import { prng } from '../helpers/prng.ts'
 
 const CLASS = `apiVersion: gateway.networking.k8s.io/v1
@@ -116,6 +118,27 @@ metadata: {name: audit, namespace: default}
 spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r3}]
   extensions: [{name: audit, type: sallyport.io/AuditLog:v1, phase: response-headers, failOpen: true}]`],
+  // F4: objects nothing references (the runtime skips a reload that changes only these).
+  junkSecret: [null, `apiVersion: v1
+kind: Secret
+metadata: {name: helm-release, namespace: kube-system}
+type: Opaque
+data: {x: eA==}`, `apiVersion: v1
+kind: Secret
+metadata: {name: helm-release, namespace: kube-system}
+type: Opaque
+data: {x: eQ==}`],
+  junkSlice: [null, `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dns-abc, namespace: kube-system, labels: {kubernetes.io/service-name: dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.9.0.1], conditions: {ready: true}}]
+ports: [{name: http, port: 53}]`, `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dns-abc, namespace: kube-system, labels: {kubernetes.io/service-name: dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.9.0.2], conditions: {ready: true}}]
+ports: [{name: http, port: 53}]`],
   grant: [null, `apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {name: allow-default, namespace: other}
@@ -246,11 +269,14 @@ const STEPS = 40
 t.test('random change sequences: the cached compile equals a compile from scratch', async (t) => {
   let reusedTotal = 0
   let vhostsReusedTotal = 0
+  let skipped = 0
   for (let seed = 1; seed <= Number(process.env.SALLYPORT_CACHE_SEEDS ?? 12); seed++) {
     const rand = prng(seed)
     const choice = new Map<string, number>(SLOTS.map((s) => [s, s in ENVIRONMENT ? 0 : 1 + Math.floor(rand() * (variants(s) - 1))]))
     const documents = new DocumentCache()
     const cache = new CompileCache()
+    // F4: what the runtime keeps to skip reloads of unreferenced objects.
+    let last: { snapshot: Snapshot; references: References; table: string; status: string; problems: string; version: number } | null = null
     for (let step = 0; step < STEPS; step++) {
       const changed: string[] = []
       const before = new Map(choice)
@@ -268,9 +294,22 @@ t.test('random change sequences: the cached compile equals a compile from scratc
       }
       const snapshot = buildSnapshot(docsOf(choice), [], documents)
       if (snapshot.problems.length > 0) { t.fail(`seed ${seed} step ${step}: every variant is valid`, { problems: snapshot.problems }); return }
-      const fresh = compile(snapshot, { ...OPTIONS, version: step })
-      const cached = compile(snapshot, { ...OPTIONS, version: step, cache })
       const where = `seed ${seed} step ${step} (${changed.join(', ') || 'start'})`
+      if (last !== null && last.references.onlyUnreferenced(last.snapshot, snapshot)) {
+        // The runtime keeps the table: a fresh compile must give the same one.
+        const again = compile(snapshot, { ...OPTIONS, version: last.version })
+        if (!same(t, canon(again.table), last.table, `${where}: skipped reload, table`)) return
+        if (!same(t, canon(again.status), last.status, `${where}: skipped reload, status`)) return
+        if (!same(t, canon(again.problems), last.problems, `${where}: skipped reload, problems`)) return
+        last.snapshot = snapshot
+        cache.carry(snapshot)
+        skipped++
+        continue
+      }
+      const references = new References()
+      const fresh = compile(snapshot, { ...OPTIONS, version: step })
+      const cached = compile(references.track(snapshot), { ...OPTIONS, version: step, cache })
+      if (last !== null && cache.planReused) references.merge(last.references)
       if (!same(t, canon(cached.table), canon(fresh.table), `${where}: table`)) return
       if (!same(t, canon(cached.status), canon(fresh.status), `${where}: status`)) return
       // The lookup index of reused vhosts is built from the keys kept per vhost (lookup-index.ts).
@@ -278,12 +317,16 @@ t.test('random change sequences: the cached compile equals a compile from scratc
       // Pods are part of the environment only while a Backend selects Pods.
       const envChanged = Object.keys(ENVIRONMENT).some((slot) => choice.get(slot) !== before.get(slot) && (slot !== 'pod' || choice.get('selector') !== 0))
       if (step > 0 && envChanged && cache.stats.routesReused !== 0) { t.fail(`${where}: reused routes after an environment change`); return }
+      // The runtime reads the problems and status of what it applies (both record into references).
+      void cached.problems
+      last = { snapshot, references, table: canon(fresh.table), status: canon(fresh.status), problems: canon(fresh.problems), version: step }
       reusedTotal += cache.stats.routesReused
       vhostsReusedTotal += cache.stats.vhostsReused
     }
   }
   t.ok(reusedTotal > 100, `routes were reused (${reusedTotal})`)
   t.ok(vhostsReusedTotal > 100, `vhosts were reused (${vhostsReusedTotal})`)
+  t.ok(skipped > 5, `reloads of unreferenced objects were skipped (${skipped})`)
 })
 
 t.test('a route-only change recompiles that route alone; an environment change recompiles all', async (t) => {
