@@ -337,7 +337,7 @@ export class KubeSource {
       delay = this.#notFoundRetryMs
     } else {
       if (status === 403) {
-        log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/rbac.yaml)')
+        log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
         if (inf.state === 'pending') inf.state = 'forbidden'
       } else {
         log.warn({ ...fields, status, err: errorText(err) }, 'watch failed; retrying with backoff')
