@@ -81,7 +81,8 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
       client, namespace: leaseNamespace, identity,
       name: options.lease?.name ?? `sallyport-${options.gatewayClass ?? 'sallyport'}`,
       leaseDurationMs: options.lease?.durationMs, renewDeadlineMs: options.lease?.renewDeadlineMs, retryPeriodMs: options.lease?.retryPeriodMs,
-      onChange: (leader) => { if (leader) void statusWriter?.sync() },
+      // A new term writes everything due at once: what failed in an earlier one (an API server outage) is not left backing off.
+      onChange: (leader) => { if (leader) { statusWriter?.resetBackoff(); void statusWriter?.sync() } },
     })
     const e = elector
     const w = new StatusWriter({ client, source: kubeSource, controllerName: CONTROLLER_NAME, isLeader: () => e.isLeader() })

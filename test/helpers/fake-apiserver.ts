@@ -14,7 +14,8 @@
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `forbid(plural)`, `hide(plural)` (404 as
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
-//   that are accepted and never answered (a wedged API server or network path);
+//   that are accepted and never answered (a wedged API server or network path), `refuse(match, code)` for
+//   requests answered with an error status as the real server words it (403 from RBAC, 422 from validation, 5xx);
 // - RBAC: `authorize(rules)` answers 403 for every request no rule grants (verbs
 //   as kube-apiserver derives them: get, list, watch, create, update, patch, delete),
 //   so a test can run against the ClusterRole of deploy/kubernetes/rbac.yaml.
@@ -22,10 +23,10 @@
 
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import type { Socket } from 'node:net'
 
 /** metav1.MicroTime as the API server decodes it: RFC 3339, six fractional digits. */
 const MICRO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/
-import type { Socket } from 'node:net'
 
 export interface ResourceDef {
   readonly group: string
@@ -85,6 +86,7 @@ export class FakeApiServer {
   #bookmarkTimer: NodeJS.Timeout | null = null
   #hang: ((r: HangMatch) => boolean) | null = null
   #throttle: { readonly match: (r: HangMatch) => boolean; readonly retryAfter: string | null; left: number } | null = null
+  #refuse: { readonly match: (r: HangMatch) => boolean; readonly code: number } | null = null
   readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
   goneAs: 'event' | 'http' = 'event'
@@ -230,6 +232,16 @@ export class FakeApiServer {
   throttle(match: (r: HangMatch) => boolean, retryAfter: string | null, times: number): void {
     this.#throttle = { match, retryAfter, left: times }
   }
+  /**
+   * Requests `match` accepts are answered with `code` until `refuse(null)`, the
+   * way kube-apiserver answers them: 403 as RBAC denies a verb on a resource
+   * (a ClusterRole without `httproutes/status`), 422 as validation refuses a
+   * body (a CRD's status schema), 500/503 as a failing server or admission webhook.
+   */
+  refuse(match: ((r: HangMatch) => boolean) | null, code = 403): void {
+    this.#refuse = match === null ? null : { match, code }
+  }
+
   /** Stop hanging requests; the ones held so far lose their connection. */
   answer(): void {
     this.#hang = null
@@ -323,6 +335,11 @@ export class FakeApiServer {
       req.resume()
       if (throttle.retryAfter !== null) res.setHeader('retry-after', throttle.retryAfter)
       return status(res, 429, 'TooManyRequests', 'Too many requests, please try again later.')
+    }
+    const refuse = this.#refuse
+    if (refuse !== null && refuse.match(seen)) {
+      req.resume()
+      return refused(res, refuse.code, seen)
     }
     if (this.#hang?.(seen) === true) {
       req.resume()
@@ -532,6 +549,23 @@ function parseSelector(text: string | null): Selector | null {
     return (l) => Object.hasOwn(l, t)
   })
   return (labels) => terms.every((s) => s(labels))
+}
+
+/** An error answer for `r` in kube-apiserver's words (apiserver/pkg/endpoints/handlers/responsewriters, apimachinery errors). */
+function refused(res: http.ServerResponse, code: number, r: HangMatch): void {
+  const parts = r.path.split('/').filter((p) => p !== '')
+  const ns = parts.indexOf('namespaces')
+  const rest = ns >= 0 ? parts.slice(ns + 2) : parts.slice(parts[0] === 'api' ? 2 : 3)
+  const group = parts[0] === 'apis' ? parts[1] as string : ''
+  const [plural = '', name = '', sub] = rest
+  const resource = sub === undefined ? plural : `${plural}/${sub}`
+  const verb = ({ GET: name === '' ? 'list' : 'get', POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[r.method] ?? r.method.toLowerCase()
+  const qualified = group === '' ? plural : `${plural}.${group}`
+  const where = ns >= 0 ? ` in the namespace "${parts[ns + 1] as string}"` : ''
+  if (code === 403) return status(res, 403, 'Forbidden', `${qualified} "${name}" is forbidden: User "system:serviceaccount:sallyport-system:sallyport" cannot ${verb} resource "${resource}" in API group "${group}"${where}`)
+  if (code === 422) return status(res, 422, 'Invalid', `${qualified} "${name}" is invalid: status: Invalid value: "object": the status was refused by validation`)
+  if (code === 503) return status(res, 503, 'ServiceUnavailable', 'the server is currently unable to handle the request')
+  return status(res, code, 'InternalError', `Internal error occurred: failed calling webhook "validate.example.com": connection refused`)
 }
 
 function gone(message: string): Record<string, unknown> {
