@@ -193,14 +193,33 @@ export class KubeSource {
     this.#delays.clear()
   }
 
-  /** The raw object behind a snapshot object (status writes compare with it). `kind` is the model kind. */
+  /**
+   * The raw object behind a snapshot object (status writes compare with it). `kind` is the model kind.
+   * Without an apiVersion, and several kinds share the model kind (Backends of three groups), the one
+   * the snapshot serves: the first in store-key order (the others are duplicates).
+   */
   lookup(modelKind: string, objApiVersion: string, namespace: string, name: string): KubeObject | null {
+    let found: Entry | null = null
     for (const key of this.#byName.get(nameKey(modelKind, namespace, name)) ?? []) {
-      const o = (this.#store.get(key) as Entry).obj
-      if (objApiVersion !== '' && apiVersion(o.resource.group, o.version) !== objApiVersion) continue
-      return o
+      const e = this.#store.get(key) as Entry
+      if (objApiVersion !== '' && apiVersion(e.obj.resource.group, e.obj.version) !== objApiVersion) continue
+      if (objApiVersion !== '') return e.obj
+      if (found === null || key < found.key) found = e
     }
-    return null
+    return found?.obj ?? null
+  }
+
+  /**
+   * The uid and resourceVersion of an object as the API server has it (an Event's
+   * involvedObject: `kubectl describe` finds Events by uid), by its apiVersion and
+   * kind as served; null when no such object was read.
+   */
+  reference(objApiVersion: string, kind: string, namespace: string, name: string): { readonly uid: string; readonly resourceVersion: string } | null {
+    const slash = objApiVersion.lastIndexOf('/')
+    const group = slash < 0 ? '' : objApiVersion.slice(0, slash)
+    const meta = this.#store.get(`${group}|${kind}|${namespace}|${name}`)?.obj.raw.metadata
+    if (meta?.uid === undefined) return null
+    return { uid: meta.uid, resourceVersion: meta.resourceVersion ?? '' }
   }
 
   /** Every raw object, for status writers that walk them all. */

@@ -109,7 +109,8 @@ export class KubeEventRecorder implements EventRecorder {
   record(involved: InvolvedObject, type: EventType, reason: string, message: string): void {
     const namespace = involved.namespace === '' ? this.#fallbackNs : involved.namespace
     const objectKey = `${namespace}/${involved.apiVersion}/${involved.kind}/${involved.name}`
-    const key = `${objectKey}|${type}|${reason}|${message}`
+    // A deleted object recreated under its name is another object (client-go's aggregation key has the uid too).
+    const key = `${objectKey}|${involved.uid ?? ''}|${type}|${reason}|${message}`
     const now = Date.now()
     const stamp = new Date(now).toISOString().replace(/\.\d+Z$/, 'Z')
     const seen = this.#tracked.get(key)

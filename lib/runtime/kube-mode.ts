@@ -10,9 +10,10 @@ import { FileSource } from '../config/file-source.ts'
 import { CombinedSource, type ConfigSource } from '../config/kube-combined-source.ts'
 import { KubeClient } from '../config/kube-client.ts'
 import { KubeSource } from '../config/kube-source.ts'
+import { apiVersion } from '../config/kube-resources.ts'
 import { logger } from '../observe/log.ts'
 import { ConfigEvents } from './events-config.ts'
-import { KubeEventRecorder, type EventRecorder } from './events.ts'
+import { KubeEventRecorder, type EventRecorder, type InvolvedObject } from './events.ts'
 import { defaultExtensionRuntime } from '../extensions/chain.ts'
 import { LeaderElector, RELEASE_TIMEOUT_MS, podIdentity } from './leader-election.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
@@ -68,11 +69,16 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
   const identity = options.lease?.identity ?? pod.identity
   const leaseNamespace = options.lease?.namespace ?? pod.namespace
   const events = new KubeEventRecorder({ client, instance: identity, fallbackNamespace: leaseNamespace })
-  const configEvents = new ConfigEvents(events)
+  // Events name their object's uid (and the resourceVersion we saw), as client-go's
+  // reference.GetReference does: `kubectl describe` selects an object's Events by uid.
+  const configEvents = new ConfigEvents({
+    record: (o, type, reason, message) => events.record({ ...o, ...(kubeSource.reference(o.apiVersion, o.kind, o.namespace, o.name) ?? {}) }, type, reason, message),
+    close: () => events.close(),
+  })
   // Denials and transform failures from the data path (extensions, CONNECT refusals) are
   // Events on the object that declared the rule; in file mode they stay log lines.
   defaultExtensionRuntime().events.setTarget({
-    emit: (e) => events.record({ apiVersion: apiVersionOfKind(e.object.kind), ...e.object }, e.type, e.reason, e.message),
+    emit: (e) => events.record(dataPathObject(kubeSource, e.object), e.type, e.reason, e.message),
   })
   let statusWriter: StatusWriter | null = null
   let elector: LeaderElector | null = null
@@ -121,7 +127,22 @@ function within(p: Promise<void>, ms: number): Promise<void> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer))
 }
 
-/** The apiVersion an Event's involvedObject names for the kinds the data path reports on. */
+/**
+ * The object a data-path Event is about, as the API server has it: the data path
+ * knows its model kind, namespace and name only, and a Backend may be the Gateway
+ * API's, Envoy Gateway's or an XBackend.
+ */
+function dataPathObject(source: KubeSource, o: { readonly kind: string; readonly namespace: string; readonly name: string }): InvolvedObject {
+  const found = source.lookup(o.kind, '', o.namespace, o.name)
+  if (found === null) return { apiVersion: apiVersionOfKind(o.kind), ...o } // a file-defined object (--config too)
+  const meta = found.raw.metadata
+  return {
+    apiVersion: apiVersion(found.resource.group, found.version), kind: found.resource.kind, namespace: o.namespace, name: o.name,
+    ...(meta?.uid === undefined ? {} : { uid: meta.uid }), ...(meta?.resourceVersion === undefined ? {} : { resourceVersion: meta.resourceVersion }),
+  }
+}
+
+/** The apiVersion an Event's involvedObject names for the kinds the data path reports on, when the API server has no such object. */
 function apiVersionOfKind(kind: string): string {
   switch (kind) {
     case 'EgressExtension': return 'sallyport.io/v1alpha1'
