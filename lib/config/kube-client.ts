@@ -162,27 +162,57 @@ export class KubeClient {
     void dispatcher.close().catch(() => {}) // requests still on it finish; new ones get a fresh Agent
   }
 
-  /** A watcher that asks for bookmarks and lets the server end the watch first. */
-  watcher(): BookmarkWatch {
-    return new BookmarkWatch(this.config)
+  /** A watcher that asks for bookmarks, lets the server end the watch first, and gives up on a silent one. */
+  watcher(options: WatcherOptions = {}): BookmarkWatch {
+    return new BookmarkWatch(this.config, options)
   }
 }
 
 /** How the last watch went: how long it was open and how many events (bookmarks too) it delivered. */
 export interface WatchOutcome { readonly lastedMs: number; readonly events: number }
 
+/** A watch given up for silence: how long it was open, what it delivered, and whether this watcher's server was ever seen to send a bookmark. */
+export interface SilentWatch extends WatchOutcome { readonly silentMs: number; readonly serverSendsBookmarks: boolean }
+
+export interface WatcherOptions {
+  /** Nothing received (no event, no bookmark, no headers) for this long: the watch is aborted and resumed (default WATCH_SILENCE_MS). */
+  readonly silenceMs?: number
+  /** Told of each watch given up for silence (ListWatch then watches again from its last resourceVersion). */
+  readonly onSilent?: (watch: SilentWatch) => void
+}
+
+/**
+ * The longest a watch may receive nothing before it is given up. The API server
+ * sends a BOOKMARK on every watch that asked for them about once a minute (the
+ * watch cache's bookmark frequency), so a healthy quiet watch never gets near
+ * it; three missed bookmarks mean the connection is dead (half-open after a NAT
+ * or load balancer dropped it, an API server VIP that moved). Over HTTP/1.1 we
+ * have no pings: client-go notices the same within 45 s through its HTTP/2
+ * health check (ReadIdleTimeout 30 s + PingTimeout 15 s).
+ */
+export const WATCH_SILENCE_MS = 3 * 60_000
+
 // client-node's Watch sends only the query parameters ListWatch gives it; bookmarks
 // (allowWatchBookmarks) keep the resourceVersion fresh on quiet resources, so a
-// reconnect resumes close to now instead of replaying or hitting 410. The server
-// ends each watch after timeoutSeconds (spread 5–10 min like client-go's
-// reflector) before our inactivity timeout would abort it. It remembers how its
-// last watch went, for the reconnect delay (kube-source.ts).
+// reconnect resumes close to now instead of replaying or hitting 410, and keep
+// a healthy watch from looking silent. Its inactivity timeout (requestTimeoutMs,
+// reset by every chunk received) is our silence bound: when it fires, ListWatch
+// watches again at once from the last resourceVersion (a 410 then relists). The
+// server ends each watch after timeoutSeconds (spread 5–10 min like client-go's
+// reflector). It remembers how its last watch went, for the reconnect delay
+// (kube-source.ts).
 export class BookmarkWatch extends Watch {
   #last: WatchOutcome | null = null
+  readonly #silenceMs: number
+  readonly #onSilent: ((watch: SilentWatch) => void) | null
+  /** A BOOKMARK arrived on one of this watcher's watches: its server sends them, so silence means a dead connection. */
+  #bookmarked = false
 
-  constructor(config: KubeConfig) {
+  constructor(config: KubeConfig, options: WatcherOptions = {}) {
     super(config)
-    ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = 11 * 60_000
+    this.#silenceMs = options.silenceMs ?? WATCH_SILENCE_MS
+    this.#onSilent = options.onSilent ?? null
+    ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#silenceMs
   }
 
   /** The last watch that ended; null before one has. */
@@ -195,8 +225,18 @@ export class BookmarkWatch extends Watch {
     const started = performance.now()
     let events = 0
     return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds },
-      (phase, obj, watchObj) => { events++; callback(phase, obj, watchObj) },
-      (err) => { this.#last = { lastedMs: performance.now() - started, events }; done(err) })
+      (phase, obj, watchObj) => {
+        events++
+        if (phase === 'BOOKMARK') this.#bookmarked = true
+        callback(phase, obj, watchObj)
+      },
+      (err) => {
+        const last = { lastedMs: performance.now() - started, events }
+        this.#last = last
+        // client-node reports its inactivity timeout as a TimeoutError (and ListWatch resumes at once).
+        if ((err as { name?: unknown } | null)?.name === 'TimeoutError') this.#onSilent?.({ ...last, silentMs: this.#silenceMs, serverSendsBookmarks: this.#bookmarked })
+        done(err)
+      })
   }
 }
 

@@ -34,7 +34,7 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
-import { KubeApiError, errorText, type KubeClient, type WatchOutcome } from './kube-client.ts'
+import { KubeApiError, WATCH_SILENCE_MS, errorText, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
 import { buildSnapshot } from './snapshot-builder.ts'
 import type { ModelObject } from '../resources/model.ts'
@@ -69,6 +69,8 @@ export interface KubeSourceOptions {
   readonly backoffMs?: { readonly base: number; readonly max: number }
   /** How often a kind whose CRD is not installed is looked for again (default 5 min). */
   readonly notFoundRetryMs?: number
+  /** A watch that receives nothing, not even a bookmark, for this long is given up and resumed (default WATCH_SILENCE_MS, 3 min). */
+  readonly watchSilenceMs?: number
   /** Default: every kind the model reads (kube-resources.ts). */
   readonly resources?: readonly KubeResource[]
 }
@@ -117,6 +119,7 @@ export class KubeSource {
   readonly #pageSize: number
   readonly #backoff: { readonly base: number; readonly max: number }
   readonly #notFoundRetryMs: number
+  readonly #watchSilenceMs: number
   readonly #informers: Informer[] = []
   readonly #store = new Map<string, Entry>()
   /**
@@ -149,6 +152,7 @@ export class KubeSource {
     this.#pageSize = options.pageSize ?? 500
     this.#backoff = options.backoffMs ?? { base: 500, max: 30_000 }
     this.#notFoundRetryMs = options.notFoundRetryMs ?? 5 * 60_000
+    this.#watchSilenceMs = options.watchSilenceMs ?? WATCH_SILENCE_MS
     for (const resource of options.resources ?? KUBE_RESOURCES) {
       const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
       for (const namespace of scopes) {
@@ -269,7 +273,7 @@ export class KubeSource {
       setImmediate(() => this.#listed(inf))
       return list
     }
-    const watcher = this.#client.watcher()
+    const watcher = this.#client.watcher({ silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) } })
     const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, undefined, {
       delayFn: () => this.#reconnectDelay(inf, watcher.lastWatch()),
     })
@@ -305,6 +309,23 @@ export class KubeSource {
       timer.unref()
       this.#delays.add(timer)
     })
+  }
+
+  /**
+   * A watch given up for silence (ListWatch resumes it from the last
+   * resourceVersion at once). From a server that sends bookmarks it means a
+   * dead connection: a warning. From one that never sent any (an old API
+   * server, a proxy that drops them) a quiet kind is simply quiet: debug only.
+   */
+  #silent(inf: Informer, w: SilentWatch): void {
+    if (this.#closed) return
+    const fields = { kind: inf.resource.kind, resource: inf.resource.plural, group: inf.resource.group, namespace: inf.namespace ?? '*', silentSeconds: Math.round(w.silentMs / 1000), events: w.events }
+    if (!w.serverSendsBookmarks) {
+      log.debug(fields, 'watch silent; watching again from the last resourceVersion (the server sends no bookmarks)')
+      return
+    }
+    log.warn(fields, 'watch silent (no event, no bookmark): connection presumed dead; watching again from the last resourceVersion')
+    configReloadFailures.inc({ source: 'kubernetes', reason: 'watch' })
   }
 
   async #listAll(path: string): Promise<KubernetesListObject<KubernetesObject>> {

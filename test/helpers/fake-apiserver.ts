@@ -12,7 +12,8 @@
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
 //   (409 Conflict on a stale metadata.resourceVersion);
 // - generic create/get/update/delete/patch (Leases, Events);
-// - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `forbid(plural)`, `hide(plural)` (404 as
+// - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
+//   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
 //   that are accepted and never answered (a wedged API server or network path), `refuse(match, code)` for
 //   requests answered with an error status as the real server words it (403 from RBAC, 422 from validation, 5xx);
@@ -46,6 +47,8 @@ interface Watcher {
   readonly namespace: string | null
   readonly selector: Selector | null
   readonly bookmarks: boolean
+  /** silenceWatches(): nothing more is written to it, not even its end. */
+  silent: boolean
 }
 
 interface Store {
@@ -77,6 +80,7 @@ export class FakeApiServer {
   #compactedRv = 0
   readonly #stores = new Map<string, Store>() // by `${group}/${plural}`
   readonly #watchers = new Set<Watcher>()
+  readonly #silenced = new Set<Watcher>()
   readonly #sockets = new Set<Socket>()
   readonly #forbidden = new Set<string>()
   readonly #hidden = new Set<string>()
@@ -192,6 +196,27 @@ export class FakeApiServer {
   endWatches(): void {
     for (const w of this.#watchers) w.res.end()
     this.#watchers.clear()
+  }
+
+  /**
+   * Open watches (of `plural`, or all) stop receiving anything — events,
+   * bookmarks, their end at timeoutSeconds — while their connections stay
+   * open: what a client sees of a half-open TCP connection (a NAT or load
+   * balancer that forgot it, an API server VIP that moved). Watches opened
+   * afterwards are served as usual.
+   */
+  silenceWatches(plural?: string): void {
+    for (const w of [...this.#watchers]) {
+      if (plural !== undefined && w.def.plural !== plural) continue
+      w.silent = true
+      this.#watchers.delete(w)
+      this.#silenced.add(w)
+    }
+  }
+
+  /** Silenced watches whose connection is still open (the client has not given up on them). */
+  silencedWatches(): number {
+    return this.#silenced.size
   }
 
   /** Forget the event history up to now: older resourceVersions get 410 Gone; open watches get an ERROR 410 event and are closed. */
@@ -489,7 +514,7 @@ export class FakeApiServer {
     const rvParam = url.searchParams.get('resourceVersion') ?? ''
     const w: Watcher = {
       res, def: store.def, namespace, selector: parseSelector(url.searchParams.get('labelSelector')),
-      bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
+      bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true', silent: false,
     }
     const from = Number(rvParam)
     const tooOld = rvParam !== '' && rvParam !== '0' && (!Number.isFinite(from) || from < this.#compactedRv)
@@ -510,8 +535,8 @@ export class FakeApiServer {
     if (this.endWatchesAtOnce) { res.end(); return }
     this.#watchers.add(w)
     const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0)
-    const timer = timeout > 0 ? setTimeout(() => { this.#watchers.delete(w); res.end() }, timeout * 1000) : null
-    res.on('close', () => { this.#watchers.delete(w); if (timer !== null) clearTimeout(timer) })
+    const timer = timeout > 0 ? setTimeout(() => { if (w.silent) return; this.#watchers.delete(w); res.end() }, timeout * 1000) : null
+    res.on('close', () => { this.#watchers.delete(w); this.#silenced.delete(w); if (timer !== null) clearTimeout(timer) })
   }
 }
 
