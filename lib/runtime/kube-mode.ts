@@ -2,8 +2,8 @@
 //   source     KubeSource (informers), or files + API server (CombinedSource)
 //   leader     LeaderElector on a Lease (POD_NAMESPACE / POD_NAME)
 //   status     StatusWriter, writing only while leader
-//   events     KubeEventRecorder (every replica), fed config problems now and
-//              the data path later
+//   events     KubeEventRecorder (every replica), fed config problems (one worker
+//              per replica) and the data path's denials (every worker)
 // The Runtime stays source-agnostic: it gets `source` and calls `onApplied`.
 
 import { FileSource } from '../config/file-source.ts'
@@ -32,6 +32,12 @@ export interface KubeModeOptions {
   readonly configPaths?: readonly string[]
   /** Campaign for leadership and write status (false: a --workers worker other than the first). */
   readonly writeStatus?: boolean
+  /**
+   * Record config Events (Invalid, InsecureSkipVerify, Shadowed; default true). With
+   * --workers N every worker compiles the same configuration: only the first records
+   * them, or each would be N Events. Data-path Events are recorded by every worker.
+   */
+  readonly configEvents?: boolean
   readonly gatewayClass?: string
   /** Lease timings (defaults: client-go's 15 s / 10 s / 2 s). */
   readonly lease?: { readonly name?: string; readonly namespace?: string; readonly identity?: string; readonly durationMs?: number; readonly renewDeadlineMs?: number; readonly retryPeriodMs?: number }
@@ -97,6 +103,7 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
     statusWriter = w
   }
   const writer = statusWriter
+  const recordConfigEvents = options.configEvents ?? true
   log.info({ server: client.server(), namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, files: paths, identity, leaseNamespace }, 'kubernetes mode')
   return {
     client, kubeSource, elector, statusWriter, events,
@@ -104,7 +111,7 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
       source,
       sourceLabel: 'kubernetes',
       onApplied: ({ status, snapshot }) => {
-        configEvents.update(snapshot.problems)
+        if (recordConfigEvents) configEvents.update(snapshot.problems)
         writer?.update(status, snapshot)
       },
     },

@@ -94,13 +94,14 @@ async function serveSingle(options: ServeOptions): Promise<void> {
 }
 
 /** Kubernetes mode pieces (loaded only then: client-node is large). `writeStatus`: campaign for the lease. */
-async function kubeMode(options: ServeOptions, writeStatus: boolean): Promise<import('./kube-mode.ts').KubeMode | null> {
+/** `first`: the process that campaigns for the lease, writes status and records config Events (serve alone, or worker 0). */
+async function kubeMode(options: ServeOptions, first: boolean): Promise<import('./kube-mode.ts').KubeMode | null> {
   const k = options.kubernetes
   if (k == null) return null
   const { createKubeMode } = await import('./kube-mode.ts')
   return createKubeMode({
     kubeconfig: k.kubeconfig, namespaces: k.namespaces, labelSelector: k.labelSelector,
-    configPaths: options.configPaths, writeStatus, gatewayClass: options.gatewayClass,
+    configPaths: options.configPaths, writeStatus: first, configEvents: first, gatewayClass: options.gatewayClass,
   })
 }
 
@@ -269,7 +270,9 @@ async function serveWorker(options: ServeOptions): Promise<void> {
     )
   })
   if (options.tracing != null) installTracer(options.tracing)
-  // One identity per Pod: only the first worker campaigns for the lease and writes status.
+  // One identity per Pod: only the first worker campaigns for the lease, writes status and records
+  // config Events (each worker compiles the same configuration). Every worker runs its own
+  // informers still: N list/watch sets per Pod.
   const kube = await kubeMode(options, index === 0)
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
