@@ -12,7 +12,7 @@ import { UpstreamProxies, type ProxyChoice } from './upstream-proxy.ts'
 import { ANNOTATIONS } from '../validate/annotations.ts'
 import { isIpLiteral } from './hostnames.ts'
 import type { From, Resolved } from './refs.ts'
-import { fail, isReferenceAllowed } from './refs.ts'
+import { fail, isReferenceAllowed, refNotPermitted } from './refs.ts'
 import type { TlsPolicyPlan } from './tls.ts'
 import { DestinationPolicies, type Denial } from './destination-policy.ts'
 import { buildClusterTls, buildMeshTls, tlsPolicyFor } from './tls.ts'
@@ -117,7 +117,7 @@ export class BackendResolver {
     const isService = ref.group === '' && ref.kind === 'Service'
     if (!isService && !isBackendKind(ref.group, ref.kind)) return fail('InvalidKind', `backendRef kind ${ref.group === '' ? '' : ref.group + '/'}${ref.kind} is not supported`)
     if (!isReferenceAllowed(this.#snapshot, from, target)) {
-      return fail('RefNotPermitted', `${ref.kind} ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+      return fail('RefNotPermitted', refNotPermitted(this.#snapshot, `${ref.kind} ${ref.namespace}/${ref.name}`, ref.namespace))
     }
     let r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
     if (!r.ok) return r

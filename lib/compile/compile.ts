@@ -94,7 +94,8 @@ function isMeshed(snapshot: Snapshot, sg: ServedGateway, route: AnyRoute): boole
 export function compile(snapshot: Snapshot, options: CompileOptions): CompileResult {
   const controllerName = options.controllerName ?? DEFAULT_CONTROLLER
   const cache = options.cache ?? null
-  const optionsKey = cache === null ? '' : JSON.stringify([options.gatewayClass, controllerName, options.destination ?? null])
+  // The watched namespaces word RefNotPermitted messages: routes compiled under other ones are not reused.
+  const optionsKey = cache === null ? '' : JSON.stringify([options.gatewayClass, controllerName, options.destination ?? null, [...(snapshot.watchedNamespaces ?? [])]])
   const reusedPlan = cache?.plan(snapshot, optionsKey) ?? null
   const plan = reusedPlan ?? planGateways(snapshot, options.gatewayClass, controllerName)
   const served = new Map(plan.served.map(g => [g.key, g]))

@@ -47,6 +47,18 @@ function grantsIn(grants: ReadonlyMap<string, ReferenceGrant>, namespace: string
   return cached.index.get(namespace) ?? NO_GRANTS
 }
 
+/**
+ * Why a reference into another namespace is refused: with `--namespace`, a
+ * target namespace that is not watched (its objects and ReferenceGrants are
+ * never read, so a grant there cannot be seen), else no ReferenceGrant allows
+ * it. `what` is `Kind namespace/name`.
+ */
+export function refNotPermitted(snapshot: Snapshot, what: string, namespace: string): string {
+  const watched = snapshot.watchedNamespaces
+  if (watched != null && !watched.has(namespace)) return `${what} is in namespace ${namespace}, which this gateway does not watch (--namespace)`
+  return `${what} is in another namespace and no ReferenceGrant allows it`
+}
+
 export type Resolved<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly reason: string; readonly message: string }
 
 export function fail<T>(reason: string, message: string): Resolved<T> {
@@ -56,7 +68,7 @@ export function fail<T>(reason: string, message: string): Resolved<T> {
 /** Server/client certificate from a kubernetes.io/tls Secret. */
 export function resolveTlsSecret(snapshot: Snapshot, from: From, ref: ObjectRef, reason: string): Resolved<{ certPem: string; keyPem: string }> {
   if (ref.group !== '' || ref.kind !== 'Secret') return fail(reason, `unsupported certificate reference kind ${ref.kind}`)
-  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', `Secret ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', refNotPermitted(snapshot, `Secret ${ref.namespace}/${ref.name}`, ref.namespace))
   const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
   if (secret === undefined) return fail(reason, `Secret ${ref.namespace}/${ref.name} not found`)
   if (secret.type !== 'kubernetes.io/tls') return fail(reason, `Secret ${ref.namespace}/${ref.name} is of type ${secret.type}, not kubernetes.io/tls`)
@@ -78,7 +90,7 @@ export function resolveDataRef(snapshot: Snapshot, from: From, ref: DataRef, def
     return { ok: true, value: bundle.trustBundle }
   }
   if (ref.group !== '' || (ref.kind !== 'ConfigMap' && ref.kind !== 'Secret')) return fail(reason, `unsupported reference kind ${ref.kind}`)
-  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', `${ref.kind} ${ref.namespace}/${ref.name} is in another namespace and no ReferenceGrant allows it`)
+  if (!isReferenceAllowed(snapshot, from, ref)) return fail('RefNotPermitted', refNotPermitted(snapshot, `${ref.kind} ${ref.namespace}/${ref.name}`, ref.namespace))
   let text: string | undefined
   if (ref.kind === 'ConfigMap') {
     const cm = snapshot.configMaps.get(`${ref.namespace}/${ref.name}`)

@@ -112,6 +112,8 @@ interface Informer {
 export class KubeSource {
   readonly #client: KubeClient
   readonly #namespaces: readonly string[]
+  /** The snapshot's watchedNamespaces: one object for the source's life, so compiles can tell it did not change. */
+  readonly #watched: ReadonlySet<string> | null
   readonly #labelSelector: string | undefined
   readonly #debounceMs: number
   readonly #firstDelayMs: number
@@ -145,6 +147,7 @@ export class KubeSource {
   constructor(options: KubeSourceOptions) {
     this.#client = options.client
     this.#namespaces = [...new Set(options.namespaces ?? [])].sort()
+    this.#watched = this.#namespaces.length === 0 ? null : new Set(this.#namespaces)
     this.#labelSelector = options.labelSelector === null || options.labelSelector === '' ? undefined : options.labelSelector
     this.#debounceMs = options.debounceMs ?? 50
     this.#firstDelayMs = Math.min(options.firstDelayMs ?? 10, this.#debounceMs)
@@ -256,6 +259,7 @@ export class KubeSource {
       map.set(key, object)
     }
     snap.problems = problems
+    snap.watchedNamespaces = this.#watched
     return snap as unknown as Snapshot
   }
 
@@ -486,7 +490,7 @@ export class KubeSource {
 }
 
 /** Which Snapshot map holds each model kind. */
-const MAP_OF: Record<ModelObject['kind'], keyof Omit<Snapshot, 'problems'>> = {
+const MAP_OF: Record<ModelObject['kind'], keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>> = {
   GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
   TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
   BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',

@@ -14,7 +14,7 @@ import type { Snapshot } from '../resources/snapshot.ts'
 const log = logger('config')
 
 /** Which Snapshot map holds each kind of the model. */
-const MAP_OF: Record<ModelKind, keyof Omit<Snapshot, 'problems'>> = {
+const MAP_OF: Record<ModelKind, keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>> = {
   GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
   TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
   BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
@@ -22,7 +22,7 @@ const MAP_OF: Record<ModelKind, keyof Omit<Snapshot, 'problems'>> = {
   EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
 }
 
-type MutableSnapshot = { -readonly [K in keyof Omit<Snapshot, 'problems'>]: Map<string, ModelObject> }
+type MutableSnapshot = { -readonly [K in keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>]: Map<string, ModelObject> }
 
 export interface SourcedDoc {
   readonly source: SourceRef

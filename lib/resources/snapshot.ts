@@ -32,6 +32,12 @@ export interface Snapshot {
   readonly clusterTrustBundles: ReadonlyMap<string, ClusterTrustBundle>
   /** Problems of objects that were dropped (errors) or kept with a caveat (warnings). */
   readonly problems: readonly ConfigProblem[]
+  /**
+   * Kubernetes mode with `--namespace`: the only namespaces namespaced objects
+   * are read from, so a reference elsewhere cannot resolve and status says why.
+   * Absent or null: every namespace (files, or no --namespace).
+   */
+  readonly watchedNamespaces?: ReadonlySet<string> | null
 }
 
 export function emptySnapshot(): Snapshot {
