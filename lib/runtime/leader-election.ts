@@ -19,6 +19,10 @@
 //   short: it aborts the attempt in flight and gives the release
 //   RELEASE_TIMEOUT_MS, after which the lease is left to expire (a shutdown
 //   must not wait on an API server that does not answer).
+// - a request that keeps failing is retried every retry period all the same,
+//   but logged once per distinct error, then at most every FAILURE_LOG_EVERY_MS
+//   (a Role without Leases logged a line every 2 s forever); a success after
+//   failures is logged once.
 
 import os from 'node:os'
 import { logger } from '../observe/log.ts'
@@ -29,6 +33,9 @@ const log = logger('leader')
 
 /** How long stop() tries to hand the lease back. */
 export const RELEASE_TIMEOUT_MS = 2000
+
+/** The same failure of the Lease requests is logged again at most this often. */
+const FAILURE_LOG_EVERY_MS = 5 * 60_000
 
 export interface LeaderElectionOptions {
   readonly client: KubeClient
@@ -41,6 +48,8 @@ export interface LeaderElectionOptions {
   readonly renewDeadlineMs?: number
   readonly retryPeriodMs?: number
   readonly onChange?: (leader: boolean) => void
+  /** The same failure is logged again at most this often (default 5 min). */
+  readonly failureLogEveryMs?: number
 }
 
 interface LeaseSpec {
@@ -91,6 +100,9 @@ export class LeaderElector {
   #timer: NodeJS.Timeout | null = null
   #stopped = false
   #ticking: Promise<void> = Promise.resolve()
+  readonly #failureLogMs: number
+  /** The failure last logged (its text, when) and the failures since that were not logged; null while requests succeed. */
+  #failure: { readonly text: string; readonly at: number; unlogged: number; total: number } | null = null
 
   constructor(options: LeaderElectionOptions) {
     this.#client = options.client
@@ -103,6 +115,7 @@ export class LeaderElector {
     this.#renewDeadlineMs = options.renewDeadlineMs ?? 10_000
     this.#retryMs = options.retryPeriodMs ?? 2_000
     this.#onChange = options.onChange ?? null
+    this.#failureLogMs = options.failureLogEveryMs ?? FAILURE_LOG_EVERY_MS
   }
 
   get identity(): string { return this.#identity }
@@ -162,8 +175,9 @@ export class LeaderElector {
     let ok: boolean
     try {
       ok = await this.#tryAcquireOrRenew(attempt.signal)
+      this.#succeeded()
     } catch (err) {
-      log.warn({ lease: this.#name, err: errorText(attempt.signal.aborted ? attempt.signal.reason : err) }, 'leader election: lease request failed')
+      this.#failed(attempt.signal.aborted ? attempt.signal.reason : err)
       ok = false
     } finally {
       clearTimeout(timer)
@@ -177,6 +191,35 @@ export class LeaderElector {
     } else if (this.#leader && !ok && this.#observedHolder !== this.#identity) {
       this.#stepDown(null)
     }
+  }
+
+  /** Log a failed attempt: a new error at once, the same one again at most every failureLogMs (with how many it stands for). */
+  #failed(err: unknown): void {
+    if (this.#stopped) return
+    const text = errorText(err)
+    const now = performance.now()
+    const f = this.#failure
+    if (f !== null && f.text === text && now - f.at < this.#failureLogMs) {
+      f.unlogged++
+      f.total++
+      log.debug({ lease: this.#name, err: text }, 'leader election: lease request failed again')
+      return
+    }
+    const total = f !== null && f.text === text ? f.total + 1 : 1
+    const fields = { lease: `${this.#namespace}/${this.#name}`, err: text, ...(f !== null && f.text === text ? { repeats: f.unlogged, failures: total } : {}) }
+    if (err instanceof KubeApiError && err.statusCode === 403) {
+      log.error(fields, 'leader election: forbidden to use the Lease (no status is written); check the Role in deploy/kubernetes/rbac.yaml')
+    } else {
+      log.warn(fields, 'leader election: lease request failed')
+    }
+    this.#failure = { text, at: now, unlogged: 0, total }
+  }
+
+  #succeeded(): void {
+    const f = this.#failure
+    if (f === null) return
+    this.#failure = null
+    log.info({ lease: `${this.#namespace}/${this.#name}`, failures: f.total }, 'leader election: lease requests succeed again')
   }
 
   /** Step down at lastRenew + renewDeadline unless a renewal comes first. */
