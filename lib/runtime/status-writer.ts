@@ -241,8 +241,9 @@ export class StatusWriter {
     let recovered = 0
     let lines = 0
     let first: string | null = null
-    // Delays count from the pass's start, so objects that failed together are due together (one pass, one summary line).
     const started = performance.now()
+    /** Objects that failed in this pass, with their delay: it counts from the pass's end, so those that failed together are due together (one pass, one summary line), each a full delay after its failure however long the pass took. */
+    const backingOff: Array<{ readonly f: Failing; readonly delay: number }> = []
     let index = 0
     // An API server that sheds load (429, API Priority and Fairness) ends the pass:
     // the rest waits for the retry, as long as it asked (Retry-After), rather than
@@ -274,7 +275,9 @@ export class StatusWriter {
           }
           failed++
           first ??= `${item.status.kind} ${item.status.namespace === '' ? '' : `${item.status.namespace}/`}${item.status.name}: ${errorText(err)}`
-          if (this.#failed(key, item.status, err, started, lines < FAILURE_LINES_PER_PASS)) lines++
+          const noted = this.#failed(key, item.status, err, lines < FAILURE_LINES_PER_PASS)
+          backingOff.push(noted)
+          if (noted.logged) lines++
         }
       }
     }
@@ -285,6 +288,8 @@ export class StatusWriter {
     const known = this.#known
     for (const key of this.#written.keys()) if (!known.has(key)) this.#written.delete(key)
     for (const key of this.#repairs.keys()) if (!known.has(key)) this.#repairs.delete(key)
+    const ended = performance.now()
+    for (const { f, delay } of backingOff) f.until = ended + delay
     let next = Number.POSITIVE_INFINITY
     for (const [key, f] of this.#failing) {
       if (!known.has(key)) this.#failing.delete(key)
@@ -303,24 +308,23 @@ export class StatusWriter {
   }
 
   /**
-   * Note a failed write: the object backs off (base, doubling to max) and the
-   * failure is logged if its error is not the one already logged for it and
-   * `mayLog`. Returns whether it logged.
+   * Note a failed write: the object's next delay (base, doubling to max; the
+   * pass sets when it is due), and the failure logged if its error is not the
+   * one already logged for it and `mayLog`.
    */
-  #failed(key: string, status: ObjectStatus, err: unknown, passStarted: number, mayLog: boolean): boolean {
+  #failed(key: string, status: ObjectStatus, err: unknown, mayLog: boolean): { readonly f: Failing; readonly delay: number; readonly logged: boolean } {
     let f = this.#failing.get(key)
-    if (f === undefined) this.#failing.set(key, f = { compiled: status, attempts: 0, until: 0, logged: null })
+    if (f === undefined) this.#failing.set(key, f = { compiled: status, attempts: 0, until: Number.POSITIVE_INFINITY, logged: null })
     f.attempts++
     const delay = Math.min(this.#backoff.max, this.#backoff.base * 2 ** Math.min(f.attempts - 1, 30))
-    f.until = passStarted + delay
     const what = err instanceof KubeApiError ? `${err.statusCode} ${err.reason}` : errorText(err)
     if (what === f.logged || !mayLog) {
       log.debug({ kind: status.kind, namespace: status.namespace, name: status.name, err: errorText(err), attempts: f.attempts }, 'status write failed again')
-      return false
+      return { f, delay, logged: false }
     }
     f.logged = what
     log.warn({ kind: status.kind, namespace: status.namespace, name: status.name, err: errorText(err), retryInSeconds: Math.round(delay / 1000) }, 'status write failed')
-    return true
+    return { f, delay, logged: true }
   }
 
   #retryIn(ms: number): void {
