@@ -34,6 +34,9 @@ const log = logger('leader')
 /** How long stop() tries to hand the lease back. */
 export const RELEASE_TIMEOUT_MS = 2000
 
+/** Why we cut an attempt short ourselves (stepping down, stopping): not a failure to log. */
+class CutShort extends Error {}
+
 /** The same failure of the Lease requests is logged again at most this often. */
 const FAILURE_LOG_EVERY_MS = 5 * 60_000
 
@@ -101,8 +104,9 @@ export class LeaderElector {
   #stopped = false
   #ticking: Promise<void> = Promise.resolve()
   readonly #failureLogMs: number
-  /** The failure last logged (its text, when) and the failures since that were not logged; null while requests succeed. */
-  #failure: { readonly text: string; readonly at: number; unlogged: number; total: number } | null = null
+  /** Failures since the last success: per distinct error, when it was last logged and how many since were not. */
+  readonly #failures = new Map<string, { at: number; unlogged: number }>()
+  #failureCount = 0
 
   constructor(options: LeaderElectionOptions) {
     this.#client = options.client
@@ -138,7 +142,7 @@ export class LeaderElector {
     this.#deadline = null
     const wasLeader = this.#leader
     this.#setLeader(false) // no more status writes from here on
-    this.#attempt?.abort(new Error('stopping'))
+    this.#attempt?.abort(new CutShort('stopping'))
     await this.#ticking
     if (wasLeader && options.release !== false) {
       const signal = AbortSignal.timeout(RELEASE_TIMEOUT_MS)
@@ -177,7 +181,9 @@ export class LeaderElector {
       ok = await this.#tryAcquireOrRenew(attempt.signal)
       this.#succeeded()
     } catch (err) {
-      this.#failed(attempt.signal.aborted ? attempt.signal.reason : err)
+      // An attempt we cut short ourselves (stepping down, stopping) is no failure of the API server's.
+      if (attempt.signal.aborted && attempt.signal.reason instanceof CutShort) log.debug({ lease: this.#name, err: errorText(attempt.signal.reason) }, 'leader election: attempt cut short')
+      else this.#failed(attempt.signal.aborted ? attempt.signal.reason : err)
       ok = false
     } finally {
       clearTimeout(timer)
@@ -193,33 +199,41 @@ export class LeaderElector {
     }
   }
 
-  /** Log a failed attempt: a new error at once, the same one again at most every failureLogMs (with how many it stands for). */
+  /**
+   * Log a failed attempt: an error not seen since the last success at once,
+   * one already logged again at most every failureLogMs (with how many
+   * failures it stands for). Per error, so two that alternate (a 403, then a
+   * timeout) do not make every attempt a new one.
+   */
   #failed(err: unknown): void {
     if (this.#stopped) return
+    this.#failureCount++
     const text = errorText(err)
+    // The same refusal of a GET or a PUT is one error (a 403 is a 403).
+    const key = err instanceof KubeApiError && err.statusCode !== 0 ? `${err.statusCode} ${err.reason}` : text
     const now = performance.now()
-    const f = this.#failure
-    if (f !== null && f.text === text && now - f.at < this.#failureLogMs) {
-      f.unlogged++
-      f.total++
+    const seen = this.#failures.get(key)
+    if (seen !== undefined && now - seen.at < this.#failureLogMs) {
+      seen.unlogged++
       log.debug({ lease: this.#name, err: text }, 'leader election: lease request failed again')
       return
     }
-    const total = f !== null && f.text === text ? f.total + 1 : 1
-    const fields = { lease: `${this.#namespace}/${this.#name}`, err: text, ...(f !== null && f.text === text ? { repeats: f.unlogged, failures: total } : {}) }
+    const fields = { lease: `${this.#namespace}/${this.#name}`, err: text, ...(seen === undefined ? {} : { repeats: seen.unlogged, failures: this.#failureCount }) }
     if (err instanceof KubeApiError && err.statusCode === 403) {
       log.error(fields, 'leader election: forbidden to use the Lease (no status is written); check the Role in deploy/kubernetes/rbac.yaml')
     } else {
       log.warn(fields, 'leader election: lease request failed')
     }
-    this.#failure = { text, at: now, unlogged: 0, total }
+    this.#failures.delete(key)
+    this.#failures.set(key, { at: now, unlogged: 0 })
+    if (this.#failures.size > 16) this.#failures.delete(this.#failures.keys().next().value as string)
   }
 
   #succeeded(): void {
-    const f = this.#failure
-    if (f === null) return
-    this.#failure = null
-    log.info({ lease: `${this.#namespace}/${this.#name}`, failures: f.total }, 'leader election: lease requests succeed again')
+    if (this.#failureCount === 0) return
+    log.info({ lease: `${this.#namespace}/${this.#name}`, failures: this.#failureCount }, 'leader election: lease requests succeed again')
+    this.#failures.clear()
+    this.#failureCount = 0
   }
 
   /** Step down at lastRenew + renewDeadline unless a renewal comes first. */
@@ -240,7 +254,7 @@ export class LeaderElector {
     if (this.#deadline !== null) clearTimeout(this.#deadline)
     this.#deadline = null
     if (warning !== null && this.#leader) log.warn({ lease: this.#name, identity: this.#identity, renewDeadlineMs: this.#renewDeadlineMs }, warning)
-    this.#attempt?.abort(new Error('stepped down'))
+    this.#attempt?.abort(new CutShort('stepped down'))
     this.#setLeader(false)
   }
 
