@@ -37,7 +37,7 @@ serve [options]
   --dns-server ADDR[:PORT] DNS server for Backend hostnames (repeatable; default: the system's nameservers)
   --dns-min-ttl SECONDS    Shortest time a DNS answer is kept, whatever its TTL (default: 5)
   --dns-max-ttl SECONDS    Longest time a DNS answer is kept, whatever its TTL (default: 300)
-  --dns-stale-ttl SECONDS  How long past expiry the last answer is served while DNS fails; 0: never (default: 60)
+  --dns-stale-ttl SECONDS  How long past expiry the last answer is served while it is refreshed or DNS fails; 0: never (default: 60)
   --allow-destination-cidr CIDR  Allow a guarded range (loopback, private, link-local...) for every Gateway (repeatable)
   --cluster-cidr CIDR      Pod/Service range of the cluster: refused for external Backends unless allowed (repeatable)
   --otlp-endpoint URL      Export a span per request and per upstream attempt over OTLP/HTTP to URL (e.g. http://127.0.0.1:4318/v1/traces); default: tracing off

@@ -23,7 +23,7 @@ export const dnsFailures = new Counter({
 
 export const dnsStaleAnswers = new Counter({
   name: 'sallyport_dns_stale_answers_total',
-  help: 'Times an expired DNS answer was served because the resolver failed (bounded by --dns-stale-ttl).',
+  help: 'Times an expired DNS answer was served while its refresh was under way or failing (bounded by --dns-stale-ttl).',
   registers: [registry],
 })
 

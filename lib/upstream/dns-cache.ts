@@ -5,11 +5,19 @@
 // - Names in use are refreshed in the background ahead of expiry (at 80% of
 //   the TTL), so requests rarely wait for DNS; a name unused for a while is
 //   not refreshed, and is evicted when its stale window closes.
-// - When the resolver fails (SERVFAIL, REFUSED, timeout, unreachable) the last
-//   answer is served for at most `staleMs` past its expiry (RFC 8767
-//   "serve-stale" — a resolver outage should not become an egress outage).
-//   NXDOMAIN and NODATA are answers, not failures: the name is gone, requests
-//   fail; they are cached for minTtl (RFC 2308 negative caching, clamped).
+// - An expired answer is served at once while one refresh of the name runs in
+//   the background (Envoy's DNS cache and CoreDNS serve_stale do the same; RFC
+//   8767 "serve-stale"): a request never waits on a refresh when something is
+//   cached, so a resolver that stops answering — a query then takes the whole
+//   c-ares timeout, about 6 s — does not stall traffic. The refresh replaces
+//   the answer when it succeeds; while refreshes fail (SERVFAIL, REFUSED,
+//   timeout, unreachable) the last answer is served for at most `staleMs` past
+//   its expiry, then no more (a resolver outage should not become an egress
+//   outage, nor pin an address for ever).
+// - NXDOMAIN and NODATA are answers, not failures: the name is gone, requests
+//   fail; they are cached for minTtl (RFC 2308 negative caching, clamped),
+//   refreshed and served stale like any answer — a missing AAAA record must not
+//   hold up the A answer of the name while the resolver is down.
 // - An answer object keeps its identity while its addresses are unchanged, so
 //   consumers detect a change by reference (the registry rotates pools then).
 
@@ -25,7 +33,7 @@ export interface DnsCacheOptions {
   readonly minTtlMs?: number
   /** Default 300 s. */
   readonly maxTtlMs?: number
-  /** How long past expiry the last answer may be served while the resolver fails; default 60 s. 0: never. */
+  /** How long past expiry the last answer may be served (while it is refreshed, or refreshes fail); default 60 s. 0: never. */
   readonly staleMs?: number
 }
 
@@ -36,14 +44,14 @@ export interface CachedAnswer {
 }
 
 interface Entry {
+  readonly name: string
+  readonly family: 4 | 6
   answer: CachedAnswer
   expiresAt: number
   staleUntil: number
   ttlMs: number
   /** Used since the refresh timer last looked. */
   used: boolean
-  /** The last refresh failed (transiently): the expired answer may be served until staleUntil. */
-  failing: boolean
   timer: NodeJS.Timeout | null
 }
 
@@ -65,7 +73,7 @@ export class DnsCache {
     this.#staleMs = options.staleMs ?? 60_000
   }
 
-  /** The current answer without waiting, or null when a query is needed. */
+  /** The current answer without waiting, or null when a query is needed. An expired answer starts its refresh. */
   // hot path (once per request per hostname endpoint)
   peek(name: string, family: 4 | 6): CachedAnswer | null {
     const e = this.#entries.get(family === 4 ? name : `${name}|6`)
@@ -75,8 +83,10 @@ export class DnsCache {
       e.used = true
       return e.answer
     }
-    if (e.failing && now < e.staleUntil && e.answer.error === null) {
+    if (now < e.staleUntil) {
+      // Served as it is; the refresh (one per name) replaces it when it succeeds.
       e.used = true
+      this.#refresh(e)
       dnsStaleAnswers.inc()
       return e.answer
     }
@@ -101,44 +111,48 @@ export class DnsCache {
     const running = this.#inflight.get(key)
     if (running !== undefined) return running
     const p = this.#querier.query(name, family).then(
-      (answer) => this.#store(key, answer.addresses, null, answer.ttlSec * 1000),
-      (err: unknown) => this.#failed(key, err),
+      (answer) => this.#store(name, family, answer.addresses, null, answer.ttlSec * 1000),
+      (err: unknown) => this.#failed(name, family, err),
     ).finally(() => this.#inflight.delete(key))
     this.#inflight.set(key, p)
     return p
   }
 
-  #store(key: string, addresses: readonly string[], error: DnsError | null, ttlMs: number): CachedAnswer {
+  /** A background query of an entry's name, unless one is under way; nothing waits on it. */
+  #refresh(e: Entry): void {
+    if (this.#closed || this.#inflight.has(e.family === 4 ? e.name : `${e.name}|6`)) return
+    this.#fetch(e.name, e.family).catch(noop) // #failed has kept the entry (or dropped it)
+  }
+
+  #store(name: string, family: 4 | 6, addresses: readonly string[], error: DnsError | null, ttlMs: number): CachedAnswer {
+    const key = family === 4 ? name : `${name}|6`
     const now = Date.now()
     const ttl = Math.min(this.#maxTtlMs, Math.max(this.#minTtlMs, ttlMs))
     const old = this.#entries.get(key)
     const same = old !== undefined && sameAnswer(old.answer, addresses, error)
     const answer: CachedAnswer = same ? (old as Entry).answer : { addresses, error }
     if (this.#closed) return answer
-    const e: Entry = old ?? { answer, expiresAt: 0, staleUntil: 0, ttlMs: ttl, used: true, failing: false, timer: null }
+    const e: Entry = old ?? { name, family, answer, expiresAt: 0, staleUntil: 0, ttlMs: ttl, used: true, timer: null }
     e.answer = answer
     e.expiresAt = now + ttl
     e.staleUntil = e.expiresAt + this.#staleMs
     e.ttlMs = ttl
-    e.failing = false
     this.#entries.set(key, e)
-    // Negative answers are not refreshed ahead: they simply expire.
-    this.#schedule(key, e, error === null ? Math.floor(ttl * REFRESH_AT) : ttl)
+    // Negative answers too: a name in use whose AAAA is NODATA is asked again ahead, like its A.
+    this.#schedule(key, e, Math.floor(ttl * REFRESH_AT))
     return answer
   }
 
-  #failed(key: string, err: unknown): CachedAnswer {
+  #failed(name: string, family: 4 | 6, err: unknown): CachedAnswer {
     const error = err instanceof DnsError ? err : new DnsError('EOTHER', 'other', String(err), { cause: err })
     if (error.authoritative) {
       // The name is gone (or has no records of this family): that is the answer, cached briefly.
-      return this.#store(key, [], error, this.#minTtlMs)
+      return this.#store(name, family, [], error, this.#minTtlMs)
     }
+    const key = family === 4 ? name : `${name}|6`
     const e = this.#entries.get(key)
-    const now = Date.now()
-    if (e !== undefined && e.answer.error === null && now < e.staleUntil) {
-      e.failing = true
-      if (now >= e.expiresAt) dnsStaleAnswers.inc()
-      // Try again soon, while the stale window lasts.
+    if (e !== undefined && Date.now() < e.staleUntil && !this.#closed) {
+      // The last answer stays servable; asked again soon while the name is in use.
       this.#schedule(key, e, Math.min(Math.max(500, Math.floor(this.#minTtlMs / 2)), 5_000))
       return e.answer
     }
@@ -152,12 +166,12 @@ export class DnsCache {
     e.timer.unref()
   }
 
-  /** Refresh-ahead timer: refresh names in use, evict the rest. */
+  /** Refresh-ahead timer: refresh names in use, evict the rest once their stale window closes. */
   #tick(key: string, e: Entry): void {
     e.timer = null
     if (this.#closed || this.#entries.get(key) !== e) return
     const now = Date.now()
-    if (e.answer.error !== null || now >= e.staleUntil) {
+    if (now >= e.staleUntil) {
       this.#entries.delete(key)
       return
     }
@@ -167,12 +181,12 @@ export class DnsCache {
       this.#schedule(key, e, e.staleUntil - now)
       return
     }
-    const bar = key.lastIndexOf('|6')
-    const [name, family] = bar !== -1 && bar === key.length - 2 ? [key.slice(0, bar), 6 as const] : [key, 4 as const]
     // Failures are handled in #failed (stale window, retry timer); nothing waits on this promise.
-    this.#fetch(name, family).catch(() => { if (this.#entries.get(key) === e && e.timer === null) this.#entries.delete(key) })
+    this.#fetch(e.name, e.family).catch(() => { if (this.#entries.get(key) === e && e.timer === null) this.#entries.delete(key) })
   }
 }
+
+function noop(): void {}
 
 function sameAnswer(a: CachedAnswer, addresses: readonly string[], error: DnsError | null): boolean {
   if ((a.error === null) !== (error === null)) return false

@@ -1,0 +1,89 @@
+// DnsCache against a real DNS server (dnsmasq on a loopback port) behind a
+// relay that can stop answering or answer SERVFAIL (helpers/dns-switch.ts):
+// an expired answer is served at once while one refresh per name runs in the
+// background, replaced when the refresh succeeds and dropped once the stale
+// window has closed with refreshes still failing.
+import t, { type Test } from 'tap'
+import { DnsClient, DnsError } from '../../lib/upstream/dns.ts'
+import { DnsCache, type DnsCacheOptions } from '../../lib/upstream/dns-cache.ts'
+import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
+import { startDnsSwitch } from '../helpers/dns-switch.ts'
+
+const skip = dnsmasqSkip()
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+
+async function until(fn: () => Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (let i = 0; i < 1000; i++) {
+    if (await fn()) return
+    if (Date.now() > deadline) break
+    await sleep(50)
+  }
+  throw new Error(`${what}: not within ${timeoutMs} ms`)
+}
+
+function cacheFor(t: Test, server: string, query: { timeoutMs: number }, options: DnsCacheOptions): DnsCache {
+  const client = new DnsClient({ servers: [server], timeoutMs: query.timeoutMs, tries: 1 })
+  const cache = new DnsCache(client, options)
+  t.teardown(() => { cache.close(); client.cancel() })
+  return cache
+}
+
+t.test('an expired answer is served at once while the resolver is silent; one refresh per name; the refresh replaces it', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.40 api.stale.test'], ttl: 1 })
+  const sw = await startDnsSwitch(t, dns.server)
+  // A query to the silent resolver waits 4 s before it fails.
+  const cache = cacheFor(t, sw.server, { timeoutMs: 4000 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000 })
+  const first = await cache.lookup('api.stale.test', 4)
+  t.same(first.addresses, ['203.0.113.40'])
+  sw.set('silent')
+  await sleep(1300) // past the 1 s TTL; unused meanwhile, so not refreshed ahead
+  const askedBefore = sw.queries('api.stale.test', 'A')
+  const started = Date.now()
+  t.equal(cache.peek('api.stale.test', 4), first, 'peek (the request path) gets the expired answer without waiting')
+  for (let i = 0; i < 20; i++) t.equal(await cache.lookup('api.stale.test', 4), first, 'the last answer, served stale')
+  t.ok(Date.now() - started < 2000, `served within 2 s while the resolver is silent (took ${Date.now() - started} ms)`)
+  await until(async () => sw.queries('api.stale.test', 'A') > askedBefore, 'the refresh query at the resolver', 2000)
+  await sleep(300) // any other query would have arrived by now
+  t.equal(sw.queries('api.stale.test', 'A') - askedBefore, 1, 'one refresh in flight for the name, whatever the requests')
+
+  // The resolver answers again, with a new address: a refresh replaces the stale answer.
+  await dns.update(['203.0.113.41 api.stale.test'], { name: 'api.stale.test', expect: '203.0.113.41' })
+  sw.set('pass')
+  await until(async () => (await cache.lookup('api.stale.test', 4)).addresses[0] === '203.0.113.41', 'the refreshed answer', 10_000)
+})
+
+t.test('a negative answer (AAAA NODATA) is served stale too: a silent resolver does not hold it', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.43 api.v4only.test'], ttl: 1 })
+  const sw = await startDnsSwitch(t, dns.server)
+  const cache = cacheFor(t, sw.server, { timeoutMs: 4000 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000 })
+  const nodata = await cache.lookup('api.v4only.test', 6)
+  t.equal(nodata.error?.kind, 'nodata', 'no AAAA records is an answer')
+  sw.set('silent')
+  await sleep(1300)
+  const started = Date.now()
+  for (let i = 0; i < 10; i++) t.equal(await cache.lookup('api.v4only.test', 6), nodata)
+  t.ok(Date.now() - started < 2000, `served within 2 s while the resolver is silent (took ${Date.now() - started} ms)`)
+})
+
+t.test('past the stale window, with refreshes still failing, the answer is no longer served', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.44 api.window.test'], ttl: 1 })
+  const sw = await startDnsSwitch(t, dns.server)
+  const cache = cacheFor(t, sw.server, { timeoutMs: 500 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 1500 })
+  const before = Date.now()
+  const first = await cache.lookup('api.window.test', 4)
+  sw.set('silent')
+  let failed: unknown = null
+  await until(async () => {
+    try {
+      t.equal(await cache.lookup('api.window.test', 4), first)
+      return false
+    } catch (err) {
+      failed = err
+      return true
+    }
+  }, 'the stale window to close', 8000)
+  t.ok(Date.now() - before >= 2500, 'not before TTL + stale window')
+  t.ok(failed instanceof DnsError && failed.kind === 'timeout', 'the resolver\'s failure is what the request gets')
+})
