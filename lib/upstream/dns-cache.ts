@@ -93,6 +93,11 @@ export class DnsCache {
     return null
   }
 
+  /** A query of this name and family is under way: asking now would only wait for it. */
+  isPending(name: string, family: 4 | 6): boolean {
+    return this.#inflight.has(family === 4 ? name : `${name}|6`)
+  }
+
   /** The answer, querying when nothing fresh (or servable stale) is cached. Rejects with a DnsError. */
   lookup(name: string, family: 4 | 6): Promise<CachedAnswer> {
     const hit = this.peek(name, family)

@@ -50,11 +50,25 @@ export interface Resolution {
 }
 
 interface Slot {
+  /** The answers it was checked from; null: that family failed, or was not waited for. */
   readonly a4: CachedAnswer | null
   readonly a6: CachedAnswer | null
+  /** With no address from either family: the kind of failure reported (`''` otherwise). */
+  readonly failure: string
   done: Resolution | null
   readonly pending: Promise<Resolution>
 }
+
+/** What one family's lookup came to: an answer (maybe NXDOMAIN / NODATA), or the resolver's failure. */
+type Outcome = CachedAnswer | DnsError
+
+/**
+ * RFC 8305 §3 "Resolution Delay": once one family has answered with addresses,
+ * the other is waited for this long at most, then the addresses at hand are
+ * used (its answer is cached when it comes). A resolver that drops AAAA queries,
+ * or a name whose AAAA side times out, must not hold up the A answer.
+ */
+const RESOLUTION_DELAY_MS = 50
 
 const V4 = /^[\d.]+$/
 
@@ -94,12 +108,12 @@ export class DestinationResolver {
   // hot path
   peek(cluster: Cluster, hostname: string): Resolution | null {
     const a4 = this.#cache.peek(hostname, 4)
-    if (a4 === null) return null
     let a6: CachedAnswer | null = null
     if (cluster.enableIPv6) {
       a6 = this.#cache.peek(hostname, 6)
-      if (a6 === null) return null
-    }
+      // One family's addresses are used while the other's query is still out (RESOLUTION_DELAY_MS).
+      if (a4 === null ? !(hasAddresses(a6) && this.#cache.isPending(hostname, 4)) : a6 === null && !(hasAddresses(a4) && this.#cache.isPending(hostname, 6))) return null
+    } else if (a4 === null) return null
     const slot = this.#slots.get(cluster)?.get(hostname)
     if (slot === undefined || slot.a4 !== a4 || slot.a6 !== a6) return null
     return slot.done
@@ -108,22 +122,20 @@ export class DestinationResolver {
   /** Resolve (querying as needed) and check. Never rejects: failures are in `error`. */
   async resolve(cluster: Cluster, hostname: string): Promise<Resolution> {
     // An address in a name's place (a CONNECT to a requested IP, issue 9): no DNS, the same checks.
-    if (isIP(hostname) !== 0) return this.#check(cluster, hostname, { addresses: [hostname], error: null }, null)
-    const [r4, r6] = await Promise.allSettled([
-      this.#cache.lookup(hostname, 4),
-      cluster.enableIPv6 ? this.#cache.lookup(hostname, 6) : Promise.resolve(null),
-    ])
-    const a4 = r4.status === 'fulfilled' ? r4.value : null
-    const a6 = r6.status === 'fulfilled' ? r6.value : null
-    if (a4 === null && a6 === null) {
-      return { addresses: [], error: dnsFailure(hostname, r4.status === 'rejected' ? r4.reason : null) }
-    }
+    if (isIP(hostname) !== 0) return this.#check(cluster, hostname, { addresses: [hostname], error: null }, null, null)
+    const p4 = outcome(this.#cache.lookup(hostname, 4))
+    const [o4, o6] = cluster.enableIPv6 ? await bothFamilies(p4, outcome(this.#cache.lookup(hostname, 6))) : [await p4, null]
+    const a4 = o4 instanceof DnsError ? null : o4
+    const a6 = o6 instanceof DnsError ? null : o6
+    const failure = hasAddresses(a4) || hasAddresses(a6) ? null : failureOf(o4, o6)
+    const kind = failure === null ? '' : failure.kind
     let slots = this.#slots.get(cluster)
     if (slots === undefined) this.#slots.set(cluster, slots = new Map())
+    // The same answers (or the same kind of failure) give the same Resolution object: the registry rebuilds on a new one.
     const slot = slots.get(hostname)
-    if (slot !== undefined && slot.a4 === a4 && slot.a6 === a6) return slot.done ?? slot.pending
-    const pending = this.#check(cluster, hostname, a4, a6)
-    const next: Slot = { a4, a6, done: null, pending }
+    if (slot !== undefined && slot.a4 === a4 && slot.a6 === a6 && slot.failure === kind) return slot.done ?? slot.pending
+    const pending = this.#check(cluster, hostname, a4, a6, failure)
+    const next: Slot = { a4, a6, failure: kind, done: null, pending }
     slots.set(hostname, next)
     const done = await pending
     next.done = done
@@ -157,9 +169,9 @@ export class DestinationResolver {
     this.#client?.cancel()
   }
 
-  async #check(cluster: Cluster, hostname: string, a4: CachedAnswer | null, a6: CachedAnswer | null): Promise<Resolution> {
+  async #check(cluster: Cluster, hostname: string, a4: CachedAnswer | null, a6: CachedAnswer | null, failure: DnsError | null): Promise<Resolution> {
     const raw = [...(a4?.addresses ?? []), ...(a6?.addresses ?? [])]
-    if (raw.length === 0) return { addresses: [], error: dnsFailure(hostname, a4?.error ?? a6?.error ?? null) }
+    if (raw.length === 0) return { addresses: [], error: dnsFailure(hostname, failure) }
     if (!this.#guard.applies(cluster)) return { addresses: raw, error: null }
     const usable: string[] = []
     const refused: Array<{ address: string; reason: string }> = []
@@ -182,6 +194,50 @@ export class DestinationResolver {
     return { addresses: [], error: new SallyportError(ErrorCode.DESTINATION_REFUSED, `destination refused: ${hostname} resolves only to refused addresses: ${list}`) }
   }
 }
+
+function hasAddresses(o: Outcome | null | undefined): boolean {
+  return o !== null && o !== undefined && !(o instanceof DnsError) && o.addresses.length > 0
+}
+
+function outcome(p: Promise<CachedAnswer>): Promise<Outcome> {
+  return p.then((a) => a, (err: unknown) => err instanceof DnsError ? err : new DnsError('EOTHER', 'other', String(err), { cause: err }))
+}
+
+/**
+ * Both families' outcomes. Once one has addresses the other is waited for
+ * RESOLUTION_DELAY_MS at most (null: not waited for); with none yet, both are
+ * waited for.
+ */
+function bothFamilies(p4: Promise<Outcome>, p6: Promise<Outcome>): Promise<[Outcome | null, Outcome | null]> {
+  return new Promise((resolve) => {
+    let o4: Outcome | null = null
+    let o6: Outcome | null = null
+    let settled = 0
+    let timer: NodeJS.Timeout | null = null
+    const settle = (): void => {
+      if (++settled === 2) {
+        if (timer !== null) clearTimeout(timer)
+        resolve([o4, o6])
+      } else if (hasAddresses(o4) || hasAddresses(o6)) {
+        timer = setTimeout(() => resolve([o4, o6]), RESOLUTION_DELAY_MS)
+      }
+    }
+    p4.then((o) => { o4 = o; settle() }, noop)
+    p6.then((o) => { o6 = o; settle() }, noop)
+  })
+}
+
+/** Why neither family gave an address: NXDOMAIN first (the name is gone), then a resolver failure, then NODATA; IPv4 first. */
+function failureOf(o4: Outcome | null, o6: Outcome | null): DnsError | null {
+  const errors: DnsError[] = []
+  for (const o of [o4, o6]) {
+    if (o instanceof DnsError) errors.push(o)
+    else if (o !== null && o.error !== null) errors.push(o.error)
+  }
+  return errors.find((e) => e.kind === 'nxdomain') ?? errors.find((e) => !e.authoritative) ?? errors[0] ?? null
+}
+
+function noop(): void {}
 
 function dnsFailure(hostname: string, err: unknown): SallyportError {
   const what = err instanceof DnsError

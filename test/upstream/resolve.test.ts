@@ -8,6 +8,7 @@ import { DestinationResolver, type Resolution } from '../../lib/upstream/resolve
 import { registry } from '../../lib/observe/metrics.ts'
 import type { Cluster, ClusterDestination, GatewayAddressPolicy } from '../../lib/compile/table.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
+import { startDnsSwitch } from '../helpers/dns-switch.ts'
 import { cluster } from './fixtures.ts'
 
 const skip = dnsmasqSkip()
@@ -207,4 +208,39 @@ t.test('IPv6 per cluster: AAAA only with enableIPv6; IPv4 only by default', { sk
   t.same((await r.resolve(hostCluster('api.v6only.test', { enableIPv6: true }), 'api.v6only.test')).addresses, ['2001:db8::31'], 'NODATA for A is fine when AAAA answers')
   t.ok((await r.resolve(hostCluster('api.v6only.test'), 'api.v6only.test')).error !== null, 'an IPv6-only name fails with IPv6 off')
   t.match((await r.resolve(hostCluster('api.ula.test', { enableIPv6: true }), 'api.ula.test')).error?.message, /fd00::1 \(private\)/, 'fc00::/7 is guarded')
+})
+
+t.test('enableIPv6: an AAAA query that times out does not hold up the A answer that arrived (and the other way round)', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.32 api.noaaaa.test', '203.0.113.33 api.slowa.test', '2001:db8::33 api.slowa.test'], ttl: 1 })
+  const sw = await startDnsSwitch(t, dns.server)
+  sw.set('silent', { name: 'api.noaaaa.test', type: 'AAAA' })
+  sw.set('silent', { name: 'api.slowa.test', type: 'A' })
+  // A query to the silent side waits 3 s before it fails.
+  const r = new DestinationResolver({ dns: { servers: [sw.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000, timeoutMs: 3000, tries: 1 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.noaaaa.test', { enableIPv6: true })
+  let started = Date.now()
+  const first = await r.resolve(c, 'api.noaaaa.test')
+  t.same(first.addresses, ['203.0.113.32'], 'the A answer')
+  t.equal(first.error, null)
+  t.ok(Date.now() - started < 1500, `served within 1.5 s although the AAAA query waits 3 s (took ${Date.now() - started} ms)`)
+  // Requests for five seconds: while the AAAA query is out, after it timed out, and while it is asked again.
+  const until = Date.now() + 5000
+  let slowest = 0
+  while (Date.now() < until) {
+    started = Date.now()
+    const res = r.peek(c, 'api.noaaaa.test') ?? await r.resolve(c, 'api.noaaaa.test')
+    slowest = Math.max(slowest, Date.now() - started)
+    if (res.addresses[0] !== '203.0.113.32') t.fail(`unexpected ${JSON.stringify(res)}`)
+    await new Promise((res) => setTimeout(res, 50))
+  }
+  t.ok(slowest < 1000, `each within 1 s (slowest ${slowest} ms)`)
+
+  // A resolver of its own: c-ares shortens its timeouts for a server that timed out before.
+  const r2 = new DestinationResolver({ dns: { servers: [sw.server], minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000, timeoutMs: 3000, tries: 1 } })
+  t.teardown(() => r2.close())
+  started = Date.now()
+  const v6 = await r2.resolve(hostCluster('api.slowa.test', { enableIPv6: true }), 'api.slowa.test')
+  t.same(v6.addresses, ['2001:db8::33'], 'the AAAA answer while the A query is out')
+  t.ok(Date.now() - started < 1500, `served within 1.5 s although the A query waits 3 s (took ${Date.now() - started} ms)`)
 })
