@@ -15,9 +15,15 @@
 //   its expiry, then no more (a resolver outage should not become an egress
 //   outage, nor pin an address for ever).
 // - NXDOMAIN and NODATA are answers, not failures: the name is gone, requests
-//   fail; they are cached for minTtl (RFC 2308 negative caching, clamped),
-//   refreshed and served stale like any answer — a missing AAAA record must not
-//   hold up the A answer of the name while the resolver is down.
+//   fail; they are cached, refreshed and served stale like any answer — a
+//   missing AAAA record must not hold up the A answer of the name while the
+//   resolver is down. RFC 2308 would keep them for the SOA minimum of the
+//   authority section, but node's Resolver rejects them with a bare code
+//   (ENOTFOUND, ENODATA) and no SOA, so they are kept for minTtl.
+// - A failure is cached too (RFC 9520 §3.2: at least 1 s): with nothing to
+//   serve, requests get the last failure at once for FAILURE_HOLD_MS, and the
+//   name is asked again after that — one query in flight per name, never one
+//   per request (a SERVFAIL resolver got 2000 queries for 2000 requests).
 // - An answer object keeps its identity while its addresses are unchanged, so
 //   consumers detect a change by reference (the registry rotates pools then).
 
@@ -46,16 +52,35 @@ export interface CachedAnswer {
 interface Entry {
   readonly name: string
   readonly family: 4 | 6
-  answer: CachedAnswer
+  /** The last answer; null: none yet, or none servable any more. */
+  answer: CachedAnswer | null
   expiresAt: number
   staleUntil: number
-  ttlMs: number
-  /** Used since the refresh timer last looked. */
+  /** The last query failed (SERVFAIL, REFUSED, timeout, unreachable); null once one succeeds. */
+  failure: DnsError | null
+  /** No query before this (the hold-down after a failure). */
+  retryAt: number
+  /** Used since the timer last looked. */
   used: boolean
   timer: NodeJS.Timeout | null
 }
 
 const REFRESH_AT = 0.8
+
+/**
+ * After a failed query, how long requests with nothing to serve get that failure
+ * at once, and no new query is sent. Short: the first query after it succeeds
+ * when the resolver is back (RFC 9520 §3.2 asks for at least 1 s).
+ */
+export const FAILURE_HOLD_MS = 1000
+
+function keyOf(name: string, family: 4 | 6): string {
+  return family === 4 ? name : `${name}|6`
+}
+
+function newEntry(name: string, family: 4 | 6): Entry {
+  return { name, family, answer: null, expiresAt: 0, staleUntil: 0, failure: null, retryAt: 0, used: true, timer: null }
+}
 
 export class DnsCache {
   readonly #querier: DnsQuerier
@@ -73,35 +98,54 @@ export class DnsCache {
     this.#staleMs = options.staleMs ?? 60_000
   }
 
-  /** The current answer without waiting, or null when a query is needed. An expired answer starts its refresh. */
+  /**
+   * The current answer without waiting, or null when a query is needed. An
+   * expired answer is served and starts its refresh; with nothing servable, the
+   * name is asked again in the background once a failure's hold-down is over.
+   */
   // hot path (once per request per hostname endpoint)
   peek(name: string, family: 4 | 6): CachedAnswer | null {
-    const e = this.#entries.get(family === 4 ? name : `${name}|6`)
+    const e = this.#entries.get(keyOf(name, family))
     if (e === undefined) return null
+    e.used = true
+    const answer = e.answer
     const now = Date.now()
-    if (now < e.expiresAt) {
-      e.used = true
-      return e.answer
+    if (answer !== null) {
+      if (now < e.expiresAt) return answer
+      if (now < e.staleUntil) {
+        // Served as it is; the refresh (one per name) replaces it when it succeeds.
+        this.#refresh(e, now)
+        dnsStaleAnswers.inc()
+        return answer
+      }
     }
-    if (now < e.staleUntil) {
-      // Served as it is; the refresh (one per name) replaces it when it succeeds.
-      e.used = true
-      this.#refresh(e)
-      dnsStaleAnswers.inc()
-      return e.answer
-    }
+    this.#refresh(e, now)
     return null
   }
 
-  /** A query of this name and family is under way: asking now would only wait for it. */
+  /**
+   * Nothing to wait for now: a query of this name and family is under way, or
+   * the last one failed a moment ago (FAILURE_HOLD_MS) and nothing is servable.
+   */
   isPending(name: string, family: 4 | 6): boolean {
-    return this.#inflight.has(family === 4 ? name : `${name}|6`)
+    const key = keyOf(name, family)
+    if (this.#inflight.has(key)) return true
+    const e = this.#entries.get(key)
+    return e !== undefined && e.answer === null && e.failure !== null && Date.now() < e.retryAt
   }
 
-  /** The answer, querying when nothing fresh (or servable stale) is cached. Rejects with a DnsError. */
+  /**
+   * The answer, querying when nothing fresh (or servable stale) is cached.
+   * Rejects with a DnsError: the query's, or during the hold-down the last one.
+   */
   lookup(name: string, family: 4 | 6): Promise<CachedAnswer> {
     const hit = this.peek(name, family)
     if (hit !== null) return Promise.resolve(hit)
+    const key = keyOf(name, family)
+    const running = this.#inflight.get(key)
+    if (running !== undefined) return running
+    const e = this.#entries.get(key)
+    if (e !== undefined && e.failure !== null && Date.now() < e.retryAt) return Promise.reject(e.failure)
     return this.#fetch(name, family)
   }
 
@@ -112,7 +156,7 @@ export class DnsCache {
   }
 
   #fetch(name: string, family: 4 | 6): Promise<CachedAnswer> {
-    const key = family === 4 ? name : `${name}|6`
+    const key = keyOf(name, family)
     const running = this.#inflight.get(key)
     if (running !== undefined) return running
     const p = this.#querier.query(name, family).then(
@@ -123,25 +167,26 @@ export class DnsCache {
     return p
   }
 
-  /** A background query of an entry's name, unless one is under way; nothing waits on it. */
-  #refresh(e: Entry): void {
-    if (this.#closed || this.#inflight.has(e.family === 4 ? e.name : `${e.name}|6`)) return
-    this.#fetch(e.name, e.family).catch(noop) // #failed has kept the entry (or dropped it)
+  /** A background query of an entry's name, unless one is under way or held down; nothing waits on it. */
+  #refresh(e: Entry, now: number): void {
+    if (this.#closed || now < e.retryAt || this.#inflight.has(keyOf(e.name, e.family))) return
+    this.#fetch(e.name, e.family).catch(noop) // #failed keeps the failure in the entry
   }
 
   #store(name: string, family: 4 | 6, addresses: readonly string[], error: DnsError | null, ttlMs: number): CachedAnswer {
-    const key = family === 4 ? name : `${name}|6`
+    const key = keyOf(name, family)
     const now = Date.now()
     const ttl = Math.min(this.#maxTtlMs, Math.max(this.#minTtlMs, ttlMs))
     const old = this.#entries.get(key)
-    const same = old !== undefined && sameAnswer(old.answer, addresses, error)
-    const answer: CachedAnswer = same ? (old as Entry).answer : { addresses, error }
+    const kept = old?.answer ?? null
+    const answer: CachedAnswer = kept !== null && sameAnswer(kept, addresses, error) ? kept : { addresses, error }
     if (this.#closed) return answer
-    const e: Entry = old ?? { name, family, answer, expiresAt: 0, staleUntil: 0, ttlMs: ttl, used: true, timer: null }
+    const e = old ?? newEntry(name, family)
     e.answer = answer
     e.expiresAt = now + ttl
     e.staleUntil = e.expiresAt + this.#staleMs
-    e.ttlMs = ttl
+    e.failure = null
+    e.retryAt = 0
     this.#entries.set(key, e)
     // Negative answers too: a name in use whose AAAA is NODATA is asked again ahead, like its A.
     this.#schedule(key, e, Math.floor(ttl * REFRESH_AT))
@@ -154,13 +199,17 @@ export class DnsCache {
       // The name is gone (or has no records of this family): that is the answer, cached briefly.
       return this.#store(name, family, [], error, this.#minTtlMs)
     }
-    const key = family === 4 ? name : `${name}|6`
-    const e = this.#entries.get(key)
-    if (e !== undefined && Date.now() < e.staleUntil && !this.#closed) {
-      // The last answer stays servable; asked again soon while the name is in use.
-      this.#schedule(key, e, Math.min(Math.max(500, Math.floor(this.#minTtlMs / 2)), 5_000))
-      return e.answer
-    }
+    if (this.#closed) throw error
+    const key = keyOf(name, family)
+    const now = Date.now()
+    let e = this.#entries.get(key)
+    if (e === undefined) this.#entries.set(key, e = newEntry(name, family))
+    e.failure = error
+    e.retryAt = now + FAILURE_HOLD_MS
+    // Asked again after the hold-down while the name is in use; forgotten when it is not.
+    this.#schedule(key, e, FAILURE_HOLD_MS)
+    if (e.answer !== null && now < e.staleUntil) return e.answer
+    e.answer = null
     throw error
   }
 
@@ -171,23 +220,24 @@ export class DnsCache {
     e.timer.unref()
   }
 
-  /** Refresh-ahead timer: refresh names in use, evict the rest once their stale window closes. */
+  /** Refresh-ahead and retry timer: names in use are asked again, the rest evicted once nothing of theirs is servable. */
   #tick(key: string, e: Entry): void {
     e.timer = null
     if (this.#closed || this.#entries.get(key) !== e) return
     const now = Date.now()
-    if (now >= e.staleUntil) {
-      this.#entries.delete(key)
-      return
-    }
     if (!e.used) {
-      // Not in use: no refresh, but the answer stays until its stale window closes, so
-      // a later request during a resolver outage still finds it (RFC 8767).
-      this.#schedule(key, e, e.staleUntil - now)
+      // Not in use: no query, but an answer stays until its stale window closes, so a
+      // later request during a resolver outage still finds it (RFC 8767).
+      if (e.answer !== null && now < e.staleUntil) this.#schedule(key, e, e.staleUntil - now)
+      else this.#entries.delete(key)
       return
     }
-    // Failures are handled in #failed (stale window, retry timer); nothing waits on this promise.
-    this.#fetch(e.name, e.family).catch(() => { if (this.#entries.get(key) === e && e.timer === null) this.#entries.delete(key) })
+    if (now < e.retryAt) {
+      this.#schedule(key, e, e.retryAt - now)
+      return
+    }
+    // The outcome reschedules (#store, #failed); nothing waits on this promise.
+    if (!this.#inflight.has(key)) this.#fetch(e.name, e.family).catch(noop)
   }
 }
 

@@ -87,3 +87,50 @@ t.test('past the stale window, with refreshes still failing, the answer is no lo
   t.ok(Date.now() - before >= 2500, 'not before TTL + stale window')
   t.ok(failed instanceof DnsError && failed.kind === 'timeout', 'the resolver\'s failure is what the request gets')
 })
+
+t.test('a failing resolver is asked at most once per name and hold-down, not once per request; recovery follows soon', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.45 api.storm.test', '203.0.113.46 api.mute.test'] })
+  const sw = await startDnsSwitch(t, dns.server)
+  sw.set('servfail')
+  const cache = cacheFor(t, sw.server, { timeoutMs: 1000 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000 })
+  let started = Date.now()
+  let failures = 0
+  for (let i = 0; i < 500; i++) {
+    await cache.lookup('api.storm.test', 4).then(() => t.fail('answered'), (err: unknown) => { if (err instanceof DnsError && err.kind === 'servfail') failures++ })
+  }
+  let elapsed = Date.now() - started
+  t.equal(failures, 500, 'every request gets the SERVFAIL')
+  const asked = sw.queries('api.storm.test', 'A')
+  t.ok(asked <= 2 + Math.ceil(elapsed / 1000), `${asked} queries in ${elapsed} ms for 500 requests: about one a second`)
+
+  // A resolver that does not answer: the query's failure is what the next requests get at once.
+  sw.set('silent', { name: 'api.mute.test' })
+  const first = await cache.lookup('api.mute.test', 4).then(() => null, (err: unknown) => err)
+  t.ok(first instanceof DnsError && first.kind === 'timeout', 'the query timed out')
+  started = Date.now()
+  for (let i = 0; i < 20; i++) {
+    const err = await cache.lookup('api.mute.test', 4).then(() => null, (e: unknown) => e)
+    if (err !== first) t.fail(`request ${i}: ${String(err)}`)
+  }
+  elapsed = Date.now() - started
+  t.ok(elapsed < 900, `the next 20 requests failed at once, not after a query each (${elapsed} ms; a query waits 1 s)`)
+  t.equal(sw.queries('api.mute.test', 'A'), 1, 'no query during the hold-down')
+
+  // The resolver answers again: the name resolves within about the hold-down.
+  sw.set('pass')
+  const back = Date.now()
+  await until(() => cache.lookup('api.storm.test', 4).then((a) => a.addresses[0] === '203.0.113.45', () => false), 'the name to resolve again', 5000)
+  t.ok(Date.now() - back < 3000, `resolved again ${Date.now() - back} ms after the resolver recovered`)
+})
+
+t.test('NXDOMAIN and NODATA are cached: one query for many requests', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.47 api.v4.test'] })
+  const sw = await startDnsSwitch(t, dns.server)
+  const cache = cacheFor(t, sw.server, { timeoutMs: 1000 }, { minTtlMs: 5000, maxTtlMs: 5000, staleMs: 30_000 })
+  for (let i = 0; i < 100; i++) {
+    t.equal((await cache.lookup('nope.test', 4)).error?.kind, 'nxdomain')
+    t.equal((await cache.lookup('api.v4.test', 6)).error?.kind, 'nodata')
+  }
+  t.equal(sw.queries('nope.test', 'A'), 1, 'NXDOMAIN asked once')
+  t.equal(sw.queries('api.v4.test', 'AAAA'), 1, 'NODATA asked once')
+})
