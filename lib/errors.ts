@@ -10,6 +10,8 @@ export const ErrorCode = {
   BACKEND_INVALID: 'SP_ERR_BACKEND_INVALID',
   NO_HEALTHY_UPSTREAM: 'SP_ERR_NO_HEALTHY_UPSTREAM',
   UPSTREAM_CONNECT: 'SP_ERR_UPSTREAM_CONNECT',
+  /** A backend name that DNS could not resolve (NXDOMAIN, NODATA, or the resolver failed with no answer to serve): 503. */
+  UPSTREAM_DNS: 'SP_ERR_UPSTREAM_DNS',
   UPSTREAM_TLS: 'SP_ERR_UPSTREAM_TLS',
   UPSTREAM_TIMEOUT: 'SP_ERR_UPSTREAM_TIMEOUT',
   UPSTREAM_RESET: 'SP_ERR_UPSTREAM_RESET',
@@ -51,6 +53,7 @@ const STATUS: Record<ErrorCode, number> = {
   SP_ERR_BACKEND_INVALID: 500,
   SP_ERR_NO_HEALTHY_UPSTREAM: 503,
   SP_ERR_UPSTREAM_CONNECT: 503,
+  SP_ERR_UPSTREAM_DNS: 503,
   SP_ERR_UPSTREAM_TLS: 502,
   SP_ERR_UPSTREAM_TIMEOUT: 504,
   SP_ERR_UPSTREAM_RESET: 502,
@@ -88,8 +91,9 @@ export class SallyportError extends Error {
   readonly code: ErrorCode
   readonly status: number
   /**
-   * A bounded reason class refining the code, safe to show to the client and to
-   * use as a metric label (e.g. the TLS failure class `unknown_ca`); null: none.
+   * A short reason refining the code, safe to show to the client (e.g. the TLS
+   * failure class `unknown_ca`; for a DNS failure the name and what DNS said,
+   * `api.example.com: SERVFAIL`); null: none. Not a metric label.
    */
   readonly detail: string | null
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown; detail?: string }) {

@@ -234,7 +234,8 @@ export function pickFailover(plan: AttemptPlan, table: RouteTable, resilience: R
 function errorReason(err: SallyportError, plan: RetryPlan, parent: boolean, timedOut: boolean): string | null {
   if (timedOut) return !parent && plan.timeout ? 'timeout' : null
   switch (err.code) {
-    case ErrorCode.UPSTREAM_CONNECT: return plan.connect ? 'connect' : null
+    case ErrorCode.UPSTREAM_CONNECT:
+    case ErrorCode.UPSTREAM_DNS: return plan.connect ? 'connect' : null
     case ErrorCode.UPSTREAM_RESET: {
       if (parent) return null
       // Only REFUSED_STREAM (RFC 9113 §8.7: not processed) is a refusal; INTERNAL_ERROR
@@ -255,9 +256,9 @@ function statusReason(status: number, plan: RetryPlan): string | null {
   return null
 }
 
-/** Nothing was sent: the breaker refused, or no endpoint exists. Another level may take it at no retry cost. */
+/** Nothing was sent: the breaker refused, no endpoint exists, or its name did not resolve. Another level may take it at no retry cost. */
 function isUnsent(code: ErrorCode): boolean {
-  return code === ErrorCode.OVERLOADED || code === ErrorCode.NO_HEALTHY_UPSTREAM || code === ErrorCode.UPSTREAM_CONNECT
+  return code === ErrorCode.OVERLOADED || code === ErrorCode.NO_HEALTHY_UPSTREAM || code === ErrorCode.UPSTREAM_CONNECT || code === ErrorCode.UPSTREAM_DNS
 }
 
 // hot path

@@ -50,6 +50,7 @@ const REASONS: Partial<Record<ErrorCode, string>> = {
   SP_ERR_BACKEND_INVALID: 'backend unresolved',
   SP_ERR_NO_HEALTHY_UPSTREAM: 'no endpoint available',
   SP_ERR_UPSTREAM_CONNECT: 'upstream connect failed',
+  SP_ERR_UPSTREAM_DNS: 'upstream DNS lookup failed',
   SP_ERR_UPSTREAM_TLS: 'upstream tls handshake failed',
   SP_ERR_UPSTREAM_TIMEOUT: 'upstream timeout',
   SP_ERR_UPSTREAM_RESET: 'upstream reset',

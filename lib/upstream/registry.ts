@@ -222,7 +222,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       if (req.signal.aborted) return handler.onError(new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted while resolving'))
       const state = this.#rebuild(cluster, resolutions)
       if (state.error !== null) {
-        if (state.error.code === ErrorCode.UPSTREAM_CONNECT) upstreamConnectErrors.inc({ backend: cluster.id, reason: 'dns' })
+        if (state.error.code === ErrorCode.UPSTREAM_DNS) upstreamConnectErrors.inc({ backend: cluster.id, reason: 'dns' })
         return handler.onError(state.error)
       }
       this.#start(req, handler, state)

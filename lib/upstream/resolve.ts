@@ -239,9 +239,13 @@ function failureOf(o4: Outcome | null, o6: Outcome | null): DnsError | null {
 
 function noop(): void {}
 
-function dnsFailure(hostname: string, err: unknown): SallyportError {
-  const what = err instanceof DnsError
-    ? err.kind === 'nxdomain' ? `${hostname} does not exist (NXDOMAIN)` : `DNS lookup of ${hostname} failed: ${err.kind}`
-    : `DNS lookup of ${hostname} failed`
-  return new SallyportError(ErrorCode.UPSTREAM_CONNECT, what, { cause: err ?? undefined })
+/**
+ * SP_ERR_UPSTREAM_DNS (503): the detail names the host and what DNS said
+ * (`api.example.com: SERVFAIL`), so the client's body and the access line tell
+ * a DNS failure from a refused connection (`upstream DNS lookup failed: ...`).
+ */
+function dnsFailure(hostname: string, err: DnsError | null): SallyportError {
+  const said = err === null ? 'ERROR' : err.kind === 'other' ? err.code : err.kind.toUpperCase()
+  const what = err !== null && err.kind === 'nxdomain' ? `${hostname} does not exist (NXDOMAIN)` : `DNS lookup of ${hostname} failed: ${said}`
+  return new SallyportError(ErrorCode.UPSTREAM_DNS, what, { cause: err ?? undefined, detail: `${hostname}: ${said}` })
 }

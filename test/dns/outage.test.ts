@@ -1,16 +1,20 @@
 // The real CLI while its DNS server fails: --dns-server points at a relay in
-// front of dnsmasq (helpers/dns-switch.ts) that stops answering. Answers
+// front of dnsmasq (helpers/dns-switch.ts) that stops answering or answers
+// SERVFAIL. Answers
 // expire each second (--dns-min-ttl/--dns-max-ttl 1); requests keep being
 // served from the last answer at once (--dns-stale-ttl) instead of waiting
 // for a refresh query that times out (here about 2 s a try; each request
 // waited that long before) — for a Backend with enableIPv6 on a name that has
-// no AAAA record too.
+// no AAAA record too. A name that fails with nothing to serve answers 503
+// saying it was DNS (SP_ERR_UPSTREAM_DNS, body and access line), the failing
+// resolver is not asked once per request, and a lower priority level takes
+// the requests of a Backend whose name does not exist.
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from '../e2e/harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from '../e2e/harness.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 import { startDnsSwitch } from '../helpers/dns-switch.ts'
 
@@ -95,4 +99,69 @@ t.test('serve: a DNS server that stops answering does not hold requests; the las
   const m = (await request(`http://127.0.0.1:${adminPort}/metrics`)).body
   t.match(m, /sallyport_dns_stale_answers_total [1-9]/, 'stale answers counted')
   t.ok(sw.queries('api.dual.test', 'AAAA') >= 1, 'the AAAA side was asked too')
+})
+
+t.test('serve: a name that fails DNS answers 503 saying so; the failing resolver is asked about once a second', { skip: skip ?? false }, async (t) => {
+  const upstream = http.createServer((_req, res) => res.end('secondary'))
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => { upstream.closeAllConnections(); upstream.close(() => resolve()) }))
+  const up = (upstream.address() as AddressInfo).port
+
+  const dns = await startDnsmasq(t, { hosts: ['127.0.0.1 api.flaky.test'], ttl: 1 })
+  const sw = await startDnsSwitch(t, dns.server)
+  sw.set('servfail', { name: 'api.flaky.test' })
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(httpPort),
+    fqdnBackend('gone', 'api.gone.test', up), routeYaml('gone', 'gone.example.test', 'gone', up),
+    fqdnBackend('flaky', 'api.flaky.test', up), routeYaml('flaky', 'flaky.example.test', 'flaky', up),
+    // A primary whose name does not exist, a secondary level that answers.
+    fqdnBackend('primary', 'api.gone.test', up), backendYaml('secondary', up),
+    `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: failover
+  namespace: default
+  annotations:
+    sallyport.io/backend-priority: "primary=0,secondary=1"
+spec:
+  parentRefs:
+    - name: egress
+  hostnames: [failover.example.test]
+  rules:
+    - backendRefs:
+        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${up} }
+        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${up} }
+`,
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`,
+    '--dns-server', sw.server, '--dns-min-ttl', '1', '--dns-max-ttl', '1', '--drain-seconds', '1'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
+
+  const gone = await request(`http://127.0.0.1:${httpPort}/`, { host: 'gone.example.test' })
+  t.equal(gone.status, 503)
+  t.equal(gone.body, 'upstream DNS lookup failed: api.gone.test: NXDOMAIN\n', 'the body says it was DNS, which name, and what DNS said')
+  t.match(await cli.waitFor(/\{[^\n]*"authority":"gone\.example\.test"[^\n]*/, 5000),
+    /"status":503.*"code":"SP_ERR_UPSTREAM_DNS","reason":"upstream DNS lookup failed: api\.gone\.test: NXDOMAIN"/, 'so does the access line, with its own code')
+
+  const flaky = await request(`http://127.0.0.1:${httpPort}/`, { host: 'flaky.example.test' })
+  t.equal(flaky.status, 503)
+  t.equal(flaky.body, 'upstream DNS lookup failed: api.flaky.test: SERVFAIL\n')
+
+  // Many requests to the failing name: each answered at once with the cached failure, about one query a second.
+  const started = Date.now()
+  for (let i = 0; i < 100; i++) {
+    const r = await request(`http://127.0.0.1:${httpPort}/`, { host: 'flaky.example.test' })
+    if (r.status !== 503) t.fail(`request ${i}: ${r.status}`)
+  }
+  const elapsed = Date.now() - started
+  const asked = sw.queries('api.flaky.test', 'A')
+  t.ok(asked <= 3 + Math.ceil(elapsed / 1000), `${asked} queries for 101 requests in ${elapsed} ms`)
+  const m = (await request(`http://127.0.0.1:${adminPort}/metrics`)).body
+  t.ok(metricSum(m, 'sallyport_upstream_connect_errors_total', { backend: 'Backend/default/flaky:' + up, reason: 'dns' }) >= 1, 'the connect-error metric still says dns')
+
+  const failover = await request(`http://127.0.0.1:${httpPort}/`, { host: 'failover.example.test' })
+  t.equal(failover.status, 200, 'a DNS failure of the primary fails over to the secondary level')
+  t.equal(failover.body, 'secondary')
 })

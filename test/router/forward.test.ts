@@ -98,6 +98,7 @@ t.test('upstream errors map to status and reason; metrics count requests by rout
   await plane(t, buildTable({ [port]: { routes: [{ name: 'metered', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', 9)]), up)
   const cases: Array<[ErrorCode, number, RegExp]> = [
     [ErrorCode.UPSTREAM_CONNECT, 503, /upstream connect failed/],
+    [ErrorCode.UPSTREAM_DNS, 503, /upstream DNS lookup failed/],
     [ErrorCode.UPSTREAM_TIMEOUT, 504, /upstream timeout/],
     [ErrorCode.UPSTREAM_TLS, 502, /tls/],
     [ErrorCode.NO_HEALTHY_UPSTREAM, 503, /no endpoint available/],
@@ -111,8 +112,8 @@ t.test('upstream errors map to status and reason; metrics count requests by rout
   // A request is counted after the I/O of the loop turn it ended in (record in forward.ts).
   await new Promise((resolve) => setImmediate(resolve))
   const text = await registry.metrics()
-  t.match(text, /sallyport_downstream_requests_total\{gateway="test\/gw",listener="l\d+",route="test\/metered",backend="c",namespace="",service_account="",code="503"\} 2/)
-  t.match(text, /sallyport_downstream_request_duration_seconds_count\{gateway="test\/gw",route="test\/metered",backend="c",code="503"\} 2/, 'the duration histogram by code too')
+  t.match(text, /sallyport_downstream_requests_total\{gateway="test\/gw",listener="l\d+",route="test\/metered",backend="c",namespace="",service_account="",code="503"\} 3/)
+  t.match(text, /sallyport_downstream_request_duration_seconds_count\{gateway="test\/gw",route="test\/metered",backend="c",code="503"\} 3/, 'the duration histogram by code too')
   t.match(text, /sallyport_downstream_request_duration_seconds_count\{gateway="test\/gw",route="test\/metered",backend="c",code="504"\} 1/)
   t.match(text, /sallyport_downstream_active_connections\{port="\d+"\}/)
   t.match(text, /sallyport_downstream_active_streams 0/)

@@ -86,7 +86,7 @@ t.test('connect refused → next endpoint; all refused → SP_ERR_UPSTREAM_CONNE
   t.match(await registry.metrics(), `sallyport_upstream_connect_errors_total{backend="${only.id}",reason="refused"} 1`)
 })
 
-t.test('hostname endpoints resolve through options.resolve; DNS failure is a connect error', async (t) => {
+t.test('hostname endpoints resolve through options.resolve; a DNS failure is SP_ERR_UPSTREAM_DNS (503)', async (t) => {
   const server = echoPortServer()
   const port = await listen(server)
   const asked: string[] = []
@@ -105,7 +105,8 @@ t.test('hostname endpoints resolve through options.resolve; DNS failure is a con
   t.match(await readBody(res.body), /host=svc.test/)
   t.same(asked, ['svc.test'])
   const err = expectError(await forward(up, request(cluster({ endpoints: [endpoint(port, 'missing.test')] }))))
-  t.equal(err.code, 'SP_ERR_UPSTREAM_CONNECT')
+  t.equal(err.code, 'SP_ERR_UPSTREAM_DNS')
+  t.equal(err.status, 503)
   t.match(err.message, /DNS/)
 })
 

@@ -82,7 +82,9 @@ t.test('NXDOMAIN fails the name (never served stale) and is counted', { skip: sk
   t.same((await r.resolve(c, 'api.gone.test')).addresses, ['203.0.113.5'])
   const before = counterValue(await metric('sallyport_dns_failures_total'), 'kind="nxdomain"')
   const missing = await r.resolve(hostCluster('nope.test'), 'nope.test')
-  t.equal(missing.error?.code, 'SP_ERR_UPSTREAM_CONNECT')
+  t.equal(missing.error?.code, 'SP_ERR_UPSTREAM_DNS', 'a DNS failure, told apart from a connect failure')
+  t.equal(missing.error?.status, 503)
+  t.equal(missing.error?.detail, 'nope.test: NXDOMAIN', 'the name and what DNS said, for the client and the access line')
   t.match(missing.error?.message, /NXDOMAIN/)
   t.equal((missing.error?.cause as { code: string }).code, 'ENOTFOUND', 'the cause keeps the c-ares code (reason "dns" in connect metrics)')
   // The name disappears: once the answer expires, the stale window does not apply to NXDOMAIN.
@@ -122,7 +124,8 @@ t.test('a resolver that does not answer at all (dnsmasq stopped): stale answer, 
   await new Promise((res) => setTimeout(res, 1300))
   t.same((await r.resolve(c, 'api.down.test')).addresses, ['203.0.113.7'], 'served stale')
   const cold = await r.resolve(hostCluster('api.other.test'), 'api.other.test')
-  t.equal(cold.error?.code, 'SP_ERR_UPSTREAM_CONNECT', 'a name never answered has nothing stale to serve')
+  t.equal(cold.error?.code, 'SP_ERR_UPSTREAM_DNS', 'a name never answered has nothing stale to serve')
+  t.equal(cold.error?.detail, 'api.other.test: UNREACHABLE', 'the resolver refused the connection')
 })
 
 t.test('a name rebinding to the metadata service or loopback is refused (confused-deputy guard)', { skip: skip ?? false }, async (t) => {
