@@ -60,7 +60,7 @@ interface Entry {
   failure: DnsError | null
   /** No query before this (the hold-down after a failure). */
   retryAt: number
-  /** Used since the timer last looked. */
+  /** Used since the timer last looked (or since the entry was made for a request). */
   used: boolean
   timer: NodeJS.Timeout | null
 }
@@ -215,7 +215,6 @@ export class DnsCache {
 
   #schedule(key: string, e: Entry, delayMs: number): void {
     if (e.timer !== null) clearTimeout(e.timer)
-    e.used = false
     e.timer = setTimeout(() => this.#tick(key, e), delayMs)
     e.timer.unref()
   }
@@ -225,7 +224,11 @@ export class DnsCache {
     e.timer = null
     if (this.#closed || this.#entries.get(key) !== e) return
     const now = Date.now()
-    if (!e.used) {
+    // Use since the last look, the request that created the entry included: its
+    // answer arrived after the request, and is still refreshed ahead once.
+    const used = e.used
+    e.used = false
+    if (!used) {
       // Not in use: no query, but an answer stays until its stale window closes, so a
       // later request during a resolver outage still finds it (RFC 8767).
       if (e.answer !== null && now < e.staleUntil) this.#schedule(key, e, e.staleUntil - now)
@@ -233,6 +236,7 @@ export class DnsCache {
       return
     }
     if (now < e.retryAt) {
+      e.used = true
       this.#schedule(key, e, e.retryAt - now)
       return
     }

@@ -37,14 +37,13 @@ t.test('an expired answer is served at once while the resolver is silent; one re
   const cache = cacheFor(t, sw.server, { timeoutMs: 4000 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000 })
   const first = await cache.lookup('api.stale.test', 4)
   t.same(first.addresses, ['203.0.113.40'])
-  sw.set('silent')
-  await sleep(1300) // past the 1 s TTL; unused meanwhile, so not refreshed ahead
   const askedBefore = sw.queries('api.stale.test', 'A')
+  sw.set('silent')
+  await sleep(1300) // past the 1 s TTL; the refresh ahead (at 80 %) is still waiting on the silent resolver
   const started = Date.now()
   t.equal(cache.peek('api.stale.test', 4), first, 'peek (the request path) gets the expired answer without waiting')
   for (let i = 0; i < 20; i++) t.equal(await cache.lookup('api.stale.test', 4), first, 'the last answer, served stale')
   t.ok(Date.now() - started < 2000, `served within 2 s while the resolver is silent (took ${Date.now() - started} ms)`)
-  await until(async () => sw.queries('api.stale.test', 'A') > askedBefore, 'the refresh query at the resolver', 2000)
   await sleep(300) // any other query would have arrived by now
   t.equal(sw.queries('api.stale.test', 'A') - askedBefore, 1, 'one refresh in flight for the name, whatever the requests')
 
@@ -133,4 +132,13 @@ t.test('NXDOMAIN and NODATA are cached: one query for many requests', { skip: sk
   }
   t.equal(sw.queries('nope.test', 'A'), 1, 'NXDOMAIN asked once')
   t.equal(sw.queries('api.v4.test', 'AAAA'), 1, 'NODATA asked once')
+})
+
+t.test('a name looked up for a request is refreshed ahead once: past its TTL the next request finds the new answer', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.48 api.moved.test'], ttl: 1 })
+  const cache = cacheFor(t, dns.server, { timeoutMs: 1000 }, { minTtlMs: 1000, maxTtlMs: 1000, staleMs: 30_000 })
+  t.same((await cache.lookup('api.moved.test', 4)).addresses, ['203.0.113.48'])
+  await dns.update(['203.0.113.49 api.moved.test'], { name: 'api.moved.test', expect: '203.0.113.49' })
+  await sleep(1300) // past the TTL, with no request since the first
+  t.same(cache.peek('api.moved.test', 4)?.addresses, ['203.0.113.49'], 'not the old answer served stale')
 })
