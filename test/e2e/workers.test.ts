@@ -1,12 +1,13 @@
 // `serve --workers 2`: both workers serve the shared port, the primary's /metrics aggregates them,
 // and keeps a killed worker's counts once it is replaced.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, settleLogs, startCli, tempDir, type Cli } from './harness.ts'
 
-t.test('serve --workers 2', async (t) => {
+/** A demo upstream and `serve --workers 2` routing demo.example.test to it, all workers ready. */
+async function startWorkers(t: Test, extra: readonly string[]): Promise<{ upstream: Awaited<ReturnType<typeof startDemoUpstream>>; httpPort: number; admin: string; cli: Cli; dir: string }> {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
   t.teardown(() => upstream.close())
   const [httpPort, adminPort] = [await freePort(), await freePort()]
@@ -14,9 +15,14 @@ t.test('serve --workers 2', async (t) => {
   fs.writeFileSync(path.join(dir, 'config.yaml'), [
     gatewayYaml(httpPort), backendYaml('demo', upstream.address.port), routeYaml('demo', 'demo.example.test', 'demo', upstream.address.port),
   ].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--drain-seconds', '2', '--access-log', 'off'])
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--access-log', 'off', ...extra])
   const admin = `http://127.0.0.1:${adminPort}`
   await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  return { upstream, httpPort, admin, cli, dir }
+}
+
+t.test('serve --workers 2', async (t) => {
+  const { upstream, httpPort, admin, cli, dir } = await startWorkers(t, ['--drain-seconds', '2'])
 
   for (let i = 0; i < 10; i++) {
     const r = await request(`http://127.0.0.1:${httpPort}/w${i}`, { host: 'demo.example.test' })
@@ -52,16 +58,7 @@ t.test('serve --workers 2', async (t) => {
 })
 
 t.test('serve --workers 2: counters do not go back when a worker is killed and replaced', async (t) => {
-  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
-  t.teardown(() => upstream.close())
-  const [httpPort, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [
-    gatewayYaml(httpPort), backendYaml('demo', upstream.address.port), routeYaml('demo', 'demo.example.test', 'demo', upstream.address.port),
-  ].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--drain-seconds', '1', '--access-log', 'off'])
-  const admin = `http://127.0.0.1:${adminPort}`
-  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  const { httpPort, admin, cli } = await startWorkers(t, ['--drain-seconds', '1'])
   const scrape = async (): Promise<string> => (await request(`${admin}/metrics`)).body
   const requests = (m: string): number => metricSum(m, 'sallyport_downstream_requests_total', { code: '200' })
   const durations = (m: string): number => metricSum(m, 'sallyport_downstream_request_duration_seconds_count')
@@ -103,16 +100,7 @@ t.test('serve --workers 2: counters do not go back when a worker is killed and r
 })
 
 t.test('serve --workers: a worker whose event loop stops answering is killed and replaced by the watchdog', async (t) => {
-  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0 })
-  t.teardown(() => upstream.close())
-  const [httpPort, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'config.yaml'), [
-    gatewayYaml(httpPort), backendYaml('demo', upstream.address.port), routeYaml('demo', 'demo.example.test', 'demo', upstream.address.port),
-  ].join('---\n'))
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--workers', '2', '--worker-watchdog-seconds', '2', '--drain-seconds', '1', '--access-log', 'off'])
-  const admin = `http://127.0.0.1:${adminPort}`
-  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 30000, 'all workers ready')
+  const { httpPort, admin, cli } = await startWorkers(t, ['--worker-watchdog-seconds', '2', '--drain-seconds', '1'])
   await settleLogs()
   const [victim] = [...new Set([...cli.stdout().matchAll(/"pid":(\d+)/g)].map((m) => Number(m[1])))].filter((pid) => pid !== cli.child.pid)
   t.ok(victim !== undefined, 'a worker pid')
