@@ -21,7 +21,7 @@ import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { ExtensionType, SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
 import type { CompiledExtension, ExtensionChain } from './table.ts'
-import { isReferenceAllowed, type From } from './refs.ts'
+import { isReferenceAllowed, refNotPermitted, type From } from './refs.ts'
 import type { ObjectStatus } from './status.ts'
 import { condition, statusKey } from './conditions.ts'
 
@@ -125,7 +125,7 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string,
     const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
     // Gateway API ReferenceGrant: a Secret in another namespace only with a grant there.
     if (!isReferenceAllowed(snapshot, from, { group: '', kind: 'Secret', namespace, name })) {
-      return { secrets, error: { path, reason: 'RefNotPermitted', message: `Secret ${namespace}/${name} is in another namespace and no ReferenceGrant allows it`, missing: false } }
+      return { secrets, error: { path, reason: 'RefNotPermitted', message: refNotPermitted(snapshot, `Secret ${namespace}/${name}`, namespace), missing: false } }
     }
     const secret = snapshot.secrets.get(`${namespace}/${name}`)
     if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found`, missing: true } }

@@ -8,6 +8,7 @@ import t from 'tap'
 import { KubeSource } from '../../lib/config/kube-source.ts'
 import { compile } from '../../lib/compile/compile.ts'
 import { resolveDataRef, resolveTlsSecret } from '../../lib/compile/refs.ts'
+import { compileExtension } from '../../lib/compile/extensions.ts'
 import { emptySnapshot } from '../../lib/resources/snapshot.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 import { backend, clientFor, gateway, gatewayClass, startFake } from './fixtures.ts'
@@ -64,4 +65,14 @@ t.test('certificate and CA references say the same', async (t) => {
     { ok: false, reason: 'RefNotPermitted', message: 'Secret pki/cert is in namespace pki, which this gateway does not watch (--namespace)' })
   t.match(resolveDataRef(snapshot, from, { group: '', kind: 'ConfigMap', namespace: 'pki', name: 'ca', key: null }, 'ca.crt', 'InvalidCACertificateRef'),
     { ok: false, reason: 'RefNotPermitted', message: 'ConfigMap pki/ca is in namespace pki, which this gateway does not watch (--namespace)' })
+})
+
+t.test('an extension\'s Secret reference says the same', async (t) => {
+  const snapshot: Snapshot = { ...emptySnapshot(), watchedNamespaces: new Set(['default']) }
+  const owner = { kind: 'Backend' as const, group: 'gateway.envoyproxy.io', namespace: 'default', name: 'api', createdAt: '', firstSeen: 0 }
+  const spec = { name: 'cred', type: 'CredentialInjector', phase: null, priority: 0, failOpen: false, config: { secretRef: { name: 'key', namespace: 'vault' } } }
+  const compiled = compileExtension(snapshot, 'Backend', owner, spec, new Uint8Array(32))
+  t.equal(compiled.error, 'Secret vault/key is in namespace vault, which this gateway does not watch (--namespace)')
+  const watchedAll = compileExtension({ ...snapshot, watchedNamespaces: null }, 'Backend', owner, spec, new Uint8Array(32))
+  t.equal(watchedAll.error, 'Secret vault/key is in another namespace and no ReferenceGrant allows it', 'every namespace watched: the ReferenceGrant message')
 })
