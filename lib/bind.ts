@@ -40,3 +40,23 @@ function noIpv6(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException | null)?.code
   return code === 'EAFNOSUPPORT' || code === 'EADDRNOTAVAIL' || code === 'EPROTONOSUPPORT'
 }
+
+/** How often a server at its connection limit warns again. */
+const CAP_WARN_EVERY_MS = 10_000
+
+/**
+ * Holds `server` to `max` open connections: past it node closes a new one at
+ * accept ('drop'). `onDrop` runs for each one closed, `warn` at most every 10 s.
+ * The Gateway listeners (--max-connections) and the admin server share it.
+ */
+export function capConnections(server: Server, max: number, onDrop: () => void, warn: () => void): void {
+  server.maxConnections = max
+  let warned = -Infinity
+  server.on('drop', () => {
+    onDrop()
+    const now = performance.now()
+    if (now - warned < CAP_WARN_EVERY_MS) return
+    warned = now
+    warn()
+  })
+}

@@ -9,6 +9,7 @@
 // most once per 10 s per port.
 
 import type net from 'node:net'
+import { capConnections } from '../bind.ts'
 import { downstreamConnectionsRejected } from '../observe/http-metrics.ts'
 import { logger } from '../observe/log.ts'
 
@@ -16,18 +17,11 @@ const log = logger('listener')
 
 /** Default of --max-connections. */
 export const DEFAULT_MAX_CONNECTIONS = 10_000
-const WARN_EVERY_MS = 10_000
 
 /** Holds `server` to `max` open connections; `onDrop` runs for each connection closed at accept. */
 export function limitConnections(server: net.Server, port: number, max: number, onDrop?: () => void): void {
-  server.maxConnections = max
-  let warned = -Infinity
-  server.on('drop', () => {
+  capConnections(server, max, () => {
     downstreamConnectionsRejected.labels(String(port)).inc()
     onDrop?.()
-    const now = performance.now()
-    if (now - warned < WARN_EVERY_MS) return
-    warned = now
-    log.warn({ port, maxConnections: max }, 'connection limit reached: new connections are closed at accept')
-  })
+  }, () => log.warn({ port, maxConnections: max }, 'connection limit reached: new connections are closed at accept'))
 }

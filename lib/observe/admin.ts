@@ -20,7 +20,8 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { logger } from './log.ts'
-import { ANY_ADDRESS, bindServer } from '../bind.ts'
+import { ANY_ADDRESS, bindServer, capConnections } from '../bind.ts'
+import { matchCidr, parseCidrList } from '../address-ranges.ts'
 
 const log = logger('admin')
 
@@ -80,16 +81,10 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
       else res.destroy()
     })
   })
-  server.maxConnections = limits.maxConnections
+  capConnections(server, limits.maxConnections, () => {}, () => log.warn({ maxConnections: limits.maxConnections }, 'admin connection limit reached: new connections are closed at accept'))
   // No byte either way for idleMs: a connection that never sent a head, or stopped reading its answer.
   server.timeout = limits.idleMs
   server.on('timeout', (socket: import('node:net').Socket) => { socket.destroy() })
-  let warned = -Infinity
-  server.on('drop', () => {
-    if (performance.now() - warned < 10_000) return
-    warned = performance.now()
-    log.warn({ maxConnections: limits.maxConnections }, 'admin connection limit reached: new connections are closed at accept')
-  })
   await bindServer(server, options.host, options.port, log)
   const address = server.address() as AddressInfo
   log.info({ address: address.address, port: address.port }, 'admin server listening')
@@ -154,11 +149,11 @@ function send(res: http.ServerResponse, status: number, contentType: string, bod
   res.end(body)
 }
 
-/** A loopback peer: 127.0.0.0/8, ::1, or an IPv4 loopback address on a dual-stack socket. */
+const LOOPBACK = parseCidrList(['127.0.0.0/8', '::1/128']).cidrs
+
+/** A loopback peer: 127.0.0.0/8, ::1, or an IPv4 loopback address on a dual-stack socket (parseIp maps ::ffff:a.b.c.d). */
 export function isLoopback(address: string | undefined): boolean {
-  if (address === undefined) return false
-  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address
-  return v4.startsWith('127.') || address === '::1'
+  return address !== undefined && matchCidr(LOOPBACK, address) !== null
 }
 
 /**
