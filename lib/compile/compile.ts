@@ -205,12 +205,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const vhosts: VhostReuse | null = cache === null ? null : { cache, next: new Map(), reused: 0, built: 0 }
   const ports = buildPorts(plan.served, placed, tcp, sni, vhosts)
   const clusters = applyClusterPolicies(resolver, traffic, listenerUse)
-  const clients = new Map<string, ClientIdentity>()
-  for (const pod of sortedValues(snapshot.pods)) {
-    for (const ip of pod.podIPs) {
-      if (!clients.has(ip)) clients.set(ip, { namespace: pod.meta.namespace, serviceAccount: pod.serviceAccountName, pod: pod.meta.name })
-    }
-  }
+  const clients = clientIdentities(snapshot)
   const chains = extensionCompiler.chains()
   if (vhosts !== null) {
     vhosts.cache.commit({
@@ -378,4 +373,28 @@ function applyClusterPolicies(resolver: BackendResolver, traffic: PolicyIndex<im
     })
   }
   return out
+}
+
+/**
+ * Source address → the Pod it identifies. A hostNetwork Pod's address is its
+ * node's (every process there sends from it), and an address two identities
+ * claim is not certain to be either: both identify nobody, as an address of
+ * no Pod does. (Finished Pods carry no address: lib/resources/read-core.ts.)
+ */
+function clientIdentities(snapshot: Snapshot): Map<string, ClientIdentity> {
+  const clients = new Map<string, ClientIdentity>()
+  const ambiguous = new Set<string>()
+  for (const pod of sortedValues(snapshot.pods)) {
+    if (pod.hostNetwork) continue
+    for (const ip of pod.podIPs) {
+      if (ambiguous.has(ip)) continue
+      const held = clients.get(ip)
+      if (held === undefined) clients.set(ip, { namespace: pod.meta.namespace, serviceAccount: pod.serviceAccountName, pod: pod.meta.name })
+      else if (held.namespace !== pod.meta.namespace || held.serviceAccount !== pod.serviceAccountName) {
+        clients.delete(ip)
+        ambiguous.add(ip)
+      }
+    }
+  }
+  return clients
 }

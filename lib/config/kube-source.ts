@@ -34,6 +34,8 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
+import { statusRead } from '../resources/read-core.ts'
+import type { Fields } from '../resources/read-fields.ts'
 import { KubeApiError, WATCH_SILENCE_MS, errorText, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
 import { buildSnapshot } from './snapshot-builder.ts'
@@ -418,7 +420,7 @@ export class KubeSource {
 
   #put(inf: Informer, version: string, raw: KubernetesObject): void {
     const key = storeKey(inf.resource, raw)
-    const fingerprint = fingerprintOf(raw)
+    const fingerprint = fingerprintOf(inf.resource.modelKind, raw)
     const obj: KubeObject = { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> }
     const old = this.#store.get(key)
     inf.keys.add(key)
@@ -519,9 +521,9 @@ function storeKey(res: KubeResource, raw: KubernetesObject): string {
   return `${res.group}|${res.kind}|${raw.metadata?.namespace ?? ''}|${raw.metadata?.name ?? ''}`
 }
 
-/** Everything but status and bookkeeping: two objects with the same fingerprint read the same. */
-function fingerprintOf(raw: KubernetesObject): string {
+/** Everything but bookkeeping and the status the model does not read: two objects with the same fingerprint read the same. */
+function fingerprintOf(modelKind: string, raw: KubernetesObject): string {
   const { status: _status, metadata, ...rest } = raw as KubernetesObject & { status?: unknown }
   const { resourceVersion: _rv, managedFields: _mf, ...meta } = metadata ?? {}
-  return JSON.stringify([meta, rest])
+  return JSON.stringify([meta, rest, statusRead(modelKind, raw as unknown as Fields)])
 }

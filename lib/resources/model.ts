@@ -496,7 +496,10 @@ export interface EndpointSlice extends ObjectBase<'EndpointSlice'> {
 export interface Namespace extends ObjectBase<'Namespace'> {}
 
 export interface Pod extends ObjectBase<'Pod'> {
+  /** Empty once the Pod has Succeeded or Failed (its IP is released). */
   readonly podIPs: readonly string[]
+  /** spec.hostNetwork: the Pod's IP is its node's, shared by every such Pod there. */
+  readonly hostNetwork: boolean
   readonly serviceAccountName: string
   readonly nodeName: string | null
 }

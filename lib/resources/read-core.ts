@@ -110,14 +110,18 @@ function readPod(doc: Fields, apiVersion: string, source: SourceRef): Pod {
   const spec = objectAt(doc, 'spec')
   const status = objectAt(doc, 'status')
   const ips: string[] = []
-  const raw = status === null ? undefined : status['podIPs']
+  // A Pod that has run to completion keeps its IP in status, but the IP is
+  // released to the node's pool and may already be another Pod's.
+  const phase = nonEmptyAt(status, 'phase')
+  const terminal = phase === 'Succeeded' || phase === 'Failed'
+  const raw = status === null || terminal ? undefined : status['podIPs']
   if (Array.isArray(raw)) {
     for (const item of raw) {
       const ip = isFields(item) ? textAt(item, 'ip') : null
       if (ip !== null && ip !== '') ips.push(ip)
     }
   }
-  const single = nonEmptyAt(status, 'podIP')
+  const single = terminal ? null : nonEmptyAt(status, 'podIP')
   if (ips.length === 0 && single !== null) ips.push(single)
   return {
     kind: 'Pod',
@@ -125,8 +129,20 @@ function readPod(doc: Fields, apiVersion: string, source: SourceRef): Pod {
     meta: readMeta(doc, 'Pod'),
     source,
     podIPs: ips,
+    hostNetwork: boolAt(spec, 'hostNetwork') === true,
     // spec.serviceAccount is the deprecated spelling of the same field.
     serviceAccountName: nonEmptyAt(spec, 'serviceAccountName') ?? nonEmptyAt(spec, 'serviceAccount') ?? 'default',
     nodeName: nonEmptyAt(spec, 'nodeName'),
   }
+}
+
+/**
+ * The part of an object's status the model reads (null: none). A watch event
+ * that changes only status is handed on when this changes: a Pod's addresses
+ * are written by the kubelet, in status, after the Pod is created.
+ */
+export function statusRead(kind: string, doc: Fields): unknown {
+  if (kind !== 'Pod') return null
+  const status = objectAt(doc, 'status')
+  return status === null ? null : [status['phase'] ?? null, status['podIP'] ?? null, status['podIPs'] ?? null]
 }

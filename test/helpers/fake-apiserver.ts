@@ -307,6 +307,8 @@ export class FakeApiServer {
     obj.apiVersion = apiVersionOf(store.def)
     obj.kind = store.def.kind
     obj.metadata.resourceVersion = String(++this.#rv)
+    // The API server writes metadata in one fixed field order, whichever order a client sent.
+    obj.metadata = Object.fromEntries(Object.entries(obj.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) as Obj['metadata']
   }
 
   #create(store: Store, obj: Obj): Obj {

@@ -1,0 +1,60 @@
+// The real CLI in Kubernetes mode attributes a request to the Pod that sent it
+// once the kubelet has written the Pod's IP into its status (after the Pod was
+// created and scheduled), and stops when the Pod has finished and its IP went
+// back to the pool.
+import './quiet.ts'
+import t from 'tap'
+import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
+import { eventually, freePort, request, startCli } from '../e2e/harness.ts'
+import { send } from '../e2e/extensions-helpers.ts'
+import { backend, gateway, gatewayClass, kubeconfigFile, route, startFake } from './fixtures.ts'
+
+const CLIENT_IP = '127.0.0.57'
+
+function pod(status: Record<string, unknown> | null, nodeName: string | null): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Pod', metadata: { name: 'checkout-7f9c', namespace: 'payments' },
+    spec: { serviceAccountName: 'checkout', ...(nodeName === null ? {} : { nodeName }), containers: [{ name: 'app', image: 'example/app' }] },
+    ...(status === null ? {} : { status }),
+  }
+}
+
+t.test('kube mode: client identity follows the Pod status the kubelet writes', async (t) => {
+  const up = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'a' })
+  t.teardown(() => up.close())
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  fake.apply(gateway(port))
+  fake.apply(backend('a', up.address.port))
+  fake.apply(route('one', 'one.example.test', 'a', up.address.port))
+  fake.apply(pod(null, null))
+  const cli = startCli(t, ['serve', '--kubernetes', '--kubeconfig', kubeconfigFile(t, fake), '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1'], {
+    env: { POD_NAME: 'cli-pod', POD_NAMESPACE: 'sallyport-system', SALLYPORT_LOG_LEVEL: 'info' },
+  })
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20_000, '/readyz 200')
+  let n = 0
+  const attributed = async (): Promise<string | null> => {
+    const path = `/probe-${++n}`
+    const r = await send(port, { host: 'one.example.test', path, from: CLIENT_IP })
+    if (r.status !== 200) return `status ${r.status}`
+    const line = await cli.waitFor(new RegExp(`\\{[^\\n]*"path":"${path}"[^\\n]*\\}`))
+    const entry = JSON.parse(line) as { clientNamespace?: string | null; clientServiceAccount?: string | null }
+    return entry.clientNamespace == null ? null : `${entry.clientNamespace}/${String(entry.clientServiceAccount)}`
+  }
+  t.equal(await attributed(), null, 'a Pod without an IP identifies nobody')
+
+  fake.apply(pod({ phase: 'Pending' }, 'node-a'))
+  // The kubelet writes the IP a while after the scheduler bound the Pod: let the binding be applied first.
+  await new Promise((r) => setTimeout(r, 500))
+  fake.apply(pod({ phase: 'Running', podIP: CLIENT_IP, podIPs: [{ ip: CLIENT_IP }] }, 'node-a'))
+  await eventually(attributed, (who) => who === 'payments/checkout', 10_000, 'attributed after the status write')
+  t.pass('the status-written IP identifies payments/checkout')
+
+  fake.apply(pod({ phase: 'Succeeded', podIP: CLIENT_IP, podIPs: [{ ip: CLIENT_IP }] }, 'node-a'))
+  await eventually(attributed, (who) => who === null, 10_000, 'no longer attributed once the Pod finished')
+  t.pass('a finished Pod identifies nobody')
+
+  cli.child.kill('SIGTERM')
+  t.equal(await cli.exited, 0)
+})
