@@ -14,6 +14,7 @@
 // write is a few hundred bytes of JSON, and fetch's streams and WebIDL layers
 // cost several times the request itself.
 
+import type { KubernetesObject } from '@kubernetes/client-node'
 import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
 import { STATUS_CODES } from 'node:http'
 import { getGlobalDispatcher, type Dispatcher } from 'undici'
@@ -179,6 +180,8 @@ export interface WatcherOptions {
   readonly silenceMs?: number
   /** Told of each watch given up for silence (ListWatch then watches again from its last resourceVersion). */
   readonly onSilent?: (watch: SilentWatch) => void
+  /** Applied to each ADDED, MODIFIED and DELETED event's object before it is handed on (null: none). */
+  readonly transform?: ((obj: KubernetesObject) => KubernetesObject) | null
 }
 
 /**
@@ -205,6 +208,7 @@ export class BookmarkWatch extends Watch {
   #last: WatchOutcome | null = null
   readonly #silenceMs: number
   readonly #onSilent: ((watch: SilentWatch) => void) | null
+  readonly #transform: ((obj: KubernetesObject) => KubernetesObject) | null
   /** A BOOKMARK arrived on one of this watcher's watches: its server sends them, so silence means a dead connection. */
   #bookmarked = false
 
@@ -212,6 +216,7 @@ export class BookmarkWatch extends Watch {
     super(config)
     this.#silenceMs = options.silenceMs ?? WATCH_SILENCE_MS
     this.#onSilent = options.onSilent ?? null
+    this.#transform = options.transform ?? null
     ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#silenceMs
   }
 
@@ -228,7 +233,8 @@ export class BookmarkWatch extends Watch {
       (phase, obj, watchObj) => {
         events++
         if (phase === 'BOOKMARK') this.#bookmarked = true
-        callback(phase, obj, watchObj)
+        const transform = this.#transform
+        callback(phase, transform !== null && (phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED') ? transform(obj as KubernetesObject) : obj, watchObj)
       },
       (err) => {
         const last = { lastedMs: performance.now() - started, events }

@@ -34,7 +34,7 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
-import { statusRead } from '../resources/read-core.ts'
+import { podFieldsRead, statusRead } from '../resources/read-core.ts'
 import type { Fields } from '../resources/read-fields.ts'
 import { KubeApiError, WATCH_SILENCE_MS, errorText, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
@@ -272,14 +272,18 @@ export class KubeSource {
     const res = inf.resource
     const version = res.versions[inf.versionIndex] as string
     const path = resourcePath(res, version, inf.namespace)
+    // Pods are kept (here and in ListWatch's own cache) as the few fields the
+    // model reads: a cluster has thousands, and a running Pod's object is 5–10 KiB.
+    const slim = res.modelKind === 'Pod' ? (o: KubernetesObject): KubernetesObject => podFieldsRead(o as unknown as Fields) as KubernetesObject : null
     const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
       const list = await this.#listAll(path)
+      if (slim !== null) list.items = list.items.map(slim)
       // ListWatch processes the items right after this promise settles (same
       // microtask chain); the immediate runs once they are in the store.
       setImmediate(() => this.#listed(inf))
       return list
     }
-    const watcher = this.#client.watcher({ silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) } })
+    const watcher = this.#client.watcher({ silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) }, transform: slim })
     const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, undefined, {
       delayFn: () => this.#reconnectDelay(inf, watcher.lastWatch()),
     })

@@ -146,3 +146,25 @@ export function statusRead(kind: string, doc: Fields): unknown {
   const status = objectAt(doc, 'status')
   return status === null ? null : [status['phase'] ?? null, status['podIP'] ?? null, status['podIPs'] ?? null]
 }
+
+/**
+ * The fields of a Pod that readPod reads, and nothing else: what a cluster-wide
+ * Pod watch keeps of each Pod (about a twentieth of a running Pod's object:
+ * managed fields, containers, volumes and conditions are never read).
+ */
+export function podFieldsRead(doc: Fields): Fields {
+  const meta = objectAt(doc, 'metadata')
+  const spec = objectAt(doc, 'spec')
+  const status = objectAt(doc, 'status')
+  const pick = (from: Fields | null, keys: readonly string[]): Fields => {
+    const out: Record<string, unknown> = {}
+    if (from !== null) for (const k of keys) if (from[k] !== undefined) out[k] = from[k]
+    return out
+  }
+  return {
+    apiVersion: doc['apiVersion'], kind: doc['kind'],
+    metadata: pick(meta, ['name', 'namespace', 'uid', 'generation', 'resourceVersion', 'creationTimestamp', 'labels']),
+    spec: pick(spec, ['serviceAccountName', 'serviceAccount', 'nodeName', 'hostNetwork']),
+    ...(status === null ? {} : { status: pick(status, ['phase', 'podIP', 'podIPs']) }),
+  }
+}

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { readObject } from '../../lib/resources/read.ts'
+import { podFieldsRead, statusRead } from '../../lib/resources/read-core.ts'
 import type { ConfigMap, EndpointSlice, Namespace, Pod, Secret, Service } from '../../lib/resources/model.ts'
 
 const src = { file: 'inline.yaml', doc: 0 }
@@ -84,4 +85,33 @@ t.test('Namespace and Pod', async (t) => {
   t.equal(old.nodeName, null)
   const pending = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'r' } }, src) as Pod
   t.same(pending.podIPs, [])
+})
+
+t.test('Pod: what the Kubernetes source keeps of one reads the same as the whole object, at a fraction of its size', async (t) => {
+  const full = {
+    apiVersion: 'v1', kind: 'Pod',
+    metadata: {
+      name: 'api-7f9c-x2', namespace: 'shop', uid: 'u1', resourceVersion: '42', generation: 3, creationTimestamp: '2026-11-01T00:00:00Z', labels: { app: 'api' },
+      annotations: { 'kubectl.kubernetes.io/restartedAt': 'now' }, ownerReferences: [{ kind: 'ReplicaSet', name: 'api-7f9c' }],
+      managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': { 'f:conditions': {}, 'f:podIPs': {} } } }],
+    },
+    spec: { serviceAccountName: 'api', nodeName: 'n1', hostNetwork: true, containers: [{ name: 'app', image: 'x', env: [{ name: 'A', value: 'a'.repeat(400) }] }], volumes: [{ name: 'v', emptyDir: {} }] },
+    status: { phase: 'Running', podIP: '10.0.0.9', podIPs: [{ ip: '10.0.0.9' }, { ip: 'fd00::9' }], conditions: [{ type: 'Ready', status: 'True' }], containerStatuses: [{ name: 'app', restartCount: 2 }] },
+  }
+  const kept = podFieldsRead(full)
+  const { annotations: _a, ...metaOfKept } = (readObject(kept, src) as Pod).meta
+  const { annotations: _b, ...metaOfFull } = (readObject(full, src) as Pod).meta
+  t.same({ ...(readObject(kept, src) as Pod), meta: metaOfKept }, { ...(readObject(full, src) as Pod), meta: metaOfFull }, 'the same Pod but for annotations, which no Pod setting is read from')
+  t.ok(JSON.stringify(kept).length * 3 < JSON.stringify(full).length, `${JSON.stringify(kept).length} of ${JSON.stringify(full).length} bytes`)
+  t.equal((kept.metadata as Record<string, unknown>).managedFields, undefined)
+  t.equal((readObject(kept, src) as Pod).hostNetwork, true)
+  t.same(statusRead('Pod', kept), statusRead('Pod', full), 'the status fields the source compares are kept')
+  t.equal(statusRead('Service', { status: { loadBalancer: {} } }), null, 'no other kind has status the model reads')
+})
+
+t.test('Pod: a finished Pod carries no address', async (t) => {
+  for (const phase of ['Succeeded', 'Failed']) {
+    const p = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'job' }, status: { phase, podIP: '10.0.0.7', podIPs: [{ ip: '10.0.0.7' }] } }, src) as Pod
+    t.same(p.podIPs, [], phase)
+  }
 })
