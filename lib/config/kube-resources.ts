@@ -13,11 +13,13 @@ export interface KubeResource {
   readonly namespaced: boolean
   /** Has a status subresource sallyport writes. */
   readonly status: boolean
+  /** Passed as fieldSelector to every list and watch of the kind (null: none). */
+  readonly fieldSelector: string | null
 }
 
 const GW = 'gateway.networking.k8s.io'
-const r = (group: string, versions: string[], plural: string, kind: string, opts: { modelKind?: string; namespaced?: boolean; status?: boolean } = {}): KubeResource =>
-  ({ group, versions, plural, kind, modelKind: opts.modelKind ?? kind, namespaced: opts.namespaced ?? true, status: opts.status ?? false })
+const r = (group: string, versions: string[], plural: string, kind: string, opts: { modelKind?: string; namespaced?: boolean; status?: boolean; fieldSelector?: string } = {}): KubeResource =>
+  ({ group, versions, plural, kind, modelKind: opts.modelKind ?? kind, namespaced: opts.namespaced ?? true, status: opts.status ?? false, fieldSelector: opts.fieldSelector ?? null })
 
 export const KUBE_RESOURCES: readonly KubeResource[] = [
   r(GW, ['v1', 'v1beta1'], 'gatewayclasses', 'GatewayClass', { namespaced: false, status: true }),
@@ -33,7 +35,9 @@ export const KUBE_RESOURCES: readonly KubeResource[] = [
   r('gateway.envoyproxy.io', ['v1alpha1'], 'backends', 'Backend', { status: true }),
   r('gateway.envoyproxy.io', ['v1alpha1'], 'backendtrafficpolicies', 'BackendTrafficPolicy', { status: true }),
   r('sallyport.io', ['v1alpha1'], 'egressextensions', 'EgressExtension', { status: true }),
-  r('', ['v1'], 'secrets', 'Secret'),
+  // Helm keeps every release revision in a Secret (the whole rendered chart,
+  // often hundreds of KiB each); nothing sallyport reads is one.
+  r('', ['v1'], 'secrets', 'Secret', { fieldSelector: 'type!=helm.sh/release.v1' }),
   r('', ['v1'], 'configmaps', 'ConfigMap'),
   r('', ['v1'], 'services', 'Service'),
   r('', ['v1'], 'namespaces', 'Namespace', { namespaced: false }),

@@ -276,7 +276,7 @@ export class KubeSource {
     // model reads: a cluster has thousands, and a running Pod's object is 5–10 KiB.
     const slim = res.modelKind === 'Pod' ? (o: KubernetesObject): KubernetesObject => podFieldsRead(o as unknown as Fields) as KubernetesObject : null
     const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
-      const list = await this.#listAll(path)
+      const list = await this.#listAll(path, res.fieldSelector)
       if (slim !== null) list.items = list.items.map(slim)
       // ListWatch processes the items right after this promise settles (same
       // microtask chain); the immediate runs once they are in the store.
@@ -284,7 +284,7 @@ export class KubeSource {
       return list
     }
     const watcher = this.#client.watcher({ silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) }, transform: slim })
-    const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, undefined, {
+    const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, res.fieldSelector ?? undefined, {
       delayFn: () => this.#reconnectDelay(inf, watcher.lastWatch()),
     })
     inf.lw = lw
@@ -338,7 +338,7 @@ export class KubeSource {
     configReloadFailures.inc({ source: 'kubernetes', reason: 'watch' })
   }
 
-  async #listAll(path: string): Promise<KubernetesListObject<KubernetesObject>> {
+  async #listAll(path: string, fieldSelector: string | null): Promise<KubernetesListObject<KubernetesObject>> {
     for (let attempt = 0; ; attempt++) {
       const items: KubernetesObject[] = []
       let resourceVersion = ''
@@ -346,7 +346,7 @@ export class KubeSource {
       try {
         do {
           const page = await this.#client.request<KubernetesListObject<KubernetesObject>>('GET', path, {
-            query: { limit: String(this.#pageSize), continue: token, labelSelector: this.#labelSelector },
+            query: { limit: String(this.#pageSize), continue: token, labelSelector: this.#labelSelector, fieldSelector: fieldSelector ?? undefined },
           })
           items.push(...page.items)
           if (token === undefined) resourceVersion = page.metadata?.resourceVersion ?? ''

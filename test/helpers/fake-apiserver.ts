@@ -3,7 +3,9 @@
 // real one behaves:
 // - one global resourceVersion counter; every write bumps it and stamps the object;
 // - list with `limit`/`continue` (chunked lists served from a consistent snapshot),
-//   `labelSelector` (equality and existence forms), 410 Gone for an expired token;
+//   `labelSelector` (equality and existence forms), `fieldSelector` (metadata.name,
+//   metadata.namespace, and a Secret's type; 400 for any other field, as the real
+//   server answers), 410 Gone for an expired token;
 // - watch from a resourceVersion: ADDED/MODIFIED/DELETED replayed from the event
 //   history, then streamed as newline-delimited JSON; BOOKMARKs when asked for
 //   (`allowWatchBookmarks`); a resourceVersion older than the retained history
@@ -46,6 +48,7 @@ interface Watcher {
   readonly def: ResourceDef
   readonly namespace: string | null
   readonly selector: Selector | null
+  readonly fields: Selector | null
   readonly bookmarks: boolean
   /** silenceWatches(): nothing more is written to it, not even its end. */
   silent: boolean
@@ -491,9 +494,12 @@ export class FakeApiServer {
         return status(res, 410, 'Expired', `too old resource version: ${rv} (${this.#compactedRv})`)
       }
       const selector = parseSelector(url.searchParams.get('labelSelector'))
+      const fields = parseFieldSelector(store.def, url.searchParams.get('fieldSelector'))
+      if (typeof fields === 'string') return status(res, 400, 'BadRequest', fields)
       const items = [...store.objects.values()]
         .filter((o) => namespace === null || o.metadata.namespace === namespace)
         .filter((o) => selector === null || selector(labelsOf(o)))
+        .filter((o) => fields === null || fields(fieldsOf(o)))
         .sort((a, b) => this.#key(store.def, a.metadata.namespace as string, a.metadata.name as string) < this.#key(store.def, b.metadata.namespace as string, b.metadata.name as string) ? -1 : 1)
         .map(clone)
       listing = { items, rv: this.#rv }
@@ -514,8 +520,10 @@ export class FakeApiServer {
 
   #watch(store: Store, namespace: string | null, url: URL, res: http.ServerResponse): void {
     const rvParam = url.searchParams.get('resourceVersion') ?? ''
+    const fields = parseFieldSelector(store.def, url.searchParams.get('fieldSelector'))
+    if (typeof fields === 'string') return status(res, 400, 'BadRequest', fields)
     const w: Watcher = {
-      res, def: store.def, namespace, selector: parseSelector(url.searchParams.get('labelSelector')),
+      res, def: store.def, namespace, selector: parseSelector(url.searchParams.get('labelSelector')), fields,
       bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true', silent: false,
     }
     const from = Number(rvParam)
@@ -559,7 +567,26 @@ function labelsOf(o: Obj): Record<string, string> {
 
 function matchesWatch(w: Watcher, o: Obj): boolean {
   if (w.namespace !== null && o.metadata.namespace !== w.namespace) return false
+  if (w.fields !== null && !w.fields(fieldsOf(o))) return false
   return w.selector === null || w.selector(labelsOf(o))
+}
+
+/** The fields a field selector may name: every kind's name and namespace, a Secret's type. */
+function fieldsOf(o: Obj): Record<string, string> {
+  const out: Record<string, string> = { 'metadata.name': String(o.metadata.name ?? ''), 'metadata.namespace': String(o.metadata.namespace ?? '') }
+  if (o.kind === 'Secret') out.type = String((o as { type?: unknown }).type ?? 'Opaque')
+  return out
+}
+
+/** A field selector, or the API server's message for a field it does not index (a 400). */
+function parseFieldSelector(def: ResourceDef, text: string | null): Selector | null | string {
+  if (text === null || text.trim() === '') return null
+  const allowed = new Set(['metadata.name', 'metadata.namespace', ...(def.kind === 'Secret' ? ['type'] : [])])
+  for (const term of text.split(',')) {
+    const field = term.split(/!?==?/)[0]?.trim() ?? ''
+    if (!allowed.has(field)) return `"${field}" is not a known field selector: only "${[...allowed].join('", "')}"`
+  }
+  return parseSelector(text)
 }
 
 type Selector = (labels: Record<string, string>) => boolean
