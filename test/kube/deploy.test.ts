@@ -71,6 +71,8 @@ t.test('RBAC: list/watch every watched kind, get and status of the ones written,
   for (const res of KUBE_RESOURCES) {
     t.ok(allows(res.group, res.plural, 'list') && allows(res.group, res.plural, 'watch'), `list/watch ${res.group}/${res.plural}`)
     if (res.status) t.ok(allows(res.group, `${res.plural}/status`, 'update'), `update ${res.group}/${res.plural}/status`)
+    // The status writer replaces status (PUT), never patches it: no more than it uses.
+    t.notOk(allows(res.group, `${res.plural}/status`, 'patch'), `no patch on ${res.group}/${res.plural}/status`)
     // The status writer reports on the kinds with `status` only, and re-reads one of
     // them (GET of the object) when its write meets a 409 Conflict
     // (lib/runtime/status-writer.ts; test/kube/status-writer.test.ts runs that
