@@ -4,10 +4,9 @@
 // back to the pool.
 import './quiet.ts'
 import t from 'tap'
-import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { eventually, freePort, request, startCli } from '../e2e/harness.ts'
+import { eventually } from '../e2e/harness.ts'
 import { send } from '../e2e/extensions-helpers.ts'
-import { backend, gateway, gatewayClass, kubeconfigFile, route, startFake } from './fixtures.ts'
+import { startKubeCli } from './cli-fixture.ts'
 
 const CLIENT_IP = '127.0.0.57'
 
@@ -20,19 +19,7 @@ function pod(status: Record<string, unknown> | null, nodeName: string | null): R
 }
 
 t.test('kube mode: client identity follows the Pod status the kubelet writes', async (t) => {
-  const up = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'a' })
-  t.teardown(() => up.close())
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const fake = await startFake(t)
-  fake.apply(gatewayClass())
-  fake.apply(gateway(port))
-  fake.apply(backend('a', up.address.port))
-  fake.apply(route('one', 'one.example.test', 'a', up.address.port))
-  fake.apply(pod(null, null))
-  const cli = startCli(t, ['serve', '--kubernetes', '--kubeconfig', kubeconfigFile(t, fake), '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1'], {
-    env: { POD_NAME: 'cli-pod', POD_NAMESPACE: 'sallyport-system', SALLYPORT_LOG_LEVEL: 'info' },
-  })
-  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20_000, '/readyz 200')
+  const { cli, fake, port } = await startKubeCli(t, { accessLog: true, before: (fake) => fake.apply(pod(null, null)) })
   let n = 0
   const attributed = async (): Promise<string | null> => {
     const path = `/probe-${++n}`

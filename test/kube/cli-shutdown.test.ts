@@ -5,24 +5,11 @@
 // before a kubelet's SIGKILL (terminationGracePeriodSeconds).
 import './quiet.ts'
 import t from 'tap'
-import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { eventually, freePort, request, startCli } from '../e2e/harness.ts'
-import { backend, gateway, gatewayClass, kubeconfigFile, route, startFake } from './fixtures.ts'
+import { eventually, request } from '../e2e/harness.ts'
+import { startKubeCli } from './cli-fixture.ts'
 
 t.test('SIGTERM with an API server that never answers: drains at once, exits within the bound', async (t) => {
-  const up = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'a' })
-  t.teardown(() => up.close())
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const fake = await startFake(t)
-  fake.apply(gatewayClass())
-  fake.apply(gateway(port))
-  fake.apply(backend('a', up.address.port))
-  fake.apply(route('one', 'one.example.test', 'a', up.address.port))
-  const cli = startCli(t, ['serve', '--kubernetes', '--kubeconfig', kubeconfigFile(t, fake), '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--access-log', 'off'], {
-    env: { POD_NAME: 'cli-pod', POD_NAMESPACE: 'sallyport-system', SALLYPORT_LOG_LEVEL: 'info' },
-  })
-  const admin = `http://127.0.0.1:${adminPort}`
-  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 20_000, '/readyz 200')
+  const { cli, fake, admin } = await startKubeCli(t)
   await eventually(async () => fake.get('coordination.k8s.io/v1', 'Lease', 'sallyport-system', 'sallyport-sallyport')?.spec, (s) => (s as { holderIdentity?: string } | undefined)?.holderIdentity === 'cli-pod', 10_000, 'the CLI leads')
 
   // From now on nothing is answered; wait until a lease renewal (every 2 s) is stuck in flight.
