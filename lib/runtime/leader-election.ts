@@ -39,6 +39,7 @@ class CutShort extends Error {}
 
 /** The same failure of the Lease requests is logged again at most this often. */
 const FAILURE_LOG_EVERY_MS = 5 * 60_000
+const RENEW_DEADLINE_PASSED = 'could not renew the leader lease within the renew deadline; stepping down'
 
 export interface LeaderElectionOptions {
   readonly client: KubeClient
@@ -174,7 +175,13 @@ export class LeaderElector {
     const budget = this.#leader ? this.#lastRenew + this.#renewDeadlineMs - started : this.#renewDeadlineMs
     const attempt = new AbortController()
     this.#attempt = attempt
-    const timer = setTimeout(() => attempt.abort(new Error(`no answer within the renew deadline (${this.#renewDeadlineMs} ms)`)), Math.max(0, budget))
+    const leading = this.#leader
+    const timer = setTimeout(() => {
+      // A leader's attempt ends at its renew deadline, which is the step-down itself
+      // (#armDeadline's timer ends at the same instant; whichever fires first steps down).
+      if (leading && this.#leader) this.#stepDown(RENEW_DEADLINE_PASSED)
+      else attempt.abort(new Error(`no answer within the renew deadline (${this.#renewDeadlineMs} ms)`))
+    }, Math.max(0, budget))
     timer.unref()
     let ok: boolean
     try {
@@ -242,7 +249,7 @@ export class LeaderElector {
     this.#deadline = setTimeout(() => {
       this.#deadline = null
       if (this.#leader && performance.now() >= this.#lastRenew + this.#renewDeadlineMs) {
-        this.#stepDown('could not renew the leader lease within the renew deadline; stepping down')
+        this.#stepDown(RENEW_DEADLINE_PASSED)
       } else if (this.#leader) {
         this.#armDeadline() // fired a little early
       }
