@@ -266,7 +266,8 @@ export class BackendResolver {
           wrapped = { svc, port: sp }
         } else if (selector !== null) {
           for (const pod of [...this.#snapshot.pods.values()].sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)) {
-            if (pod.meta.namespace !== ns || !matchesSelector(selector, pod.meta.labels)) continue
+            // As a Service's endpoints: only Pods that are ready and not being deleted.
+            if (pod.meta.namespace !== ns || !pod.ready || !matchesSelector(selector, pod.meta.labels)) continue
             for (const ip of pod.podIPs) endpoints.push({ host: ip, port: port.port, kind: 'ip', weight: 1, zone: null })
           }
         }

@@ -500,6 +500,8 @@ export interface Pod extends ObjectBase<'Pod'> {
   readonly podIPs: readonly string[]
   /** spec.hostNetwork: the Pod's IP is its node's, shared by every such Pod there. */
   readonly hostNetwork: boolean
+  /** Serving as a Service counts it: Ready condition True (or none at all), not being deleted. */
+  readonly ready: boolean
   readonly serviceAccountName: string
   readonly nodeName: string | null
 }

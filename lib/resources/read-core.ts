@@ -130,10 +130,30 @@ function readPod(doc: Fields, apiVersion: string, source: SourceRef): Pod {
     source,
     podIPs: ips,
     hostNetwork: boolAt(spec, 'hostNetwork') === true,
+    ready: podReady(doc, status),
     // spec.serviceAccount is the deprecated spelling of the same field.
     serviceAccountName: nonEmptyAt(spec, 'serviceAccountName') ?? nonEmptyAt(spec, 'serviceAccount') ?? 'default',
     nodeName: nonEmptyAt(spec, 'nodeName'),
   }
+}
+
+/**
+ * Serving, as a Service counts it: not being deleted, and its Ready condition
+ * True. A Pod with an IP and no conditions at all (written by hand in a file,
+ * never by a kubelet) counts as ready.
+ */
+function podReady(doc: Fields, status: Fields | null): boolean {
+  if (nonEmptyAt(objectAt(doc, 'metadata'), 'deletionTimestamp') !== null) return false
+  const ready = readyCondition(status)
+  return ready === null || ready === 'True'
+}
+
+/** The status of a Pod's Ready condition, or null when it has none. */
+function readyCondition(status: Fields | null): string | null {
+  const conditions = status === null ? undefined : status['conditions']
+  if (!Array.isArray(conditions)) return null
+  for (const c of conditions) if (isFields(c) && c['type'] === 'Ready') return textAt(c, 'status') ?? ''
+  return null
 }
 
 /**
@@ -144,27 +164,32 @@ function readPod(doc: Fields, apiVersion: string, source: SourceRef): Pod {
 export function statusRead(kind: string, doc: Fields): unknown {
   if (kind !== 'Pod') return null
   const status = objectAt(doc, 'status')
-  return status === null ? null : [status['phase'] ?? null, status['podIP'] ?? null, status['podIPs'] ?? null]
+  return status === null ? null : [status['phase'] ?? null, status['podIP'] ?? null, status['podIPs'] ?? null, readyCondition(status)]
 }
 
 /**
  * The fields of a Pod that readPod reads, and nothing else: what a cluster-wide
  * Pod watch keeps of each Pod (about a twentieth of a running Pod's object:
- * managed fields, containers, volumes and conditions are never read).
+ * managed fields, containers, volumes and conditions but Ready are never read).
  */
 export function podFieldsRead(doc: Fields): Fields {
   const meta = objectAt(doc, 'metadata')
   const spec = objectAt(doc, 'spec')
   const status = objectAt(doc, 'status')
-  const pick = (from: Fields | null, keys: readonly string[]): Fields => {
+  const readyOnly = (st: Record<string, unknown>): Fields => {
+    const ready = readyCondition(st)
+    const { conditions: _all, ...rest } = st
+    return ready === null ? rest : { ...rest, conditions: [{ type: 'Ready', status: ready }] }
+  }
+  const pick = (from: Fields | null, keys: readonly string[]): Record<string, unknown> => {
     const out: Record<string, unknown> = {}
     if (from !== null) for (const k of keys) if (from[k] !== undefined) out[k] = from[k]
     return out
   }
   return {
     apiVersion: doc['apiVersion'], kind: doc['kind'],
-    metadata: pick(meta, ['name', 'namespace', 'uid', 'generation', 'resourceVersion', 'creationTimestamp', 'labels']),
+    metadata: pick(meta, ['name', 'namespace', 'uid', 'generation', 'resourceVersion', 'creationTimestamp', 'deletionTimestamp', 'labels']),
     spec: pick(spec, ['serviceAccountName', 'serviceAccount', 'nodeName', 'hostNetwork']),
-    ...(status === null ? {} : { status: pick(status, ['phase', 'podIP', 'podIPs']) }),
+    ...(status === null ? {} : { status: readyOnly(pick(status, ['phase', 'podIP', 'podIPs', 'conditions'])) }),
   }
 }

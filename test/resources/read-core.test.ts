@@ -95,8 +95,8 @@ t.test('Pod: what the Kubernetes source keeps of one reads the same as the whole
       annotations: { 'kubectl.kubernetes.io/restartedAt': 'now' }, ownerReferences: [{ kind: 'ReplicaSet', name: 'api-7f9c' }],
       managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': { 'f:conditions': {}, 'f:podIPs': {} } } }],
     },
-    spec: { serviceAccountName: 'api', nodeName: 'n1', hostNetwork: true, containers: [{ name: 'app', image: 'x', env: [{ name: 'A', value: 'a'.repeat(400) }] }], volumes: [{ name: 'v', emptyDir: {} }] },
-    status: { phase: 'Running', podIP: '10.0.0.9', podIPs: [{ ip: '10.0.0.9' }, { ip: 'fd00::9' }], conditions: [{ type: 'Ready', status: 'True' }], containerStatuses: [{ name: 'app', restartCount: 2 }] },
+    spec: { serviceAccountName: 'api', nodeName: 'n1', hostNetwork: true, containers: [{ name: 'app', image: 'x', env: [{ name: 'A', value: 'a'.repeat(800) }] }], volumes: [{ name: 'v', emptyDir: {} }] },
+    status: { phase: 'Running', podIP: '10.0.0.9', podIPs: [{ ip: '10.0.0.9' }, { ip: 'fd00::9' }], conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'Ready', status: 'False' }], containerStatuses: [{ name: 'app', restartCount: 2 }] },
   }
   const kept = podFieldsRead(full)
   const { annotations: _a, ...metaOfKept } = (readObject(kept, src) as Pod).meta
@@ -105,6 +105,7 @@ t.test('Pod: what the Kubernetes source keeps of one reads the same as the whole
   t.ok(JSON.stringify(kept).length * 3 < JSON.stringify(full).length, `${JSON.stringify(kept).length} of ${JSON.stringify(full).length} bytes`)
   t.equal((kept.metadata as Record<string, unknown>).managedFields, undefined)
   t.equal((readObject(kept, src) as Pod).hostNetwork, true)
+  t.equal((readObject(kept, src) as Pod).ready, false, 'the Ready condition is kept')
   t.same(statusRead('Pod', kept), statusRead('Pod', full), 'the status fields the source compares are kept')
   t.equal(statusRead('Service', { status: { loadBalancer: {} } }), null, 'no other kind has status the model reads')
 })
