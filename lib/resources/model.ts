@@ -480,6 +480,10 @@ export interface ServicePort {
 export interface Service extends ObjectBase<'Service'> {
   readonly type: string
   readonly clusterIP: string | null
+  /** spec.clusterIPs (dual-stack: the primary family first), or spec.clusterIP when the list is absent; empty for a headless Service ("None"). */
+  readonly clusterIPs: readonly string[]
+  /** status.loadBalancer.ingress[] of a LoadBalancer Service, as the load balancer controller wrote it. */
+  readonly loadBalancerIngress: ReadonlyArray<{ readonly ip: string | null; readonly hostname: string | null }>
   readonly externalName: string | null
   readonly ports: readonly ServicePort[]
   readonly selector: Readonly<Record<string, string>>

@@ -43,6 +43,9 @@ function readSecret(doc: Fields, apiVersion: string, source: SourceRef): Secret 
 
 function readService(doc: Fields, apiVersion: string, source: SourceRef): Service {
   const spec = objectAt(doc, 'spec')
+  const clusterIP = nonEmptyAt(spec, 'clusterIP')
+  // A headless Service has clusterIP (and clusterIPs) "None": no address.
+  const clusterIPs = stringsAt(spec, 'clusterIPs').filter((ip) => ip !== '' && ip !== 'None')
   const ports: ServicePort[] = listAt(spec, 'ports').map((p) => {
     const target = p['targetPort']
     return {
@@ -60,11 +63,20 @@ function readService(doc: Fields, apiVersion: string, source: SourceRef): Servic
     source,
     type: textAt(spec, 'type') ?? 'ClusterIP',
     // Kept as written: "None" marks a headless Service.
-    clusterIP: nonEmptyAt(spec, 'clusterIP'),
+    clusterIP,
+    clusterIPs: clusterIPs.length > 0 || clusterIP === null || clusterIP === 'None' ? clusterIPs : [clusterIP],
+    loadBalancerIngress: loadBalancerIngress(doc),
     externalName: nonEmptyAt(spec, 'externalName'),
     ports,
     selector: stringMapAt(spec, 'selector'),
   }
+}
+
+/** status.loadBalancer.ingress[]: the addresses a load balancer controller gave a LoadBalancer Service. */
+function loadBalancerIngress(doc: Fields): Service['loadBalancerIngress'] {
+  return listAt(objectAt(objectAt(doc, 'status'), 'loadBalancer'), 'ingress')
+    .map((i) => ({ ip: nonEmptyAt(i, 'ip'), hostname: nonEmptyAt(i, 'hostname') }))
+    .filter((i) => i.ip !== null || i.hostname !== null)
 }
 
 const ADDRESS_TYPES = new Set(['IPv4', 'IPv6', 'FQDN'])
@@ -159,9 +171,14 @@ function readyCondition(status: Fields | null): string | null {
 /**
  * The part of an object's status the model reads (null: none). A watch event
  * that changes only status is handed on when this changes: a Pod's addresses
- * are written by the kubelet, in status, after the Pod is created.
+ * are written by the kubelet, in status, after the Pod is created; a
+ * LoadBalancer Service's by its load balancer controller, once it has one.
  */
 export function statusRead(kind: string, doc: Fields): unknown {
+  if (kind === 'Service') {
+    const ingress = loadBalancerIngress(doc)
+    return ingress.length === 0 ? null : ingress.map((i) => [i.ip, i.hostname])
+  }
   if (kind !== 'Pod') return null
   const status = objectAt(doc, 'status')
   return status === null ? null : [status['phase'] ?? null, status['podIP'] ?? null, status['podIPs'] ?? null, readyCondition(status)]

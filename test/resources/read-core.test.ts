@@ -41,9 +41,30 @@ t.test('Service', async (t) => {
     { name: '', port: 80, targetPort: 'http', protocol: 'TCP', appProtocol: null },
     { name: 'grpc', port: 9000, targetPort: 9001, protocol: 'TCP', appProtocol: 'kubernetes.io/h2c' },
   ])
+  t.same(s.clusterIPs, [], 'headless: no cluster IP')
+  const headless = readObject({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'h' }, spec: { clusterIP: 'None', clusterIPs: ['None'] } }, src) as Service
+  t.same(headless.clusterIPs, [], 'nor as the API server writes it (clusterIPs ["None"])')
   const ext = readObject({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'x' }, spec: { type: 'ExternalName', externalName: 'db.example.com' } }, src) as Service
   t.equal(ext.externalName, 'db.example.com')
   t.same(ext.ports, [])
+  t.same(ext.clusterIPs, [])
+  t.same(ext.loadBalancerIngress, [])
+})
+
+t.test('Service: cluster IPs and load balancer ingress (what --publish-service publishes)', async (t) => {
+  const single = readObject({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'gw' }, spec: { clusterIP: '10.96.0.10' } }, src) as Service
+  t.same(single.clusterIPs, ['10.96.0.10'], 'clusterIP alone (an older object without clusterIPs)')
+  const lb = {
+    apiVersion: 'v1', kind: 'Service', metadata: { name: 'gw' },
+    spec: { type: 'LoadBalancer', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10', 'fd00::a'] },
+    status: { loadBalancer: { ingress: [{ ip: '203.0.113.7', ipMode: 'VIP' }, { hostname: 'lb.example.net' }, {}] }, conditions: [{ type: 'x' }] },
+  }
+  const s = readObject(lb, src) as Service
+  t.same(s.clusterIPs, ['10.96.0.10', 'fd00::a'], 'both families, in order')
+  t.same(s.loadBalancerIngress, [{ ip: '203.0.113.7', hostname: null }, { ip: null, hostname: 'lb.example.net' }], 'an entry with neither is dropped')
+  t.same(statusRead('Service', lb), [['203.0.113.7', null], [null, 'lb.example.net']], 'the ingress is the status the source compares')
+  const moved = { ...lb, status: { ...lb.status, conditions: [{ type: 'y' }] } }
+  t.same(statusRead('Service', moved), statusRead('Service', lb), 'other status changes are not')
 })
 
 t.test('EndpointSlice: service name from label, condition defaults', async (t) => {
@@ -107,7 +128,8 @@ t.test('Pod: what the Kubernetes source keeps of one reads the same as the whole
   t.equal((readObject(kept, src) as Pod).hostNetwork, true)
   t.equal((readObject(kept, src) as Pod).ready, false, 'the Ready condition is kept')
   t.same(statusRead('Pod', kept), statusRead('Pod', full), 'the status fields the source compares are kept')
-  t.equal(statusRead('Service', { status: { loadBalancer: {} } }), null, 'no other kind has status the model reads')
+  t.equal(statusRead('Service', { status: { loadBalancer: {} } }), null, 'a Service without a load balancer address: none')
+  t.equal(statusRead('Gateway', { status: { conditions: [] } }), null, 'no kind but Pods and Services has status the model reads')
 })
 
 t.test('Pod: a finished Pod carries no address', async (t) => {
