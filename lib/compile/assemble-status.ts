@@ -8,7 +8,8 @@ import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, ObjectStatus, ParentStatus, Status } from './status.ts'
 import type { RouteOutcome } from './compile.ts'
 import type { GatewayPlan, ServedListener } from './gateways.ts'
-import { gatewayConditions, gatewayStatus } from './gateways.ts'
+import { gatewayConditions, gatewayStatus, listenersAccepted } from './gateways.ts'
+import { gatewayAddressing, type PublishedAddresses } from './addresses.ts'
 import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { condition, gatewayParent, sortedValues, statusKey } from './conditions.ts'
@@ -29,6 +30,8 @@ export interface StatusInput {
   readonly extensionVerdicts?: readonly ExtensionVerdict[]
   /** Extension Secret references that cannot be used (ResolvedRefs=False on their owners). */
   readonly secretRefs?: readonly SecretRefProblem[]
+  /** The --publish-service Service's addresses (null or absent: no flag). */
+  readonly published?: PublishedAddresses | null
 }
 
 /** A route's status is a function of its outcome (and the controller name): kept per outcome object. */
@@ -42,12 +45,14 @@ export function assembleStatus(input: StatusInput): Status {
   for (const s of input.plan.statuses) put(s)
   for (const sg of input.plan.served) {
     const gen = sg.gateway.meta.generation
-    put(gatewayStatus(sg.gateway, gatewayConditions(sg), sg.listeners.map(l => ({
+    // A Gateway none of whose listeners serves is bound to no address.
+    const addressing = gatewayAddressing(sg.gateway, input.published ?? null, listenersAccepted(sg))
+    put(gatewayStatus(sg.gateway, gatewayConditions(sg, addressing), sg.listeners.map(l => ({
       name: l.listener.name,
       attachedRoutes: input.attached.get(l) ?? 0,
       supportedKinds: l.kinds,
       conditions: l.conditions.map(c => ({ ...c, observedGeneration: gen })),
-    }))))
+    })), addressing.addresses))
   }
 
   // Routes: one RouteParentStatus per parentRef naming a served Gateway.

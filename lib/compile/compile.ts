@@ -30,6 +30,7 @@ import { deepFreeze } from './freeze.ts'
 import { ExtensionCompiler, secretRefProblems, type SecretRefProblem } from './extensions.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
 import { PROCESS_KEY } from '../process-key.ts'
+import { publishedAddresses } from './addresses.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -62,6 +63,12 @@ export interface CompileOptions {
    * tests pin it to print the same keys every run.
    */
   readonly extensionKeySecret?: Uint8Array
+  /**
+   * `--publish-service NAMESPACE/NAME`: the Service in front of sallyport,
+   * whose addresses every served Gateway gets in status.addresses
+   * (addresses.ts). Absent or null: sallyport publishes no addresses.
+   */
+  readonly publishService?: string | null
 }
 
 export interface CompileResult {
@@ -103,6 +110,8 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
   const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
   const extensionCompiler = new ExtensionCompiler(snapshot, options.extensionKeySecret ?? PROCESS_KEY)
+  // Read in every compile (a reused plan reads no Services): this lookup is what makes a change to that Service recompile (references.ts).
+  const published = publishedAddresses(snapshot, options.publishService ?? null)
   const winners = [traffic.winners, extensions.winners]
   const memo = cache === null ? null : cache.routes(reusedPlan !== null, winners)
   const nextMemo = new Map<AnyRoute, RouteMemo>()
@@ -226,11 +235,14 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   return {
     table: options.freeze === false ? table : deepFreeze(table),
     get status(): Status {
-      status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts, secretRefs: refs() })
+      status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts, secretRefs: refs(), published })
       return status
     },
     get problems(): readonly ConfigProblem[] {
-      return [...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway))]
+      return [
+        ...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway)),
+        ...(published?.problem == null ? [] : [published.problem]),
+      ]
     },
   }
 }

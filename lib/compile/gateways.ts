@@ -16,6 +16,7 @@ import { ANY_HOST, covers } from './hostnames.ts'
 import { checkCertificates, tlsSecretFault } from './tls-material.ts'
 import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from '../validate/annotations.ts'
 import { listenerConflicts, type ListenerConflict } from '../validate/listener-conflicts.ts'
+import type { GatewayAddressing } from './addresses.ts'
 
 export const DEFAULT_CONTROLLER = 'sallyport.io/gateway-controller'
 
@@ -384,23 +385,40 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
   return out
 }
 
-export function gatewayStatus(g: Gateway, conditions: readonly Condition[], listeners: ObjectStatus['listeners'] = []): ObjectStatus {
+export function gatewayStatus(g: Gateway, conditions: readonly Condition[], listeners: ObjectStatus['listeners'] = [], addresses?: ObjectStatus['addresses']): ObjectStatus {
   return {
     kind: 'Gateway', apiVersion: g.apiVersion, namespace: g.meta.namespace, name: g.meta.name, generation: g.meta.generation,
-    conditions, parents: [], listeners,
+    conditions, parents: [], listeners, ...(addresses === undefined ? {} : { addresses }),
   }
 }
 
-/** Gateway-level conditions once listener outcomes are known. */
-export function gatewayConditions(sg: ServedGateway): Condition[] {
+/** Whether any listener of the Gateway is served (or it has none): it is Accepted as far as its listeners go. */
+export function listenersAccepted(sg: ServedGateway): boolean {
+  return sg.listeners.length === 0 || sg.listeners.some(l => l.ready)
+}
+
+/**
+ * Gateway-level conditions once listener outcomes are known; `addressing`:
+ * what spec.addresses calls for (addresses.ts). A listener problem keeps its
+ * reason (it is the one that stops traffic); the address problem's message is
+ * added to it.
+ */
+export function gatewayConditions(sg: ServedGateway, addressing: Pick<GatewayAddressing, 'accepted' | 'programmed'> | null = null): Condition[] {
   const gen = sg.gateway.meta.generation
   const ready = sg.listeners.filter(l => l.ready).length
   const invalid = sg.listeners.length - ready
-  const accepted = ready > 0 || sg.listeners.length === 0
-  return [
-    condition('Accepted', accepted, invalid > 0 ? 'ListenersNotValid' : 'Accepted', invalid > 0 ? `${invalid} of ${sg.listeners.length} listeners are not valid` : '', gen),
-    condition('Programmed', ready > 0, ready > 0 ? 'Programmed' : 'Invalid', ready > 0 ? '' : 'no listener is programmed', gen),
-  ]
+  const accepted = listenersAccepted(sg)
+  let acceptedCondition = condition('Accepted', accepted, invalid > 0 ? 'ListenersNotValid' : 'Accepted', invalid > 0 ? `${invalid} of ${sg.listeners.length} listeners are not valid` : '', gen)
+  let programmedCondition = condition('Programmed', ready > 0, ready > 0 ? 'Programmed' : 'Invalid', ready > 0 ? '' : 'no listener is programmed', gen)
+  const badAddress = addressing?.accepted ?? null
+  if (badAddress !== null) acceptedCondition = accepted ? withMessage(badAddress, acceptedCondition.message) : withMessage(acceptedCondition, badAddress.message)
+  const unusable = addressing?.programmed ?? null
+  if (unusable !== null) programmedCondition = ready > 0 ? unusable : withMessage(programmedCondition, unusable.message)
+  return [acceptedCondition, programmedCondition]
+}
+
+function withMessage(c: Condition, more: string): Condition {
+  return more === '' ? c : { ...c, message: c.message === '' ? more : `${c.message}; ${more}` }
 }
 
 export { statusKey }

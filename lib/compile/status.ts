@@ -24,6 +24,12 @@ export interface ListenerStatus {
   readonly conditions: readonly Condition[]
 }
 
+/** Gateway API GatewayStatusAddress: a network address bound to a Gateway. */
+export interface GatewayStatusAddress {
+  readonly type: 'IPAddress' | 'Hostname'
+  readonly value: string
+}
+
 export interface ObjectStatus {
   readonly kind: string
   readonly apiVersion: string
@@ -36,6 +42,12 @@ export interface ObjectStatus {
   readonly parents: readonly ParentStatus[]
   /** Gateways only. */
   readonly listeners: readonly ListenerStatus[]
+  /**
+   * Gateways only: status.addresses, the addresses of the --publish-service
+   * Service (compile/addresses.ts). Absent: sallyport publishes none, and the
+   * status writer leaves the field as it is; empty: none are bound.
+   */
+  readonly addresses?: readonly GatewayStatusAddress[]
 }
 
 export interface Status {

@@ -68,9 +68,12 @@ function overlayGateway(obj: ObjectStatus, failures: ReadonlyMap<string, BindFai
   const ready = listeners.filter((l) => l.conditions.some((c) => c.type === 'Programmed' && c.status === 'True')).length
   const summary = `${unbound.length} of ${listeners.length} listeners cannot bind their port: ${unbound.join(', ')}`
   // As compile does for invalid listeners: the Gateway is Programmed while any
-  // listener is; the message says which are not. None at all: Pending.
+  // listener is; the message says which are not. None at all: Pending. A
+  // Gateway compile left Programmed=False with listeners programmed (an address
+  // it asked for cannot be used) keeps that reason.
   const conditions = obj.conditions.map((c): Condition => {
     if (c.type !== 'Programmed') return c
+    if (c.status === 'False') return { ...c, message: `${c.message}; ${ready > 0 ? summary : `no listener is programmed: ${summary}`}` }
     return ready > 0
       ? condition('Programmed', true, 'Programmed', summary, c.observedGeneration)
       : condition('Programmed', false, 'Pending', `no listener is programmed: ${summary}`, c.observedGeneration)

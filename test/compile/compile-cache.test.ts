@@ -46,6 +46,8 @@ const ENVIRONMENT: Record<string, ReadonlyArray<string | null>> = {
   - {name: other, protocol: HTTP, port: 8080, ${ALL}}`, '{sallyport.io/deny-destinations: "api.example.net"}'),
     gateway(`  - {name: http, protocol: HTTP, port: 8080, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: a}}}}}`),
     gateway(`  - {name: http, protocol: HTTP, port: 8080, ${ALL}}`, '{sallyport.io/upstream-proxy: "http://proxy.corp:3128"}'),
+    gateway(`  - {name: http, protocol: HTTP, port: 8080, ${ALL}}
+  addresses: [{type: IPAddress, value: 203.0.113.7}]`),
   ],
   nsOther: [null, `apiVersion: v1
 kind: Namespace
@@ -139,6 +141,15 @@ metadata: {name: dns-abc, namespace: kube-system, labels: {kubernetes.io/service
 addressType: IPv4
 endpoints: [{addresses: [10.9.0.2], conditions: {ready: true}}]
 ports: [{name: http, port: 53}]`],
+  // --publish-service (OPTIONS): absent (a warning), a ClusterIP Service, one with a load balancer address.
+  publish: [null, `apiVersion: v1
+kind: Service
+metadata: {name: sallyport, namespace: sallyport-system}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}`, `apiVersion: v1
+kind: Service
+metadata: {name: sallyport, namespace: sallyport-system}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.7}]}}`],
   grant: [null, `apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {name: allow-default, namespace: other}
@@ -263,7 +274,7 @@ function lookupIndexes(table: RouteTable): unknown[] {
   return [...table.ports.values()].map((p) => p.http?.lookup?.index ?? null)
 }
 
-const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport' }
+const OPTIONS = { now: 1700000000000, version: 1, gatewayClass: 'sallyport', publishService: 'sallyport-system/sallyport' }
 const STEPS = 40
 
 t.test('random change sequences: the cached compile equals a compile from scratch', async (t) => {
