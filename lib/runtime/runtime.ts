@@ -72,6 +72,8 @@ export interface RuntimeOptions {
   readonly removedSeriesMs?: number
   /** `--max-connections`: open client connections per listening port (default 10 000). */
   readonly maxConnections?: number
+  /** `--publish-service NAMESPACE/NAME`: the Service whose addresses the served Gateways get in status.addresses (compile/addresses.ts). */
+  readonly publishService?: string | null
   /**
    * After each applied table, and again whenever the set of its ports that
    * could not be bound changes (a bind retry succeeded): the status — compile's,
@@ -218,6 +220,7 @@ export class Runtime {
         destination: { allowCidrs: this.#options.guard?.allowCidrs ?? [], clusterCidrs: this.#options.guard?.clusterCidrs ?? [] },
         freeze: false, // frozen right after the swap, below
         cache: this.#compileCache,
+        publishService: this.#options.publishService ?? null,
       })
     } catch (err) {
       configReloadFailures.inc({ source: this.#sourceLabel, reason: 'compile' })

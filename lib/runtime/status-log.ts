@@ -39,11 +39,16 @@ export class StatusLog {
     }
   }
 
-  /** Problems of objects that are kept but cannot do all they should (compile's: an extension Secret reference). */
+  /**
+   * Problems of objects that are kept but cannot do all they should (compile's:
+   * an extension Secret reference), and compile's warnings (a --publish-service
+   * Service that is missing: no Gateway gets addresses, traffic is not affected).
+   */
   keptProblems(problems: readonly ConfigProblem[]): void {
     for (const p of problems) {
       const fields = { file: p.source.file, doc: p.source.doc, kind: p.kind, namespace: p.namespace, name: p.name, field: p.field, problem: formatProblem(p) }
       if (!this.#loud) log.debug(fields, 'config problem')
+      else if (p.severity === 'warning') log.warn(fields, 'config warning')
       else log.error(fields, 'config problem: requests that need it fail')
     }
   }

@@ -3,7 +3,8 @@
 // For every object read from the API server (not file-defined, not shadowed by
 // a file) whose kind has a status subresource:
 //   GatewayClass  status.conditions (compile reports ours only)
-//   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions);
+//   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions),
+//                 status.addresses with --publish-service (replaced; untouched without it);
 //                 Gateways we serve only, never those of another controller's class
 //   *Route        status.parents[]   (RouteParentStatus)
 //   Backend       status.parents[]   (GEP-4488 BackendParentStatus: controller in `name`);
@@ -424,7 +425,7 @@ export class StatusWriter {
     if (kind === 'GatewayClass') return { ...current, conditions: cond(s.conditions, curConditions) }
     if (kind === 'Gateway') {
       const curListeners = Array.isArray(current.listeners) ? current.listeners as Json[] : []
-      return {
+      const out: Json = {
         ...current,
         conditions: cond(s.conditions, curConditions),
         listeners: s.listeners.map((l) => ({
@@ -434,6 +435,12 @@ export class StatusWriter {
           conditions: cond(l.conditions, curListeners.find((c) => c.name === l.name)?.conditions),
         })),
       }
+      // status.addresses: replaced with --publish-service's (none: the field goes), left alone without the flag.
+      if (s.addresses !== undefined) {
+        if (s.addresses.length > 0) out.addresses = s.addresses.map((a) => ({ type: a.type, value: a.value }))
+        else delete out.addresses
+      }
+      return out
     }
     const ns = s.namespace
     const parents = (s.parents.length > 0 || s.conditions.length === 0 ? s.parents : this.#fallbackParents(s, raw))

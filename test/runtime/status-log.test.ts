@@ -47,6 +47,17 @@ t.test('problems are logged at every load, warnings as warnings', async (t) => {
   t.equal(lines[0]?.problem, 'f.yaml:2: Backend ns/b: spec.tls.insecureSkipVerify: verification disabled')
 })
 
+t.test("compile's problems: errors as requests failing, warnings (a --publish-service Service missing) as warnings", async (t) => {
+  const log = new StatusLog(true)
+  lines.length = 0
+  log.keptProblems([
+    { source: { file: 'f.yaml', doc: 0 }, kind: 'EgressExtension', namespace: 'ns', name: 'e', field: 'spec', message: 'Secret ns/k not found', severity: 'error' },
+    { source: { file: '--publish-service', doc: 0 }, kind: 'Service', namespace: 'sallyport-system', name: 'sallyport', field: '', message: 'no such Service', severity: 'warning' },
+  ])
+  await flush()
+  t.same(lines.map((l) => [l.level, l.msg]), [[50, 'config problem: requests that need it fail'], [40, 'config warning']])
+})
+
 t.test('quiet mode (other workers) logs at debug only', async (t) => {
   const log = new StatusLog(false)
   lines.length = 0
