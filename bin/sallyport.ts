@@ -24,6 +24,7 @@ serve [options]
   --namespace NS           Watch namespaced kinds only in NS (repeatable; default: all namespaces)
   --label-selector SEL     Watch only objects matching this label selector (e.g. egress=sallyport)
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
+  --publish-service NS/NAME  The Service in front of sallyport: its addresses are each served Gateway's status.addresses (default: none written)
   --bind ADDR              Address the Gateway listeners bind (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
@@ -46,7 +47,7 @@ serve [options]
   --http1-client C         HTTP/1.1 client for upstream requests: sallyport (its own) or undici (default: sallyport)
 
 validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
-routes PATH... [--gateway-class NAME]
+routes PATH... [--gateway-class NAME] [--publish-service NS/NAME]
 quickstart [--admin ADDR:PORT|off]   (default admin: 127.0.0.1:9901)
 
 Exit codes: 0 ok, 1 configuration errors (validate) or failure, 2 usage error.
@@ -82,6 +83,18 @@ function integer(values: Record<string, unknown>, name: string, fallback: number
   const n = Number(v)
   if (typeof v !== 'string' || !/^\d+$/.test(v) || n < min || n > max) throw new UsageError(`--${name} wants an integer from ${min} to ${max}, got ${JSON.stringify(v)}`)
   return n
+}
+
+/** Namespace and name: DNS-1123 labels (a Service name is also one). */
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/
+
+/** `--publish-service NAMESPACE/NAME`, or null when not given. */
+function publishService(values: Record<string, unknown>): string | null {
+  const v = values['publish-service']
+  if (v === undefined) return null
+  const parts = typeof v === 'string' ? v.split('/') : []
+  if (parts.length !== 2 || !parts.every((p) => DNS_LABEL.test(p))) throw new UsageError(`--publish-service wants NAMESPACE/NAME, the Service in front of sallyport (e.g. sallyport-system/sallyport), got ${JSON.stringify(v)}`)
+  return v as string
 }
 
 function logLevel(values: Record<string, unknown>, fallback: string): void {
@@ -179,6 +192,7 @@ async function main(argv: string[]): Promise<number | null> {
       const { values, positionals } = parse(rest, {
         config: { type: 'string', multiple: true },
         'gateway-class': { type: 'string' },
+        'publish-service': { type: 'string' },
         bind: { type: 'string' },
         admin: { type: 'string' },
         workers: { type: 'string' },
@@ -225,6 +239,7 @@ async function main(argv: string[]): Promise<number | null> {
       if (configDump !== 'local' && configDump !== 'on' && configDump !== 'off') throw new UsageError('--config-dump must be local, on or off')
       const destination = await destinationFlags(values)
       const tracing = tracingFlags(values)
+      const publish = publishService(values)
       logLevel(values, 'info')
       const adminAddress = await admin(values, ':9901')
       const { serve } = await import('../lib/runtime/serve.ts')
@@ -232,6 +247,7 @@ async function main(argv: string[]): Promise<number | null> {
         configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '::'),
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
         admin: adminAddress, configDump, workers, workerWatchdogSeconds, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
+        publishService: publish,
       })
       return null // keeps running until a signal
     }
@@ -244,12 +260,13 @@ async function main(argv: string[]): Promise<number | null> {
       return validateCommand(positionals, out)
     }
     case 'routes': {
-      const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'log-level': { type: 'string' } }, true)
+      const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'publish-service': { type: 'string' }, 'log-level': { type: 'string' } }, true)
       if (positionals.length === 0) throw new UsageError('routes needs at least one PATH')
       for (const p of positionals) if (!fs.existsSync(p)) throw new UsageError(`${p}: no such file or directory`)
+      const publish = publishService(values)
       logLevel(values, 'silent')
       const { routesCommand } = await import('../lib/runtime/offline.ts')
-      return routesCommand(positionals, str(values, 'gateway-class', 'sallyport'), out)
+      return routesCommand(positionals, str(values, 'gateway-class', 'sallyport'), out, publish)
     }
     case 'quickstart': {
       const { values } = parse(rest, { admin: { type: 'string' }, 'log-level': { type: 'string' } }, false)

@@ -23,9 +23,8 @@ import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import type { Condition, GatewayStatusAddress } from './status.ts'
 import { condition } from './conditions.ts'
+import { GATEWAY_ADDRESS_TYPES } from '../validate/rules-gateway.ts'
 
-/** The address types sallyport can publish. */
-const SUPPORTED_TYPES: ReadonlySet<string> = new Set(['IPAddress', 'Hostname'])
 
 /** Where the `--publish-service` Service was found, and what it publishes. */
 export interface PublishedAddresses {
@@ -102,7 +101,7 @@ export function gatewayAddressing(gateway: Gateway, published: PublishedAddresse
   const unusable: string[] = []
   const unassigned: string[] = []
   for (const r of requested) {
-    if (!SUPPORTED_TYPES.has(r.type)) { unsupported.push(describe(r)); continue }
+    if (!GATEWAY_ADDRESS_TYPES.has(r.type)) { unsupported.push(describe(r)); continue }
     // Gateway API: a value left out asks the implementation to pick one of that type.
     const matches = r.value === '' ? available.filter(a => a.type === r.type) : available.filter(a => a.type === r.type && addressKey(a.type, a.value) === addressKey(r.type, r.value))
     if (matches.length === 0) (r.value === '' ? unassigned : unusable).push(describe(r))

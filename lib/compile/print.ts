@@ -83,6 +83,12 @@ export function printTable(table: RouteTable, status: Status): string {
     out.push(`  ${c.id} ${c.protocol} ${tlsSummary(c)}${c.hostname !== null ? ` host=${c.hostname}` : ''}`)
     for (const e of c.endpoints) out.push(`    ${e.kind} ${e.host}${e.kind === 'unix' ? '' : `:${e.port}`}${e.zone !== null ? ` zone=${e.zone}` : ''}`)
   }
+  // --publish-service: each served Gateway's status.addresses.
+  const addressed = [...status.objects.values()].filter(o => o.kind === 'Gateway' && o.addresses !== undefined)
+  if (addressed.length > 0) {
+    out.push('addresses')
+    for (const o of addressed) out.push(`  Gateway ${o.namespace}/${o.name}: ${o.addresses?.length === 0 ? '(none)' : (o.addresses ?? []).map(a => a.value).join(', ')}`)
+  }
   const problems = [...status.objects.values()].flatMap(o =>
     [...o.conditions, ...o.parents.flatMap(p => p.conditions), ...o.listeners.flatMap(l => l.conditions)]
       .filter(c => (c.status === 'False' && c.type !== 'Conflicted' && c.type !== 'PartiallyInvalid') || (c.status === 'True' && (c.type === 'Conflicted' || c.type === 'PartiallyInvalid' || c.type === 'Overridden')))

@@ -5,6 +5,7 @@ import { readConfigSet } from '../config/file-source.ts'
 import { compile } from '../compile/compile.ts'
 import { secretRefProblems } from '../compile/extensions.ts'
 import { certificateProblems } from '../compile/gateways.ts'
+import { publishedAddresses } from '../compile/addresses.ts'
 import { printTable } from '../compile/print.ts'
 import { formatProblem } from '../resources/problem.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
@@ -62,11 +63,17 @@ export async function validateCommand(paths: readonly string[], out: Output): Pr
   return errors > 0 ? 1 : 0
 }
 
-/** `sallyport routes PATH...`: the compiled table as `serve` would run it, problems on stderr. */
-export async function routesCommand(paths: readonly string[], gatewayClass: string, out: Output): Promise<number> {
+/**
+ * `sallyport routes PATH...`: the compiled table as `serve` would run it,
+ * problems on stderr. `publishService` (`--publish-service`): the Gateways'
+ * addresses, when the files hold that Service.
+ */
+export async function routesCommand(paths: readonly string[], gatewayClass: string, out: Output, publishService: string | null = null): Promise<number> {
   const { snapshot, problems } = await load(paths)
   for (const p of problems) out.stderr(formatProblem(p))
-  const { table, status } = compile(snapshot, { now: Date.now(), version: 1, gatewayClass, controllerName: CONTROLLER_NAME })
+  const published = publishedAddresses(snapshot, publishService)
+  if (published?.problem != null) out.stderr(formatProblem(published.problem))
+  const { table, status } = compile(snapshot, { now: Date.now(), version: 1, gatewayClass, controllerName: CONTROLLER_NAME, publishService })
   out.stdout(printTable(table, status).replace(/\n$/, ''))
   return 0
 }

@@ -52,6 +52,8 @@ export interface ServeOptions {
   readonly http1Client?: Http1Client
   /** Issue 10: OTLP span export (`--otlp-endpoint`); null/absent: tracing off. */
   readonly tracing?: TracingOptions | null
+  /** `--publish-service NAMESPACE/NAME`: the Service whose addresses the served Gateways get in status.addresses; null/absent: none. */
+  readonly publishService?: string | null
 }
 
 /** Runs until SIGTERM/SIGINT, then drains and exits 0. */
@@ -68,6 +70,7 @@ async function serveSingle(options: ServeOptions): Promise<void> {
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
     dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options), maxConnections: options.maxConnections,
+    publishService: options.publishService ?? null,
   })
   // Admin first: /healthz answers and /readyz says 503 while the first table loads.
   const admin = options.admin === null ? null : await startAdminServer({
@@ -278,6 +281,7 @@ async function serveWorker(options: ServeOptions): Promise<void> {
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
     dns: options.dns, guard: options.guard, http1Client: options.http1Client, removedSeriesMs: removedSeriesMs(options), maxConnections: options.maxConnections,
+    publishService: options.publishService ?? null,
     reportStatus: index === 0,
     onReadyChange: (ready) => send({ type: 'sallyport:ready', ready }),
   })

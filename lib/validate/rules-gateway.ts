@@ -14,6 +14,9 @@ export function checkGatewayClass(_doc: Obj, _f: Findings): void {
   // The schema says all there is (controllerName pattern, parametersRef shape).
 }
 
+/** The spec.addresses types sallyport can publish (compile/addresses.ts); others are Accepted=False, UnsupportedAddress. */
+export const GATEWAY_ADDRESS_TYPES: ReadonlySet<string> = new Set(['IPAddress', 'Hostname'])
+
 export function checkGateway(doc: Obj, f: Findings): void {
   const spec = objAt(doc, 'spec')
   checkListeners(spec, f)
@@ -21,6 +24,10 @@ export function checkGateway(doc: Obj, f: Findings): void {
     const type = strAt(addr, 'type') ?? 'IPAddress'
     const value = strAt(addr, 'value') ?? ''
     if (type === 'IPAddress' && value !== '' && !isIPAddress(value)) f.error(child(item('spec.addresses', i), 'value'), `"${value}" is not an IP address`)
+    // As compile will say in status; whether an address is the --publish-service Service's only serve knows.
+    if (!GATEWAY_ADDRESS_TYPES.has(type)) {
+      f.warn(child(item('spec.addresses', i), 'type'), `address type ${type} is not supported (IPAddress, Hostname): the Gateway is not Accepted (UnsupportedAddress); its listeners are still served`)
+    }
   }
   checkFrontend(objAt(objAt(spec, 'tls'), 'frontend'), f)
   checkMesh(objAt(spec, 'mesh'), f)

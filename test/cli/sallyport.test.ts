@@ -139,6 +139,27 @@ t.test('routes prints the compiled table', async (t) => {
   t.match(r.stdout, /api\.example\.test/)
 })
 
+t.test('routes --publish-service: the Gateways\' addresses from the Service in the files; a missing one is a warning on stderr', async (t) => {
+  const dir = tempDir(t)
+  const withSpec = good.replace('  gatewayClassName: sallyport\n', '  gatewayClassName: sallyport\n  addresses:\n    - {type: IPAddress, value: 192.0.2.1}\n')
+  fs.writeFileSync(path.join(dir, 'good.yaml'), `${withSpec}---
+apiVersion: v1
+kind: Service
+metadata: {name: sallyport, namespace: sallyport-system}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+status: {loadBalancer: {ingress: [{hostname: lb.example.net}]}}
+`)
+  let r = await runCli(t, ['routes', dir, '--publish-service', 'sallyport-system/sallyport'])
+  t.equal(r.code, 0)
+  t.match(r.stdout, /^addresses\n {2}Gateway default\/egress: \(none\)$/m, 'the requested address is not one of the Service\'s: none bound')
+  t.match(r.stdout, /Gateway default\/egress: Programmed=False AddressNotUsable: requested address 192\.0\.2\.1 \(IPAddress\) cannot be used: Service sallyport-system\/sallyport \(--publish-service\) has lb\.example\.net, 10\.96\.0\.10/)
+  fs.writeFileSync(path.join(dir, 'good.yaml'), good)
+  r = await runCli(t, ['routes', dir, '--publish-service', 'sallyport-system/sallyport'])
+  t.equal(r.code, 0, 'a missing Service fails nothing')
+  t.match(r.stderr, /^--publish-service:0: Service sallyport-system\/sallyport: no such Service/m)
+  t.match(r.stdout, /Gateway default\/egress: \(none\)/)
+})
+
 t.test('version', async (t) => {
   const r = await runCli(t, ['version'])
   t.equal(r.code, 0)
@@ -146,7 +167,7 @@ t.test('version', async (t) => {
 })
 
 t.test('argument errors print usage and exit 2', async (t) => {
-  for (const args of [[], ['frobnicate'], ['serve'], ['serve', '--config'], ['serve', '--config', '/nonexistent/dir'], ['serve', '--config', '.', '--workers', 'x'], ['serve', '--config', '.', '--bogus'], ['serve', '--config', '.', '--admin', 'nope'], ['validate'], ['routes'], ['validate', '/nonexistent/dir'], ['routes', '/nonexistent/dir']]) {
+  for (const args of [[], ['frobnicate'], ['serve'], ['serve', '--config'], ['serve', '--config', '/nonexistent/dir'], ['serve', '--config', '.', '--workers', 'x'], ['serve', '--config', '.', '--bogus'], ['serve', '--config', '.', '--admin', 'nope'], ['validate'], ['routes'], ['validate', '/nonexistent/dir'], ['routes', '/nonexistent/dir'], ['serve', '--config', '.', '--publish-service', 'sallyport'], ['serve', '--config', '.', '--publish-service', 'a/B'], ['routes', '.', '--publish-service', 'a/b/c']]) {
     const r = await runCli(t, args)
     t.equal(r.code, 2, args.join(' '))
     t.match(r.stderr, /Usage: sallyport <command>/)

@@ -229,6 +229,14 @@ t.test('listeners that are not distinct are warned about each, as compile will l
   t.same(distinct.problems, [], 'distinct listeners sharing a port: nothing to say')
 })
 
+t.test('spec.addresses: an address type sallyport cannot publish is a warning (UnsupportedAddress); IPAddress and Hostname pass', async (t) => {
+  const gateway = (addresses: unknown[]): unknown => ({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'Gateway', metadata: { name: 'g', namespace: 'a' }, spec: { gatewayClassName: 'sallyport', addresses, listeners: [{ name: 'web', protocol: 'HTTP', port: 8080 }] } })
+  const r = validateDocument(gateway([{ type: 'IPAddress', value: '10.0.0.1' }, { type: 'Hostname', value: 'gw.example.com' }, { value: '10.0.0.2' }, { type: 'example.com/pool', value: 'blue' }]), src)
+  t.same(r.problems.map((p) => [p.severity, p.field, p.message]), [
+    ['warning', 'spec.addresses[3].type', 'address type example.com/pool is not supported (IPAddress, Hostname): the Gateway is not Accepted (UnsupportedAddress); its listeners are still served'],
+  ])
+})
+
 t.test('a credential header the gateway owns (Host, framing, connection fields) is an error: it would never be sent', async (t) => {
   const backend = (type: string, config: Record<string, unknown>): unknown => ({
     apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'a', namespace: 'default' },
