@@ -96,6 +96,12 @@ t.test('Deployment: downward API identity, non-root, read-only root, probes, pre
   const env = c.env as Array<{ name: string; valueFrom: { fieldRef: { fieldPath: string } } }>
   t.equal(env.find((e) => e.name === 'POD_NAME')?.valueFrom.fieldRef.fieldPath, 'metadata.name')
   t.equal(env.find((e) => e.name === 'POD_NAMESPACE')?.valueFrom.fieldRef.fieldPath, 'metadata.namespace')
+  // The Gateways' status.addresses are those of the egress Service, in the Deployment's own namespace.
+  const args = c.args as string[]
+  const publish = args[args.indexOf('--publish-service') + 1]
+  const services = docsOf(path.join(DEPLOY, 'kubernetes', 'service.yaml'))
+  const egress = services.find((s) => ((s.spec as Json).ports as Array<{ targetPort: unknown }>).some((p) => p.targetPort === 'http'))
+  t.equal(publish, `$(POD_NAMESPACE)/${(egress?.metadata as Json).name as string}`, '--publish-service names the egress Service, in POD_NAMESPACE (expanded by Kubernetes)')
   t.equal((pod.securityContext as Json).runAsNonRoot, true)
   t.equal((c.securityContext as Json).readOnlyRootFilesystem, true)
   t.equal(((c.readinessProbe as Json).httpGet as Json).port, 'admin')
