@@ -111,15 +111,16 @@ export function gatewayAddressing(gateway: Gateway, published: PublishedAddresse
   const where = published === null
     ? 'sallyport publishes no addresses (start it with --publish-service NAMESPACE/NAME, its Service)'
     : `Service ${published.service} (--publish-service) has ${published.addresses.length === 0 ? 'no address' : published.addresses.map(a => a.value).join(', ')}`
-  const still = 'the listeners are still served, at the addresses of the Service in front of sallyport'
+  // A Gateway none of whose listeners serves says so in its own reason.
+  const still = served ? '; the listeners are still served, at the addresses of the Service in front of sallyport' : ''
   const accepted = unsupported.length === 0 ? null : condition('Accepted', false, 'UnsupportedAddress',
-    `address ${unsupported.join(', ')}: sallyport supports address types IPAddress and Hostname; ${still}`, gen)
+    `address ${unsupported.join(', ')}: sallyport supports address types IPAddress and Hostname${still}`, gen)
   let programmed: Condition | null = null
   if (unsupported.length > 0 || unusable.length > 0) {
     const bad = [...unsupported, ...unusable]
-    programmed = condition('Programmed', false, 'AddressNotUsable', `requested address ${bad.join(', ')} cannot be ${published === null ? 'assigned' : 'used'}: ${where}; ${still}`, gen)
+    programmed = condition('Programmed', false, 'AddressNotUsable', `requested address ${bad.join(', ')} cannot be ${published === null ? 'assigned' : 'used'}: ${where}${still}`, gen)
   } else if (unassigned.length > 0) {
-    programmed = condition('Programmed', false, 'AddressNotAssigned', `requested address ${unassigned.join(', ')} cannot be assigned: ${where}; ${still}`, gen)
+    programmed = condition('Programmed', false, 'AddressNotAssigned', `requested address ${unassigned.join(', ')} cannot be assigned: ${where}${still}`, gen)
   }
   // Without the flag sallyport owns no status.addresses: it writes none.
   return { addresses: published === null ? undefined : served ? assigned : [], accepted, programmed }

@@ -130,6 +130,7 @@ t.test('spec.addresses without --publish-service: AddressNotUsable saying to set
 t.test('a listener problem keeps its reason; the address problem is added to its message', async t => {
   const { status } = run([publishService(), b.gateway('gw', [b.listener('bad', 8080, 'UDP')], { addresses: [{ type: 'IPAddress', value: '192.0.2.1' }] })])
   t.match(cond(gatewayStatus(status), 'Programmed'), { status: 'False', reason: 'Invalid', message: /no listener is programmed; requested address 192\.0\.2\.1/ })
+  t.notMatch(cond(gatewayStatus(status), 'Programmed').message, /still served/, 'nothing serves: not said to')
 })
 
 t.test('references: a change to the published Service recompiles; another Service does not', async t => {
