@@ -3,7 +3,7 @@
 // object and port; a reference that cannot be resolved becomes a reason for
 // ResolvedRefs=False and a null cluster (requests picked for it get 500).
 
-import type { Backend, BackendRef, BackendTLSPolicy, Service, ServicePort } from '../resources/model.ts'
+import type { Backend, BackendRef, BackendTLSPolicy, EndpointSlice, Service, ServicePort } from '../resources/model.ts'
 import { backendKey, keyOfBackend } from '../resources/model.ts'
 import { matchesSelector } from '../resources/meta.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
@@ -376,12 +376,32 @@ export function serviceProtocol(appProtocol: string | null, routeKind: RouteKind
 }
 
 /** Ready endpoints of the slices labelled kubernetes.io/service-name, the slice port matched by the Service port's name. */
+/** A snapshot's EndpointSlices by `namespace/service`, each list sorted by name; built once per snapshot. */
+const slicesIndex = new WeakMap<ReadonlyMap<string, EndpointSlice>, ReadonlyMap<string, readonly EndpointSlice[]>>()
+
+function slicesOf(snapshot: Snapshot, namespace: string, service: string): readonly EndpointSlice[] {
+  let index = slicesIndex.get(snapshot.endpointSlices)
+  if (index === undefined) {
+    // A cluster has thousands of slices; scanning them all for each Service a
+    // route uses made the compile quadratic (1,000 Services over 10,000 slices:
+    // two thirds of a 200 ms compile).
+    const byService = new Map<string, EndpointSlice[]>()
+    for (const s of snapshot.endpointSlices.values()) {
+      if (s.serviceName === null) continue
+      const key = `${s.meta.namespace}/${s.serviceName}`
+      const list = byService.get(key)
+      if (list === undefined) byService.set(key, [s])
+      else list.push(s)
+    }
+    for (const list of byService.values()) list.sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)
+    slicesIndex.set(snapshot.endpointSlices, index = byService)
+  }
+  return index.get(`${namespace}/${service}`) ?? []
+}
+
 function serviceEndpoints(snapshot: Snapshot, namespace: string, service: string, port: ServicePort): Endpoint[] {
   const out: Endpoint[] = []
-  const slices = [...snapshot.endpointSlices.values()]
-    .filter(s => s.meta.namespace === namespace && s.serviceName === service)
-    .sort((a, b) => a.meta.name < b.meta.name ? -1 : 1)
-  for (const slice of slices) {
+  for (const slice of slicesOf(snapshot, namespace, service)) {
     const sp = slice.ports.find(p => p.name === port.name)
     if (sp === undefined || sp.port === null) continue
     for (const ep of slice.endpoints) {
