@@ -1,7 +1,7 @@
 // RateLimit: token buckets keyed by any of namespace, serviceAccount, route,
 // backend, client address or a request header; local per process, or global
-// through Redis so every replica shares one budget. Over the limit: 429 with
-// Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
+// through Redis so every replica shares one budget (`global.redis`: host:port,
+// rediss:// for TLS). Over the limit: 429 with Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
 // fields (draft-ietf-httpapi-ratelimit-headers: `"name";q=<quota>;w=<window s>`
 // and `"name";r=<remaining>;t=<reset s>`). Redis unreachable: failureMode
 // open (default: let it through, with RateLimit-Policy but no RateLimit field:
@@ -12,7 +12,8 @@ import type { CompiledExtension } from '../compile/table.ts'
 import { rateLimitBackendErrors } from '../observe/extension-metrics.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, HookResult, RequestView } from './plugin-api.ts'
-import type { RedisPool } from './redis-client.ts'
+import { RedisError, type RedisPool } from './redis-client.ts'
+import { parseRedisAddress } from '../redis-address.ts'
 import { LocalBuckets, decideGlobal, type BucketFamily, type BucketLimit, type BucketMode, type Decision } from './token-bucket.ts'
 
 const log = logger('rate-limit')
@@ -118,8 +119,9 @@ export class Limiter {
     const global = block.global as Record<string, unknown> | undefined
     if (global !== undefined && global !== null) {
       const address = typeof global.redis === 'string' ? global.redis : String((global.redis as Record<string, unknown> | undefined)?.address ?? '')
-      if (address === '') throw new Error('global.redis must be host:port')
-      this.#redis = redis.get(address.replace(/^redis:\/\//, ''), { timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250 })
+      const target = parseRedisAddress(address)
+      if (!target.ok) throw new Error(`global.redis: ${target.message}`)
+      this.#redis = redis.get(target.value, { timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250 })
     } else {
       this.#redis = null
     }
@@ -151,7 +153,7 @@ export class Limiter {
     if (this.#redis === null) return this.#local.decide(this.#family, key, this.config.limit, mode, cost)
     return decideGlobal(this.#redis, key, this.config.limit, mode, cost).catch((err: unknown) => {
       rateLimitBackendErrors.inc({ outcome: this.#failOpen ? 'open' : 'closed' })
-      log.warn({ limit: this.config.name, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen }, 'global rate limit unavailable')
+      log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen }, 'global rate limit unavailable')
       return this.#failOpen ? UNKNOWN : CLOSED
     })
   }

@@ -1,61 +1,115 @@
-// A small Redis client for the global rate limit: RESP2 over node:net, one
-// connection per address, commands pipelined in order, EVALSHA with a
-// fallback to EVAL on NOSCRIPT. No dependency: the two commands we need do
-// not justify one. Bounded: each command has a timeout, the queue a length,
-// and a failed connection is retried at most once per second — meanwhile
-// commands fail at once so the caller's failure mode (open/closed) applies
-// without waiting.
+// A small Redis client for the global rate limit: RESP2 over node:net, or
+// node:tls for rediss:// (the system trust store, NODE_EXTRA_CA_CERTS adding
+// CAs as for any node process; the server's name verified; TLS 1.2 at least),
+// one connection per address and credentials, commands pipelined in order,
+// EVALSHA with a fallback to EVAL on NOSCRIPT. With a password, AUTH (or
+// `AUTH username password`, a Redis 6 ACL user) goes first on each
+// connection; a refused AUTH fails the connection and every command queued
+// behind it with an error that says so. No dependency: the few commands we
+// need do not justify one. Bounded: each command has a timeout, the queue a
+// length, and a failed connection is retried at most once per second —
+// meanwhile commands fail at once, with the error that failed it, so the
+// caller's failure mode (open/closed) applies without waiting. The password
+// is never part of an error message.
 
 import net from 'node:net'
-import { createHash } from 'node:crypto'
+import tls from 'node:tls'
+import { createHash, createHmac, randomBytes } from 'node:crypto'
+import { formatRedisAddress, type RedisAddress } from '../redis-address.ts'
 
 type Reply = string | number | null | Reply[] | Error
+
+/** What went wrong with a command, stable for callers and logs. */
+export const RedisErrorCode = {
+  /** Redis answered AUTH with an error (WRONGPASS, or ERR when it has no password set). */
+  AUTH_REFUSED: 'auth_refused',
+  /** Redis wants AUTH and none was sent (no global.secretRef). */
+  NOAUTH: 'noauth',
+  /** No connection (refused, reset, TLS failed), or retried too recently after one failed. */
+  UNAVAILABLE: 'unavailable',
+  TIMEOUT: 'timeout',
+  QUEUE_FULL: 'queue_full',
+  CLOSED: 'closed',
+  /** Any other error reply (NOSCRIPT, a script error...): the message is Redis's. */
+  REPLY: 'reply',
+} as const
+export type RedisErrorCode = typeof RedisErrorCode[keyof typeof RedisErrorCode]
+
+export class RedisError extends Error {
+  readonly code: RedisErrorCode
+  constructor(code: RedisErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'RedisError'
+    this.code = code
+  }
+}
+
+export interface RedisClientOptions {
+  /** With a password: AUTH first, `AUTH username password` when a username is given too. */
+  readonly username?: string | null
+  readonly password?: string | null
+  readonly timeoutMs?: number
+  /** rediss:// only: trust these CAs (PEM) instead of the system's (tests). */
+  readonly ca?: string
+}
 
 interface Pending {
   resolve(v: Reply): void
   reject(err: Error): void
   timer: NodeJS.Timeout
+  /** The AUTH sent on connecting: an error reply fails the connection. */
+  readonly auth: boolean
 }
 
 const MAX_PENDING = 10_000
 const RECONNECT_MS = 1000
+const NOOP = (): void => {}
 
 export class RedisClient {
+  /** `host:port`, `rediss://host:port` for TLS: how messages name it (never with credentials). */
   readonly address: string
-  readonly #host: string
-  readonly #port: number
+  readonly #target: RedisAddress
+  readonly #username: string | null
   readonly #password: string | null
   readonly #timeoutMs: number
+  readonly #ca: string | undefined
   #socket: net.Socket | null = null
   #connected = false
   #lastFailure = 0
+  /** The error that failed the last connection: commands refused during the backoff carry it. */
+  #lastError: RedisError | null = null
   #buf: Buffer = Buffer.alloc(0)
   readonly #queue: Pending[] = []
   #closed = false
 
-  constructor(address: string, options: { password?: string | null; timeoutMs?: number } = {}) {
-    this.address = address
-    const i = address.lastIndexOf(':')
-    this.#host = i === -1 ? address : address.slice(0, i)
-    this.#port = i === -1 ? 6379 : Number(address.slice(i + 1))
+  constructor(target: RedisAddress, options: RedisClientOptions = {}) {
+    this.#target = target
+    this.address = formatRedisAddress(target)
     this.#password = options.password ?? null
+    this.#username = this.#password === null ? null : options.username ?? null
     this.#timeoutMs = options.timeoutMs ?? 250
+    this.#ca = options.ca
   }
 
-  /** Sends one command; rejects on error reply, timeout, or a connection that is down. */
+  /** Sends one command; rejects (RedisError) on error reply, timeout, or a connection that is down. */
   command(args: readonly (string | number)[]): Promise<Reply> {
-    if (this.#closed) return Promise.reject(new Error('redis client closed'))
+    if (this.#closed) return Promise.reject(new RedisError(RedisErrorCode.CLOSED, 'redis client closed'))
     if (this.#socket === null) {
-      if (Date.now() - this.#lastFailure < RECONNECT_MS) return Promise.reject(new Error(`redis ${this.address} unavailable`))
+      if (Date.now() - this.#lastFailure < RECONNECT_MS) {
+        const last = this.#lastError
+        return Promise.reject(last === null
+          ? new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address} unavailable`)
+          : new RedisError(last.code, last.message))
+      }
       this.#connect()
     }
-    if (this.#queue.length >= MAX_PENDING) return Promise.reject(new Error('redis queue full'))
+    if (this.#queue.length >= MAX_PENDING) return Promise.reject(new RedisError(RedisErrorCode.QUEUE_FULL, `redis ${this.address} queue full`))
     return new Promise<Reply>((resolve, reject) => {
       const p: Pending = {
-        resolve, reject,
+        resolve, reject, auth: false,
         timer: setTimeout(() => {
           // A reply that never comes desynchronizes the pipeline: drop the connection.
-          this.#fail(new Error(`redis ${this.address} timed out`))
+          this.#fail(new RedisError(RedisErrorCode.TIMEOUT, `redis ${this.address} timed out`))
         }, this.#timeoutMs),
       }
       this.#queue.push(p)
@@ -69,38 +123,53 @@ export class RedisClient {
     try {
       return await this.command(['EVALSHA', script.sha, ...tail])
     } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err
+      if (!(err instanceof RedisError) || err.code !== RedisErrorCode.REPLY || !err.message.startsWith('NOSCRIPT')) throw err
       return this.command(['EVAL', script.source, ...tail])
     }
   }
 
   close(): void {
     this.#closed = true
-    this.#fail(new Error('redis client closed'))
+    this.#fail(new RedisError(RedisErrorCode.CLOSED, 'redis client closed'))
   }
 
   #connect(): void {
-    const socket = net.connect({ host: this.#host, port: this.#port })
+    const { host, port } = this.#target
+    const socket = this.#target.tls
+      ? tls.connect({
+        host, port, minVersion: 'TLSv1.2',
+        // SNI names a host, never an address (RFC 6066 §3); the certificate is checked against either.
+        ...(net.isIP(host) === 0 ? { servername: host } : {}),
+        ...(this.#ca === undefined ? {} : { ca: this.#ca }),
+      })
+      : net.connect({ host, port })
     socket.setNoDelay(true)
     this.#socket = socket
     this.#buf = Buffer.alloc(0)
-    socket.on('connect', () => { this.#connected = true })
-    socket.on('data', (d: Buffer) => this.#onData(d))
-    socket.on('error', (err) => this.#fail(err))
-    socket.on('close', () => this.#fail(new Error(`redis ${this.address} connection closed`)))
+    socket.on(this.#target.tls ? 'secureConnect' : 'connect', () => { this.#connected = true })
+    socket.on('data', (d: Buffer) => this.#onData(socket, d))
+    socket.on('error', (err) => this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address}: ${err.message}`, { cause: err })))
+    socket.on('close', () => this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address} connection closed`)))
     if (this.#password !== null) {
-      // AUTH goes first in the pipeline; its reply is consumed like any other.
-      const p: Pending = { resolve: () => {}, reject: () => {}, timer: setTimeout(() => this.#fail(new Error('redis auth timed out')), this.#timeoutMs) }
+      // AUTH goes first in the pipeline; an error reply fails the connection (#onData).
+      const p: Pending = {
+        resolve: NOOP, reject: NOOP, auth: true,
+        timer: setTimeout(() => this.#fail(new RedisError(RedisErrorCode.TIMEOUT, `redis ${this.address} AUTH timed out`)), this.#timeoutMs),
+      }
       this.#queue.push(p)
-      socket.write(encode(['AUTH', this.#password]))
+      socket.write(encode(this.#username === null ? ['AUTH', this.#password] : ['AUTH', this.#username, this.#password]))
     }
   }
 
-  #fail(err: Error): void {
+  #fail(err: RedisError): void {
     const socket = this.#socket
     if (socket !== null) {
       this.#socket = null
-      if (!this.#connected || err.message.includes('timed out')) this.#lastFailure = Date.now()
+      // Not connected, timed out or refused: wait before the next attempt (a refused AUTH is not retried per request).
+      if (!this.#connected || err.code === RedisErrorCode.TIMEOUT || err.code === RedisErrorCode.AUTH_REFUSED) {
+        this.#lastFailure = Date.now()
+        this.#lastError = err
+      }
       this.#connected = false
       socket.removeAllListeners('close')
       socket.destroy()
@@ -109,7 +178,17 @@ export class RedisClient {
     for (const p of pending) { clearTimeout(p.timer); p.reject(err) }
   }
 
-  #onData(d: Buffer): void {
+  /** A reply that is an error, as callers see it; the password is never in it. */
+  #replyError(reply: Error, auth: boolean): RedisError {
+    let text = reply.message
+    if (this.#password !== null && this.#password !== '') text = text.split(this.#password).join('[redacted]')
+    if (auth) return new RedisError(RedisErrorCode.AUTH_REFUSED, `redis ${this.address} refused AUTH${this.#username === null ? '' : ` as user ${this.#username}`}: ${text}`)
+    if (text.startsWith('NOAUTH')) return new RedisError(RedisErrorCode.NOAUTH, `redis ${this.address} requires AUTH and no password is configured: ${text}`)
+    return new RedisError(RedisErrorCode.REPLY, text)
+  }
+
+  #onData(socket: net.Socket, d: Buffer): void {
+    if (socket !== this.#socket) return
     this.#buf = this.#buf.length === 0 ? d : Buffer.concat([this.#buf, d])
     for (;;) {
       const r = parse(this.#buf, 0)
@@ -118,8 +197,14 @@ export class RedisClient {
       const p = this.#queue.shift()
       if (p === undefined) continue
       clearTimeout(p.timer)
-      if (r.value instanceof Error) p.reject(r.value)
-      else p.resolve(r.value)
+      if (r.value instanceof Error) {
+        const err = this.#replyError(r.value, p.auth)
+        // Refused: the commands behind it would each get NOAUTH; they fail with the reason instead.
+        if (p.auth) return this.#fail(err)
+        p.reject(err)
+      } else {
+        p.resolve(r.value)
+      }
     }
   }
 }
@@ -133,13 +218,21 @@ export class Script {
   }
 }
 
-/** One client per address, shared by every extension that names it. */
+/**
+ * One client per address, TLS, credentials and timeout, shared by every
+ * extension that names the same. The map key holds no password: the
+ * credentials count by an HMAC under a key random per pool.
+ */
 export class RedisPool {
   readonly #clients = new Map<string, RedisClient>()
-  get(address: string, options: { password?: string | null; timeoutMs?: number } = {}): RedisClient {
-    const key = `${address}|${options.password ?? ''}|${options.timeoutMs ?? ''}`
+  readonly #salt = randomBytes(32)
+  get(target: RedisAddress, options: RedisClientOptions = {}): RedisClient {
+    const credentials = options.password === undefined || options.password === null
+      ? '-'
+      : createHmac('sha256', this.#salt).update(JSON.stringify([options.username ?? null, options.password])).digest('base64url')
+    const key = `${formatRedisAddress(target)}|${credentials}|${options.timeoutMs ?? ''}|${options.ca === undefined ? '' : createHash('sha256').update(options.ca).digest('base64url')}`
     let c = this.#clients.get(key)
-    if (c === undefined) this.#clients.set(key, c = new RedisClient(address, options))
+    if (c === undefined) this.#clients.set(key, c = new RedisClient(target, options))
     return c
   }
   async close(): Promise<void> {
