@@ -10,8 +10,10 @@
 // authorization). Within a scope the oldest declaring object wins and the
 // others are reported Conflicted; a less specific loser is Overridden.
 //
-// Secret references (`secretRef`, `oauth2.secretRef`, `awsSigV4.secretRef`)
-// are resolved here into the table, so the data path never reads sources; a
+// Secret references (`secretRef`, `oauth2.secretRef`, `awsSigV4.secretRef`,
+// and the Redis AUTH Secret of a global rate limit: `global.secretRef`,
+// `rules[i].global.secretRef`, `budget.global.secretRef`) are resolved here
+// into the table, so the data path never reads sources; a
 // changed Secret recompiles into new values (rotation without restart).
 
 import { createHmac } from 'node:crypto'
@@ -58,6 +60,23 @@ const RUN_RANK: Record<CompiledExtension['scope'], number> = { Gateway: 0, Backe
 
 const SECRET_PATHS = ['secretRef', 'oauth2.secretRef', 'awsSigV4.secretRef'] as const
 
+/**
+ * The config paths of an extension's Secret references: the common ones, and
+ * for the types that talk to Redis, the `global.secretRef` of each `global`
+ * (RateLimit: the config's and each rule's own; AIUsage: its budget's).
+ */
+function secretPaths(type: string, config: Readonly<Record<string, unknown>>): readonly string[] {
+  switch (type) {
+    case ExtensionType.RATE_LIMIT: {
+      const rules = Array.isArray(config.rules) ? config.rules as unknown[] : []
+      const own = rules.flatMap((r, i) => r !== null && typeof r === 'object' && (r as Record<string, unknown>).global !== undefined ? [`rules[${i}].global.secretRef`] : [])
+      return [...SECRET_PATHS, 'global.secretRef', ...own]
+    }
+    case ExtensionType.AI_USAGE: return [...SECRET_PATHS, 'budget.global.secretRef']
+    default: return SECRET_PATHS
+  }
+}
+
 /** `Kind namespace/name`: the owner in messages, dumps and Events (chain.ts reads it back). */
 function ownerKey(o: ExtensionOwner): string {
   return `${o.kind} ${o.namespace}/${o.name}`
@@ -76,9 +95,10 @@ function olderThan(a: ExtensionOwner, b: ExtensionOwner): boolean {
   return ownerKey(a) < ownerKey(b)
 }
 
+/** The value at a config path: dotted fields, `[i]` for list items (`rules[0].global`). */
 function at(config: Readonly<Record<string, unknown>>, path: string): unknown {
   let v: unknown = config
-  for (const part of path.split('.')) {
+  for (const part of path.replace(/\[(\d+)\]/g, '.$1').split('.')) {
     if (v === null || typeof v !== 'object') return undefined
     v = (v as Record<string, unknown>)[part]
   }
@@ -95,15 +115,24 @@ export interface SecretRefError {
 }
 
 /**
- * The Secret keys a built-in reads at `path`, as [key field of the ref, default
- * key] (lib/extensions/credential-injector.ts secretValue: the named key, else
- * the only key, else the default). Other types read what they like.
+ * The Secret keys a built-in must find at `path`, as [key field of the ref,
+ * default key, whether the only key of the Secret stands in for the default]
+ * (lib/extensions/credential-injector.ts secretValue: the named key, else the
+ * only key, else the default; extensions/rate-limit.ts redisCredentials: the
+ * named key, else the default, and a username only if it names one). Other
+ * types read what they like.
  */
-function keysRead(type: string, config: Readonly<Record<string, unknown>>, path: string): ReadonlyArray<readonly [string, string]> {
+function keysRead(type: string, config: Readonly<Record<string, unknown>>, path: string): ReadonlyArray<readonly [string, string, boolean]> {
   switch (type) {
-    case ExtensionType.CREDENTIAL_INJECTOR: return path === 'secretRef' ? [['key', 'token']] : []
-    case ExtensionType.OAUTH2: return path === (config.oauth2 !== undefined ? 'oauth2.secretRef' : 'secretRef') ? [['clientIdKey', 'client_id'], ['clientSecretKey', 'client_secret']] : []
-    case ExtensionType.AWS_SIGV4: return path === (config.awsSigV4 !== undefined ? 'awsSigV4.secretRef' : 'secretRef') ? [['accessKeyIdKey', 'AWS_ACCESS_KEY_ID'], ['secretAccessKeyKey', 'AWS_SECRET_ACCESS_KEY']] : []
+    case ExtensionType.CREDENTIAL_INJECTOR: return path === 'secretRef' ? [['key', 'token', true]] : []
+    case ExtensionType.OAUTH2: return path === (config.oauth2 !== undefined ? 'oauth2.secretRef' : 'secretRef') ? [['clientIdKey', 'client_id', true], ['clientSecretKey', 'client_secret', true]] : []
+    case ExtensionType.AWS_SIGV4: return path === (config.awsSigV4 !== undefined ? 'awsSigV4.secretRef' : 'secretRef') ? [['accessKeyIdKey', 'AWS_ACCESS_KEY_ID', true], ['secretAccessKeyKey', 'AWS_SECRET_ACCESS_KEY', true]] : []
+    case ExtensionType.RATE_LIMIT:
+    case ExtensionType.AI_USAGE: {
+      if (!path.endsWith('global.secretRef')) return []
+      const named = typeof (at(config, path) as Record<string, unknown>).usernameKey === 'string'
+      return [['passwordKey', 'password', false], ...(named ? [['usernameKey', 'username', false] as const] : [])]
+    }
     default: return []
   }
 }
@@ -115,7 +144,7 @@ function keysRead(type: string, config: Readonly<Record<string, unknown>>, path:
  */
 function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string, config: Readonly<Record<string, unknown>>): { secrets: Record<string, Record<string, string>>; error: SecretRefError | null } {
   const secrets: Record<string, Record<string, string>> = {}
-  for (const path of SECRET_PATHS) {
+  for (const path of secretPaths(type, config)) {
     const ref = at(config, path)
     if (ref === undefined) continue
     if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret`, missing: false } }
@@ -130,8 +159,8 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string,
     const secret = snapshot.secrets.get(`${namespace}/${name}`)
     if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found`, missing: true } }
     const keys = Object.keys(secret.data).sort()
-    for (const [field, fallback] of keysRead(type, config, path)) {
-      const key = typeof r[field] === 'string' ? r[field] as string : keys.length === 1 ? keys[0] as string : fallback
+    for (const [field, fallback, onlyKey] of keysRead(type, config, path)) {
+      const key = typeof r[field] === 'string' ? r[field] as string : onlyKey && keys.length === 1 ? keys[0] as string : fallback
       if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}`, missing: false } }
     }
     const data: Record<string, string> = {}

@@ -106,7 +106,7 @@ function contentType(h: ResponseView['headers']): string {
 
 export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHooks {
   const budgetBlock = spec.config.budget as Record<string, unknown> | undefined
-  const budget = budgetBlock === undefined || budgetBlock === null ? null : new Limiter(spec, budgetBlock, redis, 'tokens')
+  const budget = budgetBlock === undefined || budgetBlock === null ? null : new Limiter(spec, budgetBlock, redis, 'tokens', { globalAt: 'budget.global' })
   const onCheck = (d: Decision): HookResult => d.allowed || budget === null ? undefined : budget.deny(d, 'token budget exhausted')
 
   const record = (req: RequestView, u: Usage): void => {

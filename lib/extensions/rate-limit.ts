@@ -1,7 +1,8 @@
 // RateLimit: token buckets keyed by any of namespace, serviceAccount, route,
 // backend, client address or a request header; local per process, or global
 // through Redis so every replica shares one budget (`global.redis`: host:port,
-// rediss:// for TLS). Over the limit: 429 with Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
+// rediss:// for TLS; AUTH with the Secret of `global.secretRef`). Over the
+// limit: 429 with Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
 // fields (draft-ietf-httpapi-ratelimit-headers: `"name";q=<quota>;w=<window s>`
 // and `"name";r=<remaining>;t=<reset s>`). Redis unreachable: failureMode
 // open (default: let it through, with RateLimit-Policy but no RateLimit field:
@@ -80,6 +81,29 @@ export interface LimiterConfig {
   readonly policy: string
 }
 
+/**
+ * The AUTH credentials of a `global.secretRef`, from the Secret compile
+ * resolved into `spec.secrets[path]` (compile/extensions.ts): `password` (or
+ * the key `passwordKey` names), and `username` (or `usernameKey`) if the
+ * Secret has it, for a Redis 6 ACL user. A trailing newline, as a hand-written
+ * Secret often has, is not part of either.
+ */
+export function redisCredentials(spec: CompiledExtension, global: Readonly<Record<string, unknown>>, path: string): { username: string | null; password: string | null } {
+  const ref = global.secretRef
+  if (ref === undefined || ref === null || typeof ref !== 'object') return { username: null, password: null }
+  const r = ref as Record<string, unknown>
+  const data = spec.secrets[path]
+  if (data === undefined) throw new Error(`the Secret of ${path} is not resolved`)
+  const passwordKey = typeof r.passwordKey === 'string' ? r.passwordKey : 'password'
+  const usernameKey = typeof r.usernameKey === 'string' ? r.usernameKey : null
+  const password = data[passwordKey]
+  if (password === undefined) throw new Error(`the Secret of ${path} has no key ${passwordKey}`)
+  const username = data[usernameKey ?? 'username']
+  if (username === undefined && usernameKey !== null) throw new Error(`the Secret of ${path} has no key ${usernameKey}`)
+  const trim = (v: string): string => v.replace(/[\r\n]+$/, '')
+  return { username: username === undefined ? null : trim(username), password: trim(password) }
+}
+
 /** Redis unreachable, failureMode open: allowed, the count unknown (no RateLimit field). */
 const UNKNOWN: Decision = Object.freeze({ allowed: true, remaining: 0, waitMs: 0 })
 /** Redis unreachable, failureMode closed: 429, retry in a second. */
@@ -106,7 +130,12 @@ export class Limiter {
   /** The success fields when the count is unknown (Redis down, failureMode open). */
   #policyOnly: HookResult = undefined
 
-  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', buckets: LocalBuckets = local) {
+  /**
+   * `block` is the limit's config; `options.globalAt` the config path of the
+   * `global` that applies to it (its Secret is `spec.secrets[globalAt + '.secretRef']`).
+   */
+  constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', options: { readonly globalAt?: string; readonly buckets?: LocalBuckets } = {}) {
+    const buckets = options.buckets ?? local
     const amount = Number(block[amountField])
     if (!(amount > 0)) throw new Error(`${amountField} must be a positive number`)
     const unitMs = UNIT_MS[String(block.unit ?? 'Minute')]
@@ -121,7 +150,8 @@ export class Limiter {
       const address = typeof global.redis === 'string' ? global.redis : String((global.redis as Record<string, unknown> | undefined)?.address ?? '')
       const target = parseRedisAddress(address)
       if (!target.ok) throw new Error(`global.redis: ${target.message}`)
-      this.#redis = redis.get(target.value, { timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250 })
+      const globalAt = options.globalAt ?? 'global'
+      this.#redis = redis.get(target.value, { ...redisCredentials(spec, global, `${globalAt}.secretRef`), timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250 })
     } else {
       this.#redis = null
     }
@@ -199,8 +229,10 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
   const blocks = Array.isArray(spec.config.rules) ? spec.config.rules as Array<Record<string, unknown>> : [spec.config]
   const rules: Rule[] = blocks.map((b, i) => {
     const block: Record<string, unknown> = { ...(Array.isArray(spec.config.rules) ? { global: spec.config.global, failureMode: spec.config.failureMode, name: `${spec.name}-${i}` } : {}), ...b }
+    // A rule's own `global` (its own Redis and Secret), else the one of the whole config.
+    const globalAt = Array.isArray(spec.config.rules) && b.global !== undefined ? `rules[${i}].global` : 'global'
     return {
-      limiter: new Limiter(spec, block, redis, 'requests'),
+      limiter: new Limiter(spec, block, redis, 'requests', { globalAt }),
       match: compileMatch(block.match),
       cost: typeof block.cost === 'number' && block.cost > 0 ? block.cost : 1,
     }

@@ -63,12 +63,34 @@ function url(o: Obj, at: string, name: string, where: string, f: Findings): void
   else if (!/^https?:\/\/[^/]/.test(v)) f.error(child(at, name), `must be an http:// or https:// URL, got ${show(v)}`)
 }
 
-function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings): void {
+function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings, fields: readonly string[] = ['name', 'namespace', 'key']): void {
   const ref = o.secretRef
   if (ref === undefined) return
   const r = asObj(ref)
   if (r === null || typeof r.name !== 'string' || r.name === '') { f.error(child(at, 'secretRef.name'), 'required: the Secret name'); return }
-  known(r, child(at, 'secretRef'), ['name', 'namespace', 'key', ...extra], f)
+  known(r, child(at, 'secretRef'), [...fields, ...extra], f)
+}
+
+/** A limit's `global`: the Redis address, and the Secret with the AUTH password (and ACL username). */
+function globalBlock(v: unknown, at: string, f: Findings): void {
+  if (v === undefined) return
+  const g = asObj(v)
+  if (g === null) { f.error(at, 'must be an object { redis: host:port, secretRef, timeoutMs, failureMode }'); return }
+  known(g, at, ['redis', 'secretRef', 'timeoutMs', 'failureMode'], f)
+  const nested = asObj(g.redis)
+  if (nested !== null) known(nested, child(at, 'redis'), ['address'], f)
+  const address = nested === null ? g.redis : nested.address
+  const where = nested === null ? child(at, 'redis') : child(at, 'redis.address')
+  if (typeof address !== 'string') f.error(where, 'required: host:port of the Redis every replica shares (rediss://host:port for TLS)')
+  const keys = ['namespace', 'usernameKey', 'passwordKey']
+  secretRef(g, at, keys, f, ['name'])
+  const ref = asObj(g.secretRef)
+  for (const k of keys) {
+    const v = ref?.[k]
+    if (v !== undefined && (typeof v !== 'string' || v === '')) f.error(child(at, `secretRef.${k}`), `must be a non-empty string, got ${show(v)}`)
+  }
+  positive(g, at, 'timeoutMs', f)
+  oneOf(g, at, 'failureMode', ['open', 'closed'], f)
 }
 
 /** Where a credential goes: a header (its name, and the format around the value, are written in the request head) or a query parameter (encoded). */
@@ -135,12 +157,7 @@ function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: re
     }
   })
   matchBlock(o.match, child(at, 'match'), f)
-  const g = asObj(o.global)
-  if (o.global !== undefined && g === null) f.error(child(at, 'global'), 'must be an object { redis: host:port }')
-  if (g !== null) {
-    known(g, child(at, 'global'), ['redis', 'timeoutMs', 'failureMode'], f)
-    if (typeof g.redis !== 'string' && asObj(g.redis) === null) f.error(child(at, 'global.redis'), 'required: host:port of the Redis every replica shares')
-  }
+  globalBlock(o.global, child(at, 'global'), f)
 }
 
 /**
@@ -248,6 +265,8 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
     case ExtensionType.RATE_LIMIT:
       if (Array.isArray(config.rules)) {
         known(config, c, ['rules', 'global', 'failureMode', 'responseHeaders'], f)
+        globalBlock(config.global, child(c, 'global'), f)
+        oneOf(config, c, 'failureMode', ['open', 'closed'], f)
         config.rules.forEach((r, i) => { const o = asObj(r); if (o !== null) { limitBlock(o, item(child(c, 'rules'), i), 'requests', [], f); required(o, item(child(c, 'rules'), i), ['requests'], f) } })
       } else {
         limitBlock(config, c, 'requests', ['responseHeaders', ...common], f)

@@ -1,0 +1,138 @@
+// The Redis AUTH Secret of a global rate limit (RateLimit and AIUsage
+// `global.secretRef`) is resolved in compile like any
+// extension Secret: into the compiled extension's `secrets` by config path,
+// under the same ReferenceGrant rule, with the same ResolvedRefs problems; never
+// shown in /config_dump; and read through the snapshot, so a change to it
+// reloads.
+import t from 'tap'
+import { compile } from '../../lib/compile/compile.ts'
+import { dumpTable } from '../../lib/compile/print.ts'
+import { References } from '../../lib/compile/references.ts'
+import type { CompiledExtension, RouteTable } from '../../lib/compile/table.ts'
+import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { parseManifests } from '../../lib/config/parse.ts'
+import type { Snapshot } from '../../lib/resources/snapshot.ts'
+import * as b from './builders.ts'
+
+const PASSWORD = 'redis-PW-0xC0FFEE'
+
+function backend(name: string, type: string, config: string, namespace = 'default'): string {
+  return `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: ${name}, namespace: ${namespace} }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+  extensions:
+    - name: limit
+      type: ${type}
+      config: ${config}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: ${name}, namespace: ${namespace} }
+spec:
+  parentRefs: [{ name: gw, namespace: default }]
+  hostnames: [${name}.test]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${name}, port: 80 }]
+`
+}
+
+function secret(name: string, data: Record<string, string>, namespace = 'default'): string {
+  return `apiVersion: v1
+kind: Secret
+metadata: { name: ${name}, namespace: ${namespace} }
+stringData: ${JSON.stringify(data)}
+`
+}
+
+const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: gw, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: 8080, allowedRoutes: { namespaces: { from: All } } }]
+`
+
+function snapshotOf(...docs: string[]): Snapshot {
+  const parsed = parseManifests('set.yaml', [GATEWAY, ...docs].join('---\n'))
+  return buildSnapshot(parsed.docs, parsed.problems)
+}
+
+function extensionOf(table: RouteTable, host: string, name = 'limit'): CompiledExtension | undefined {
+  return table.ports.get(8080)?.http?.exact.get(host)?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions.find(e => e.name === name)
+}
+
+t.test('global.secretRef: the Secret reaches the compiled extension by its path, and /config_dump shows only its keys', async t => {
+  const snapshot = snapshotOf(
+    backend('rl', 'RateLimit', `{ requests: 5, global: { redis: "rediss://redis.infra:6380", secretRef: { name: redis-auth } } }`),
+    backend('ai', 'AIUsage', `{ budget: { tokens: 1000, global: { redis: "redis.infra:6379", secretRef: { name: redis-auth } } } }`),
+    backend('rules', 'RateLimit', `{ global: { redis: "redis.infra:6379" }, rules: [{ requests: 1 }, { requests: 2, global: { redis: "other:6379", secretRef: { name: acl, usernameKey: user, passwordKey: pass } } }] }`),
+    secret('redis-auth', { password: PASSWORD }),
+    secret('acl', { user: 'limiter', pass: `${PASSWORD}-acl` }),
+  )
+  t.same(snapshot.problems, [])
+  const { table, problems } = compile(snapshot, b.opts)
+  t.same(problems, [])
+  const rl = extensionOf(table, 'rl.test')
+  t.equal(rl?.error, null)
+  t.same(rl?.secrets, { 'global.secretRef': { password: PASSWORD } })
+  t.same(extensionOf(table, 'ai.test')?.secrets, { 'budget.global.secretRef': { password: PASSWORD } })
+  t.same(extensionOf(table, 'rules.test')?.secrets, { 'rules[1].global.secretRef': { user: 'limiter', pass: `${PASSWORD}-acl` } })
+
+  const dump = JSON.stringify(dumpTable(table))
+  t.notMatch(dump, PASSWORD, 'no password in /config_dump')
+  t.notMatch(dump, 'limiter', 'nor the username')
+  t.match(dump, '"secrets":{"global.secretRef":{"password":"[redacted]"}}', 'the keys that were resolved, redacted')
+})
+
+t.test('a missing Secret, a missing key, another namespace without a grant: ResolvedRefs problems naming the field; the extension fails', async t => {
+  const snapshot = snapshotOf(
+    backend('missing', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: no-such-secret } } }`),
+    backend('nokey', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: only-user } } }`),
+    backend('nouser', 'AIUsage', `{ budget: { tokens: 9, global: { redis: "r:6379", secretRef: { name: redis-auth, usernameKey: user } } } }`),
+    backend('xns', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: redis-auth, namespace: infra } } }`),
+    secret('only-user', { username: 'limiter', token: 'x' }),
+    secret('redis-auth', { password: PASSWORD }),
+    secret('redis-auth', { password: PASSWORD }, 'infra'),
+  )
+  const { table, status, problems } = compile(snapshot, b.opts)
+  t.same(problems.map(p => [p.kind, p.name, p.field, p.severity, p.message]), [
+    ['Backend', 'missing', 'spec.extensions[0].config.global.secretRef', 'error', 'Secret default/no-such-secret not found; requests through extension limit fail'],
+    ['Backend', 'nokey', 'spec.extensions[0].config.global.secretRef', 'error', 'Secret default/only-user has no key password; requests through extension limit fail'],
+    ['Backend', 'nouser', 'spec.extensions[0].config.budget.global.secretRef', 'error', 'Secret default/redis-auth has no key user; requests through extension limit fail'],
+    ['Backend', 'xns', 'spec.extensions[0].config.global.secretRef', 'error', 'Secret infra/redis-auth is in another namespace and no ReferenceGrant allows it; requests through extension limit fail'],
+  ])
+  const cond = (name: string) => status.objects.get(`Backend/default/${name}`)?.conditions.find(c => c.type === 'ResolvedRefs')
+  t.match(cond('missing'), { status: 'False', reason: 'InvalidSecretRef' })
+  t.match(cond('nokey'), { status: 'False', reason: 'InvalidSecretRef' })
+  t.match(cond('xns'), { status: 'False', reason: 'RefNotPermitted' })
+  t.match(extensionOf(table, 'missing.test')?.error, /not found/)
+  t.match(extensionOf(table, 'nokey.test')?.error, /has no key password/)
+  t.same(extensionOf(table, 'xns.test')?.secrets, {}, 'nothing of a Secret it may not read')
+  t.notMatch(JSON.stringify(problems), PASSWORD)
+
+  const granted = compile(snapshotOf(
+    backend('xns', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: redis-auth, namespace: infra } } }`),
+    secret('redis-auth', { password: PASSWORD }, 'infra'),
+    `apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: { name: limits-read-redis, namespace: infra }
+spec:
+  from: [{ group: gateway.envoyproxy.io, kind: Backend, namespace: default }]
+  to: [{ group: "", kind: Secret }]
+`), b.opts)
+  t.same(granted.problems, [])
+  t.same(extensionOf(granted.table, 'xns.test')?.secrets, { 'global.secretRef': { password: PASSWORD } }, 'a ReferenceGrant lets it read another namespace')
+})
+
+t.test('the Redis Secret is a referenced Secret: a change to it reloads', async t => {
+  for (const docs of [
+    [backend('rl', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: redis-auth } } }`)],
+  ]) {
+    const references = new References()
+    compile(references.track(snapshotOf(...docs, secret('redis-auth', { password: PASSWORD }), secret('unrelated', { password: 'x' }))), b.opts)
+    t.ok(references.referenced('secrets', 'default/redis-auth'), 'the Redis Secret')
+    t.notOk(references.referenced('secrets', 'default/unrelated'), 'not every Secret')
+  }
+})
