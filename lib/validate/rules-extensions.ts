@@ -9,6 +9,7 @@ import { asArr, asObj, asStr, type Obj } from './access.ts'
 import { Findings, child, item, show } from './findings.ts'
 import { cidrProblem, headerNameProblem, headerValueProblem, wholeRegexProblem } from './checks.ts'
 import { isGatewayField } from '../gateway-owned-fields.ts'
+import { parseRedisAddress } from '../redis-address.ts'
 
 const UNITS = ['Second', 'Minute', 'Hour', 'Day']
 const KEY_PARTS = ['namespace', 'serviceAccount', 'route', 'backend', 'client']
@@ -71,7 +72,11 @@ function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings, fi
   known(r, child(at, 'secretRef'), [...fields, ...extra], f)
 }
 
-/** A limit's `global`: the Redis address, and the Secret with the AUTH password (and ACL username). */
+/**
+ * A limit's `global`: the Redis address (host:port, redis://, rediss:// for
+ * TLS; lib/redis-address.ts, as the data path reads it) without credentials,
+ * and the Secret with the AUTH password (and ACL username).
+ */
 function globalBlock(v: unknown, at: string, f: Findings): void {
   if (v === undefined) return
   const g = asObj(v)
@@ -82,6 +87,10 @@ function globalBlock(v: unknown, at: string, f: Findings): void {
   const address = nested === null ? g.redis : nested.address
   const where = nested === null ? child(at, 'redis') : child(at, 'redis.address')
   if (typeof address !== 'string') f.error(where, 'required: host:port of the Redis every replica shares (rediss://host:port for TLS)')
+  else {
+    const r = parseRedisAddress(address)
+    if (!r.ok) f.error(where, r.message)
+  }
   const keys = ['namespace', 'usernameKey', 'passwordKey']
   secretRef(g, at, keys, f, ['name'])
   const ref = asObj(g.secretRef)

@@ -1,8 +1,11 @@
-// The Redis of a global rate limit (RateLimit and AIUsage `global`): a
+// The Redis of a global rate limit (RateLimit and AIUsage `global`): an
+// address sallyport can use (host:port, redis://, rediss:// for TLS), never
+// with credentials in it — they would show in logs and /config_dump — and a
 // secretRef of the shape compile resolves.
 import t from 'tap'
 import { validateDocument } from '../../lib/validate/validate.ts'
 import { formatProblem } from '../../lib/resources/problem.ts'
+import { parseRedisAddress } from '../../lib/redis-address.ts'
 
 const src = { file: 'limits.yaml', doc: 2 }
 
@@ -18,6 +21,50 @@ const limit = (global: unknown): unknown => backend('RateLimit', { requests: 5, 
 function errorsOf(doc: unknown): string[] {
   return validateDocument(doc, src).problems.filter((p) => p.severity === 'error').map(formatProblem)
 }
+
+t.test('parseRedisAddress: host:port, redis://, rediss:// (TLS); port 6379 when left out; IPv6 in brackets', async (t) => {
+  const ok = (text: string): unknown => { const r = parseRedisAddress(text); return r.ok ? r.value : r.message }
+  t.same(ok('redis.infra:6379'), { host: 'redis.infra', port: 6379, tls: false })
+  t.same(ok('redis://redis.infra:6380'), { host: 'redis.infra', port: 6380, tls: false })
+  t.same(ok('rediss://cache.abc.use1.cache.amazonaws.com:6379'), { host: 'cache.abc.use1.cache.amazonaws.com', port: 6379, tls: true })
+  t.same(ok('REDISS://my-cache.redis.cache.windows.net:6380/'), { host: 'my-cache.redis.cache.windows.net', port: 6380, tls: true })
+  t.same(ok('redis'), { host: 'redis', port: 6379, tls: false })
+  t.same(ok('redis://10.0.0.7/0'), { host: '10.0.0.7', port: 6379, tls: false })
+  t.same(ok('[::1]:6379'), { host: '::1', port: 6379, tls: false })
+  t.same(ok('rediss://[fd00::7]'), { host: 'fd00::7', port: 6379, tls: true })
+})
+
+t.test('credentials in global.redis are an error naming file, object and field, without echoing them', async (t) => {
+  const message = 'credentials in the Redis URL would show in logs and /config_dump: put them in the Secret named by global.secretRef'
+  for (const redis of ['redis://limiter:SECRET-1@redis.infra:6379', 'rediss://:SECRET-2@redis.infra:6380', 'SECRET-3@redis.infra:6379', 'redis://user@redis.infra']) {
+    const errors = errorsOf(limit({ redis }))
+    t.same(errors, [`limits.yaml:2: Backend default/api: spec.extensions[0].config.global.redis: ${message}`], redis)
+    t.notMatch(errors.join(), /SECRET/, 'not echoed')
+  }
+  // The object form, a rule's own global, and AIUsage's budget alike.
+  t.match(errorsOf(limit({ redis: { address: 'redis://u:SECRET-4@redis:6379' } })), [/spec\.extensions\[0\]\.config\.global\.redis\.address: credentials in the Redis URL/])
+  t.match(errorsOf(backend('RateLimit', { rules: [{ requests: 1, global: { redis: 'rediss://u:SECRET-5@r:6380' } }] })), [/spec\.extensions\[0\]\.config\.rules\[0\]\.global\.redis: credentials in the Redis URL/])
+  t.match(errorsOf(backend('RateLimit', { rules: [{ requests: 1 }], global: { redis: 'rediss://u:SECRET-6@r:6380' } })), [/spec\.extensions\[0\]\.config\.global\.redis: credentials in the Redis URL/])
+  t.match(errorsOf(backend('AIUsage', { budget: { tokens: 1000, global: { redis: 'redis://:SECRET-7@r' } } })), [/spec\.extensions\[0\]\.config\.budget\.global\.redis: credentials in the Redis URL/])
+})
+
+t.test('an address sallyport cannot use is an error naming the field and saying why', async (t) => {
+  const forms = '(host:port, redis://host:port, or rediss://host:port for TLS)'
+  const at = 'limits.yaml:2: Backend default/api: spec.extensions[0].config.global.redis'
+  t.same(errorsOf(limit({ redis: 'redis.infra:99999' })), [`${at}: "redis.infra:99999" is not a Redis address ${forms}: "99999" is not a port (1-65535)`])
+  t.same(errorsOf(limit({ redis: 'redis.infra:' })), [`${at}: "redis.infra:" is not a Redis address ${forms}: "" is not a port (1-65535)`])
+  t.same(errorsOf(limit({ redis: 'not a host!' })), [`${at}: "not a host!" is not a Redis address ${forms}: "not a host!" is not a host name or IP address`])
+  t.same(errorsOf(limit({ redis: 'http://redis.infra:6379' })), [`${at}: "http://redis.infra:6379" is not a Redis address ${forms}: scheme http is not redis or rediss`])
+  t.same(errorsOf(limit({ redis: 'redis://redis.infra:6379/3' })), [`${at}: "redis://redis.infra:6379/3" is not a Redis address ${forms}: a path, query or fragment (a database other than 0) is not supported`])
+  t.same(errorsOf(limit({ redis: '::1:6379' })), [`${at}: "::1:6379" is not a Redis address ${forms}: an IPv6 address goes in brackets, [::1]:6379`])
+  t.same(errorsOf(limit({ redis: '' })), [`${at}: "" is not a Redis address ${forms}: no host`])
+  t.same(errorsOf(limit({})), [`${at}: required: host:port of the Redis every replica shares (rediss://host:port for TLS)`])
+  t.same(errorsOf(limit({ redis: 'rediss://redis.infra:6380', timeoutMs: 0, failureMode: 'shut' })), [
+    'limits.yaml:2: Backend default/api: spec.extensions[0].config.global.timeoutMs: must be a positive number, got 0',
+    'limits.yaml:2: Backend default/api: spec.extensions[0].config.global.failureMode: must be one of open, closed, got "shut"',
+  ])
+  t.same(errorsOf(limit({ redis: 'rediss://redis.infra:6380', timeoutMs: 500 })), [], 'TLS, a timeout: fine')
+})
 
 t.test('global.secretRef: a Secret name, and only the fields compile reads', async (t) => {
   const at = 'limits.yaml:2: Backend default/api: spec.extensions[0].config.global.secretRef'
