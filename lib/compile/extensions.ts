@@ -12,8 +12,9 @@
 //
 // Secret references (`secretRef`, `oauth2.secretRef`, `awsSigV4.secretRef`,
 // and the Redis AUTH Secret of a global rate limit: `global.secretRef`,
-// `rules[i].global.secretRef`, `budget.global.secretRef`) are resolved here
-// into the table, so the data path never reads sources; a
+// `rules[i].global.secretRef`, `budget.global.secretRef`, or a
+// BackendTrafficPolicy's sallyport.io/rate-limit-redis-secret) are resolved
+// here into the table, so the data path never reads sources; a
 // changed Secret recompiles into new values (rotation without restart).
 
 import { createHmac } from 'node:crypto'
@@ -26,6 +27,9 @@ import type { CompiledExtension, ExtensionChain } from './table.ts'
 import { isReferenceAllowed, refNotPermitted, type From } from './refs.ts'
 import type { ObjectStatus } from './status.ts'
 import { condition, statusKey } from './conditions.ts'
+import { ANNOTATIONS, parseSecretRef } from '../validate/annotations.ts'
+import { key as mapKey } from '../validate/findings.ts'
+import { parseRedisAddress } from '../redis-address.ts'
 
 /** Where a list of extensions was declared. */
 export interface ExtensionOwner {
@@ -206,16 +210,20 @@ export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['s
   }
 }
 
-/** Annotation on a BackendTrafficPolicy of type Global: the Redis (host:port) every replica shares. */
-export const RATE_LIMIT_REDIS = 'sallyport.io/rate-limit-redis'
+/** Annotation on a BackendTrafficPolicy of type Global: the Redis (host:port, rediss://host:port for TLS) every replica shares. */
+export const RATE_LIMIT_REDIS = ANNOTATIONS.RATE_LIMIT_REDIS
+/** With it: the Secret (the policy's namespace) whose `password`, and `username` if it has one, AUTH to that Redis. */
+export const RATE_LIMIT_REDIS_SECRET = ANNOTATIONS.RATE_LIMIT_REDIS_SECRET
 
 /**
  * Envoy Gateway BackendTrafficPolicy.rateLimit as a RateLimit extension (one
  * machinery for both). Each rule's clientSelectors must all hold (AND); a
  * header or sourceCIDR of type Distinct gives each value its own bucket, the
  * others select which requests share the rule's one bucket per route. Global
- * rules use the Redis of the RATE_LIMIT_REDIS annotation; without it they are
- * counted per process (Local) — the status of the policy does not change.
+ * rules use the Redis of the RATE_LIMIT_REDIS annotation, with AUTH from the
+ * Secret RATE_LIMIT_REDIS_SECRET names (as `global.secretRef`: resolved like
+ * any extension Secret); without a usable address they are counted per
+ * process (Local) — the status of the policy does not change; validate warns.
  */
 export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec | null {
   const rl = policy.rateLimit
@@ -240,14 +248,26 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
     const match = headers.length + (sourceCIDR === undefined ? 0 : 1) === 0 ? undefined : { ...(headers.length > 0 ? { headers } : {}), ...(sourceCIDR === undefined ? {} : { sourceCIDR }) }
     return { requests: r.requests, unit: r.unit, key, ...(match === undefined ? {} : { match }) }
   })
+  const config: Record<string, unknown> = { rules }
   const redis = policy.meta.annotations[RATE_LIMIT_REDIS]
-  const config: Record<string, unknown> = { rules, ...(rl.type === 'Global' && redis !== undefined && redis !== '' ? { global: { redis } } : {}) }
+  // An address with credentials (or none at all) is ignored: it would show in /config_dump (validate warns).
+  if (rl.type === 'Global' && redis !== undefined && parseRedisAddress(redis).ok) {
+    const ref = policy.meta.annotations[RATE_LIMIT_REDIS_SECRET]
+    const secret = ref === undefined ? null : parseSecretRef(ref, policy.meta.namespace)
+    const name = secret?.ok === true ? secret.value.slice(secret.value.indexOf('/') + 1) : null
+    config.global = { redis: redis.trim(), ...(name === null ? {} : { secretRef: { name } }) }
+  }
   return { name: 'rate-limit', type: 'RateLimit', phase: null, priority: 0, failOpen: false, config }
 }
 
 /** The owner record of a Backend's spec.extensions: its own group and kind, which a ReferenceGrant for its Secrets must name. */
 export function backendExtensionOwner(b: Backend): ExtensionOwner {
   return { ...groupKindOf(b), namespace: b.meta.namespace, name: b.meta.name, createdAt: b.meta.creationTimestamp, firstSeen: b.meta.firstSeen }
+}
+
+/** The owner record of the RateLimit a BackendTrafficPolicy's rateLimit runs as (rateLimitExtension). */
+export function trafficPolicyOwner(policy: BackendTrafficPolicy): ExtensionOwner {
+  return { kind: 'BackendTrafficPolicy', group: 'gateway.envoyproxy.io', namespace: policy.meta.namespace, name: policy.meta.name, createdAt: policy.meta.creationTimestamp, firstSeen: policy.meta.firstSeen }
 }
 
 export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
@@ -258,7 +278,8 @@ export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
 export interface SecretRefProblem { readonly statusKey: string; readonly reason: SecretRefError['reason']; readonly problem: ConfigProblem }
 
 /**
- * Every Backend's and EgressExtension's Secret references that cannot be used,
+ * Every Backend's, EgressExtension's and BackendTrafficPolicy's (its
+ * rate-limit-redis-secret annotation) Secret references that cannot be used,
  * whether or not a route uses the owner yet: the requests through such an
  * extension fail (500; never sent without the credential), and this says why,
  * naming the file, the object and the field (status, /config_dump, validate).
@@ -283,6 +304,19 @@ export function secretRefProblems(snapshot: Snapshot, options: { readonly missin
   }
   for (const b of snapshot.backends.values()) check(backendExtensionOwner(b), keyOfBackend(b), b.source, b.extensions)
   for (const e of snapshot.egressExtensions.values()) check(egressExtensionOwner(e), statusKey('EgressExtension', e.meta.namespace, e.meta.name), e.source, e.extensions)
+  for (const p of snapshot.backendTrafficPolicies.values()) {
+    const spec = rateLimitExtension(p)
+    if (spec === null) continue
+    const { error } = resolveSecrets(snapshot, trafficPolicyOwner(p), ExtensionType.RATE_LIMIT, spec.config)
+    if (error === null || (!options.missingSecrets && error.missing)) continue
+    out.push({
+      statusKey: statusKey('BackendTrafficPolicy', p.meta.namespace, p.meta.name), reason: error.reason,
+      problem: {
+        source: p.source, kind: 'BackendTrafficPolicy', namespace: p.meta.namespace, name: p.meta.name, field: mapKey('metadata.annotations', RATE_LIMIT_REDIS_SECRET),
+        message: `${error.message}; requests this policy's rate limit applies to fail`, severity: 'error',
+      },
+    })
+  }
   return out.sort((a, b) => a.problem.source.file < b.problem.source.file ? -1 : a.problem.source.file > b.problem.source.file ? 1 : a.problem.source.doc - b.problem.source.doc)
 }
 

@@ -12,7 +12,7 @@ import type { BackendResolver } from './backends.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
-import { egressExtensionOwner, rateLimitExtension, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
+import { egressExtensionOwner, rateLimitExtension, trafficPolicyOwner, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
 import { ANNOTATIONS, parseBool, parseConnectPorts } from '../validate/annotations.ts'
 
 export interface RuleContext {
@@ -231,7 +231,7 @@ function compileRule(
   const limit = policy === null || ctx.extensionCompiler === undefined ? null : rateLimitExtension(policy)
   if (limit !== null && policy !== null) {
     const own = policy.targetRefs.some(r => r.kind === route.kind && r.name === route.meta.name)
-    scopes.push({ scope: own ? 'Route' : 'Gateway', owner: { kind: 'BackendTrafficPolicy', group: 'gateway.envoyproxy.io', namespace: policy.meta.namespace, name: policy.meta.name, createdAt: policy.meta.creationTimestamp, firstSeen: policy.meta.firstSeen }, list: [limit] })
+    scopes.push({ scope: own ? 'Route' : 'Gateway', owner: trafficPolicyOwner(policy), list: [limit] })
   }
 
   // Backends. Gateway API: invalid refs get 500 for their share; all invalid → 500.

@@ -6,6 +6,7 @@
 // compile, where the other objects are known.
 
 import { asObj, asStr } from './access.ts'
+import { parseRedisAddress } from '../redis-address.ts'
 import type { Obj } from './access.ts'
 import { Findings, key } from './findings.ts'
 
@@ -20,6 +21,10 @@ export const ANNOTATIONS = {
   UPSTREAM_PROXY_SECRET: 'sallyport.io/upstream-proxy-secret',
   /** Backend: it is another egress gateway (issue 6). */
   PARENT_GATEWAY: 'sallyport.io/parent-gateway',
+  /** BackendTrafficPolicy of rateLimit type Global: the Redis every replica shares (host:port, rediss://host:port for TLS). */
+  RATE_LIMIT_REDIS: 'sallyport.io/rate-limit-redis',
+  /** BackendTrafficPolicy: Secret (same namespace) with `password`, and `username` if an ACL user, for AUTH to that Redis. */
+  RATE_LIMIT_REDIS_SECRET: 'sallyport.io/rate-limit-redis-secret',
 } as const
 
 export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string }
@@ -129,6 +134,22 @@ export function checkAnnotations(kind: string, obj: Obj, f: Findings): void {
         else {
           warn(name, parseSecretRef(value, namespace))
           if (text(ANNOTATIONS.UPSTREAM_PROXY) === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.UPSTREAM_PROXY}`)
+        }
+        break
+      case ANNOTATIONS.RATE_LIMIT_REDIS:
+        if (kind !== 'BackendTrafficPolicy') f.warn(at(name), 'applies to BackendTrafficPolicies only; ignored here')
+        else {
+          const r = parseRedisAddress(value, `put them in a Secret named by ${ANNOTATIONS.RATE_LIMIT_REDIS_SECRET}`)
+          if (!r.ok) f.warn(at(name), `${r.message}; the annotation is ignored and the limit counted per process`)
+          else if (asStr(asObj(asObj(obj.spec)?.rateLimit)?.type) !== 'Global') f.warn(at(name), 'has no effect unless spec.rateLimit.type is Global')
+        }
+        break
+      case ANNOTATIONS.RATE_LIMIT_REDIS_SECRET:
+        if (kind !== 'BackendTrafficPolicy') f.warn(at(name), 'applies to BackendTrafficPolicies only; ignored here')
+        else {
+          const r = parseSecretRef(value, namespace)
+          if (!r.ok) f.warn(at(name), `${r.message}; the annotation is ignored: no AUTH is sent`)
+          if (text(ANNOTATIONS.RATE_LIMIT_REDIS) === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.RATE_LIMIT_REDIS}`)
         }
         break
       case ANNOTATIONS.PARENT_GATEWAY:

@@ -1,5 +1,6 @@
 // The Redis AUTH Secret of a global rate limit (RateLimit and AIUsage
-// `global.secretRef`) is resolved in compile like any
+// `global.secretRef`, the BackendTrafficPolicy annotation
+// sallyport.io/rate-limit-redis-secret) is resolved in compile like any
 // extension Secret: into the compiled extension's `secrets` by config path,
 // under the same ReferenceGrant rule, with the same ResolvedRefs problems; never
 // shown in /config_dump; and read through the snapshot, so a change to it
@@ -126,9 +127,60 @@ spec:
   t.same(extensionOf(granted.table, 'xns.test')?.secrets, { 'global.secretRef': { password: PASSWORD } }, 'a ReferenceGrant lets it read another namespace')
 })
 
+const POLICY = (annotations: Record<string, string>): string => `apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: per-tenant, namespace: default, annotations: ${JSON.stringify(annotations)} }
+spec:
+  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: api }]
+  rateLimit:
+    type: Global
+    global:
+      rules:
+      - limit: { requests: 5, unit: Minute }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: api, namespace: default }
+spec:
+  parentRefs: [{ name: gw }]
+  hostnames: [api.test]
+  rules:
+    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: api, port: 80 }]
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: api, namespace: default }
+spec:
+  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
+`
+
+t.test('BackendTrafficPolicy: sallyport.io/rate-limit-redis-secret feeds the same secretRef; a missing Secret is a problem on the policy', async t => {
+  const annotations = { 'sallyport.io/rate-limit-redis': 'rediss://redis.infra:6380', 'sallyport.io/rate-limit-redis-secret': 'redis-auth' }
+  const good = compile(snapshotOf(POLICY(annotations), secret('redis-auth', { username: 'limiter', password: PASSWORD })), b.opts)
+  t.same(good.problems, [])
+  const ext = extensionOf(good.table, 'api.test', 'rate-limit')
+  t.same(ext?.config.global, { redis: 'rediss://redis.infra:6380', secretRef: { name: 'redis-auth' } })
+  t.same(ext?.secrets, { 'global.secretRef': { username: 'limiter', password: PASSWORD } })
+  t.equal(ext?.error, null)
+  t.notMatch(JSON.stringify(dumpTable(good.table)), PASSWORD)
+
+  const missing = compile(snapshotOf(POLICY(annotations)), b.opts)
+  t.same(missing.problems.map(p => [p.kind, p.name, p.field, p.message]), [
+    ['BackendTrafficPolicy', 'per-tenant', 'metadata.annotations[sallyport.io/rate-limit-redis-secret]', 'Secret default/redis-auth not found; requests this policy\'s rate limit applies to fail'],
+  ])
+  t.match(missing.status.objects.get('BackendTrafficPolicy/default/per-tenant')?.conditions.find(c => c.type === 'ResolvedRefs'), { status: 'False', reason: 'InvalidSecretRef', message: /rate-limit-redis-secret\]: Secret default\/redis-auth not found/ })
+  t.match(extensionOf(missing.table, 'api.test', 'rate-limit')?.error, /Secret default\/redis-auth not found/)
+
+  // Credentials in the address: the annotation is ignored (validate warns), nothing of it reaches the table.
+  const inUrl = compile(snapshotOf(POLICY({ 'sallyport.io/rate-limit-redis': `redis://limiter:${PASSWORD}@redis.infra:6379` })), b.opts)
+  t.equal(extensionOf(inUrl.table, 'api.test', 'rate-limit')?.config.global, undefined, 'counted per process')
+  t.notMatch(JSON.stringify(dumpTable(inUrl.table)), PASSWORD)
+})
+
 t.test('the Redis Secret is a referenced Secret: a change to it reloads', async t => {
   for (const docs of [
     [backend('rl', 'RateLimit', `{ requests: 5, global: { redis: "r:6379", secretRef: { name: redis-auth } } }`)],
+    [POLICY({ 'sallyport.io/rate-limit-redis': 'r:6379', 'sallyport.io/rate-limit-redis-secret': 'redis-auth' })],
   ]) {
     const references = new References()
     compile(references.track(snapshotOf(...docs, secret('redis-auth', { password: PASSWORD }), secret('unrelated', { password: 'x' }))), b.opts)

@@ -1,7 +1,8 @@
-// The Redis of a global rate limit (RateLimit and AIUsage `global`): an
-// address sallyport can use (host:port, redis://, rediss:// for TLS), never
-// with credentials in it — they would show in logs and /config_dump — and a
-// secretRef of the shape compile resolves.
+// The Redis of a global rate limit (RateLimit and AIUsage `global`, the
+// BackendTrafficPolicy annotations): an address sallyport can use (host:port,
+// redis://, rediss:// for TLS), never with credentials in it — they would
+// show in logs and /config_dump — and a secretRef of the shape compile
+// resolves.
 import t from 'tap'
 import { validateDocument } from '../../lib/validate/validate.ts'
 import { formatProblem } from '../../lib/resources/problem.ts'
@@ -20,6 +21,10 @@ const limit = (global: unknown): unknown => backend('RateLimit', { requests: 5, 
 
 function errorsOf(doc: unknown): string[] {
   return validateDocument(doc, src).problems.filter((p) => p.severity === 'error').map(formatProblem)
+}
+
+function warningsOf(doc: unknown): string[] {
+  return validateDocument(doc, src).problems.filter((p) => p.severity === 'warning').map((p) => `${p.field}: ${p.message}`)
 }
 
 t.test('parseRedisAddress: host:port, redis://, rediss:// (TLS); port 6379 when left out; IPv6 in brackets', async (t) => {
@@ -75,4 +80,29 @@ t.test('global.secretRef: a Secret name, and only the fields compile reads', asy
   t.same(errorsOf(limit({ redis: 'r:6379', secretRef: { name: 'redis-auth', passwordKey: 7 } })), [`${at}.passwordKey: must be a non-empty string, got 7`])
   t.same(errorsOf(limit({ redis: 'r:6379', password: 'x' })), ['limits.yaml:2: Backend default/api: spec.extensions[0].config.global.password: unknown field; expected one of redis, secretRef, timeoutMs, failureMode'])
   t.match(errorsOf(backend('AIUsage', { budget: { tokens: 1000, global: { redis: 'r:6379', secretRef: { name: '' } } } })), [/config\.budget\.global\.secretRef\.name: required: the Secret name$/])
+})
+
+t.test('BackendTrafficPolicy annotations: a Redis address with credentials or unusable is a warning (the annotation is ignored)', async (t) => {
+  const policy = (annotations: Record<string, string>, type = 'Global'): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default', annotations },
+    spec: {
+      targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'r' }],
+      rateLimit: { type, [type === 'Global' ? 'global' : 'local']: { rules: [{ limit: { requests: 5, unit: 'Minute' } }] } },
+    },
+  })
+  const redis = 'metadata.annotations[sallyport.io/rate-limit-redis]'
+  const secret = 'metadata.annotations[sallyport.io/rate-limit-redis-secret]'
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'rediss://redis.infra:6380', 'sallyport.io/rate-limit-redis-secret': 'redis-auth' })), [])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis://u:SECRET-8@redis.infra:6379' })), [
+    `${redis}: credentials in the Redis URL would show in logs and /config_dump: put them in a Secret named by sallyport.io/rate-limit-redis-secret; the annotation is ignored and the limit counted per process`,
+  ])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis.infra:0' })), [
+    `${redis}: "redis.infra:0" is not a Redis address (host:port, redis://host:port, or rediss://host:port for TLS): "0" is not a port (1-65535); the annotation is ignored and the limit counted per process`,
+  ])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis.infra:6379', 'sallyport.io/rate-limit-redis-secret': 'infra/redis-auth' })), [
+    `${secret}: Secret infra/redis-auth is in another namespace; only default can be read; the annotation is ignored: no AUTH is sent`,
+  ])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis-secret': 'redis-auth' })), [`${secret}: has no effect without sallyport.io/rate-limit-redis`])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis.infra:6379' }, 'Local')), [`${redis}: has no effect unless spec.rateLimit.type is Global`])
+  t.same(errorsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis://u:SECRET-9@redis.infra:6379' })), [], 'the policy itself still serves')
 })
