@@ -122,6 +122,7 @@ export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHoo
   }
 
   return {
+    close(): void { budget?.close() },
     requestHeaders(req: RequestView) {
       if (budget === null) return
       const d = budget.decide(budget.key(req), 'check', 0)

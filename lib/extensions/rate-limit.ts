@@ -115,6 +115,8 @@ export class Limiter {
   readonly #prefix: string
   readonly #parts: readonly KeyPart[]
   readonly #redis: ReturnType<RedisPool['get']> | null
+  readonly #pool: RedisPool
+  #released = false
   /** Local store (no Redis): the process's buckets (tests: their own) and this limit's family in them. */
   readonly #local: LocalBuckets
   readonly #family: BucketFamily
@@ -136,6 +138,7 @@ export class Limiter {
    */
   constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', options: { readonly globalAt?: string; readonly buckets?: LocalBuckets } = {}) {
     const buckets = options.buckets ?? local
+    this.#pool = redis
     const amount = Number(block[amountField])
     if (!(amount > 0)) throw new Error(`${amountField} must be a positive number`)
     const unitMs = UNIT_MS[String(block.unit ?? 'Minute')]
@@ -158,6 +161,13 @@ export class Limiter {
     this.#local = buckets
     this.#family = buckets.family(this.#prefix)
     this.#failOpen = (block.failureMode ?? global?.failureMode ?? 'open') !== 'closed'
+  }
+
+  /** Gives the Redis client back to the pool (the extension left the table); once. */
+  close(): void {
+    if (this.#redis === null || this.#released) return
+    this.#released = true
+    this.#pool.release(this.#redis)
   }
 
   // hot path
@@ -227,16 +237,21 @@ interface Rule { readonly limiter: Limiter; readonly match: RequestMatch | null;
 
 export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionHooks {
   const blocks = Array.isArray(spec.config.rules) ? spec.config.rules as Array<Record<string, unknown>> : [spec.config]
-  const rules: Rule[] = blocks.map((b, i) => {
-    const block: Record<string, unknown> = { ...(Array.isArray(spec.config.rules) ? { global: spec.config.global, failureMode: spec.config.failureMode, name: `${spec.name}-${i}` } : {}), ...b }
-    // A rule's own `global` (its own Redis and Secret), else the one of the whole config.
-    const globalAt = Array.isArray(spec.config.rules) && b.global !== undefined ? `rules[${i}].global` : 'global'
-    return {
-      limiter: new Limiter(spec, block, redis, 'requests', { globalAt }),
-      match: compileMatch(block.match),
-      cost: typeof block.cost === 'number' && block.cost > 0 ? block.cost : 1,
-    }
-  })
+  const rules: Rule[] = []
+  try {
+    blocks.forEach((b, i) => {
+      const block: Record<string, unknown> = { ...(Array.isArray(spec.config.rules) ? { global: spec.config.global, failureMode: spec.config.failureMode, name: `${spec.name}-${i}` } : {}), ...b }
+      // A rule's own `global` (its own Redis and Secret), else the one of the whole config.
+      const globalAt = Array.isArray(spec.config.rules) && b.global !== undefined ? `rules[${i}].global` : 'global'
+      const match = compileMatch(block.match)
+      rules.push({ limiter: new Limiter(spec, block, redis, 'requests', { globalAt }), match, cost: typeof block.cost === 'number' && block.cost > 0 ? block.cost : 1 })
+    })
+  } catch (err) {
+    // A rule that cannot run: the extension fails (builtins.ts); the rules built so far give their clients back.
+    for (const r of rules) r.limiter.close()
+    throw err
+  }
+  const close = (): void => { for (const r of rules) r.limiter.close() }
   const headersOnSuccess = spec.config.responseHeaders !== false
   if (rules.length === 1 && rules[0]?.match === null) {
     const { limiter, cost } = rules[0]
@@ -246,9 +261,11 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
         const d = limiter.decide(limiter.key(req), 'take', cost)
         return d instanceof Promise ? d.then(onDecision) : onDecision(d)
       },
+      close,
     }
   }
   return {
+    close,
     async requestHeaders(req: RequestView): Promise<HookResult> {
       let tightest: { limiter: Limiter; d: Decision } | null = null
       for (const r of rules) {

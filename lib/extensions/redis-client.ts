@@ -220,24 +220,50 @@ export class Script {
 
 /**
  * One client per address, TLS, credentials and timeout, shared by every
- * extension that names the same. The map key holds no password: the
- * credentials count by an HMAC under a key random per pool.
+ * extension that names the same, and closed when the last of them releases
+ * it: a rotated password or a changed address leaves no connection behind
+ * (one that stayed would keep the old credentials' session open). The map key
+ * holds no password: the credentials count by an HMAC under a key random per
+ * pool.
  */
 export class RedisPool {
-  readonly #clients = new Map<string, RedisClient>()
+  readonly #clients = new Map<string, { readonly client: RedisClient; users: number }>()
+  readonly #keys = new Map<RedisClient, string>()
   readonly #salt = randomBytes(32)
+
+  /** The client for these, shared; each get() is paired with a release() when its user is done. */
   get(target: RedisAddress, options: RedisClientOptions = {}): RedisClient {
     const credentials = options.password === undefined || options.password === null
       ? '-'
       : createHmac('sha256', this.#salt).update(JSON.stringify([options.username ?? null, options.password])).digest('base64url')
     const key = `${formatRedisAddress(target)}|${credentials}|${options.timeoutMs ?? ''}|${options.ca === undefined ? '' : createHash('sha256').update(options.ca).digest('base64url')}`
-    let c = this.#clients.get(key)
-    if (c === undefined) this.#clients.set(key, c = new RedisClient(target, options))
-    return c
+    let entry = this.#clients.get(key)
+    if (entry === undefined) {
+      entry = { client: new RedisClient(target, options), users: 0 }
+      this.#clients.set(key, entry)
+      this.#keys.set(entry.client, key)
+    }
+    entry.users++
+    return entry.client
   }
+
+  /** One user less; the last one closes the client. */
+  release(client: RedisClient): void {
+    const key = this.#keys.get(client)
+    const entry = key === undefined ? undefined : this.#clients.get(key)
+    if (key === undefined || entry === undefined || --entry.users > 0) return
+    this.#clients.delete(key)
+    this.#keys.delete(client)
+    client.close()
+  }
+
+  /** Clients open now (tests). */
+  get size(): number { return this.#clients.size }
+
   async close(): Promise<void> {
-    for (const c of this.#clients.values()) c.close()
+    for (const { client } of this.#clients.values()) client.close()
     this.#clients.clear()
+    this.#keys.clear()
   }
 }
 

@@ -83,3 +83,27 @@ t.test('a wrong password: closed answers 429 at once, counted, and the log names
   t.equal(await status(hook(none)), 429)
   t.match(linesWith('global rate limit unavailable')[0], { code: 'noauth', error: /requires AUTH and no password is configured: NOAUTH/ })
 })
+
+t.test('an extension that leaves the table gives its Redis client back: the last one closes it', { skip }, async (t) => {
+  const redis = await startRedis(t, { args: ['--requirepass', PASSWORD] })
+  const pool = new RedisPool()
+  t.teardown(() => pool.close())
+  const global = { redis: `127.0.0.1:${redis.port}`, timeoutMs: 2000, secretRef: { name: 'redis-auth' } }
+  const secrets = { 'global.secretRef': { password: PASSWORD } }
+  const one = rateLimit(spec('one', 'RateLimit', { requests: 5, unit: 'Minute', key: ['route'], global, failureMode: 'closed' }, secrets), pool)
+  const rules = rateLimit(spec('rules', 'RateLimit', { global, failureMode: 'closed', rules: [{ requests: 5 }, { requests: 9, global: { ...global, timeoutMs: 3000 } }] }, { ...secrets, 'rules[1].global.secretRef': { password: PASSWORD } }), pool)
+  const budget = aiUsage(spec('budget', 'AIUsage', { budget: { tokens: 10, global } }, { 'budget.global.secretRef': { password: PASSWORD } }), pool)
+  t.equal(pool.size, 2, 'one client per address, credentials and timeout')
+  t.equal(await status(hook(one)), 200)
+  await one.close?.()
+  await one.close?.()
+  t.equal(pool.size, 2, 'still used by the others (closing twice releases once)')
+  t.equal(await status(hook(rules)), 200)
+  await rules.close?.()
+  t.equal(pool.size, 1)
+  await budget.close?.()
+  t.equal(pool.size, 0, 'no connection left behind')
+  // A rule that cannot run fails the extension; the rules built before it give their clients back.
+  t.throws(() => rateLimit(spec('broken', 'RateLimit', { global, rules: [{ requests: 5 }, { requests: 0 }] }, secrets), pool), /requests must be a positive number/)
+  t.equal(pool.size, 0)
+})

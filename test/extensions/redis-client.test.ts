@@ -100,6 +100,27 @@ t.test('the pool gives distinct credentials distinct connections', { skip }, asy
   t.equal((await rejection(bad.command(['PING']))).code, RedisErrorCode.AUTH_REFUSED)
 })
 
+// A rotated password (or a changed address) gives the extension a new client;
+// the old one, still AUTHed with the old password, must not stay open.
+t.test('the pool closes a client when the last user releases it', { skip }, async (t) => {
+  const redis = await startRedis(t, { args: ['--requirepass', PASSWORD] })
+  const pool = new RedisPool()
+  t.teardown(() => pool.close())
+  const target = { host: '127.0.0.1', port: redis.port, tls: false }
+  const a = pool.get(target, { password: PASSWORD, timeoutMs: 2000 })
+  const b = pool.get(target, { password: PASSWORD, timeoutMs: 2000 })
+  t.equal(a, b)
+  t.equal(await a.command(['PING']), 'PONG')
+  pool.release(a)
+  t.equal(await b.command(['PING']), 'PONG', 'one user left: still open')
+  pool.release(b)
+  t.equal(pool.size, 0)
+  t.equal((await rejection(b.command(['PING']))).code, RedisErrorCode.CLOSED, 'the last one closed it')
+  const c = pool.get(target, { password: PASSWORD, timeoutMs: 2000 })
+  t.not(c, a, 'a new user gets a new client')
+  t.equal(await c.command(['PING']), 'PONG')
+})
+
 t.test('rediss://: TLS to a redis-server with a certificate of the test CA, verified; AUTH over it', { skip }, async (t) => {
   const ca = createCa()
   const leaf = serverCert(ca, ['localhost'])
