@@ -104,6 +104,9 @@ export function redisCredentials(spec: CompiledExtension, global: Readonly<Recor
   return { username: username === undefined ? null : trim(username), password: trim(password) }
 }
 
+/** A limit's Redis failing with the same error is logged again at most this often. */
+const FAILURE_LOG_EVERY_MS = 10_000
+
 /** Redis unreachable, failureMode open: allowed, the count unknown (no RateLimit field). */
 const UNKNOWN: Decision = Object.freeze({ allowed: true, remaining: 0, waitMs: 0 })
 /** Redis unreachable, failureMode closed: 429, retry in a second. */
@@ -117,6 +120,8 @@ export class Limiter {
   readonly #redis: ReturnType<RedisPool['get']> | null
   readonly #pool: RedisPool
   #released = false
+  /** The failure last logged: its code, when, and how many like it were not logged since. */
+  #failureLog: { readonly code: string; readonly at: number; suppressed: number } | null = null
   /** Local store (no Redis): the process's buckets (tests: their own) and this limit's family in them. */
   readonly #local: LocalBuckets
   readonly #family: BucketFamily
@@ -163,6 +168,25 @@ export class Limiter {
     this.#failOpen = (block.failureMode ?? global?.failureMode ?? 'open') !== 'closed'
   }
 
+  /**
+   * A failed decision, logged: a new error (code) at once, the same one again at
+   * most every FAILURE_LOG_EVERY_MS with how many failures it stands for. With
+   * Redis down every request fails, and each was a warn line (the metric
+   * sallyport_rate_limit_redis_errors_total counts them all).
+   */
+  #logFailure(err: unknown): void {
+    const code = err instanceof RedisError ? err.code : 'error'
+    const now = performance.now()
+    const last = this.#failureLog
+    if (last !== null && last.code === code && now - last.at < FAILURE_LOG_EVERY_MS) {
+      last.suppressed++
+      return
+    }
+    const repeats = last !== null && last.code === code ? last.suppressed : 0
+    log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen, ...(repeats > 0 ? { repeats } : {}) }, 'global rate limit unavailable')
+    this.#failureLog = { code, at: now, suppressed: 0 }
+  }
+
   /** Gives the Redis client back to the pool (the extension left the table); once. */
   close(): void {
     if (this.#redis === null || this.#released) return
@@ -193,7 +217,7 @@ export class Limiter {
     if (this.#redis === null) return this.#local.decide(this.#family, key, this.config.limit, mode, cost)
     return decideGlobal(this.#redis, key, this.config.limit, mode, cost).catch((err: unknown) => {
       rateLimitBackendErrors.inc({ outcome: this.#failOpen ? 'open' : 'closed' })
-      log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen }, 'global rate limit unavailable')
+      this.#logFailure(err)
       return this.#failOpen ? UNKNOWN : CLOSED
     })
   }

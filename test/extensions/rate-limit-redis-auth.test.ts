@@ -70,7 +70,7 @@ t.test('a wrong password: closed answers 429 at once, counted, and the log names
   t.ok(Date.now() - started < 2000, 'without waiting for the command timeout')
   t.equal(await metricValue('sallyport_rate_limit_redis_errors_total', { outcome: 'closed' }) - before, 2)
   const lines = linesWith('global rate limit unavailable')
-  t.equal(lines.length, 2)
+  t.equal(lines.length, 1, 'one line for two failed decisions (the metric counts each)')
   t.match(lines[0], { component: 'rate-limit', limit: 'wrong-closed', code: 'auth_refused', failOpen: false, error: /^redis 127\.0\.0\.1:\d+ refused AUTH: WRONGPASS/ })
   t.notMatch(JSON.stringify(logLines), PASSWORD, 'no password in any log line')
 
@@ -106,4 +106,21 @@ t.test('an extension that leaves the table gives its Redis client back: the last
   // A rule that cannot run fails the extension; the rules built before it give their clients back.
   t.throws(() => rateLimit(spec('broken', 'RateLimit', { global, rules: [{ requests: 5 }, { requests: 0 }] }, secrets), pool), /requests must be a positive number/)
   t.equal(pool.size, 0)
+})
+
+t.test('a Redis that stays down under load: one log line per limit and error, then at most one every 10 s saying how many it stands for', { skip }, async (t) => {
+  const redis = await startRedis(t, { args: ['--requirepass', 'another-password'] })
+  const pool = new RedisPool()
+  t.teardown(() => pool.close())
+  clearLogs()
+  const before = await metricValue('sallyport_rate_limit_redis_errors_total', { outcome: 'open' })
+  const global = { redis: `127.0.0.1:${redis.port}`, timeoutMs: 5000, secretRef: { name: 'redis-auth' } }
+  const limit = rateLimit(spec('flood', 'RateLimit', { requests: 5, unit: 'Minute', key: ['route'], global, failureMode: 'open' }, { 'global.secretRef': { password: PASSWORD } }), pool)
+  for (let i = 0; i < 200; i++) t.equal(await status(hook(limit)), 200)
+  t.equal(await metricValue('sallyport_rate_limit_redis_errors_total', { outcome: 'open' }) - before, 200, 'every failed decision counted')
+  t.equal(linesWith('global rate limit unavailable').length, 1, '200 failed decisions, one line')
+  // Another limit on the same Redis has its own line.
+  const other = rateLimit(spec('flood-2', 'RateLimit', { requests: 5, unit: 'Minute', key: ['route'], global, failureMode: 'open' }, { 'global.secretRef': { password: PASSWORD } }), pool)
+  await status(hook(other))
+  t.same(linesWith('global rate limit unavailable').map((l) => l.limit), ['flood', 'flood-2'])
 })
