@@ -34,7 +34,7 @@ import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
 import { emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
-import { podFieldsRead, statusRead } from '../resources/read-core.ts'
+import { fieldsReadOf, statusRead } from '../resources/read-core.ts'
 import type { Fields } from '../resources/read-fields.ts'
 import { KubeApiError, WATCH_SILENCE_MS, errorText, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
@@ -272,9 +272,12 @@ export class KubeSource {
     const res = inf.resource
     const version = res.versions[inf.versionIndex] as string
     const path = resourcePath(res, version, inf.namespace)
-    // Pods are kept (here and in ListWatch's own cache) as the few fields the
-    // model reads: a cluster has thousands, and a running Pod's object is 5–10 KiB.
-    const slim = res.modelKind === 'Pod' ? (o: KubernetesObject): KubernetesObject => podFieldsRead(o as unknown as Fields) as KubernetesObject : null
+    // Pods, ConfigMaps and Secrets, watched cluster-wide, are kept (here and in
+    // ListWatch's own cache) as the fields the model reads (read-core.ts
+    // fieldsReadOf): a cluster has thousands of Pods of 5–10 KiB each, and
+    // ConfigMaps of megabytes that sallyport never reads.
+    const cut = fieldsReadOf(res.modelKind)
+    const slim = cut === null ? null : (o: KubernetesObject): KubernetesObject => cut(o as unknown as Fields) as KubernetesObject
     const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
       const list = await this.#listAll(path, res.fieldSelector)
       if (slim !== null) list.items = list.items.map(slim)

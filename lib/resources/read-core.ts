@@ -210,3 +210,49 @@ export function podFieldsRead(doc: Fields): Fields {
     ...(status === null ? {} : { status: readyOnly(pick(status, ['phase', 'podIP', 'podIPs', 'conditions'])) }),
   }
 }
+
+const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
+
+/** metadata as the model reads it: no managed fields, no kubectl copy of the whole object. */
+function metadataRead(doc: Fields): Record<string, unknown> {
+  const meta = objectAt(doc, 'metadata')
+  if (meta === null) return {}
+  const { managedFields: _mf, annotations, ...rest } = meta as Record<string, unknown>
+  if (annotations === null || typeof annotations !== 'object' || !Object.hasOwn(annotations, LAST_APPLIED)) return annotations === undefined ? rest : { ...rest, annotations }
+  const { [LAST_APPLIED]: _copy, ...kept } = annotations as Record<string, unknown>
+  return { ...rest, annotations: kept }
+}
+
+/**
+ * What a cluster-wide ConfigMap watch keeps of each ConfigMap. sallyport reads
+ * ConfigMaps only for PEM (CA bundles, CRLs: compile/refs.ts refuses a value
+ * without '-----BEGIN'), and clusters hold large ones it never reads
+ * (dashboards, rendered charts): a value that is no PEM is kept as its key
+ * with an empty value, so "has no key" and "is not PEM" stay apart. binaryData
+ * is not read.
+ */
+export function configMapFieldsRead(doc: Fields): Fields {
+  const data = stringMapAt(doc, 'data')
+  const kept: Record<string, string> = {}
+  for (const key of Object.keys(data)) {
+    const value = data[key] as string
+    kept[key] = value.includes('-----BEGIN') ? value : ''
+  }
+  return { apiVersion: doc['apiVersion'], kind: doc['kind'], metadata: metadataRead(doc), data: kept }
+}
+
+/** What a cluster-wide Secret watch keeps of each Secret: its data whole, without managed fields or kubectl's plain-text copy. */
+export function secretFieldsRead(doc: Fields): Fields {
+  const { metadata: _m, ...rest } = doc as Record<string, unknown>
+  return { ...rest, metadata: metadataRead(doc) }
+}
+
+/** The cut-down object the Kubernetes source keeps of a kind (null: the whole object). */
+export function fieldsReadOf(modelKind: string): ((doc: Fields) => Fields) | null {
+  switch (modelKind) {
+    case 'Pod': return podFieldsRead
+    case 'ConfigMap': return configMapFieldsRead
+    case 'Secret': return secretFieldsRead
+    default: return null
+  }
+}

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { readObject } from '../../lib/resources/read.ts'
-import { podFieldsRead, statusRead } from '../../lib/resources/read-core.ts'
+import { configMapFieldsRead, podFieldsRead, secretFieldsRead, statusRead } from '../../lib/resources/read-core.ts'
 import type { ConfigMap, EndpointSlice, Namespace, Pod, Secret, Service } from '../../lib/resources/model.ts'
 
 const src = { file: 'inline.yaml', doc: 0 }
@@ -137,4 +137,35 @@ t.test('Pod: a finished Pod carries no address', async (t) => {
     const p = readObject({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'job' }, status: { phase, podIP: '10.0.0.7', podIPs: [{ ip: '10.0.0.7' }] } }, src) as Pod
     t.same(p.podIPs, [], phase)
   }
+})
+
+t.test('ConfigMap and Secret: what the Kubernetes source keeps reads the same where sallyport reads it', async (t) => {
+  const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n'
+  const lastApplied = JSON.stringify({ data: { 'ca.crt': pem, 'dashboard.json': 'x'.repeat(1000) } })
+  const cm = {
+    apiVersion: 'v1', kind: 'ConfigMap',
+    metadata: { name: 'bundle', namespace: 'shop', uid: 'u', resourceVersion: '7', labels: { a: 'b' }, annotations: { 'kubectl.kubernetes.io/last-applied-configuration': lastApplied, team: 'infra' }, managedFields: [{ manager: 'kubectl' }] },
+    data: { 'ca.crt': pem, 'dashboard.json': '{"panels":[' + '{}'.repeat(5000) + ']}' },
+    binaryData: { blob: Buffer.alloc(4096).toString('base64') },
+  }
+  const kept = configMapFieldsRead(cm)
+  const full = readObject(cm, src) as ConfigMap
+  const slim = readObject(kept, src) as ConfigMap
+  t.equal(slim.data['ca.crt'], pem, 'PEM values kept')
+  t.equal(slim.data['dashboard.json'], '', 'a value that is no PEM is kept as a key only: "has no key" and "is not PEM" stay apart')
+  t.same(Object.keys(slim.data).sort(), Object.keys(full.data).sort())
+  t.same(slim.meta.labels, full.meta.labels)
+  t.same(slim.meta.annotations, { team: 'infra' }, 'without kubectl\'s copy of the whole object')
+  t.ok(JSON.stringify(kept).length * 10 < JSON.stringify(cm).length, `${JSON.stringify(kept).length} of ${JSON.stringify(cm).length} bytes`)
+
+  const secret = {
+    apiVersion: 'v1', kind: 'Secret', type: 'kubernetes.io/tls',
+    metadata: { name: 'cert', namespace: 'shop', annotations: { 'kubectl.kubernetes.io/last-applied-configuration': '{"data":{"tls.key":"c2VjcmV0"}}' }, managedFields: [{ manager: 'kubectl' }] },
+    data: { 'tls.crt': Buffer.from(pem).toString('base64'), 'tls.key': Buffer.from('secret').toString('base64') },
+  }
+  const keptSecret = secretFieldsRead(secret)
+  t.same((readObject(keptSecret, src) as Secret).data, (readObject(secret, src) as Secret).data, 'a Secret keeps all its data')
+  t.equal((readObject(keptSecret, src) as Secret).type, 'kubernetes.io/tls')
+  t.notMatch(JSON.stringify(keptSecret), 'last-applied', 'but not kubectl\'s plain copy of it')
+  t.equal((keptSecret.metadata as Record<string, unknown>).managedFields, undefined)
 })
