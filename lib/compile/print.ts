@@ -102,7 +102,22 @@ export function dumpTable(table: RouteTable): unknown {
   return toJson(table, new Map())
 }
 
+/** A URL with a query, in any text: scheme://authority/path?query. */
+const URL_WITH_QUERY = /\b([a-z][a-z0-9+.-]*:\/\/[^\s?#"]*)\?([^\s#"]*)/gi
+
+/**
+ * Query values of the URLs in a string, redacted: services take API keys in
+ * query strings (`?key=`, `?token=`), and extension configs hold their URLs.
+ * Parameter names stay (which parameters a URL carries is worth seeing).
+ */
+function redactQueries(text: string): string {
+  if (!text.includes('?')) return text
+  return text.replace(URL_WITH_QUERY, (_all, base: string, query: string) =>
+    `${base}?${query.split('&').map((p) => { const eq = p.indexOf('='); return eq === -1 ? p : `${p.slice(0, eq)}=${REDACTED}` }).join('&')}`)
+}
+
 function toJson(value: unknown, seen: Map<object, unknown>): unknown {
+  if (typeof value === 'string') return redactQueries(value)
   if (value === null || typeof value !== 'object') return value
   if (value instanceof RegExp) return value.source
   const done = seen.get(value)
