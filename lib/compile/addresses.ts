@@ -67,7 +67,7 @@ export function publishedAddresses(snapshot: Snapshot, publishService: string | 
 
 /**
  * A Service's addresses as Gateway addresses: each load balancer ingress
- * (`ip`, `hostname`), then each cluster IP. Load balancer addresses come first:
+ * (`ip`, `hostname`), then each external IP, then each cluster IP. Load balancer addresses come first:
  * the one a client outside the cluster can reach, and the conformance suite
  * reaches a Gateway at its first address.
  */
@@ -84,7 +84,10 @@ export function serviceAddresses(service: Service): GatewayStatusAddress[] {
     if (i.ip !== null) add('IPAddress', i.ip)
     if (i.hostname !== null) add('Hostname', i.hostname)
   }
-  if (service.type !== 'ExternalName') for (const ip of service.clusterIPs) add('IPAddress', ip)
+  if (service.type !== 'ExternalName') {
+    for (const ip of service.externalIPs) add('IPAddress', ip)
+    for (const ip of service.clusterIPs) add('IPAddress', ip)
+  }
   return out
 }
 

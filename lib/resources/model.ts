@@ -484,6 +484,8 @@ export interface Service extends ObjectBase<'Service'> {
   readonly clusterIPs: readonly string[]
   /** status.loadBalancer.ingress[] of a LoadBalancer Service, as the load balancer controller wrote it. */
   readonly loadBalancerIngress: ReadonlyArray<{ readonly ip: string | null; readonly hostname: string | null }>
+  /** spec.externalIPs: addresses outside the cluster that the nodes route to the Service. */
+  readonly externalIPs: readonly string[]
   readonly externalName: string | null
   readonly ports: readonly ServicePort[]
   readonly selector: Readonly<Record<string, string>>

@@ -66,6 +66,7 @@ function readService(doc: Fields, apiVersion: string, source: SourceRef): Servic
     clusterIP,
     clusterIPs: clusterIPs.length > 0 || clusterIP === null || clusterIP === 'None' ? clusterIPs : [clusterIP],
     loadBalancerIngress: loadBalancerIngress(doc),
+    externalIPs: stringsAt(spec, 'externalIPs').filter((ip) => ip !== ''),
     externalName: nonEmptyAt(spec, 'externalName'),
     ports,
     selector: stringMapAt(spec, 'selector'),

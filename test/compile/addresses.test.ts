@@ -50,6 +50,13 @@ t.test('a LoadBalancer Service: its ingress ip and hostname first, then the clus
   ])
 })
 
+t.test('spec.externalIPs are published after the load balancer\'s and before the cluster IPs', async t => {
+  const { status } = run([publishService({ externalIPs: ['198.51.100.20'], loadBalancerIngress: [{ ip: '203.0.113.7', hostname: null }] }), gw()])
+  t.same(gatewayStatus(status).addresses, [
+    { type: 'IPAddress', value: '203.0.113.7' }, { type: 'IPAddress', value: '198.51.100.20' }, { type: 'IPAddress', value: '10.96.0.10' },
+  ])
+})
+
 t.test('a headless Service has no address: none published, and a warning', async t => {
   const { status, problems } = run([publishService({ clusterIP: 'None', clusterIPs: [] }), gw()])
   t.same(gatewayStatus(status).addresses, [], 'sallyport owns the field: it holds nothing')

@@ -52,7 +52,7 @@ export function httpRoute(name: string, rules: HTTPRouteRule[], extra: Partial<H
 
 export function service(name: string, ports: Array<{ name: string; port: number; appProtocol?: string }> = [{ name: 'http', port: 80 }], extra: Partial<Service> = {}): Service {
   return {
-    kind: 'Service', apiVersion: 'v1', meta: meta(name), source, type: 'ClusterIP', clusterIP: '10.0.0.1', clusterIPs: ['10.0.0.1'], loadBalancerIngress: [], externalName: null,
+    kind: 'Service', apiVersion: 'v1', meta: meta(name), source, type: 'ClusterIP', clusterIP: '10.0.0.1', clusterIPs: ['10.0.0.1'], loadBalancerIngress: [], externalIPs: [], externalName: null,
     ports: ports.map(p => ({ name: p.name, port: p.port, targetPort: null, protocol: 'TCP', appProtocol: p.appProtocol ?? null })), selector: {}, ...extra,
   }
 }
