@@ -86,6 +86,22 @@ export class References {
   }
 }
 
+/**
+ * Whether `next` differs from `previous` in its Pods only (a cluster's churn:
+ * a Pod created, bound, given an IP, ready, gone): the new table differs in
+ * its client identities (and the endpoints of Backends selecting Pods) only.
+ */
+export function onlyPodsChanged(previous: Snapshot, next: Snapshot): boolean {
+  if (previous.pods === next.pods || sameEntries(previous.pods, next.pods)) return false
+  for (const name of Object.keys(next) as Array<keyof Snapshot>) {
+    if (name === 'problems' || name === 'pods' || name === 'watchedNamespaces') continue
+    const a = previous[name] as ReadonlyMap<string, unknown> | undefined
+    const b = next[name] as ReadonlyMap<string, unknown>
+    if (a !== b && (a === undefined || !sameEntries(untracked(a), untracked(b)))) return false
+  }
+  return sameProblems(previous.problems, next.problems)
+}
+
 /** The map a tracked one wraps (compile-cache.ts compares these by identity). */
 export function untracked<M extends ReadonlyMap<string, unknown>>(map: M): M {
   return map instanceof RecordingMap ? map[RAW] as unknown as M : map

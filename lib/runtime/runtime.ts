@@ -7,7 +7,7 @@
 import { performance } from 'node:perf_hooks'
 import { compile } from '../compile/compile.ts'
 import { CompileCache } from '../compile/compile-cache.ts'
-import { References } from '../compile/references.ts'
+import { References, onlyPodsChanged } from '../compile/references.ts'
 import { dumpTable } from '../compile/print.ts'
 import { FileSource } from '../config/file-source.ts'
 import type { ConfigSource } from '../config/kube-combined-source.ts'
@@ -210,6 +210,8 @@ export class Runtime {
       return
     }
     this.#statusLog.problems(snapshot.problems)
+    // Pod churn reloads for the client identities; it is not a configuration change worth an info line each time.
+    const podsOnly = previous !== null && onlyPodsChanged(previous.snapshot, snapshot)
     const version = this.#version + 1
     const started = performance.now()
     const references = new References()
@@ -246,7 +248,9 @@ export class Runtime {
     // Problems compile found in objects it kept (an extension's Secret reference): logged once per load, listed with the rest.
     const kept = compiled.problems
     this.#statusLog.keptProblems(kept)
-    log.info({ version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length + kept.length, routesReused: reuse.routesReused, routesCompiled: reuse.routesCompiled }, 'route table applied')
+    const applied = { version, ports: [...table.ports.keys()], clusters: table.clusters.size, problems: snapshot.problems.length + kept.length, routesReused: reuse.routesReused, routesCompiled: reuse.routesCompiled }
+    if (podsOnly) log.debug({ ...applied, change: 'pods' }, 'route table applied')
+    else log.info(applied, 'route table applied')
     // Issue 11: the new table serves from here. What is left — the freeze,
     // the compact lookup index (until it exists the matcher walks the host
     // maps) and the status — is ~35 ms at 5,000 routes of event-loop time,
