@@ -29,6 +29,7 @@
 
 import { SerialPasses } from './serial-passes.ts'
 import { performance } from 'node:perf_hooks'
+import { createHash } from 'node:crypto'
 import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node'
 import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
@@ -532,5 +533,6 @@ function storeKey(res: KubeResource, raw: KubernetesObject): string {
 function fingerprintOf(modelKind: string, raw: KubernetesObject): string {
   const { status: _status, metadata, ...rest } = raw as KubernetesObject & { status?: unknown }
   const { resourceVersion: _rv, managedFields: _mf, ...meta } = metadata ?? {}
-  return JSON.stringify([meta, rest, statusRead(modelKind, raw as unknown as Fields)])
+  // A digest, not the text: the store holds one per object (a copy of every slice and Secret).
+  return createHash('sha256').update(JSON.stringify([meta, rest, statusRead(modelKind, raw as unknown as Fields)])).digest('base64')
 }
