@@ -1,15 +1,17 @@
-// Kubernetes mode: the heap the Kubernetes source holds per Pod. sallyport
-// watches Pods cluster-wide (client identity by source address, EndpointSelector
-// Backends), so a gateway's memory grows with the cluster's Pod count; this
+// Kubernetes mode: the heap the Kubernetes source holds per Pod (or per
+// EndpointSlice, `--kind slices`). sallyport watches Pods and EndpointSlices
+// cluster-wide (client identity by source address, EndpointSelector Backends,
+// Service endpoints), so a gateway's memory grows with the cluster; this
 // measures by how much. The fake API server runs on a worker thread
 // (bench/e2e/apiserver-thread.ts: its own isolate, so its copies are not
 // counted); the KubeSource lists and watches it in this isolate, and the heap
 // after two full collections is compared with the same source over one Pod.
 // The Pods are shaped like a Deployment's running Pods (managed fields, one
 // container with env, probes and a projected token volume, conditions and a
-// container status: about 5 KiB of JSON each).
+// container status: about 5 KiB of JSON each); the slices like the
+// endpointslice controller's for a Service of 20 Pods (about 6 KiB each).
 //
-// Run: npx node --expose-gc bench/kube-memory.ts [--pods N]
+// Run: npx node --expose-gc bench/kube-memory.ts [--pods N] [--kind pods|slices]
 import { parseArgs } from 'node:util'
 import { KubeConfig } from '@kubernetes/client-node'
 import { KubeClient } from '../lib/config/kube-client.ts'
@@ -18,7 +20,8 @@ import type { Snapshot } from '../lib/resources/snapshot.ts'
 import { ApiServerThread } from './e2e/apiserver-thread.ts'
 
 process.env.SALLYPORT_LOG_LEVEL ??= 'silent'
-const { values } = parseArgs({ options: { pods: { type: 'string', default: '5000' } } })
+const { values } = parseArgs({ options: { pods: { type: 'string', default: '5000' }, kind: { type: 'string', default: 'pods' } } })
+const slices = values.kind === 'slices'
 const gc = (globalThis as { gc?: () => void }).gc
 if (gc === undefined) throw new Error('run with node --expose-gc')
 
@@ -60,13 +63,33 @@ function pod(i: number): Record<string, unknown> {
   }
 }
 
-/** Heap held by a synced KubeSource over `count` Pods, and the JSON size of one. */
+/** An EndpointSlice of a Service with 20 ready Pods, as the endpointslice controller writes it. */
+function slice(i: number): Record<string, unknown> {
+  const svc = `svc-${i}`
+  return {
+    apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', addressType: 'IPv4',
+    metadata: {
+      name: `${svc}-x7k2p`, namespace: `team-${i % 40}`, generateName: `${svc}-`,
+      labels: { 'kubernetes.io/service-name': svc, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io', app: svc },
+      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': '2026-11-01T00:00:00Z' },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Service', name: svc, uid: `svc-uid-${i}`, controller: true, blockOwnerDeletion: true }],
+      managedFields: [{ manager: 'kube-controller-manager', operation: 'Update', apiVersion: 'discovery.k8s.io/v1', time: '2026-11-01T00:00:00Z', fieldsType: 'FieldsV1', fieldsV1: { 'f:addressType': {}, 'f:endpoints': {}, 'f:metadata': { 'f:labels': {}, 'f:ownerReferences': {} }, 'f:ports': {} } }],
+    },
+    endpoints: Array.from({ length: 20 }, (_, k) => ({
+      addresses: [ip(i * 20 + k)], conditions: { ready: true, serving: true, terminating: false }, nodeName: `node-${k % 50}`, zone: `eu-1${'abc'[k % 3]}`,
+      targetRef: { kind: 'Pod', namespace: `team-${i % 40}`, name: `${svc}-7f9c8d-${k}`, uid: `pod-uid-${i}-${k}` },
+    })),
+    ports: [{ name: 'http', port: 8080, protocol: 'TCP', appProtocol: 'http' }],
+  }
+}
+
+/** Heap held by a synced KubeSource over `count` Pods (or slices), and the JSON size of one. */
 async function measure(count: number): Promise<{ heap: number, json: number, pods: number }> {
   const api = new ApiServerThread()
   const kubeconfig = await api.start()
   let json = 0
   for (let i = 0; i < count; i += 500) {
-    const batch = Array.from({ length: Math.min(500, count - i) }, (_, k) => pod(i + k))
+    const batch = Array.from({ length: Math.min(500, count - i) }, (_, k) => (slices ? slice(i + k) : pod(i + k)))
     json += batch.reduce((n, p) => n + JSON.stringify(p).length, 0)
     await api.apply(...batch)
   }
@@ -80,7 +103,7 @@ async function measure(count: number): Promise<{ heap: number, json: number, pod
   await new Promise((r) => setTimeout(r, 500))
   gc?.(); gc?.()
   const heap = process.memoryUsage().heapUsed - before
-  const pods = (snapshot as Snapshot | null)?.pods.size ?? 0
+  const pods = (slices ? (snapshot as Snapshot | null)?.endpointSlices.size : (snapshot as Snapshot | null)?.pods.size) ?? 0
   source.close()
   await api.stop()
   return { heap, json: json / Math.max(1, count), pods }
@@ -90,6 +113,7 @@ const n = Number(values.pods)
 const one = await measure(1)
 const many = await measure(n)
 const perPod = (many.heap - one.heap) / (n - 1)
-console.log(`Kubernetes source over ${n} running Pods (${(many.json / 1024).toFixed(1)} KiB of JSON each, ${many.pods} in the snapshot):`)
-console.log(`  heap held ${(many.heap / 1048576).toFixed(1)} MiB, ${(one.heap / 1048576).toFixed(1)} MiB of it with one Pod: ${(perPod / 1024).toFixed(2)} KiB per Pod`)
+const what = slices ? 'EndpointSlice' : 'Pod'
+console.log(`Kubernetes source over ${n} ${slices ? 'EndpointSlices of 20 endpoints' : 'running Pods'} (${(many.json / 1024).toFixed(1)} KiB of JSON each, ${many.pods} in the snapshot):`)
+console.log(`  heap held ${(many.heap / 1048576).toFixed(1)} MiB, ${(one.heap / 1048576).toFixed(1)} MiB of it with one ${what}: ${(perPod / 1024).toFixed(2)} KiB per ${what}`)
 process.exit(0)

@@ -248,12 +248,29 @@ export function secretFieldsRead(doc: Fields): Fields {
   return { ...rest, metadata: metadataRead(doc) }
 }
 
+/**
+ * What a cluster-wide EndpointSlice watch keeps of each slice: its addresses,
+ * their conditions and zone, and its ports. A slice names each endpoint's Pod
+ * (targetRef), node and topology hints too, none of which is read.
+ */
+export function endpointSliceFieldsRead(doc: Fields): Fields {
+  const endpoints = listAt(doc, 'endpoints').map((e) => {
+    const kept: Record<string, unknown> = { addresses: e['addresses'] }
+    if (e['conditions'] !== undefined) kept['conditions'] = e['conditions']
+    if (e['zone'] !== undefined) kept['zone'] = e['zone']
+    return kept
+  })
+  const { managedFields: _mf, annotations: _a, ownerReferences: _o, ...meta } = (objectAt(doc, 'metadata') ?? {}) as Record<string, unknown>
+  return { apiVersion: doc['apiVersion'], kind: doc['kind'], metadata: meta, addressType: doc['addressType'], endpoints, ports: doc['ports'] }
+}
+
 /** The cut-down object the Kubernetes source keeps of a kind (null: the whole object). */
 export function fieldsReadOf(modelKind: string): ((doc: Fields) => Fields) | null {
   switch (modelKind) {
     case 'Pod': return podFieldsRead
     case 'ConfigMap': return configMapFieldsRead
     case 'Secret': return secretFieldsRead
+    case 'EndpointSlice': return endpointSliceFieldsRead
     default: return null
   }
 }
