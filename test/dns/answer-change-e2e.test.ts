@@ -8,7 +8,7 @@
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, request, startCli, tempDir } from '../e2e/harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir } from '../e2e/harness.ts'
 import { addressesOnOnePort } from '../helpers/blackhole.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 
@@ -18,23 +18,8 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 function config(httpPort: number, upPort: number): string {
   return [
     gatewayYaml(httpPort),
-    `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: api, namespace: default }
-spec:
-  endpoints:
-    - fqdn: { hostname: api.svc.test, port: ${upPort} }
-`,
-    `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: api, namespace: default }
-spec:
-  parentRefs: [{ name: egress }]
-  hostnames: [api.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: api, port: ${upPort} }
-`,
+    backendYaml('api', upPort, 'api.svc.test'),
+    routeYaml('api', 'api.example.test', 'api', upPort),
     `apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata: { name: api, namespace: default }

@@ -7,7 +7,7 @@
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
-import { eventually, freePort, gatewayYaml, request, startCli, tempDir } from '../e2e/harness.ts'
+import { backendYaml, eventually, failoverRouteYaml, freePort, gatewayYaml, request, startCli, tempDir } from '../e2e/harness.ts'
 import { addressesOnOnePort } from '../helpers/blackhole.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 
@@ -17,35 +17,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 function config(httpPort: number, upPort: number, activeChecks: boolean): string {
   const docs = [
     gatewayYaml(httpPort),
-    `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: primary, namespace: default }
-spec:
-  endpoints:
-    - fqdn: { hostname: primary.svc.test, port: ${upPort} }
-`,
-    `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: secondary, namespace: default }
-spec:
-  endpoints:
-    - ip: { address: 127.0.0.3, port: ${upPort} }
-`,
-    `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: api
-  namespace: default
-  annotations:
-    sallyport.io/backend-priority: "primary=0,secondary=1"
-spec:
-  parentRefs: [{ name: egress }]
-  hostnames: [api.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${upPort} }
-        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${upPort} }
-`,
+    backendYaml('primary', upPort, 'primary.svc.test'),
+    backendYaml('secondary', upPort, '127.0.0.3'),
+    failoverRouteYaml('api', 'api.example.test', [{ name: 'primary', port: upPort }, { name: 'secondary', port: upPort }]),
   ]
   if (activeChecks) {
     docs.push(`apiVersion: gateway.envoyproxy.io/v1alpha1

@@ -14,27 +14,13 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from '../e2e/harness.ts'
+import { backendYaml, eventually, failoverRouteYaml, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from '../e2e/harness.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
 import { startDnsSwitch } from '../helpers/dns-switch.ts'
 
 const skip = dnsmasqSkip()
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
-
-function fqdnBackend(name: string, hostname: string, port: number): string {
-  return `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  endpoints:
-    - fqdn:
-        hostname: ${hostname}
-        port: ${port}
-`
-}
 
 function enableIPv6(backend: string): string {
   return `apiVersion: gateway.envoyproxy.io/v1alpha1
@@ -64,8 +50,8 @@ t.test('serve: a DNS server that stops answering does not hold requests; the las
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'config.yaml'), [
     gatewayYaml(httpPort),
-    fqdnBackend('v4', 'api.v4.test', up), routeYaml('v4', 'v4.example.test', 'v4', up),
-    fqdnBackend('dual', 'api.dual.test', up), routeYaml('dual', 'dual.example.test', 'dual', up), enableIPv6('dual'),
+    backendYaml('v4', up, 'api.v4.test'), routeYaml('v4', 'v4.example.test', 'v4', up),
+    backendYaml('dual', up, 'api.dual.test'), routeYaml('dual', 'dual.example.test', 'dual', up), enableIPv6('dual'),
   ].join('---\n'))
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`,
     '--dns-server', sw.server, '--dns-min-ttl', '1', '--dns-max-ttl', '1', '--dns-stale-ttl', '60',
@@ -114,26 +100,11 @@ t.test('serve: a name that fails DNS answers 503 saying so; the failing resolver
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'config.yaml'), [
     gatewayYaml(httpPort),
-    fqdnBackend('gone', 'api.gone.test', up), routeYaml('gone', 'gone.example.test', 'gone', up),
-    fqdnBackend('flaky', 'api.flaky.test', up), routeYaml('flaky', 'flaky.example.test', 'flaky', up),
+    backendYaml('gone', up, 'api.gone.test'), routeYaml('gone', 'gone.example.test', 'gone', up),
+    backendYaml('flaky', up, 'api.flaky.test'), routeYaml('flaky', 'flaky.example.test', 'flaky', up),
     // A primary whose name does not exist, a secondary level that answers.
-    fqdnBackend('primary', 'api.gone.test', up), backendYaml('secondary', up),
-    `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: failover
-  namespace: default
-  annotations:
-    sallyport.io/backend-priority: "primary=0,secondary=1"
-spec:
-  parentRefs:
-    - name: egress
-  hostnames: [failover.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${up} }
-        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${up} }
-`,
+    backendYaml('primary', up, 'api.gone.test'), backendYaml('secondary', up),
+    failoverRouteYaml('failover', 'failover.example.test', [{ name: 'primary', port: up }, { name: 'secondary', port: up }]),
   ].join('---\n'))
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`,
     '--dns-server', sw.server, '--dns-min-ttl', '1', '--dns-max-ttl', '1', '--drain-seconds', '1'])

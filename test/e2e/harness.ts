@@ -175,7 +175,9 @@ spec:
 ${extraListeners}`
 }
 
-export function backendYaml(name: string, port: number): string {
+export function backendYaml(name: string, port: number, host = '127.0.0.1'): string {
+  // An address is an `ip` endpoint; a name is an `fqdn` one, which sallyport resolves through DNS.
+  const endpoint = net.isIP(host) === 0 ? `fqdn:\n        hostname: ${host}` : `ip:\n        address: ${host}`
   return `apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: Backend
 metadata:
@@ -183,9 +185,30 @@ metadata:
   namespace: default
 spec:
   endpoints:
-    - ip:
-        address: 127.0.0.1
+    - ${endpoint}
         port: ${port}
+`
+}
+
+/**
+ * An HTTPRoute on Gateway egress for `hostname` to `backends` in failover order
+ * (`sallyport.io/backend-priority`: the first is priority 0, the next 1...).
+ */
+export function failoverRouteYaml(name: string, hostname: string, backends: ReadonlyArray<{ readonly name: string; readonly port: number }>): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+  annotations:
+    sallyport.io/backend-priority: "${backends.map((b, i) => `${b.name}=${i}`).join(',')}"
+spec:
+  parentRefs:
+    - name: egress
+  hostnames: [${hostname}]
+  rules:
+    - backendRefs:
+${backends.map((b) => `        - { group: gateway.envoyproxy.io, kind: Backend, name: ${b.name}, port: ${b.port} }`).join('\n')}
 `
 }
 

@@ -11,7 +11,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, failoverRouteYaml, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 
 interface Upstream { server: http.Server; port: number; hits: number; mode: 'ok' | '503' }
 
@@ -48,22 +48,7 @@ t.test('failover to the secondary when the primary fails (503s, refused), fail-b
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
   fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backendYaml('primary', primary.port)}---\n${backendYaml('secondary', secondary.port)}`)
-  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: llm
-  namespace: default
-  annotations:
-    sallyport.io/backend-priority: "primary=0,secondary=1"
-spec:
-  parentRefs:
-    - name: egress
-  hostnames: [llm.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${primary.port} }
-        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${secondary.port} }
----
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `${failoverRouteYaml('llm', 'llm.example.test', [{ name: 'primary', port: primary.port }, { name: 'secondary', port: secondary.port }])}---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata:
@@ -180,21 +165,7 @@ t.test('circuit-breaker refusals mark the primary overloaded: after three, traff
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
   fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backendYaml('primary', pp)}---\n${backendYaml('secondary', secondary.port)}`)
-  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: api
-  namespace: default
-  annotations:
-    sallyport.io/backend-priority: "primary=0,secondary=1"
-spec:
-  parentRefs: [{ name: egress }]
-  hostnames: [api.example.test]
-  rules:
-    - backendRefs:
-        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${pp} }
-        - { group: gateway.envoyproxy.io, kind: Backend, name: secondary, port: ${secondary.port} }
----
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `${failoverRouteYaml('api', 'api.example.test', [{ name: 'primary', port: pp }, { name: 'secondary', port: secondary.port }])}---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata: { name: api-limits, namespace: default }
