@@ -33,7 +33,7 @@ import { createHash } from 'node:crypto'
 import { ListWatch, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node'
 import { logger } from '../observe/log.ts'
 import { configReloadFailures } from '../observe/metrics.ts'
-import { emptySnapshot } from '../resources/snapshot.ts'
+import { MAP_OF_KIND, emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
 import { fieldsReadOf, statusRead } from '../resources/read-core.ts'
 import type { Fields } from '../resources/read-fields.ts'
@@ -249,7 +249,7 @@ export class KubeSource {
       problems.push(...e.built.problems)
       const object = e.built.object
       if (object === null) continue
-      const mapName = MAP_OF[object.kind]
+      const mapName = MAP_OF_KIND[object.kind]
       let map = maps.get(mapName)
       if (map === undefined) maps.set(mapName, map = snap[mapName] as Map<string, ModelObject>)
       const key = snapshotKeyOf(object)
@@ -499,14 +499,6 @@ export class KubeSource {
   }
 }
 
-/** Which Snapshot map holds each model kind. */
-const MAP_OF: Record<ModelObject['kind'], keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>> = {
-  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
-  TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
-  BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
-  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services',
-  EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
-}
 
 /** One object through the file path's validate + read (SourceRef `kube:<apiVersion>/<kind>`, doc 0). */
 function buildOne(o: KubeObject): Built {

@@ -6,23 +6,15 @@ import { logger } from '../observe/log.ts'
 import { readObject } from '../resources/read.ts'
 import { validateDocument, isKnownKind, unreadKindProblem } from '../validate/validate.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
-import type { ModelKind, ModelObject } from '../resources/model.ts'
+import type { ModelObject } from '../resources/model.ts'
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
-import type { Snapshot } from '../resources/snapshot.ts'
+import { MAP_OF_KIND, type Snapshot, type SnapshotMapName } from '../resources/snapshot.ts'
 
 const log = logger('config')
 
-/** Which Snapshot map holds each kind of the model. */
-const MAP_OF: Record<ModelKind, keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>> = {
-  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
-  TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
-  BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
-  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services',
-  EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
-}
 
-type MutableSnapshot = { -readonly [K in keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>]: Map<string, ModelObject> }
+type MutableSnapshot = { -readonly [K in SnapshotMapName]: Map<string, ModelObject> }
 
 export interface SourcedDoc {
   readonly source: SourceRef
@@ -56,7 +48,7 @@ interface Checked {
  */
 export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readonly ConfigProblem[] = [], cache?: DocumentCache): Snapshot {
   const maps = {} as MutableSnapshot
-  for (const name of Object.values(MAP_OF)) maps[name] = new Map()
+  for (const name of Object.values(MAP_OF_KIND)) maps[name] = new Map()
   const problems: ConfigProblem[] = [...extraProblems]
   const next = new Map<string, Checked>()
 
@@ -83,7 +75,7 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
         // Files have no creationTimestamp: an object's age is when this process first saw it (meta.ts firstSeen).
         const object = checked.object
         if (object !== null && cache.builds > 0) {
-          const firstSeen = cache.present.get(`${MAP_OF[object.kind]}\u0000${snapshotKeyOf(object)}`)?.firstSeen ?? cache.builds
+          const firstSeen = cache.present.get(`${MAP_OF_KIND[object.kind]}\u0000${snapshotKeyOf(object)}`)?.firstSeen ?? cache.builds
           if (firstSeen !== 0) checked = { problems: checked.problems, object: { ...object, meta: { ...object.meta, firstSeen } } as ModelObject }
         }
       }
@@ -94,12 +86,12 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
     problems.push(...checked.problems)
     const object = checked.object
     if (object === null) continue
-    const map = maps[MAP_OF[object.kind]]
+    const map = maps[MAP_OF_KIND[object.kind]]
     const key = snapshotKeyOf(object)
     const first = map.get(key)
     if (first !== undefined) {
       // The one that served keeps its place (file mode): a newcomer is the duplicate, whichever file sorts first.
-      const served = cache?.present.get(`${MAP_OF[object.kind]}\u0000${key}`)?.file
+      const served = cache?.present.get(`${MAP_OF_KIND[object.kind]}\u0000${key}`)?.file
       const [kept, dropped] = served === source.file && first.source.file !== served ? [object, first] : [first, object]
       problems.push(problem(dropped.source, dropped.kind, dropped.meta.namespace, dropped.meta.name,
         `duplicate ${dropped.kind} ${key}: already defined at ${kept.source.file}:${kept.source.doc}; this one is ignored`))

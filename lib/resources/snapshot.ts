@@ -5,7 +5,7 @@
 import type {
   Backend, BackendTLSPolicy, BackendTrafficPolicy, ClusterTrustBundle, ConfigMap, EgressExtension,
   EndpointSlice, Gateway, GatewayClass, GRPCRoute, HTTPRoute, Namespace, Pod, ReferenceGrant,
-  Secret, Service, TCPRoute, TLSRoute,
+  ModelKind, Secret, Service, TCPRoute, TLSRoute,
 } from './model.ts'
 import type { ConfigProblem } from './problem.ts'
 
@@ -38,6 +38,18 @@ export interface Snapshot {
    * Absent or null: every namespace (files, or no --namespace).
    */
   readonly watchedNamespaces?: ReadonlySet<string> | null
+}
+
+/** The names of a Snapshot's object maps. */
+export type SnapshotMapName = keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>
+
+/** Which Snapshot map holds each kind of the model. */
+export const MAP_OF_KIND: Readonly<Record<ModelKind, SnapshotMapName>> = {
+  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes',
+  TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes', ReferenceGrant: 'referenceGrants', Backend: 'backends',
+  BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
+  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services',
+  EndpointSlice: 'endpointSlices', Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
 }
 
 export function emptySnapshot(): Snapshot {

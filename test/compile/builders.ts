@@ -4,7 +4,7 @@ import type {
   HTTPRouteMatch, HTTPRouteRule, Listener, Namespace, ReferenceGrant, Secret, Service, UpstreamTLS,
 } from '../../lib/resources/model.ts'
 import type { ObjectMeta } from '../../lib/resources/meta.ts'
-import { emptySnapshot } from '../../lib/resources/snapshot.ts'
+import { MAP_OF_KIND, emptySnapshot } from '../../lib/resources/snapshot.ts'
 import { snapshotKeyOf } from '../../lib/resources/model.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
 import { createCa, serverCert } from '../helpers/pki.ts'
@@ -121,19 +121,13 @@ export function tlsSecret(name: string, ns = 'default', type = 'kubernetes.io/tl
 
 type Obj = GatewayClass | Gateway | HTTPRoute | Service | EndpointSlice | Backend | BackendTLSPolicy | BackendTrafficPolicy | ReferenceGrant | Namespace | Secret | import('../../lib/resources/model.ts').ModelObject
 
-const FIELD: Record<string, keyof Snapshot> = {
-  GatewayClass: 'gatewayClasses', Gateway: 'gateways', HTTPRoute: 'httpRoutes', GRPCRoute: 'grpcRoutes', TCPRoute: 'tcpRoutes', TLSRoute: 'tlsRoutes',
-  ReferenceGrant: 'referenceGrants', Backend: 'backends', BackendTLSPolicy: 'backendTLSPolicies', BackendTrafficPolicy: 'backendTrafficPolicies',
-  EgressExtension: 'egressExtensions', Secret: 'secrets', ConfigMap: 'configMaps', Service: 'services', EndpointSlice: 'endpointSlices',
-  Namespace: 'namespaces', Pod: 'pods', ClusterTrustBundle: 'clusterTrustBundles',
-}
 
 /** A snapshot holding these objects (keyed like the sources key them). */
 export function snapshotOf(objects: Obj[], problems: Snapshot['problems'] = []): Snapshot {
   const s = emptySnapshot() as unknown as Record<string, Map<string, Obj> | Snapshot['problems']>
   for (const o of objects) {
     const key = snapshotKeyOf(o as import('../../lib/resources/model.ts').ModelObject)
-    ;(s[FIELD[o.kind]] as Map<string, Obj>).set(key, o)
+    ;(s[MAP_OF_KIND[o.kind]] as Map<string, Obj>).set(key, o)
   }
   s.problems = problems
   return s as unknown as Snapshot
