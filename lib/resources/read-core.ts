@@ -199,17 +199,19 @@ export function podFieldsRead(doc: Fields): Fields {
     const { conditions: _all, ...rest } = st
     return ready === null ? rest : { ...rest, conditions: [{ type: 'Ready', status: ready }] }
   }
-  const pick = (from: Fields | null, keys: readonly string[]): Record<string, unknown> => {
-    const out: Record<string, unknown> = {}
-    if (from !== null) for (const k of keys) if (from[k] !== undefined) out[k] = from[k]
-    return out
-  }
   return {
     apiVersion: doc['apiVersion'], kind: doc['kind'],
     metadata: pick(meta, ['name', 'namespace', 'uid', 'generation', 'resourceVersion', 'creationTimestamp', 'deletionTimestamp', 'labels']),
     spec: pick(spec, ['serviceAccountName', 'serviceAccount', 'nodeName', 'hostNetwork']),
     ...(status === null ? {} : { status: readyOnly(pick(status, ['phase', 'podIP', 'podIPs', 'conditions'])) }),
   }
+}
+
+/** The fields of `from` named by `keys` that it has. */
+function pick(from: Fields | null, keys: readonly string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  if (from !== null) for (const k of keys) if (from[k] !== undefined) out[k] = from[k]
+  return out
 }
 
 const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration'
@@ -254,12 +256,7 @@ export function secretFieldsRead(doc: Fields): Fields {
  * (targetRef), node and topology hints too, none of which is read.
  */
 export function endpointSliceFieldsRead(doc: Fields): Fields {
-  const endpoints = listAt(doc, 'endpoints').map((e) => {
-    const kept: Record<string, unknown> = { addresses: e['addresses'] }
-    if (e['conditions'] !== undefined) kept['conditions'] = e['conditions']
-    if (e['zone'] !== undefined) kept['zone'] = e['zone']
-    return kept
-  })
+  const endpoints = listAt(doc, 'endpoints').map((e) => pick(e, ['addresses', 'conditions', 'zone']))
   const { managedFields: _mf, annotations: _a, ownerReferences: _o, ...meta } = (objectAt(doc, 'metadata') ?? {}) as Record<string, unknown>
   return { apiVersion: doc['apiVersion'], kind: doc['kind'], metadata: meta, addressType: doc['addressType'], endpoints, ports: doc['ports'] }
 }
