@@ -12,6 +12,7 @@ import { hash } from 'node:crypto'
 import type { CompiledExtension } from '../compile/table.ts'
 import { rateLimitBackendErrors } from '../observe/extension-metrics.ts'
 import { logger } from '../observe/log.ts'
+import { RepeatThrottle } from '../observe/repeat-throttle.ts'
 import type { ExtensionHooks, HookResult, RequestView } from './plugin-api.ts'
 import { RedisError, type RedisPool } from './redis-client.ts'
 import { parseRedisAddress } from '../redis-address.ts'
@@ -120,8 +121,8 @@ export class Limiter {
   readonly #redis: ReturnType<RedisPool['get']> | null
   readonly #pool: RedisPool
   #released = false
-  /** The failure last logged: its code, when, and how many like it were not logged since. */
-  #failureLog: { readonly code: string; readonly at: number; suppressed: number } | null = null
+  /** Redis failures, per error code: logged once, then at most every FAILURE_LOG_EVERY_MS. */
+  readonly #failures = new RepeatThrottle(FAILURE_LOG_EVERY_MS)
   /** Local store (no Redis): the process's buckets (tests: their own) and this limit's family in them. */
   readonly #local: LocalBuckets
   readonly #family: BucketFamily
@@ -170,21 +171,15 @@ export class Limiter {
 
   /**
    * A failed decision, logged: a new error (code) at once, the same one again at
-   * most every FAILURE_LOG_EVERY_MS with how many failures it stands for. With
+   * most every FAILURE_LOG_EVERY_MS with how many failures it stands for
+   * (observe/repeat-throttle.ts). With
    * Redis down every request fails, and each was a warn line (the metric
    * sallyport_rate_limit_redis_errors_total counts them all).
    */
   #logFailure(err: unknown): void {
-    const code = err instanceof RedisError ? err.code : 'error'
-    const now = performance.now()
-    const last = this.#failureLog
-    if (last !== null && last.code === code && now - last.at < FAILURE_LOG_EVERY_MS) {
-      last.suppressed++
-      return
-    }
-    const repeats = last !== null && last.code === code ? last.suppressed : 0
-    log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen, ...(repeats > 0 ? { repeats } : {}) }, 'global rate limit unavailable')
-    this.#failureLog = { code, at: now, suppressed: 0 }
+    const noted = this.#failures.note(err instanceof RedisError ? err.code : 'error')
+    if (!noted.log) return
+    log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen, ...(noted.repeats === null || noted.repeats === 0 ? {} : { repeats: noted.repeats }) }, 'global rate limit unavailable')
   }
 
   /** Gives the Redis client back to the pool (the extension left the table); once. */

@@ -26,6 +26,7 @@
 
 import os from 'node:os'
 import { logger } from '../observe/log.ts'
+import { RepeatThrottle } from '../observe/repeat-throttle.ts'
 import { kubeLeader } from '../observe/metrics.ts'
 import { KubeApiError, errorText, type KubeClient } from '../config/kube-client.ts'
 
@@ -104,9 +105,8 @@ export class LeaderElector {
   #timer: NodeJS.Timeout | null = null
   #stopped = false
   #ticking: Promise<void> = Promise.resolve()
-  readonly #failureLogMs: number
-  /** Failures since the last success: per distinct error, when it was last logged and how many since were not. */
-  readonly #failures = new Map<string, { at: number; unlogged: number }>()
+  /** Failures since the last success, per distinct error: logged once, then at most every failureLogEveryMs. */
+  readonly #failures: RepeatThrottle
   #failureCount = 0
 
   constructor(options: LeaderElectionOptions) {
@@ -120,7 +120,7 @@ export class LeaderElector {
     this.#renewDeadlineMs = options.renewDeadlineMs ?? 10_000
     this.#retryMs = options.retryPeriodMs ?? 2_000
     this.#onChange = options.onChange ?? null
-    this.#failureLogMs = options.failureLogEveryMs ?? FAILURE_LOG_EVERY_MS
+    this.#failures = new RepeatThrottle(options.failureLogEveryMs ?? FAILURE_LOG_EVERY_MS)
   }
 
   get identity(): string { return this.#identity }
@@ -218,22 +218,17 @@ export class LeaderElector {
     const text = errorText(err)
     // The same refusal of a GET or a PUT is one error (a 403 is a 403).
     const key = err instanceof KubeApiError && err.statusCode !== 0 ? `${err.statusCode} ${err.reason}` : text
-    const now = performance.now()
-    const seen = this.#failures.get(key)
-    if (seen !== undefined && now - seen.at < this.#failureLogMs) {
-      seen.unlogged++
+    const noted = this.#failures.note(key)
+    if (!noted.log) {
       log.debug({ lease: this.#name, err: text }, 'leader election: lease request failed again')
       return
     }
-    const fields = { lease: `${this.#namespace}/${this.#name}`, err: text, ...(seen === undefined ? {} : { repeats: seen.unlogged, failures: this.#failureCount }) }
+    const fields = { lease: `${this.#namespace}/${this.#name}`, err: text, ...(noted.repeats === null ? {} : { repeats: noted.repeats, failures: this.#failureCount }) }
     if (err instanceof KubeApiError && err.statusCode === 403) {
       log.error(fields, 'leader election: forbidden to use the Lease (no status is written); check the Role in deploy/kubernetes/rbac.yaml')
     } else {
       log.warn(fields, 'leader election: lease request failed')
     }
-    this.#failures.delete(key)
-    this.#failures.set(key, { at: now, unlogged: 0 })
-    if (this.#failures.size > 16) this.#failures.delete(this.#failures.keys().next().value as string)
   }
 
   #succeeded(): void {
