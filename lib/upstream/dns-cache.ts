@@ -149,6 +149,22 @@ export class DnsCache {
     return this.#fetch(name, family)
   }
 
+  /**
+   * An expired answer's refresh (started if none is under way and no hold-down
+   * stops it): what a request that found every stale address refusing waits for.
+   * Null while the answer is current, or when there is no answer to refresh.
+   * Settles with the new answer, or the stale one when the refresh failed.
+   */
+  refreshed(name: string, family: 4 | 6): Promise<CachedAnswer> | null {
+    const key = keyOf(name, family)
+    const e = this.#entries.get(key)
+    const now = Date.now()
+    if (e === undefined || e.answer === null || now < e.expiresAt) return null
+    const running = this.#inflight.get(key)
+    if (running !== undefined) return running
+    return now < e.retryAt || this.#closed ? null : this.#fetch(name, family)
+  }
+
   close(): void {
     this.#closed = true
     for (const e of this.#entries.values()) if (e.timer !== null) clearTimeout(e.timer)

@@ -45,7 +45,8 @@ export interface ExchangeGuard {
 
 /** Called by the exchange when a connect failure may move to the next endpoint. */
 export interface Redispatcher {
-  redispatch(ex: Exchange): boolean
+  /** True: the exchange goes on (another attempt, or `giveUp` with `err` later); false: `err` is its answer. */
+  redispatch(ex: Exchange, err: SallyportError): boolean
 }
 
 /**
@@ -74,6 +75,12 @@ export class Exchange {
   endpointHealth: EndpointHealth | null = null
   /** Endpoints tried so far (connect fallback tries each at most once). */
   tried = 0
+  /**
+   * The connect fallback moved on to a new address list of the cluster (a DNS
+   * answer changed, or an expired one was refreshed): its addresses are each
+   * tried once more, once per exchange.
+   */
+  relisted = false
   /** True once request bytes may have left: never retried after this point. */
   sent = false
   /** Resilience hooks; null when none (set by the registry before the first attempt). */
@@ -213,7 +220,13 @@ export class Exchange {
     }
     this.#count(error)
     if (this.guard !== null) this.guard.failed(this, error)
-    if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.req.connectFallback !== false && this.#redispatcher.redispatch(this)) return
+    if (error.code === ErrorCode.UPSTREAM_CONNECT && !this.sent && this.req.connectFallback !== false && this.#redispatcher.redispatch(this, error)) return
+    this.giveUp(error)
+  }
+
+  /** A failure already counted (`fail`) is the answer: nowhere else to try. */
+  giveUp(error: SallyportError): void {
+    if (this.#answered) return
     this.#answered = true
     this.#attempt = null
     this.#handler.onError(error)

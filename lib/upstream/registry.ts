@@ -58,6 +58,14 @@ const DEFAULT_ALPN: readonly string[] = ['h2', 'http/1.1']
 /** At most one background lookup per cluster within this time (#refresh). */
 const REFRESH_FLOOR_MS = 1000
 
+/**
+ * How long a request whose every address of an expired DNS answer refused waits
+ * for that answer's refresh. A resolver that answers at all answers in
+ * milliseconds; one that stopped answering is not waited for to its query
+ * timeout (2 s × 2 tries), the connect failure is the answer then.
+ */
+const STALE_REFRESH_WAIT_MS = 1000
+
 const log = logger('upstream')
 
 interface PoolEntry {
@@ -315,31 +323,69 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
 
   /**
    * A connect failure of an unsent request: the next endpoint of the cluster's
-   * current list. A hostname cluster's list may have changed since the request
-   * was sent (a new DNS answer while the connect hung): the position is found
-   * again by address, and a request whose address left the answer goes where
-   * the balancer picks. At most as many tries as the list has endpoints.
+   * current list, each at most once. A hostname cluster's list may have changed
+   * since the request was sent (a new DNS answer while the connect hung): the
+   * position is found again by address, a request whose address left the answer
+   * goes where the balancer picks, and the new list's addresses are each tried
+   * (once per exchange). When every address of an expired answer — served while
+   * its refresh runs — has refused, the refresh is waited for (at most
+   * STALE_REFRESH_WAIT_MS) and a changed answer is tried before the failure is
+   * the answer: a name that moved is not a failed request.
    */
-  redispatch(ex: Exchange): boolean {
-    const state = hasHostnames(ex.cluster) ? this.#dynamic.get(ex.cluster)?.state : this.#stateOf(ex.cluster)
-    if (state === undefined) return false
-    const endpoints = state.endpoints
-    if (this.#closed || ex.aborted || ex.tried >= endpoints.length) return false
+  redispatch(ex: Exchange, err: SallyportError): boolean {
+    const dynamic = hasHostnames(ex.cluster)
+    const state = dynamic ? this.#dynamic.get(ex.cluster)?.state : this.#stateOf(ex.cluster)
+    if (state === undefined || this.#closed || ex.aborted) return false
+    if (dynamic && !ex.relisted && ex.guard !== state.balancer) {
+      ex.relisted = true
+      ex.tried = 0
+    }
+    if (ex.tried < state.endpoints.length) {
+      // Out of the failing pool's callback before starting the next attempt.
+      queueMicrotask(() => this.#next(ex, state))
+      return true
+    }
+    return dynamic && !ex.relisted && this.#afterRefresh(ex, state, err)
+  }
+
+  /** The attempt after a connect failure: the endpoint after the failed one in `state`'s list. */
+  #next(ex: Exchange, state: ClusterState): void {
+    if (ex.answered) return
+    if (this.#closed) return ex.fail(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
     const rt = state.balancer
+    const n = state.endpoints.length
     let next: number
-    if (ex.guard === rt) next = (ex.endpointIndex + 1) % endpoints.length
+    if (ex.guard === rt) next = (ex.endpointIndex + 1) % n
     else {
       const at = state.labels.indexOf(ex.endpoint)
-      next = at !== -1 ? (at + 1) % endpoints.length : rt.pick(ex.req) ?? 0
+      next = at !== -1 ? (at + 1) % n : rt.pick(ex.req) ?? 0
     }
-    // Out of the failing pool's callback before starting the next attempt.
-    queueMicrotask(() => {
+    // The outcome of the next attempt is the new list's to count (the cluster's breaker counters are shared).
+    ex.guard = rt
+    this.#send(ex, state, next)
+  }
+
+  /** Every address of `tried` refused: when a name's answer had expired, its refresh decides (false: nothing to wait for). */
+  #afterRefresh(ex: Exchange, tried: ClusterState, err: SallyportError): boolean {
+    const cluster = ex.cluster
+    let expired = false
+    const lookups = cluster.endpoints.map((e) => {
+      if (e.kind !== 'hostname') return null
+      const refreshed = this.#destinations.refreshed(cluster, e.host, STALE_REFRESH_WAIT_MS)
+      if (refreshed !== null) expired = true
+      return refreshed ?? this.#destinations.resolve(cluster, e.host)
+    })
+    if (!expired) return false
+    ex.relisted = true
+    Promise.all(lookups).then((resolutions) => {
       if (ex.answered) return
       if (this.#closed) return ex.fail(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
-      // The outcome of the next attempt is the new list's to count (the cluster's breaker counters are shared).
-      ex.guard = rt
-      this.#send(ex, state, next)
-    })
+      const state = this.#rebuild(cluster, resolutions)
+      if (state === tried || state.error !== null || state.endpoints.length === 0) return ex.giveUp(err)
+      log.debug({ backend: cluster.id, endpoints: state.labels }, 'connect failed on an expired DNS answer: trying the refreshed one')
+      ex.tried = 0
+      this.#next(ex, state)
+    }, () => ex.giveUp(err))
     return true
   }
 

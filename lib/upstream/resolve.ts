@@ -142,6 +142,24 @@ export class DestinationResolver {
     return done
   }
 
+  /**
+   * The resolution after the refresh of an expired answer of `hostname`, or null
+   * when its answers are current (nothing newer to wait for). Waits at most
+   * `maxWaitMs` for the refresh: a resolver that stopped answering is not waited
+   * for to its query timeout, the answer at hand stays.
+   */
+  refreshed(cluster: Cluster, hostname: string, maxWaitMs: number): Promise<Resolution> | null {
+    if (isIP(hostname) !== 0) return null
+    const p4 = this.#cache.refreshed(hostname, 4)
+    const p6 = cluster.enableIPv6 ? this.#cache.refreshed(hostname, 6) : null
+    if (p4 === null && p6 === null) return null
+    const refreshes = [p4, p6].filter((p) => p !== null).map((p) => p.then(noop, noop))
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, maxWaitMs)
+      Promise.all(refreshes).then(() => { clearTimeout(timer); resolve() }, noop)
+    }).then(() => this.resolve(cluster, hostname))
+  }
+
   /** For connections outside the request path (active health checks): `cluster`'s addresses, guarded as its requests' are. */
   guardedResolver(cluster: Cluster): Resolver {
     return {
