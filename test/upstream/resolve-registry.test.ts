@@ -8,6 +8,7 @@ import t, { type Test } from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { addressesOnOnePort } from '../helpers/blackhole.ts'
 import { cluster, expectError, expectResponse, forward, readBody, request, table } from './fixtures.ts'
 
 function server(name: string, hold: { release: (() => void) | null } = { release: null }): http.Server {
@@ -170,4 +171,21 @@ t.test('an expired answer whose refresh hangs: the request is not held for it, t
   delayMs = 3000
   const err = expectError(await forward(up, request(c, { authority: 'api.test' })))
   t.equal(err.code, 'SP_ERR_UPSTREAM_CONNECT', 'answered with the refusal, before the slow refresh came in')
+})
+
+t.test('a connect that hangs while the answer changes to one new address: the timeout moves the request there', async (t) => {
+  const port = await addressesOnOnePort(t, ['127.0.0.5'], ['127.0.0.4'])
+  let answer = ['127.0.0.4']
+  const up = createUpstreams({ resolve: async () => answer, guard: allowLoopback, connectTimeoutMs: 1500, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 0 } })
+  t.teardown(() => up.close())
+  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
+  up.retain(table([c]))
+  const hanging = forward(up, request(c, { authority: 'api.test' }))
+  await new Promise((r) => setTimeout(r, 100))
+  answer = ['127.0.0.5']
+  await new Promise((r) => setTimeout(r, 300))
+  // A request past the old answer's TTL takes the new one (one address) into the cluster.
+  expectResponse(await forward(up, request(c, { authority: 'api.test' })))
+  const res = expectResponse(await hanging)
+  t.equal(res.status, 200, 'the request whose connect timed out is answered by the new address, though it had tried one already')
 })
