@@ -142,8 +142,8 @@ export class PortListener {
         enableConnectProtocol: true, // RFC 8441 extended CONNECT (WebSocket over HTTP/2)
       },
     })
+    // Streams are taken from each session ('stream' there, see #onSession), not from the server.
     this.#h2.on('session', this.#onSession)
-    this.#h2.on('stream', this.#onStream)
 
     if (protocol === 'HTTPS') {
       const server = tls.createServer({
@@ -423,18 +423,19 @@ export class PortListener {
       if (info.idle !== null) clearTimeout(info.idle)
       info.idle = null // a stream closing after this must not start it again (refresh() would)
     })
+    // Each session's streams come with its info. Not the server's 'stream' event and a
+    // lookup by stream.session: a stream the client reset before node emitted it has no
+    // session any more, and its access line named no client.
+    session.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => this.#onStream(stream, headers, flags, rawHeaders, info))
     session.once('goaway', () => probeAfterGoaway(session))
     if (this.#closing) session.close()
   }
 
   // hot path
-  #onStream = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]): void => {
+  #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[], info: SessionInfo): void {
     const table = this.#plane.current() // the one read of the table for this request
-    const info = this.#sessions.get(stream.session as ServerHttp2Session)
-    if (info !== undefined) {
-      info.streams++
-      stream.once('close', () => { if (--info.streams === 0) info.idle?.refresh() })
-    }
+    info.streams++
+    stream.once('close', () => { if (--info.streams === 0) info.idle?.refresh() })
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's
     // maxHeaderSize (431), and the field limit with a reset, as Envoy answers it.
@@ -463,7 +464,7 @@ export class PortListener {
     }
     // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
     if (headers[':method'] === 'CONNECT' && headers[':protocol'] === undefined) {
-      openTunnel(h2Client(stream, info?.address ?? ''), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
+      openTunnel(h2Client(stream, info.address), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
       return
     }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info), table, this.#plane.env)

@@ -1,0 +1,62 @@
+// The real CLI and an HTTP/2 client that resets its streams as soon as it has
+// opened them (CVE-2023-44487 "rapid reset"): every stream the gateway saw is
+// an access line naming the client, however early the reset came.
+import t, { type Test } from 'tap'
+import fs from 'node:fs'
+import http from 'node:http'
+import http2 from 'node:http2'
+import path from 'node:path'
+import type { AddressInfo } from 'node:net'
+import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, startCli, tempDir, type Cli } from './harness.ts'
+
+async function start(t: Test): Promise<{ cli: Cli; httpPort: number; adminPort: number; upstreamRequests: () => number }> {
+  let upstreamRequests = 0
+  const up = http.createServer((_req, res) => { upstreamRequests++; setTimeout(() => res.end('ok'), 5) })
+  await new Promise<void>((r) => up.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => { up.closeAllConnections(); up.close(() => r()) }))
+  const upPort = (up.address() as AddressInfo).port
+  const [httpPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [gatewayYaml(httpPort), backendYaml('api', upPort), routeYaml('api', 'api.example.test', 'api', upPort)].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '0'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
+  return { cli, httpPort, adminPort, upstreamRequests: () => upstreamRequests }
+}
+
+/** Opens up to `count` streams on one h2c connection, resetting each at once; resolves when the connection is gone. */
+async function rapidReset(port: number, count: number): Promise<{ opened: number; goaway: number | null }> {
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  let goaway: number | null = null
+  session.on('goaway', (code) => { goaway = code })
+  await new Promise<void>((r) => session.once('connect', () => r()))
+  let opened = 0
+  for (let i = 0; i < count && !session.closed && !session.destroyed; i++) {
+    try {
+      const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
+      s.on('error', () => {})
+      opened++
+      s.close(http2.constants.NGHTTP2_CANCEL)
+    } catch {
+      break
+    }
+    if (i % 50 === 49) await new Promise((r) => setImmediate(r))
+  }
+  await new Promise((r) => setTimeout(r, 300))
+  session.destroy()
+  return { opened, goaway }
+}
+
+function accessLines(cli: Cli): Array<Record<string, unknown>> {
+  return cli.stdout().split('\n').filter((l) => l.includes('"component":"access"')).map((l) => JSON.parse(l) as Record<string, unknown>)
+}
+
+t.test('serve: streams reset as soon as opened are each an access line naming the client', async (t) => {
+  const { cli, httpPort } = await start(t)
+  let opened = 0
+  for (let round = 0; round < 3; round++) opened += (await rapidReset(httpPort, 300)).opened
+  const lines = await eventually(async () => accessLines(cli), (l) => l.length > 0 && l.length === accessLines(cli).length, 5000, 'the access log settled')
+  t.ok(lines.length > 0 && lines.length <= opened, `${lines.length} access lines for ${opened} streams opened`)
+  const unnamed = lines.filter((l) => l.client !== '127.0.0.1')
+  t.equal(unnamed.length, 0, 'every line names the client address')
+})
