@@ -1,7 +1,8 @@
 // RateLimit: token buckets keyed by any of namespace, serviceAccount, route,
 // backend, client address or a request header; local per process, or global
 // through Redis so every replica shares one budget (`global.redis`: host:port,
-// rediss:// for TLS; AUTH with the Secret of `global.secretRef`). Over the
+// rediss:// for TLS; AUTH with the Secret of `global.secretRef`; the CAs,
+// client certificate and server name of `global.tls`). Over the
 // limit: 429 with Retry-After (RFC 9110 §10.2.3) and the IETF RateLimit / RateLimit-Policy
 // fields (draft-ietf-httpapi-ratelimit-headers: `"name";q=<quota>;w=<window s>`
 // and `"name";r=<remaining>;t=<reset s>`). Redis unreachable: failureMode
@@ -105,6 +106,31 @@ export function redisCredentials(spec: CompiledExtension, global: Readonly<Recor
   return { username: username === undefined ? null : trim(username), password: trim(password) }
 }
 
+/**
+ * The TLS options of a `global.tls` (a rediss:// Redis): the CA bundle and the
+ * client certificate and key compile resolved into `spec.secrets[path]`
+ * (compile/extensions.ts: `ca.crt`, `tls.crt`, `tls.key`), and `serverName`.
+ * None without the block; a block on a plain-TCP address is refused (validate
+ * refuses it first).
+ */
+export function redisTls(spec: CompiledExtension, global: Readonly<Record<string, unknown>>, path: string, tls: boolean): { ca?: string; cert?: string; key?: string; servername?: string } {
+  const block = global.tls
+  if (block === undefined || block === null || typeof block !== 'object') return {}
+  if (!tls) throw new Error(`${path}: needs a rediss:// address`)
+  const b = block as Record<string, unknown>
+  const data = spec.secrets[path] ?? {}
+  const ca = data['ca.crt']
+  const cert = data['tls.crt']
+  const key = data['tls.key']
+  if (b.caCertificateRefs !== undefined && ca === undefined) throw new Error(`the CA certificates of ${path} are not resolved`)
+  if (b.clientCertificateRef !== undefined && (cert === undefined || key === undefined)) throw new Error(`the client certificate of ${path} is not resolved`)
+  return {
+    ...(ca === undefined ? {} : { ca }),
+    ...(cert === undefined || key === undefined ? {} : { cert, key }),
+    ...(typeof b.serverName === 'string' ? { servername: b.serverName.toLowerCase().replace(/\.$/, '') } : {}),
+  }
+}
+
 /** A limit's Redis failing with the same error is logged again at most this often. */
 const FAILURE_LOG_EVERY_MS = 10_000
 
@@ -140,7 +166,8 @@ export class Limiter {
 
   /**
    * `block` is the limit's config; `options.globalAt` the config path of the
-   * `global` that applies to it (its Secret is `spec.secrets[globalAt + '.secretRef']`).
+   * `global` that applies to it (its Secret is `spec.secrets[globalAt + '.secretRef']`,
+   * its TLS material `spec.secrets[globalAt + '.tls']`).
    */
   constructor(spec: CompiledExtension, block: Readonly<Record<string, unknown>>, redis: RedisPool, amountField: 'requests' | 'tokens', options: { readonly globalAt?: string; readonly buckets?: LocalBuckets } = {}) {
     const buckets = options.buckets ?? local
@@ -160,7 +187,11 @@ export class Limiter {
       const target = parseRedisAddress(address)
       if (!target.ok) throw new Error(`global.redis: ${target.message}`)
       const globalAt = options.globalAt ?? 'global'
-      this.#redis = redis.get(target.value, { ...redisCredentials(spec, global, `${globalAt}.secretRef`), timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250 })
+      this.#redis = redis.get(target.value, {
+        ...redisCredentials(spec, global, `${globalAt}.secretRef`),
+        ...redisTls(spec, global, `${globalAt}.tls`, target.value.tls),
+        timeoutMs: typeof global.timeoutMs === 'number' ? global.timeoutMs : 250,
+      })
     } else {
       this.#redis = null
     }

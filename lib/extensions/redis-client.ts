@@ -1,7 +1,9 @@
 // A small Redis client for the global rate limit: RESP2 over node:net, or
 // node:tls for rediss:// (the system trust store, NODE_EXTRA_CA_CERTS adding
-// CAs as for any node process; the server's name verified; TLS 1.2 at least),
-// one connection per address and credentials, commands pipelined in order,
+// CAs as for any node process, or only the CAs of global.tls; the server's
+// name verified; TLS 1.2 at least; a client certificate when global.tls names
+// one), one connection per address, credentials and TLS identity, commands
+// pipelined in order,
 // EVALSHA with a fallback to EVAL on NOSCRIPT. With a password, AUTH (or
 // `AUTH username password`, a Redis 6 ACL user) goes first on each
 // connection; a refused AUTH fails the connection and every command queued
@@ -49,8 +51,13 @@ export interface RedisClientOptions {
   readonly username?: string | null
   readonly password?: string | null
   readonly timeoutMs?: number
-  /** rediss:// only: trust these CAs (PEM) instead of the system's (tests). */
+  /** rediss:// only: trust these CAs (PEM) instead of the system's. */
   readonly ca?: string
+  /** rediss:// only: the client certificate (PEM, leaf first) and its key, for a Redis with `tls-auth-clients yes`. */
+  readonly cert?: string
+  readonly key?: string
+  /** rediss:// only: the SNI and the name the certificate must carry; default the host (no SNI for an address). */
+  readonly servername?: string
 }
 
 interface Pending {
@@ -72,7 +79,8 @@ export class RedisClient {
   readonly #username: string | null
   readonly #password: string | null
   readonly #timeoutMs: number
-  readonly #ca: string | undefined
+  /** rediss://: ca, cert, key, servername, as tls.connect takes them (built once). */
+  readonly #tls: tls.ConnectionOptions
   #socket: net.Socket | null = null
   #connected = false
   #lastFailure = 0
@@ -88,7 +96,16 @@ export class RedisClient {
     this.#password = options.password ?? null
     this.#username = this.#password === null ? null : options.username ?? null
     this.#timeoutMs = options.timeoutMs ?? 250
-    this.#ca = options.ca
+    const { host } = target
+    const servername = options.servername ?? (net.isIP(host) === 0 ? host : null)
+    this.#tls = {
+      minVersion: 'TLSv1.2',
+      // SNI names a host, never an address (RFC 6066 §3); the certificate is
+      // checked against the servername if there is one, else the address.
+      ...(servername === null ? {} : { servername }),
+      ...(options.ca === undefined ? {} : { ca: options.ca }),
+      ...(options.cert === undefined || options.key === undefined ? {} : { cert: options.cert, key: options.key }),
+    }
   }
 
   /** Sends one command; rejects (RedisError) on error reply, timeout, or a connection that is down. */
@@ -135,20 +152,21 @@ export class RedisClient {
 
   #connect(): void {
     const { host, port } = this.#target
-    const socket = this.#target.tls
-      ? tls.connect({
-        host, port, minVersion: 'TLSv1.2',
-        // SNI names a host, never an address (RFC 6066 §3); the certificate is checked against either.
-        ...(net.isIP(host) === 0 ? { servername: host } : {}),
-        ...(this.#ca === undefined ? {} : { ca: this.#ca }),
-      })
-      : net.connect({ host, port })
+    const socket = this.#target.tls ? tls.connect({ host, port, ...this.#tls }) : net.connect({ host, port })
     socket.setNoDelay(true)
     this.#socket = socket
     this.#buf = Buffer.alloc(0)
     socket.on(this.#target.tls ? 'secureConnect' : 'connect', () => { this.#connected = true })
     socket.on('data', (d: Buffer) => this.#onData(socket, d))
-    socket.on('error', (err) => this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address}: ${err.message}`, { cause: err })))
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      // TLS 1.3: the client's handshake is done before the server has checked
+      // the client certificate, so a Redis with tls-auth-clients refusing ours
+      // (or none) answers with an alert after secureConnect. That connection
+      // failed as one refused does: tried again at most once a second, not a
+      // handshake per command.
+      if (err.code?.startsWith('ERR_SSL_') === true) this.#connected = false
+      this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address}: ${err.message}`, { cause: err }))
+    })
     socket.on('close', () => this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address} connection closed`)))
     if (this.#password !== null) {
       // AUTH goes first in the pipeline; an error reply fails the connection (#onData).
@@ -219,12 +237,13 @@ export class Script {
 }
 
 /**
- * One client per address, TLS, credentials and timeout, shared by every
- * extension that names the same, and closed when the last of them releases
- * it: a rotated password or a changed address leaves no connection behind
+ * One client per address, TLS identity (CAs, client certificate and key, server
+ * name), credentials and timeout, shared by every extension that names the
+ * same, and closed when the last of them releases it: a rotated password, CA
+ * or client certificate, or a changed address, leaves no connection behind
  * (one that stayed would keep the old credentials' session open). The map key
- * holds no password: the credentials count by an HMAC under a key random per
- * pool.
+ * holds no password and no key material: the credentials and the TLS identity
+ * count by an HMAC under a key random per pool.
  */
 export class RedisPool {
   readonly #clients = new Map<string, { readonly client: RedisClient; users: number }>()
@@ -236,7 +255,10 @@ export class RedisPool {
     const credentials = options.password === undefined || options.password === null
       ? '-'
       : createHmac('sha256', this.#salt).update(JSON.stringify([options.username ?? null, options.password])).digest('base64url')
-    const key = `${formatRedisAddress(target)}|${credentials}|${options.timeoutMs ?? ''}|${options.ca === undefined ? '' : createHash('sha256').update(options.ca).digest('base64url')}`
+    const identity = options.ca === undefined && options.cert === undefined && options.key === undefined && options.servername === undefined
+      ? '-'
+      : createHmac('sha256', this.#salt).update(JSON.stringify([options.ca ?? null, options.cert ?? null, options.key ?? null, options.servername ?? null])).digest('base64url')
+    const key = `${formatRedisAddress(target)}|${credentials}|${options.timeoutMs ?? ''}|${identity}`
     let entry = this.#clients.get(key)
     if (entry === undefined) {
       entry = { client: new RedisClient(target, options), users: 0 }
