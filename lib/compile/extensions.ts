@@ -15,7 +15,13 @@
 // `rules[i].global.secretRef`, `budget.global.secretRef`, or a
 // BackendTrafficPolicy's sallyport.io/rate-limit-redis-secret) are resolved
 // here into the table, so the data path never reads sources; a
-// changed Secret recompiles into new values (rotation without restart).
+// changed Secret recompiles into new values (rotation without restart). The
+// TLS material of a global limit's rediss:// Redis (`global.tls`: CA bundles
+// from ConfigMaps or Secrets, a kubernetes.io/tls client certificate; or the
+// policy annotations sallyport.io/rate-limit-redis-ca and -client-cert) is
+// resolved the same way, with the helpers of backend TLS (refs.ts), into
+// `secrets['global.tls']` (`ca.crt`, `tls.crt`, `tls.key`): redacted in
+// /config_dump like any Secret value, and part of the extension's key.
 
 import { createHmac } from 'node:crypto'
 import type { Backend, BackendTrafficPolicy, EgressExtension, ExtensionSpec } from '../resources/model.ts'
@@ -24,10 +30,11 @@ import type { ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { ExtensionType, SINGLETON_TYPES, canonicalType, defaultPhases, effectiveType, type Phase } from '../extension-types.ts'
 import type { CompiledExtension, ExtensionChain } from './table.ts'
-import { isReferenceAllowed, refNotPermitted, type From } from './refs.ts'
+import { isReferenceAllowed, refNotPermitted, resolveBundle, resolveTlsSecret, type From } from './refs.ts'
+import { checkCertificates } from './tls-material.ts'
 import type { ObjectStatus } from './status.ts'
 import { condition, statusKey } from './conditions.ts'
-import { ANNOTATIONS, parseSecretRef } from '../validate/annotations.ts'
+import { ANNOTATIONS, parseLocalRef, parseSecretRef } from '../validate/annotations.ts'
 import { key as mapKey } from '../validate/findings.ts'
 import { parseRedisAddress } from '../redis-address.ts'
 
@@ -65,20 +72,25 @@ const RUN_RANK: Record<CompiledExtension['scope'], number> = { Gateway: 0, Backe
 const SECRET_PATHS = ['secretRef', 'oauth2.secretRef', 'awsSigV4.secretRef'] as const
 
 /**
- * The config paths of an extension's Secret references: the common ones, and
- * for the types that talk to Redis, the `global.secretRef` of each `global`
+ * The config paths of the `global` blocks of the types that talk to Redis
  * (RateLimit: the config's and each rule's own; AIUsage: its budget's).
  */
-function secretPaths(type: string, config: Readonly<Record<string, unknown>>): readonly string[] {
+function redisGlobalPaths(type: string, config: Readonly<Record<string, unknown>>): readonly string[] {
   switch (type) {
     case ExtensionType.RATE_LIMIT: {
       const rules = Array.isArray(config.rules) ? config.rules as unknown[] : []
-      const own = rules.flatMap((r, i) => r !== null && typeof r === 'object' && (r as Record<string, unknown>).global !== undefined ? [`rules[${i}].global.secretRef`] : [])
-      return [...SECRET_PATHS, 'global.secretRef', ...own]
+      const own = rules.flatMap((r, i) => r !== null && typeof r === 'object' && (r as Record<string, unknown>).global !== undefined ? [`rules[${i}].global`] : [])
+      return ['global', ...own]
     }
-    case ExtensionType.AI_USAGE: return [...SECRET_PATHS, 'budget.global.secretRef']
-    default: return SECRET_PATHS
+    case ExtensionType.AI_USAGE: return ['budget.global']
+    default: return []
   }
+}
+
+/** The config paths of an extension's Secret references: the common ones, and the `secretRef` of each Redis `global`. */
+function secretPaths(type: string, config: Readonly<Record<string, unknown>>): readonly string[] {
+  const globals = redisGlobalPaths(type, config)
+  return globals.length === 0 ? SECRET_PATHS : [...SECRET_PATHS, ...globals.map(g => `${g}.secretRef`)]
 }
 
 /** `Kind namespace/name`: the owner in messages, dumps and Events (chain.ts reads it back). */
@@ -109,13 +121,13 @@ function at(config: Readonly<Record<string, unknown>>, path: string): unknown {
   return v
 }
 
-/** A Secret reference of an extension that cannot be used: its config path, a ResolvedRefs reason, a message. */
+/** A Secret (or CA ConfigMap) reference of an extension that cannot be used: its config path, a ResolvedRefs reason, a message. */
 export interface SecretRefError {
   readonly path: string
-  readonly reason: 'RefNotPermitted' | 'InvalidSecretRef'
+  readonly reason: 'RefNotPermitted' | 'InvalidSecretRef' | 'InvalidCACertificateRef' | 'InvalidClientCertificateRef'
   readonly message: string
-  /** The Secret is not in the snapshot at all (not: it lacks the key, or no grant allows it). */
-  readonly missing: boolean
+  /** The kind of the object that is not in the snapshot at all; null: it is there (it lacks the key, no grant allows it...). */
+  readonly missing: 'Secret' | 'ConfigMap' | null
 }
 
 /**
@@ -151,27 +163,71 @@ function resolveSecrets(snapshot: Snapshot, owner: ExtensionOwner, type: string,
   for (const path of secretPaths(type, config)) {
     const ref = at(config, path)
     if (ref === undefined) continue
-    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret`, missing: false } }
+    if (ref === null || typeof ref !== 'object' || typeof (ref as Record<string, unknown>).name !== 'string') return { secrets, error: { path, reason: 'InvalidSecretRef', message: `${path} must name a Secret`, missing: null } }
     const r = ref as Record<string, unknown>
     const namespace = typeof r.namespace === 'string' ? r.namespace : owner.namespace
     const name = r.name as string
     const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
     // Gateway API ReferenceGrant: a Secret in another namespace only with a grant there.
     if (!isReferenceAllowed(snapshot, from, { group: '', kind: 'Secret', namespace, name })) {
-      return { secrets, error: { path, reason: 'RefNotPermitted', message: refNotPermitted(snapshot, `Secret ${namespace}/${name}`, namespace), missing: false } }
+      return { secrets, error: { path, reason: 'RefNotPermitted', message: refNotPermitted(snapshot, `Secret ${namespace}/${name}`, namespace), missing: null } }
     }
     const secret = snapshot.secrets.get(`${namespace}/${name}`)
-    if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found`, missing: true } }
+    if (secret === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} not found`, missing: 'Secret' } }
     const keys = Object.keys(secret.data).sort()
     for (const [field, fallback, onlyKey] of keysRead(type, config, path)) {
       const key = typeof r[field] === 'string' ? r[field] as string : onlyKey && keys.length === 1 ? keys[0] as string : fallback
-      if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}`, missing: false } }
+      if (secret.data[key] === undefined) return { secrets, error: { path, reason: 'InvalidSecretRef', message: `Secret ${namespace}/${name} has no key ${key}`, missing: null } }
     }
     const data: Record<string, string> = {}
     for (const k of keys) data[k] = (secret.data[k] as Buffer).toString('utf8')
     secrets[path] = data
   }
+  for (const g of redisGlobalPaths(type, config)) {
+    const error = resolveRedisTls(snapshot, owner, at(config, `${g}.tls`), `${g}.tls`, secrets)
+    if (error !== null) return { secrets, error }
+  }
   return { secrets, error: null }
+}
+
+/**
+ * The TLS material of a Redis `global.tls` at `path`, into `secrets[path]`:
+ * `ca.crt`, the CA bundles of caCertificateRefs (ConfigMap or Secret, key
+ * ca.crt, every block a certificate: refs.ts and tls-material.ts, as for a
+ * BackendTLSPolicy), and `tls.crt` / `tls.key` of clientCertificateRef (a
+ * kubernetes.io/tls Secret whose key matches its certificate). Another
+ * namespace needs a ReferenceGrant. Returns the first reference that cannot
+ * be used, naming its field; nothing when the block has no references.
+ */
+function resolveRedisTls(snapshot: Snapshot, owner: ExtensionOwner, tls: unknown, path: string, secrets: Record<string, Record<string, string>>): SecretRefError | null {
+  if (tls === null || typeof tls !== 'object') return null
+  const t = tls as Record<string, unknown>
+  const from: From = { group: owner.group, kind: owner.kind, namespace: owner.namespace }
+  const data: Record<string, string> = {}
+  const refOf = (v: unknown, kind: string): { group: string; kind: string; namespace: string; name: string } => {
+    const r = (v !== null && typeof v === 'object' ? v : {}) as Record<string, unknown>
+    return { group: typeof r.group === 'string' ? r.group : '', kind: typeof r.kind === 'string' ? r.kind : kind, namespace: typeof r.namespace === 'string' ? r.namespace : owner.namespace, name: typeof r.name === 'string' ? r.name : '' }
+  }
+  const missing = (kind: string, namespace: string, name: string): SecretRefError['missing'] =>
+    kind === 'ConfigMap' ? (snapshot.configMaps.has(`${namespace}/${name}`) ? null : 'ConfigMap') : kind === 'Secret' ? (snapshot.secrets.has(`${namespace}/${name}`) ? null : 'Secret') : null
+  const cas = Array.isArray(t.caCertificateRefs) ? t.caCertificateRefs as unknown[] : []
+  const bundles: string[] = []
+  for (let i = 0; i < cas.length; i++) {
+    const ref = refOf(cas[i], '')
+    const r = resolveBundle(snapshot, from, [{ ...ref, key: null }], 'ca.crt', 'InvalidCACertificateRef', checkCertificates)
+    if (!r.ok) return { path: `${path}.caCertificateRefs[${i}]`, reason: r.reason as SecretRefError['reason'], message: r.message, missing: r.reason === 'RefNotPermitted' ? null : missing(ref.kind, ref.namespace, ref.name) }
+    if (r.value !== null) bundles.push(r.value)
+  }
+  if (bundles.length > 0) data['ca.crt'] = bundles.join('')
+  if (t.clientCertificateRef !== undefined) {
+    const ref = refOf(t.clientCertificateRef, 'Secret')
+    const r = resolveTlsSecret(snapshot, from, ref, 'InvalidClientCertificateRef')
+    if (!r.ok) return { path: `${path}.clientCertificateRef`, reason: r.reason as SecretRefError['reason'], message: r.message, missing: r.reason === 'RefNotPermitted' ? null : missing(ref.kind, ref.namespace, ref.name) }
+    data['tls.crt'] = r.value.certPem
+    data['tls.key'] = r.value.keyPem
+  }
+  if (Object.keys(data).length > 0) secrets[path] = data
+  return null
 }
 
 /**
@@ -214,6 +270,10 @@ export function compileExtension(snapshot: Snapshot, scope: CompiledExtension['s
 export const RATE_LIMIT_REDIS = ANNOTATIONS.RATE_LIMIT_REDIS
 /** With it: the Secret (the policy's namespace) whose `password`, and `username` if it has one, AUTH to that Redis. */
 export const RATE_LIMIT_REDIS_SECRET = ANNOTATIONS.RATE_LIMIT_REDIS_SECRET
+/** With a rediss:// address: the ConfigMap (the policy's namespace) whose `ca.crt` is the only trust for that Redis. */
+export const RATE_LIMIT_REDIS_CA = ANNOTATIONS.RATE_LIMIT_REDIS_CA
+/** With a rediss:// address: the kubernetes.io/tls Secret (the policy's namespace) presented to that Redis. */
+export const RATE_LIMIT_REDIS_CLIENT_CERT = ANNOTATIONS.RATE_LIMIT_REDIS_CLIENT_CERT
 
 /**
  * Envoy Gateway BackendTrafficPolicy.rateLimit as a RateLimit extension (one
@@ -222,8 +282,11 @@ export const RATE_LIMIT_REDIS_SECRET = ANNOTATIONS.RATE_LIMIT_REDIS_SECRET
  * others select which requests share the rule's one bucket per route. Global
  * rules use the Redis of the RATE_LIMIT_REDIS annotation, with AUTH from the
  * Secret RATE_LIMIT_REDIS_SECRET names (as `global.secretRef`: resolved like
- * any extension Secret); without a usable address they are counted per
- * process (Local) — the status of the policy does not change; validate warns.
+ * any extension Secret), and for a rediss:// one the CA ConfigMap and client
+ * certificate Secret of RATE_LIMIT_REDIS_CA and RATE_LIMIT_REDIS_CLIENT_CERT
+ * (as `global.tls`); without a usable address they are counted per process
+ * (Local) — the status of the policy does not change; validate warns. So does
+ * a TLS annotation on a plain-TCP address, which is ignored.
  */
 export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec | null {
   const rl = policy.rateLimit
@@ -251,11 +314,19 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
   const config: Record<string, unknown> = { rules }
   const redis = policy.meta.annotations[RATE_LIMIT_REDIS]
   // An address with credentials (or none at all) is ignored: it would show in /config_dump (validate warns).
-  if (rl.type === 'Global' && redis !== undefined && parseRedisAddress(redis).ok) {
-    const ref = policy.meta.annotations[RATE_LIMIT_REDIS_SECRET]
-    const secret = ref === undefined ? null : parseSecretRef(ref, policy.meta.namespace)
-    const name = secret?.ok === true ? secret.value.slice(secret.value.indexOf('/') + 1) : null
-    config.global = { redis: redis.trim(), ...(name === null ? {} : { secretRef: { name } }) }
+  const address = redis === undefined ? null : parseRedisAddress(redis)
+  if (rl.type === 'Global' && redis !== undefined && address?.ok === true) {
+    const annotations = policy.meta.annotations
+    const nameIn = (annotation: string, kind: 'Secret' | 'ConfigMap'): string | null => {
+      const text = annotations[annotation]
+      const r = text === undefined ? null : parseLocalRef(text, policy.meta.namespace, kind)
+      return r?.ok === true ? r.value.slice(r.value.indexOf('/') + 1) : null
+    }
+    const name = nameIn(RATE_LIMIT_REDIS_SECRET, 'Secret')
+    const ca = address.value.tls ? nameIn(RATE_LIMIT_REDIS_CA, 'ConfigMap') : null
+    const cert = address.value.tls ? nameIn(RATE_LIMIT_REDIS_CLIENT_CERT, 'Secret') : null
+    const tls = { ...(ca === null ? {} : { caCertificateRefs: [{ kind: 'ConfigMap', name: ca }] }), ...(cert === null ? {} : { clientCertificateRef: { name: cert } }) }
+    config.global = { redis: redis.trim(), ...(name === null ? {} : { secretRef: { name } }), ...(ca === null && cert === null ? {} : { tls }) }
   }
   return { name: 'rate-limit', type: 'RateLimit', phase: null, priority: 0, failOpen: false, config }
 }
@@ -277,22 +348,32 @@ export function egressExtensionOwner(ext: EgressExtension): ExtensionOwner {
 /** An owner's extension Secret reference that cannot be used, where it is written, and the status key of the owner. */
 export interface SecretRefProblem { readonly statusKey: string; readonly reason: SecretRefError['reason']; readonly problem: ConfigProblem }
 
+/** The annotation of a BackendTrafficPolicy that wrote the config path of a reference (rateLimitExtension). */
+function annotationOf(path: string): string {
+  if (path.includes('.caCertificateRefs')) return RATE_LIMIT_REDIS_CA
+  if (path.endsWith('.clientCertificateRef')) return RATE_LIMIT_REDIS_CLIENT_CERT
+  return RATE_LIMIT_REDIS_SECRET
+}
+
 /**
  * Every Backend's, EgressExtension's and BackendTrafficPolicy's (its
- * rate-limit-redis-secret annotation) Secret references that cannot be used,
- * whether or not a route uses the owner yet: the requests through such an
- * extension fail (500; never sent without the credential), and this says why,
- * naming the file, the object and the field (status, /config_dump, validate).
- * `missingSecrets: false` leaves out Secrets that are not in the snapshot at
- * all (`sallyport validate` of a set that holds no Secrets).
+ * rate-limit-redis-secret, -ca and -client-cert annotations) Secret and CA
+ * references that cannot be used, whether or not a route uses the owner yet:
+ * the requests through such an extension fail (500; never sent without the
+ * credential), and this says why, naming the file, the object and the field
+ * (status, /config_dump, validate). `missingSecrets: false` leaves out Secrets
+ * that are not in the snapshot at all (`sallyport validate` of a set that
+ * holds no Secrets), `missingConfigMaps: false` the same of ConfigMaps
+ * (default: as missingSecrets).
  */
-export function secretRefProblems(snapshot: Snapshot, options: { readonly missingSecrets: boolean } = { missingSecrets: true }): SecretRefProblem[] {
+export function secretRefProblems(snapshot: Snapshot, options: { readonly missingSecrets: boolean; readonly missingConfigMaps?: boolean } = { missingSecrets: true }): SecretRefProblem[] {
   const out: SecretRefProblem[] = []
+  const skipped = (error: SecretRefError): boolean =>
+    error.missing === 'Secret' ? !options.missingSecrets : error.missing === 'ConfigMap' ? !(options.missingConfigMaps ?? options.missingSecrets) : false
   const check = (owner: ExtensionOwner, statusKey: string, source: ConfigProblem['source'], list: readonly ExtensionSpec[]): void => {
     list.forEach((spec, i) => {
       const { error } = resolveSecrets(snapshot, owner, typesOf(spec).type, spec.config)
-      if (error === null) return
-      if (!options.missingSecrets && error.missing) return
+      if (error === null || skipped(error)) return
       out.push({
         statusKey, reason: error.reason,
         problem: {
@@ -308,11 +389,11 @@ export function secretRefProblems(snapshot: Snapshot, options: { readonly missin
     const spec = rateLimitExtension(p)
     if (spec === null) continue
     const { error } = resolveSecrets(snapshot, trafficPolicyOwner(p), ExtensionType.RATE_LIMIT, spec.config)
-    if (error === null || (!options.missingSecrets && error.missing)) continue
+    if (error === null || skipped(error)) continue
     out.push({
       statusKey: statusKey('BackendTrafficPolicy', p.meta.namespace, p.meta.name), reason: error.reason,
       problem: {
-        source: p.source, kind: 'BackendTrafficPolicy', namespace: p.meta.namespace, name: p.meta.name, field: mapKey('metadata.annotations', RATE_LIMIT_REDIS_SECRET),
+        source: p.source, kind: 'BackendTrafficPolicy', namespace: p.meta.namespace, name: p.meta.name, field: mapKey('metadata.annotations', annotationOf(error.path)),
         message: `${error.message}; requests this policy's rate limit applies to fail`, severity: 'error',
       },
     })

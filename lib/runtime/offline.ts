@@ -20,11 +20,12 @@ export interface Output {
 async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; problems: ConfigProblem[] }> {
   const set = await readConfigSet(paths)
   const snapshot = buildSnapshot(set.docs, set.problems)
-  // Extension Secret references, checked against the Secrets of the set: a
-  // missing key always, a missing Secret only if the set holds Secrets at all
-  // (they are often created apart from the manifests).
+  // Extension Secret (and Redis CA ConfigMap) references, checked against the
+  // objects of the set: a missing key always, a missing Secret (ConfigMap)
+  // only if the set holds Secrets (ConfigMaps) at all (they are often created
+  // apart from the manifests).
   const refs = [
-    ...secretRefProblems(snapshot, { missingSecrets: snapshot.secrets.size > 0 }).map(r => r.problem),
+    ...secretRefProblems(snapshot, { missingSecrets: snapshot.secrets.size > 0, missingConfigMaps: snapshot.configMaps.size > 0 }).map(r => r.problem),
     // And listener certificates that TLS cannot use (a key that does not match, unparsable PEM).
     ...certificateProblems(snapshot, snapshot.gateways.values()),
   ]

@@ -25,6 +25,10 @@ export const ANNOTATIONS = {
   RATE_LIMIT_REDIS: 'sallyport.io/rate-limit-redis',
   /** BackendTrafficPolicy: Secret (same namespace) with `password`, and `username` if an ACL user, for AUTH to that Redis. */
   RATE_LIMIT_REDIS_SECRET: 'sallyport.io/rate-limit-redis-secret',
+  /** BackendTrafficPolicy: ConfigMap (same namespace) whose `ca.crt` holds the CAs a rediss:// Redis is verified against (instead of the system's). */
+  RATE_LIMIT_REDIS_CA: 'sallyport.io/rate-limit-redis-ca',
+  /** BackendTrafficPolicy: kubernetes.io/tls Secret (same namespace) presented to a rediss:// Redis as the client certificate. */
+  RATE_LIMIT_REDIS_CLIENT_CERT: 'sallyport.io/rate-limit-redis-client-cert',
 } as const
 
 export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string }
@@ -87,10 +91,15 @@ export function parseUpstreamProxy(text: string): Parsed<ProxyAddress | 'none'> 
 
 /** `name` or `namespace/name`; only the object's own namespace can be read (no ReferenceGrant for annotations). */
 export function parseSecretRef(text: string, namespace: string): Parsed<string> {
+  return parseLocalRef(text, namespace, 'Secret')
+}
+
+/** parseSecretRef for an object of another kind (a ConfigMap): `name` or `namespace/name`, the object's own namespace only. */
+export function parseLocalRef(text: string, namespace: string, kind: 'Secret' | 'ConfigMap'): Parsed<string> {
   const parts = text.trim().split('/')
   const [ns, name] = parts.length === 2 ? parts as [string, string] : [namespace, parts[0] as string]
-  if (parts.length > 2 || name === '') return { ok: false, message: `${JSON.stringify(text)} is not a Secret name` }
-  if (ns !== namespace) return { ok: false, message: `Secret ${ns}/${name} is in another namespace; only ${namespace} can be read` }
+  if (parts.length > 2 || name === '') return { ok: false, message: `${JSON.stringify(text)} is not a ${kind} name` }
+  if (ns !== namespace) return { ok: false, message: `${kind} ${ns}/${name} is in another namespace; only ${namespace} can be read` }
   return { ok: true, value: `${ns}/${name}` }
 }
 
@@ -150,6 +159,18 @@ export function checkAnnotations(kind: string, obj: Obj, f: Findings): void {
           const r = parseSecretRef(value, namespace)
           if (!r.ok) f.warn(at(name), `${r.message}; the annotation is ignored: no AUTH is sent`)
           if (text(ANNOTATIONS.RATE_LIMIT_REDIS) === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.RATE_LIMIT_REDIS}`)
+        }
+        break
+      case ANNOTATIONS.RATE_LIMIT_REDIS_CA:
+      case ANNOTATIONS.RATE_LIMIT_REDIS_CLIENT_CERT:
+        if (kind !== 'BackendTrafficPolicy') f.warn(at(name), 'applies to BackendTrafficPolicies only; ignored here')
+        else {
+          const r = parseLocalRef(value, namespace, name === ANNOTATIONS.RATE_LIMIT_REDIS_CA ? 'ConfigMap' : 'Secret')
+          if (!r.ok) f.warn(at(name), `${r.message}; the annotation is ignored`)
+          const redis = text(ANNOTATIONS.RATE_LIMIT_REDIS)
+          const address = redis === null ? null : parseRedisAddress(redis)
+          if (redis === null) f.warn(at(name), `has no effect without ${ANNOTATIONS.RATE_LIMIT_REDIS}`)
+          else if (address?.ok === true && !address.value.tls) f.warn(at(name), `has no effect: ${ANNOTATIONS.RATE_LIMIT_REDIS} is plain TCP; TLS needs a rediss:// address`)
         }
         break
       case ANNOTATIONS.PARENT_GATEWAY:

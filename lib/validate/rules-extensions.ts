@@ -7,7 +7,7 @@
 import { ExtensionType, PHASES, canonicalType, effectiveType } from '../extension-types.ts'
 import { asArr, asObj, asStr, type Obj } from './access.ts'
 import { Findings, child, item, show } from './findings.ts'
-import { cidrProblem, headerNameProblem, headerValueProblem, wholeRegexProblem } from './checks.ts'
+import { cidrProblem, headerNameProblem, headerValueProblem, isIPAddress, isDnsSubdomain, wholeRegexProblem } from './checks.ts'
 import { isGatewayField } from '../gateway-owned-fields.ts'
 import { parseRedisAddress } from '../redis-address.ts'
 
@@ -75,22 +75,26 @@ function secretRef(o: Obj, at: string, extra: readonly string[], f: Findings, fi
 /**
  * A limit's `global`: the Redis address (host:port, redis://, rediss:// for
  * TLS; lib/redis-address.ts, as the data path reads it) without credentials,
- * and the Secret with the AUTH password (and ACL username).
+ * the Secret with the AUTH password (and ACL username), and the TLS trust and
+ * client certificate of a rediss:// Redis.
  */
 function globalBlock(v: unknown, at: string, f: Findings): void {
   if (v === undefined) return
   const g = asObj(v)
-  if (g === null) { f.error(at, 'must be an object { redis: host:port, secretRef, timeoutMs, failureMode }'); return }
-  known(g, at, ['redis', 'secretRef', 'timeoutMs', 'failureMode'], f)
+  if (g === null) { f.error(at, 'must be an object { redis: host:port, secretRef, tls, timeoutMs, failureMode }'); return }
+  known(g, at, ['redis', 'secretRef', 'tls', 'timeoutMs', 'failureMode'], f)
   const nested = asObj(g.redis)
   if (nested !== null) known(nested, child(at, 'redis'), ['address'], f)
   const address = nested === null ? g.redis : nested.address
   const where = nested === null ? child(at, 'redis') : child(at, 'redis.address')
+  let tls: boolean | null = null
   if (typeof address !== 'string') f.error(where, 'required: host:port of the Redis every replica shares (rediss://host:port for TLS)')
   else {
     const r = parseRedisAddress(address)
     if (!r.ok) f.error(where, r.message)
+    else tls = r.value.tls
   }
+  redisTls(g.tls, child(at, 'tls'), tls, f)
   const keys = ['namespace', 'usernameKey', 'passwordKey']
   secretRef(g, at, keys, f, ['name'])
   const ref = asObj(g.secretRef)
@@ -100,6 +104,47 @@ function globalBlock(v: unknown, at: string, f: Findings): void {
   }
   positive(g, at, 'timeoutMs', f)
   oneOf(g, at, 'failureMode', ['open', 'closed'], f)
+}
+
+const REF_FIELDS = ['group', 'kind', 'name', 'namespace']
+
+/**
+ * A reference to a core object (group ""): `kinds` are the kinds it may name,
+ * the first one the default when `kind` is left out (null: kind is required).
+ */
+function coreRef(v: unknown, at: string, kinds: readonly string[], defaultKind: string | null, f: Findings): void {
+  const r = asObj(v)
+  if (r === null) { f.error(at, `must be an object { ${defaultKind === null ? 'kind, ' : ''}name, namespace? }`); return }
+  known(r, at, REF_FIELDS, f)
+  if (r.group !== undefined && r.group !== '') f.error(child(at, 'group'), `must be "" (core), got ${show(r.group)}`)
+  if (r.kind === undefined ? defaultKind === null : !(typeof r.kind === 'string' && kinds.includes(r.kind))) f.error(child(at, 'kind'), `must be ${kinds.join(' or ')}${r.kind === undefined ? '' : `, got ${show(r.kind)}`}`)
+  if (typeof r.name !== 'string' || r.name === '') f.error(child(at, 'name'), `required: the ${kinds.join(' or ')} name`)
+  if (r.namespace !== undefined && (typeof r.namespace !== 'string' || r.namespace === '')) f.error(child(at, 'namespace'), `must be a non-empty string, got ${show(r.namespace)}`)
+}
+
+/**
+ * `global.tls` of a rediss:// Redis: the CAs trusted instead of the system's
+ * (ConfigMaps or Secrets with `ca.crt`, as BackendTLSPolicy caCertificateRefs),
+ * the client certificate (a kubernetes.io/tls Secret) for a Redis with
+ * `tls-auth-clients yes`, and the name the certificate must carry (the SNI).
+ * Compile reads the objects (compile/extensions.ts). `tls` is null when the
+ * address did not parse (that is its own error).
+ */
+function redisTls(v: unknown, at: string, tls: boolean | null, f: Findings): void {
+  if (v === undefined) return
+  const o = asObj(v)
+  if (o === null) { f.error(at, 'must be an object { caCertificateRefs, clientCertificateRef, serverName }'); return }
+  known(o, at, ['caCertificateRefs', 'clientCertificateRef', 'serverName'], f)
+  if (tls === false) f.error(at, 'needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS')
+  if (o.caCertificateRefs !== undefined) {
+    if (!Array.isArray(o.caCertificateRefs) || o.caCertificateRefs.length === 0) f.error(child(at, 'caCertificateRefs'), 'must list at least one ConfigMap or Secret with ca.crt (leave it out to trust the system\'s CAs)')
+    else o.caCertificateRefs.forEach((r, i) => coreRef(r, item(child(at, 'caCertificateRefs'), i), ['ConfigMap', 'Secret'], null, f))
+  }
+  if (o.clientCertificateRef !== undefined) coreRef(o.clientCertificateRef, child(at, 'clientCertificateRef'), ['Secret'], 'Secret', f)
+  if (o.serverName !== undefined) {
+    const name = asStr(o.serverName)
+    if (name === null || isIPAddress(name) || !isDnsSubdomain(name.toLowerCase().replace(/\.$/, ''))) f.error(child(at, 'serverName'), `must be a DNS name (the name the Redis certificate carries, sent as SNI), got ${show(o.serverName)}`)
+  }
 }
 
 /** Where a credential goes: a header (its name, and the format around the value, are written in the request head) or a query parameter (encoded). */

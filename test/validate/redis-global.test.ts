@@ -78,7 +78,7 @@ t.test('global.secretRef: a Secret name, and only the fields compile reads', asy
   t.same(errorsOf(limit({ redis: 'r:6379', secretRef: 'redis-auth' })), [`${at}.name: required: the Secret name`])
   t.same(errorsOf(limit({ redis: 'r:6379', secretRef: { name: 'redis-auth', key: 'password' } })), [`${at}.key: unknown field; expected one of name, namespace, usernameKey, passwordKey`])
   t.same(errorsOf(limit({ redis: 'r:6379', secretRef: { name: 'redis-auth', passwordKey: 7 } })), [`${at}.passwordKey: must be a non-empty string, got 7`])
-  t.same(errorsOf(limit({ redis: 'r:6379', password: 'x' })), ['limits.yaml:2: Backend default/api: spec.extensions[0].config.global.password: unknown field; expected one of redis, secretRef, timeoutMs, failureMode'])
+  t.same(errorsOf(limit({ redis: 'r:6379', password: 'x' })), ['limits.yaml:2: Backend default/api: spec.extensions[0].config.global.password: unknown field; expected one of redis, secretRef, tls, timeoutMs, failureMode'])
   t.match(errorsOf(backend('AIUsage', { budget: { tokens: 1000, global: { redis: 'r:6379', secretRef: { name: '' } } } })), [/config\.budget\.global\.secretRef\.name: required: the Secret name$/])
 })
 
@@ -105,4 +105,54 @@ t.test('BackendTrafficPolicy annotations: a Redis address with credentials or un
   t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis-secret': 'redis-auth' })), [`${secret}: has no effect without sallyport.io/rate-limit-redis`])
   t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis.infra:6379' }, 'Local')), [`${redis}: has no effect unless spec.rateLimit.type is Global`])
   t.same(errorsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis://u:SECRET-9@redis.infra:6379' })), [], 'the policy itself still serves')
+})
+
+t.test('global.tls: only with a rediss:// address; CA refs to ConfigMaps or Secrets, a Secret client certificate, a DNS serverName', async (t) => {
+  const at = 'limits.yaml:2: Backend default/api: spec.extensions[0].config.global.tls'
+  const tls = { caCertificateRefs: [{ kind: 'ConfigMap', name: 'redis-ca' }, { group: '', kind: 'Secret', name: 'ca', namespace: 'infra' }], clientCertificateRef: { name: 'limiter-cert' }, serverName: 'redis.internal' }
+  t.same(errorsOf(limit({ redis: 'rediss://10.0.0.7:6380', tls })), [], 'fine')
+  t.same(errorsOf(limit({ redis: 'redis://redis.infra:6379', tls })), [`${at}: needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS`])
+  t.same(errorsOf(limit({ redis: 'redis.infra', tls: { serverName: 'redis.internal' } })), [`${at}: needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: 'on' })), [`${at}: must be an object { caCertificateRefs, clientCertificateRef, serverName }`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { insecureSkipVerify: true } })), [`${at}.insecureSkipVerify: unknown field; expected one of caCertificateRefs, clientCertificateRef, serverName`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { caCertificateRefs: [] } })), [`${at}.caCertificateRefs: must list at least one ConfigMap or Secret with ca.crt (leave it out to trust the system's CAs)`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { caCertificateRefs: [{ name: 'redis-ca' }, { kind: 'ClusterTrustBundle', name: 'b' }, { kind: 'ConfigMap', name: '', key: 'x' }, { kind: 'ConfigMap', name: 'c', group: 'v1' }] } })), [
+    `${at}.caCertificateRefs[0].kind: must be ConfigMap or Secret`,
+    `${at}.caCertificateRefs[1].kind: must be ConfigMap or Secret, got "ClusterTrustBundle"`,
+    `${at}.caCertificateRefs[2].key: unknown field; expected one of group, kind, name, namespace`,
+    `${at}.caCertificateRefs[2].name: required: the ConfigMap or Secret name`,
+    `${at}.caCertificateRefs[3].group: must be "" (core), got "v1"`,
+  ])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { clientCertificateRef: { kind: 'ConfigMap', name: 'c', namespace: '' } } })), [
+    `${at}.clientCertificateRef.kind: must be Secret, got "ConfigMap"`,
+    `${at}.clientCertificateRef.namespace: must be a non-empty string, got ""`,
+  ])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { clientCertificateRef: 'limiter-cert' } })), [`${at}.clientCertificateRef: must be an object { name, namespace? }`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { serverName: '10.0.0.7' } })), [`${at}.serverName: must be a DNS name (the name the Redis certificate carries, sent as SNI), got "10.0.0.7"`])
+  t.same(errorsOf(limit({ redis: 'rediss://r', tls: { serverName: 'not a name' } })), [`${at}.serverName: must be a DNS name (the name the Redis certificate carries, sent as SNI), got "not a name"`])
+  // A rule's own global and AIUsage's budget alike.
+  t.match(errorsOf(backend('RateLimit', { rules: [{ requests: 1, global: { redis: 'redis://r:6379', tls: { serverName: 'r' } } }] })), [/config\.rules\[0\]\.global\.tls: needs a rediss:\/\/ address/])
+  t.match(errorsOf(backend('AIUsage', { budget: { tokens: 1000, global: { redis: 'r:6379', tls: { serverName: 'r' } } } })), [/config\.budget\.global\.tls: needs a rediss:\/\/ address/])
+})
+
+t.test('BackendTrafficPolicy annotations rate-limit-redis-ca and -client-cert: own namespace, a rediss:// address, else a warning', async (t) => {
+  const policy = (annotations: Record<string, string>): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default', annotations },
+    spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'r' }], rateLimit: { type: 'Global', global: { rules: [{ limit: { requests: 5, unit: 'Minute' } }] } } },
+  })
+  const ca = 'metadata.annotations[sallyport.io/rate-limit-redis-ca]'
+  const cert = 'metadata.annotations[sallyport.io/rate-limit-redis-client-cert]'
+  const tls = { 'sallyport.io/rate-limit-redis-ca': 'redis-ca', 'sallyport.io/rate-limit-redis-client-cert': 'limiter-cert' }
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'rediss://redis.infra:6380', ...tls })), [])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'redis://redis.infra:6379', ...tls })), [
+    `${ca}: has no effect: sallyport.io/rate-limit-redis is plain TCP; TLS needs a rediss:// address`,
+    `${cert}: has no effect: sallyport.io/rate-limit-redis is plain TCP; TLS needs a rediss:// address`,
+  ])
+  t.same(warningsOf(policy(tls)), [`${ca}: has no effect without sallyport.io/rate-limit-redis`, `${cert}: has no effect without sallyport.io/rate-limit-redis`])
+  t.same(warningsOf(policy({ 'sallyport.io/rate-limit-redis': 'rediss://r:6380', 'sallyport.io/rate-limit-redis-ca': 'infra/redis-ca', 'sallyport.io/rate-limit-redis-client-cert': 'a/b/c' })), [
+    `${ca}: ConfigMap infra/redis-ca is in another namespace; only default can be read; the annotation is ignored`,
+    `${cert}: "a/b/c" is not a Secret name; the annotation is ignored`,
+  ])
+  const route = { apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r', namespace: 'default', annotations: tls }, spec: { parentRefs: [{ name: 'gw' }] } }
+  t.same(warningsOf(route), [`${ca}: applies to BackendTrafficPolicies only; ignored here`, `${cert}: applies to BackendTrafficPolicies only; ignored here`])
 })
