@@ -1,11 +1,13 @@
 // An undocumented knob does not exist for users: every metric sallyport
-// registers is named in the README, and every code an access line can carry
-// has its row in the README's access-log table, with the status it answers.
+// registers is named in the README, every code an access line can carry
+// has its row in the README's access-log table, with the status it answers,
+// and every sallyport.io annotation sallyport reads has a row in a table.
 import t from 'tap'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ErrorCode, statusOf } from '../../lib/errors.ts'
+import { ANNOTATIONS, TLS_OPTIONS } from '../../lib/validate/annotations.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const README = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8')
@@ -30,5 +32,12 @@ t.test('every access-line code has its README row, with its status', async (t) =
   for (const code of Object.values(ErrorCode)) {
     if (sideLoop.has(code)) continue
     t.ok(README.includes(`| \`${code}\` | ${statusOf(code)} |`), `${code} → ${statusOf(code)}`)
+  }
+})
+
+t.test('every sallyport.io annotation and listener TLS option has a README table row', async (t) => {
+  const rows = README.split('\n').filter((l) => l.startsWith('|'))
+  for (const name of [...Object.values(ANNOTATIONS), ...Object.values(TLS_OPTIONS)]) {
+    t.ok(rows.some((r) => r.includes(`\`${name}\``) || r.includes(`\`${name}:`)), name)
   }
 })
