@@ -525,8 +525,9 @@ export interface CompiledExtension {
   readonly config: Readonly<Record<string, unknown>>
   /**
    * Secret data resolved in compile, by the config path of the reference
-   * (`secretRef`, `oauth2.secretRef`): key → value. Never printed: dumpTable
-   * redacts `secrets`, logs never take it.
+   * (`secretRef`, `oauth2.secretRef`): key → value; and the TLS material of a
+   * Redis `global.tls` by its path (`global.tls`: `ca.crt`, `tls.crt`,
+   * `tls.key`). Never printed: dumpTable redacts `secrets`, logs never take it.
    */
   readonly secrets: Readonly<Record<string, Readonly<Record<string, string>>>>
   /** A resolution problem (missing Secret, no ReferenceGrant, unknown type): running it fails, per failOpen. */

@@ -123,4 +123,10 @@ t.test('CLI validate: a client certificate whose key does not match, and global.
     `${limits}:2: BackendTrafficPolicy default/per-route: metadata.annotations[sallyport.io/rate-limit-redis-client-cert]: ${mismatch}; requests this policy's rate limit applies to fail`,
   ])
   t.notMatch(v.stdout + v.stderr, /PRIVATE KEY/)
+
+  // The manifests alone, without ConfigMaps and Secrets (often created apart): the references are not checked.
+  const alone = await runCli(t, ['validate', limits])
+  t.same(alone.stdout.trim().split('\n'), [
+    `${limits}:0: Backend default/plain: spec.extensions[0].config.global.tls: needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS`,
+  ])
 })
