@@ -20,7 +20,7 @@ import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward.ts'
 import { markCut, type Exchange } from '../router/exchange.ts'
 import { hostOf } from '../router/headers.ts'
-import { downstreamActiveConnections } from '../observe/http-metrics.ts'
+import { downstreamActiveConnections, downstreamConnectionsClosed } from '../observe/http-metrics.ts'
 import { bindServer } from '../bind.ts'
 import { logger } from '../observe/log.ts'
 import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
@@ -76,8 +76,24 @@ export interface PlaneContext {
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 
+/**
+ * CVE-2023-44487 (HTTP/2 rapid reset): a connection that has opened at least
+ * this many streams, more than half of them reset before an answer began, is
+ * closed with GOAWAY ENHANCE_YOUR_CALM (Envoy's premature-reset check, with its
+ * count). Each such stream is a request routed and an upstream request begun
+ * and cancelled; nghttp2's own reset rate limit lets a paced client go on for
+ * ever. Twice the streams a client may have open at once: a client cancelling
+ * everything it has in flight cannot trip it alone.
+ */
+export const PREMATURE_RESET_MIN_STREAMS = 500
+
 interface SessionInfo extends H2Connection {
   streams: number
+  /** Streams the session has opened, and those reset before the answer's head went out. */
+  opened: number
+  resets: number
+  /** Being closed for its resets (PREMATURE_RESET_MIN_STREAMS). */
+  abusive: boolean
   /** Runs out keepAliveTimeout after the last stream closed (restarted then); cleared when the session closes. */
   idle: NodeJS.Timeout | null
 }
@@ -288,7 +304,7 @@ export class PortListener {
   }
 
   #toH2(socket: Duplex, address: string, spiffeId: string | null = null, sni: ConnectionSni | null = null): void {
-    this.#handing = { address, spiffeId, sni, streams: 0, idle: null }
+    this.#handing = { address, spiffeId, sni, streams: 0, opened: 0, resets: 0, abusive: false, idle: null }
     this.#h2.emit('connection', socket)
     this.#handing = null
   }
@@ -406,7 +422,7 @@ export class PortListener {
   // ── HTTP/2 ──
 
   #onSession = (session: ServerHttp2Session): void => {
-    const info: SessionInfo = this.#handing ?? { address: clientIp(session.socket?.remoteAddress), spiffeId: null, sni: null, streams: 0, idle: null }
+    const info: SessionInfo = this.#handing ?? { address: clientIp(session.socket?.remoteAddress), spiffeId: null, sni: null, streams: 0, opened: 0, resets: 0, abusive: false, idle: null }
     this.#sessions.set(session, info)
     session.on('error', noop)
     // Idle sessions (no open stream) close after keepAliveTimeout; busy ones (SSE,
@@ -426,7 +442,14 @@ export class PortListener {
     // Each session's streams come with its info. Not the server's 'stream' event and a
     // lookup by stream.session: a stream the client reset before node emitted it has no
     // session any more, and its access line named no client.
-    session.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => this.#onStream(stream, headers, flags, rawHeaders, info))
+    session.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
+      info.opened++
+      stream.once('close', () => {
+        if (--info.streams === 0) info.idle?.refresh()
+        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.headersSent) this.#prematureReset(session, info)
+      })
+      this.#onStream(stream, headers, flags, rawHeaders, info)
+    })
     session.once('goaway', () => probeAfterGoaway(session))
     if (this.#closing) session.close()
   }
@@ -435,7 +458,6 @@ export class PortListener {
   #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[], info: SessionInfo): void {
     const table = this.#plane.current() // the one read of the table for this request
     info.streams++
-    stream.once('close', () => { if (--info.streams === 0) info.idle?.refresh() })
     if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's
     // maxHeaderSize (431), and the field limit with a reset, as Envoy answers it.
@@ -468,6 +490,16 @@ export class PortListener {
       return
     }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info), table, this.#plane.env)
+  }
+
+  /** A stream reset before its answer began: past PREMATURE_RESET_MIN_STREAMS, a majority of them closes the connection. */
+  #prematureReset(session: ServerHttp2Session, info: SessionInfo): void {
+    if (++info.resets * 2 <= info.opened || info.opened < PREMATURE_RESET_MIN_STREAMS || info.abusive || session.destroyed) return
+    info.abusive = true
+    log.warn({ client: info.address, port: this.port, streams: info.opened, resets: info.resets },
+      'HTTP/2 connection closed: most of its streams were reset before an answer (rapid reset)')
+    downstreamConnectionsClosed.inc({ port: String(this.port), reason: 'premature_resets' })
+    session.destroy(new Error('rapid reset'), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
   }
 
   #refusedStream(info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {

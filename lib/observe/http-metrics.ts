@@ -26,6 +26,11 @@ export const downstreamConnectionsRejected = new Counter({
   help: 'Client connections closed at accept because their listening port had --max-connections open.',
   labelNames: ['port'] as const, registers: [registry],
 })
+export const downstreamConnectionsClosed = new Counter({
+  name: 'sallyport_downstream_connections_closed_total',
+  help: 'Client connections the gateway closed for abuse, by listening port and reason (premature_resets: an HTTP/2 rapid reset).',
+  labelNames: ['port', 'reason'] as const, registers: [registry],
+})
 export const downstreamActiveStreams = new Gauge({
   name: 'sallyport_downstream_active_streams', help: 'Requests (HTTP/1.1 exchanges and HTTP/2 streams) in flight.',
   registers: [registry],
