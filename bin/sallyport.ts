@@ -24,7 +24,7 @@ serve [options]
   --namespace NS           Watch namespaced kinds only in NS (repeatable; default: all namespaces)
   --label-selector SEL     Watch only objects matching this label selector (e.g. egress=sallyport)
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
-  --publish-service NS/NAME  The Service in front of sallyport: its addresses are each served Gateway's status.addresses (default: none written)
+  --publish-service NS/NAME  The Service in front of sallyport: its addresses are each served Gateway's status.addresses (default: none; any there are removed)
   --bind ADDR              Address the Gateway listeners bind (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)

@@ -38,7 +38,7 @@ export interface PublishedAddresses {
 
 /** What a Gateway's status says about its addresses. */
 export interface GatewayAddressing {
-  /** status.addresses to write; undefined: sallyport publishes none (no --publish-service), so it writes none. */
+  /** status.addresses to write; undefined: sallyport publishes none (no --publish-service; the status writer removes the field, as for []). */
   readonly addresses: readonly GatewayStatusAddress[] | undefined
   /** Accepted=False, reason UnsupportedAddress, or null. */
   readonly accepted: Condition | null
@@ -125,7 +125,7 @@ export function gatewayAddressing(gateway: Gateway, published: PublishedAddresse
   } else if (unassigned.length > 0) {
     programmed = condition('Programmed', false, 'AddressNotAssigned', `requested address ${unassigned.join(', ')} cannot be assigned: ${where}${still}`, gen)
   }
-  // Without the flag sallyport owns no status.addresses: it writes none.
+  // Without the flag sallyport knows no address: none is assigned, and the status lists none.
   return { addresses: published === null ? undefined : served ? assigned : [], accepted, programmed }
 }
 

@@ -44,8 +44,9 @@ export interface ObjectStatus {
   readonly listeners: readonly ListenerStatus[]
   /**
    * Gateways only: status.addresses, the addresses of the --publish-service
-   * Service (compile/addresses.ts). Absent: sallyport publishes none, and the
-   * status writer leaves the field as it is; empty: none are bound.
+   * Service (compile/addresses.ts). Absent: sallyport publishes none (no
+   * --publish-service); empty: none are bound. Either way the status writer
+   * removes the field: the Gateway's controller writes what it knows.
    */
   readonly addresses?: readonly GatewayStatusAddress[]
 }

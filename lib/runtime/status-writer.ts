@@ -4,7 +4,7 @@
 // a file) whose kind has a status subresource:
 //   GatewayClass  status.conditions (compile reports ours only)
 //   Gateway       status.conditions, status.listeners[] (attachedRoutes, supportedKinds, conditions),
-//                 status.addresses with --publish-service (replaced; untouched without it);
+//                 status.addresses (--publish-service's; removed when there are none or no flag);
 //                 Gateways we serve only, never those of another controller's class
 //   *Route        status.parents[]   (RouteParentStatus)
 //   Backend       status.parents[]   (GEP-4488 BackendParentStatus: controller in `name`);
@@ -435,11 +435,13 @@ export class StatusWriter {
           conditions: cond(l.conditions, curListeners.find((c) => c.name === l.name)?.conditions),
         })),
       }
-      // status.addresses: replaced with --publish-service's (none: the field goes), left alone without the flag.
-      if (s.addresses !== undefined) {
-        if (s.addresses.length > 0) out.addresses = s.addresses.map((a) => ({ type: a.type, value: a.value }))
-        else delete out.addresses
-      }
+      // status.addresses is the controller's, and we are this Gateway's: the
+      // --publish-service Service's addresses, or no field when there are none
+      // (no flag, no Service, none yet). Left alone, what an earlier run wrote
+      // would go on naming an address nothing binds any more.
+      const addresses = s.addresses ?? []
+      if (addresses.length > 0) out.addresses = addresses.map((a) => ({ type: a.type, value: a.value }))
+      else delete out.addresses
       return out
     }
     const ns = s.namespace

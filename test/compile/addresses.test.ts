@@ -78,7 +78,7 @@ t.test('a missing Service: no addresses, one warning for the whole compile, noth
   t.match(compile(snapshot, { ...b.opts, publishService: PUBLISH }).problems[0]?.message, /namespace sallyport-system is not watched \(--namespace\)/)
 })
 
-t.test('without --publish-service: no addresses in status (the field is not ours), no problem', async t => {
+t.test('without --publish-service: no addresses in status (sallyport publishes none; `routes` prints none), no problem', async t => {
   const { status, problems } = run([publishService(), gw()], {})
   t.notOk('addresses' in gatewayStatus(status), 'no addresses key at all')
   t.same(problems, [])

@@ -2,7 +2,8 @@
 // fed by the Kubernetes source, the status writer writing to the fake API
 // server. The Gateway's status.addresses are the Service's; a load balancer
 // address that arrives in a status update of the Service reaches them; nothing
-// is written when nothing changed; without the flag the field is left alone.
+// is written when nothing changed; without the flag (or without an address)
+// the field is removed: sallyport is the Gateways' controller.
 import './quiet.ts'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -103,14 +104,53 @@ t.test('spec.addresses naming an address the Service does not have: Programmed=F
   t.pass('Programmed again')
 })
 
-t.test('without --publish-service, status.addresses is not sallyport\'s: someone else\'s is left as it is', async (t) => {
+// sallyport is the controller of the Gateways it serves, and status.addresses is
+// the controller's to write (Gateway API: "the network addresses that have been
+// bound to the Gateway"), as Envoy Gateway and Istio write their Gateways'. A run
+// without --publish-service knows no address: the addresses an earlier run with
+// the flag wrote would go on telling `kubectl get gateway` and conformance an
+// address nothing binds any more.
+t.test('without --publish-service, the addresses an earlier run wrote are removed; the rest of the status is left as it was', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  fake.apply(gateway(await freePort()))
+  fake.apply(service('sallyport', { clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'] }))
+  const first = await replica(t, fake, 'sallyport-system/sallyport')
+  await until('the cluster IP written', () => gwStatus(fake)?.addresses?.length === 1)
+  await settled(first.kube)
+  await first.kube.stop()
+  await first.runtime.stop(100)
+  const before = gwStatus(fake)
+
+  await replica(t, fake, null)
+  await until('the addresses removed', () => gwStatus(fake)?.addresses === undefined)
+  t.pass('status.addresses removed by the run without --publish-service')
+  t.same(gwStatus(fake)?.conditions, before?.conditions, 'conditions as they were (lastTransitionTime kept): only the addresses changed')
+})
+
+t.test('without --publish-service, a stale address is removed also where spec.addresses asks for it: Programmed=False agrees with an empty status.addresses', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  const gw = gateway(await freePort()) as { spec: Record<string, unknown> }
+  fake.apply({ ...gw, spec: { ...gw.spec, addresses: [{ type: 'IPAddress', value: '10.96.0.10' }] } })
+  // What a run with the flag wrote: the requested address, which the Service had.
+  const g = fake.get(GW, 'Gateway', 'default', 'egress')
+  fake.apply({ ...g, status: { addresses: [{ type: 'IPAddress', value: '10.96.0.10' }] } })
+  fake.apply(service('sallyport', { clusterIP: '10.96.0.10' }))
+  await replica(t, fake, null)
+  await until('Programmed=False written', () => gwStatus(fake)?.conditions?.find((c) => c.type === 'Programmed')?.reason === 'AddressNotUsable')
+  t.match(gwStatus(fake)?.conditions?.find((c) => c.type === 'Programmed')?.message, /cannot be assigned: sallyport publishes no addresses/)
+  t.equal(gwStatus(fake)?.addresses, undefined, 'no address listed: none is assigned')
+})
+
+t.test('with --publish-service and no Service yet, an address written before (by anyone) is removed', async (t) => {
   const fake = await startFake(t)
   fake.apply(gatewayClass())
   fake.apply(gateway(await freePort()))
   const g = fake.get(GW, 'Gateway', 'default', 'egress')
   fake.apply({ ...g, status: { addresses: [{ type: 'Hostname', value: 'set.elsewhere.example' }] } })
-  fake.apply(service('sallyport', { clusterIP: '10.96.0.10' }))
-  await replica(t, fake, null)
+  const { kube } = await replica(t, fake, 'sallyport-system/sallyport')
   await until('conditions written', () => gwStatus(fake)?.conditions?.some((c) => c.type === 'Programmed') === true)
-  t.same(gwStatus(fake)?.addresses, [{ type: 'Hostname', value: 'set.elsewhere.example' }], 'kept')
+  await settled(kube)
+  t.equal(gwStatus(fake)?.addresses, undefined, 'removed')
 })
