@@ -14,7 +14,8 @@
 //                 BackendTrafficPolicy, EgressExtension)
 // A parents/ancestors entry is ours when it carries our controllerName AND names
 // a Gateway we serve (Status.servedGateways), or one we served that is gone
-// since. Two deployments serving different GatewayClasses share the
+// since, until no object carries our entries for it. Two deployments serving
+// different GatewayClasses share the
 // controllerName sallyport.io/gateway-controller, so the controllerName alone
 // would have each erase the other's entries. Every other entry is kept as it
 // is, where it is: entry order is part of what is compared, and two writers
@@ -132,7 +133,11 @@ export class StatusWriter {
   readonly #backoff: { readonly base: number; readonly max: number }
   /** Gateways (`namespace/name`) the latest compile served. */
   #served: ReadonlySet<string> = new Set()
-  /** Gateways we served that are gone since (deleted, or their class is another controller's): our entries for them are ours to remove. */
+  /**
+   * Gateways we served that are gone since (deleted, or their class is another
+   * controller's): our entries for them are ours to remove, until none is left
+   * (#forgetCleanedUp).
+   */
   readonly #retired = new Set<string>()
   /** Keys of the objects the latest pass took up: status changes of other objects are not ours to look at. */
   #known = new Set<string>()
@@ -160,6 +165,8 @@ export class StatusWriter {
       // Still there under a class that may be another sallyport's (or one we cannot see): not ours to clean up.
       if (this.#served.has(key) || (g !== undefined && (cls === undefined || cls.controllerName === this.#controller))) this.#retired.delete(key)
     }
+    // A follower writes nothing, so its passes never get this far: the leader's cleanup, seen by its informer, is what lets it forget.
+    this.#forgetCleanedUp(this.#source.objects?.() ?? [])
     this.#latest = { status, snapshot }
     void this.sync()
   }
@@ -283,6 +290,7 @@ export class StatusWriter {
       }
     }
     await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+    this.#forgetCleanedUp(this.#source.objects?.() ?? work.map((w) => w.obj))
     // What we remember per object (our last write, repair counts) goes with the
     // object: deleted, or no longer one we report on. Kept, it grew with every
     // object a long-lived cluster ever had.
@@ -411,11 +419,37 @@ export class StatusWriter {
 
   /** Whether a parent/ancestor ref names a Gateway whose entries are ours (one we serve, or served and is gone). */
   #claims(ref: unknown, namespace: string): boolean {
-    if (typeof ref !== 'object' || ref === null) return false
-    const r = ref as Json
-    if ((r.group ?? GATEWAY_GROUP) !== GATEWAY_GROUP || (r.kind ?? 'Gateway') !== 'Gateway' || typeof r.name !== 'string') return false
-    const key = `${typeof r.namespace === 'string' && r.namespace !== '' ? r.namespace : namespace}/${r.name}`
-    return this.#served.has(key) || this.#retired.has(key)
+    const key = gatewayOf(ref, namespace)
+    return key !== null && (this.#served.has(key) || this.#retired.has(key))
+  }
+
+  /**
+   * Retired Gateways leave once their cleanup is done: no object carries an
+   * entry of ours naming them any more (as we last wrote it, where the
+   * informer has not seen our write yet). Kept for ever, the set grew with
+   * every Gateway a long-lived cluster ever retired, and a Gateway of that
+   * name made later that is not ours (another deployment's, under a class or
+   * labels we do not see) had that deployment's entries taken for ours. One
+   * walk over the objects, and only while some Gateway is retired.
+   */
+  #forgetCleanedUp(objects: Iterable<KubeObject>): void {
+    if (this.#retired.size === 0) return
+    const named = new Set<string>()
+    for (const obj of objects) {
+      if (!obj.resource.status) continue
+      const meta = obj.raw.metadata
+      const namespace = meta?.namespace ?? ''
+      const written = this.#written.get(`${obj.resource.group}/${obj.resource.kind}/${namespace}/${meta?.name ?? ''}`)
+      const status = (written !== undefined && written.basedOn === String(meta?.resourceVersion ?? '') ? written.status : obj.raw.status) as unknown
+      if (typeof status !== 'object' || status === null) continue
+      const s = status as Json
+      for (const e of [s.parents, s.ancestors].filter(Array.isArray).flat() as Json[]) {
+        if (e.controllerName !== this.#controller && e.name !== this.#controller) continue
+        const key = gatewayOf(e.parentRef ?? e.ancestorRef, namespace)
+        if (key !== null && this.#retired.has(key)) named.add(key)
+      }
+    }
+    for (const key of this.#retired) if (!named.has(key)) this.#retired.delete(key)
   }
 
   #desired(s: ObjectStatus, obj: KubeObject, raw: Json, current: Json, generation: number): Json {
@@ -532,6 +566,14 @@ function sameData(a: unknown, b: unknown): boolean {
   }
   for (const _ in y) n--
   return n === 0
+}
+
+/** `namespace/name` of the Gateway a parent/ancestor ref names (its namespace defaulting to the object's), or null when it names something else. */
+function gatewayOf(ref: unknown, namespace: string): string | null {
+  if (typeof ref !== 'object' || ref === null) return null
+  const r = ref as Json
+  if ((r.group ?? GATEWAY_GROUP) !== GATEWAY_GROUP || (r.kind ?? 'Gateway') !== 'Gateway' || typeof r.name !== 'string') return null
+  return `${typeof r.namespace === 'string' && r.namespace !== '' ? r.namespace : namespace}/${r.name}`
 }
 
 function keyOf(obj: KubeObject, status: ObjectStatus): string {

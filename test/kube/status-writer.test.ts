@@ -320,3 +320,76 @@ t.test('an API server shedding load (429) ends the pass; the rest is written aft
   await until('every status written after the Retry-After', () => written() === names.length)
   t.equal(fake.count('PUT', /httproutes\/r\d+\/status$/), names.length + 1, 'each object written once, plus the one refused')
 })
+
+// A Gateway we stopped serving (deleted, or moved to another controller's class)
+// stays ours until our entries naming it are gone from every object: then it is
+// forgotten. Kept for ever, the list grew with every Gateway a long-lived
+// cluster ever retired, and a Gateway of that name made later, one this
+// deployment cannot see, had another deployment's entries for it taken for ours.
+t.test('a Gateway we served is ours to clean up after until our entries naming it are gone, and no longer', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r', 'r.example.test', 'a', 1))
+  const r = res('gateway.networking.k8s.io', 'httproutes')
+  // As an informer hands them out: one object per version of the route, the same to lookup() and objects().
+  let last: KubeObject | null = null
+  const current = (): KubeObject => {
+    const raw = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r') as KubeObject['raw']
+    if (last?.raw.metadata?.resourceVersion !== raw.metadata?.resourceVersion) last = { resource: r, version: 'v1', raw }
+    return last as KubeObject
+  }
+  const source = { lookup: current, objects: (): KubeObject[] => [current()] }
+  const writer = new StatusWriter({ client: clientFor(fake), source, controllerName: CONTROLLER, isLeader: () => true, backoffMs: { base: 50, max: 100 } })
+  t.teardown(() => writer.close())
+  const routeStatus = (parents: ObjectStatus['parents']): ObjectStatus => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'r', generation: 1, conditions: [], listeners: [], parents })
+  type Parents = { parents: Array<{ parentRef: { name: string }; controllerName: string; conditions: Array<{ message: string }> }> }
+  const parents = (): Parents['parents'] => (fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r')?.status as Parents | undefined)?.parents ?? []
+  writer.update(status([routeStatus([{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }])]), emptySnapshot())
+  await writer.sync()
+  t.equal(parents().length, 1, 'our entry for default/egress written')
+
+  // default/egress is deleted. The write that would remove our entry fails for a while: it is tried again until it is done.
+  fake.refuse((q) => q.method === 'PUT' && q.path.endsWith('/httproutes/r/status'), 500)
+  writer.update(status([routeStatus([])], []), emptySnapshot())
+  await writer.sync()
+  t.equal(parents().length, 1, 'the entry is still there (the write failed)')
+  fake.refuse(null)
+  await until('our entry for the deleted Gateway removed', () => parents().length === 0, 2_000)
+  await writer.sync()
+
+  // A Gateway of the same name, made later under a GatewayClass of another deployment
+  // (same controllerName) that this one does not see (its --label-selector leaves it out):
+  // that deployment's entry is not ours, however often we are asked to look.
+  const theirs = { parentRef: { group: 'gateway.networking.k8s.io', kind: 'Gateway', namespace: 'default', name: 'egress' }, controllerName: CONTROLLER, conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'by the other deployment', observedGeneration: 1, lastTransitionTime: '2026-01-01T00:00:00Z' }] }
+  fake.apply({ ...current().raw, status: { parents: [theirs] } })
+  const puts = fake.count('PUT', /httproutes\/r\/status$/)
+  writer.statusChanged(current())
+  writer.update(status([routeStatus([])], []), emptySnapshot())
+  await writer.sync()
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/r\/status$/), puts, 'nothing written')
+  t.same(parents(), [theirs], "the other deployment's entry stands")
+})
+
+t.test("a follower, which writes nothing, forgets a retired Gateway once the leader's cleanup shows in what it reads", async (t) => {
+  const fake = await startFake(t)
+  const ours = { parentRef: { group: 'gateway.networking.k8s.io', kind: 'Gateway', namespace: 'default', name: 'egress' }, controllerName: CONTROLLER, conditions: [] }
+  fake.apply({ ...route('r', 'r.example.test', 'a', 1), status: { parents: [ours] } })
+  const r = res('gateway.networking.k8s.io', 'httproutes')
+  const current = (): KubeObject => ({ resource: r, version: 'v1', raw: fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r') as KubeObject['raw'] })
+  let leader = false
+  const writer = new StatusWriter({ client: clientFor(fake), source: { lookup: current, objects: () => [current()] }, controllerName: CONTROLLER, isLeader: () => leader })
+  t.teardown(() => writer.close())
+  const routeStatus = (parents: ObjectStatus['parents']): ObjectStatus => ({ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'r', generation: 1, conditions: [], listeners: [], parents })
+  writer.update(status([routeStatus([{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [] }])]), emptySnapshot())
+  writer.update(status([routeStatus([])], []), emptySnapshot()) // default/egress deleted
+  // The leader removes our entry; a Gateway of that name comes back under a deployment this one does not see, which writes its own.
+  const theirs = { ...ours, conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'by the other deployment', observedGeneration: 1, lastTransitionTime: '2026-01-01T00:00:00Z' }] }
+  fake.apply({ ...current().raw, status: { parents: [] } })
+  writer.update(status([routeStatus([])], []), emptySnapshot()) // the next compile: nothing names default/egress any more
+  fake.apply({ ...current().raw, status: { parents: [theirs] } })
+  leader = true
+  await writer.sync()
+  t.equal(fake.count('PUT', /httproutes\/r\/status$/), 0, 'nothing written on becoming leader')
+  t.same((fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r')?.status as { parents: unknown[] }).parents, [theirs])
+})
