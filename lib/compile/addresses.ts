@@ -55,8 +55,14 @@ export function publishedAddresses(snapshot: Snapshot, publishService: string | 
   if (service === undefined) {
     const ns = publishService.slice(0, publishService.indexOf('/'))
     const watched = snapshot.watchedNamespaces
-    const why = watched != null && !watched.has(ns) ? `namespace ${ns} is not watched (--namespace)` : 'no such Service'
-    return { service: publishService, addresses: [], problem: flagProblem(publishService, `${why}; Gateways get no status.addresses until it exists`) }
+    const selector = snapshot.labelSelector
+    // The likely causes first: what the flags keep sallyport from reading. A
+    // --label-selector applies to Services too, and the API server filters: the
+    // Service may well exist, unread: sallyport sees Services through the same filtered watch.
+    const why = watched != null && !watched.has(ns) ? `namespace ${ns} is not watched (--namespace); Gateways get no status.addresses until it exists`
+      : selector != null ? `no Service of that name matches --label-selector ${selector}, and sallyport reads only the objects it matches (give the Service those labels); Gateways get no status.addresses until one does`
+        : 'no such Service; Gateways get no status.addresses until it exists'
+    return { service: publishService, addresses: [], problem: flagProblem(publishService, why) }
   }
   const addresses = serviceAddresses(service)
   const problem = addresses.length > 0 ? null : flagProblem(publishService,

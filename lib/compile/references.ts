@@ -94,7 +94,7 @@ export class References {
 export function onlyPodsChanged(previous: Snapshot, next: Snapshot): boolean {
   if (previous.pods === next.pods || sameEntries(previous.pods, next.pods)) return false
   for (const name of Object.keys(next) as Array<keyof Snapshot>) {
-    if (name === 'problems' || name === 'pods' || name === 'watchedNamespaces') continue
+    if (name === 'problems' || name === 'pods' || name === 'watchedNamespaces' || name === 'labelSelector') continue
     const a = previous[name] as ReadonlyMap<string, unknown> | undefined
     const b = next[name] as ReadonlyMap<string, unknown>
     if (a !== b && (a === undefined || !sameEntries(untracked(a), untracked(b)))) return false

@@ -76,7 +76,7 @@ export function mergeSnapshots(files: Snapshot, kube: Snapshot): Snapshot {
   const out: Record<string, unknown> = {}
   const problems: ConfigProblem[] = [...files.problems, ...kube.problems]
   for (const name of Object.keys(files) as Array<keyof Snapshot>) {
-    if (name === 'problems' || name === 'watchedNamespaces') continue
+    if (name === 'problems' || name === 'watchedNamespaces' || name === 'labelSelector') continue
     const fileMap = files[name] as ReadonlyMap<string, ModelObject>
     const kubeMap = kube[name] as ReadonlyMap<string, ModelObject>
     const merged = new Map<string, ModelObject>(kubeMap)
@@ -95,6 +95,7 @@ export function mergeSnapshots(files: Snapshot, kube: Snapshot): Snapshot {
   out.problems = problems
   // Files may hold objects of any namespace; what --namespace leaves out is the API server's.
   out.watchedNamespaces = kube.watchedNamespaces ?? null
+  out.labelSelector = kube.labelSelector ?? null
   return out as unknown as Snapshot
 }
 

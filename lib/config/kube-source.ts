@@ -263,6 +263,7 @@ export class KubeSource {
     }
     snap.problems = problems
     snap.watchedNamespaces = this.#watched
+    snap.labelSelector = this.#labelSelector ?? null
     return snap as unknown as Snapshot
   }
 

@@ -38,10 +38,16 @@ export interface Snapshot {
    * Absent or null: every namespace (files, or no --namespace).
    */
   readonly watchedNamespaces?: ReadonlySet<string> | null
+  /**
+   * Kubernetes mode with `--label-selector`: the API server hands over only the
+   * objects it matches, so one that does not is missing, and status and
+   * warnings can say why. Absent or null: no selector.
+   */
+  readonly labelSelector?: string | null
 }
 
 /** The names of a Snapshot's object maps. */
-export type SnapshotMapName = keyof Omit<Snapshot, 'problems' | 'watchedNamespaces'>
+export type SnapshotMapName = keyof Omit<Snapshot, 'problems' | 'watchedNamespaces' | 'labelSelector'>
 
 /** Which Snapshot map holds each kind of the model. */
 export const MAP_OF_KIND: Readonly<Record<ModelKind, SnapshotMapName>> = {

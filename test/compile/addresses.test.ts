@@ -76,6 +76,12 @@ t.test('a missing Service: no addresses, one warning for the whole compile, noth
   // --namespace leaving the Service's namespace out is the likely cause: said so.
   const snapshot: Snapshot = { ...b.snapshotOf([b.gatewayClass(), gw()]), watchedNamespaces: new Set(['default']) }
   t.match(compile(snapshot, { ...b.opts, publishService: PUBLISH }).problems[0]?.message, /namespace sallyport-system is not watched \(--namespace\)/)
+  // So is a --label-selector, which the API server applies to Services too: the Service may exist, unread.
+  const selected: Snapshot = { ...b.snapshotOf([b.gatewayClass(), gw()]), labelSelector: 'egress=sallyport' }
+  const message = compile(selected, { ...b.opts, publishService: PUBLISH }).problems[0]?.message
+  t.match(message, /matches --label-selector egress=sallyport/)
+  t.notMatch(message, /no such Service/)
+  t.match(compile({ ...selected, watchedNamespaces: new Set(['default']) }, { ...b.opts, publishService: PUBLISH }).problems[0]?.message, /not watched \(--namespace\)/, 'a namespace not watched says so first')
 })
 
 t.test('without --publish-service: no addresses in status (sallyport publishes none; `routes` prints none), no problem', async t => {
