@@ -396,20 +396,20 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     this.#owner.onTunnel(tunnel)
   }
 
-  onError(err: SallyportError): void {
+  onError(err: SallyportError, endpoint?: string): void {
     const timedOut = this.#timedOut
     this.#endAttempt()
     const owner = this.#owner
     if (owner.ended || this.#done) return
     // A client abort (or the route timeout) is final and counts against nobody.
-    if (err.code === ErrorCode.CLIENT_ABORTED && !timedOut) { this.#finish(); owner.onError(err); return }
+    if (err.code === ErrorCode.CLIENT_ABORTED && !timedOut) { this.#finish(); owner.onError(err, endpoint); return }
     const cluster = owner.cluster as Cluster
     const reason = errorReason(err, this.#plan.retry, cluster.parentGateway === true, timedOut)
     if (reason !== null && this.#retry(reason, null)) return
     // Not sent at all (breaker, no endpoint, connect failure): another level may take it once, retries or not.
     if (isUnsent(err.code) && this.#failoverUnsent()) return
     this.#finish()
-    owner.onError(timedOut ? new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'per-try timeout exceeded') : err)
+    owner.onError(timedOut ? new SallyportError(ErrorCode.UPSTREAM_TIMEOUT, 'per-try timeout exceeded') : err, endpoint)
   }
 
   // ── decisions ──

@@ -117,6 +117,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   reason: string | null = null
   upstreamMs: number | null = null
   endpoint = ''
+  /** The endpoint a request that got no answer failed at (the access line's `upstream` then). */
+  failedAt = ''
   /** Issue 7: the extension chain run of this request; null when the backend has none. */
   flow: Flow | null = null
   /** Issue 7: where a flow's request goes: the first dispatch (plan, picked) or an attempt's loop. */
@@ -461,8 +463,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.status = this.ex.tunnel(tunnel.status, tunnel.headers, tunnel.stream) ?? statusOf(ErrorCode.CLIENT_ABORTED)
   }
 
-  onError(err: SallyportError): void {
+  onError(err: SallyportError, endpoint?: string): void {
     if (this.upstreamMs !== null && this.endpoint === '') this.upstreamMs = performance.now() - this.upstreamMs
+    if (endpoint !== undefined) this.failedAt = endpoint
     if (this.answered || this.ended) return
     this.fail(err.code, err.detail)
   }
@@ -720,7 +723,7 @@ function recordNow(ctx: RequestContext): void {
     durationMs: Math.round(durationMs * 1000) / 1000,
     upstreamMs: ctx.upstreamMs === null || ctx.endpoint === '' ? null : Math.round(ctx.upstreamMs * 1000) / 1000,
     bytesIn, bytesOut,
-    route: rule === null ? '' : rule.id, backend: ctx.cluster === null ? '' : ctx.cluster.id, upstream: ctx.endpoint,
+    route: rule === null ? '' : rule.id, backend: ctx.cluster === null ? '' : ctx.cluster.id, upstream: ctx.endpoint !== '' ? ctx.endpoint : ctx.failedAt,
     protocol: ex.protocol, client: ex.clientAddress,
     clientNamespace: client === undefined ? null : client.namespace,
     clientServiceAccount: client === undefined ? null : client.serviceAccount,

@@ -162,7 +162,7 @@ export class Exchange {
     if (attempt !== null) attempt.cancel(reason)
     if (!this.#answered) {
       this.#answered = true
-      this.#handler.onError(reason)
+      this.#handler.onError(reason, this.endpoint)
       this.finish(reason.code)
     } else if (this.#body !== null) {
       this.#body.destroy(reason)
@@ -229,7 +229,7 @@ export class Exchange {
     if (this.#answered) return
     this.#answered = true
     this.#attempt = null
-    this.#handler.onError(error)
+    this.#handler.onError(error, this.endpoint)
     this.finish(error.code)
   }
 

@@ -98,7 +98,12 @@ export interface UpstreamHandler {
   onInformational?(status: number, headers: OutgoingHeaders): void
   onResponse(res: UpstreamResponse): void
   onTunnel(tunnel: UpstreamTunnel): void
-  onError(err: SallyportError): void
+  /**
+   * `endpoint`: the endpoint (`host:port`) the request was at when it failed
+   * (the last one tried); absent when it got to none (no endpoint, breaker open,
+   * DNS, a client gone before the first attempt).
+   */
+  onError(err: SallyportError, endpoint?: string): void
 }
 
 /** One L4 connection (TCPRoute / TLSRoute, issue 8) to open to a cluster. */
