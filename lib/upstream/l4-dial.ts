@@ -29,10 +29,15 @@ export type ConnectorFactory = (cluster: Cluster, endpoint: Endpoint, tls: Clien
 /** Usable addresses of one hostname for one cluster (DNS, then the destination guard); `error` when none. */
 export type HostnameResolver = (cluster: Cluster, hostname: string) => Promise<{ readonly addresses: readonly string[]; readonly error: SallyportError | null }>
 
+/** The resolution after an expired answer's refresh; null when the answer is current (resolve.ts `refreshed`). */
+export type HostnameRefresher = (cluster: Cluster, hostname: string) => Promise<unknown> | null
+
 export interface L4DialerOptions {
   readonly connector: ConnectorFactory
   /** The registry's guarded resolution (issue 5): hostname endpoints are dialled by address, like the pools'. */
   readonly resolve: HostnameResolver
+  /** Every address of an expired answer refused: its refresh, to dial a changed answer (as the pools' connect fallback). */
+  readonly refreshed?: HostnameRefresher
   readonly connectTimeoutMs: number
 }
 
@@ -52,6 +57,8 @@ interface ClusterState {
 class Dial implements PendingDial {
   cancelled = false
   connect: PendingConnect | null = null
+  /** Moved on to a refreshed address list (once per dial). */
+  relisted = false
 
   cancel(): void {
     if (this.cancelled) return
@@ -72,12 +79,14 @@ function endpointLabel(endpoint: Endpoint): string {
 export class L4Dialer {
   readonly #factory: ConnectorFactory
   readonly #resolve: HostnameResolver
+  readonly #refreshed: HostnameRefresher | null
   readonly #defaultConnectMs: number
   readonly #clusters = new WeakMap<Cluster, ClusterState>()
 
   constructor(options: L4DialerOptions) {
     this.#factory = options.connector
     this.#resolve = options.resolve
+    this.#refreshed = options.refreshed ?? null
     this.#defaultConnectMs = options.connectTimeoutMs
   }
 
@@ -139,8 +148,30 @@ export class L4Dialer {
         this.#attempt(req, dial, state, (index + 1) % state.endpoints.length, next, callback)
         return
       }
+      if (e.code === ErrorCode.UPSTREAM_CONNECT && this.#afterRefresh(req, dial, state, e, callback)) return
       callback(e, null)
     })
+  }
+
+  /**
+   * Every address refused: when a name's answer had expired (served while its
+   * refresh runs), dial the addresses of the refreshed answer if it changed.
+   * False: nothing to wait for.
+   */
+  #afterRefresh(req: L4DialRequest, dial: Dial, tried: ClusterState, err: SallyportError, callback: L4DialCallback): boolean {
+    const refresh = this.#refreshed
+    const cluster = req.cluster
+    if (refresh === null || dial.relisted || !hasHostnames(cluster)) return false
+    const waits = cluster.endpoints.map((e) => e.kind === 'hostname' ? refresh(cluster, e.host) : null).filter((p) => p !== null)
+    if (waits.length === 0) return false
+    dial.relisted = true
+    Promise.all(waits).then(() => this.#expand(cluster)).then((r) => {
+      if (dial.cancelled) return callback(cancelled(), null)
+      if (r.error !== null || keyOf(r.endpoints) === tried.key) return callback(err, null)
+      const state = this.#stateOf(cluster, r.endpoints)
+      this.#attempt(req, dial, state, state.balancer.pick() ?? 0, 0, callback)
+    }, () => callback(err, null))
+    return true
   }
 
   #connector(req: L4DialRequest, state: ClusterState, index: number): Connector {

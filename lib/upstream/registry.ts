@@ -58,14 +58,6 @@ const DEFAULT_ALPN: readonly string[] = ['h2', 'http/1.1']
 /** At most one background lookup per cluster within this time (#refresh). */
 const REFRESH_FLOOR_MS = 1000
 
-/**
- * How long a request whose every address of an expired DNS answer refused waits
- * for that answer's refresh. A resolver that answers at all answers in
- * milliseconds; one that stopped answering is not waited for to its query
- * timeout (2 s × 2 tries), the connect failure is the answer then.
- */
-const STALE_REFRESH_WAIT_MS = 1000
-
 const log = logger('upstream')
 
 interface PoolEntry {
@@ -173,6 +165,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     this.#l4 = new L4Dialer({
       connector: (cluster, endpoint, tls, timeoutMs) => new Connector({ endpoint, tls, resolver: this.#resolver, timeoutMs, backend: cluster.id, proxy: cluster.upstreamProxy ?? null }),
       resolve: (cluster, hostname) => this.#destinations.resolve(cluster, hostname),
+      refreshed: (cluster, hostname) => this.#destinations.refreshed(cluster, hostname),
       connectTimeoutMs: this.#settings.connectTimeoutMs,
     })
     this.#unregister = addPoolStatsSource(() => this.#samples())
@@ -329,7 +322,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
    * goes where the balancer picks, and the new list's addresses are each tried
    * (once per exchange). When every address of an expired answer — served while
    * its refresh runs — has refused, the refresh is waited for (at most
-   * STALE_REFRESH_WAIT_MS) and a changed answer is tried before the failure is
+   * STALE_REFRESH_WAIT_MS, resolve.ts) and a changed answer is tried before the failure is
    * the answer: a name that moved is not a failed request.
    */
   redispatch(ex: Exchange, err: SallyportError): boolean {
@@ -371,7 +364,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     let expired = false
     const lookups = cluster.endpoints.map((e) => {
       if (e.kind !== 'hostname') return null
-      const refreshed = this.#destinations.refreshed(cluster, e.host, STALE_REFRESH_WAIT_MS)
+      const refreshed = this.#destinations.refreshed(cluster, e.host)
       if (refreshed !== null) expired = true
       return refreshed ?? this.#destinations.resolve(cluster, e.host)
     })

@@ -70,6 +70,14 @@ type Outcome = CachedAnswer | DnsError
  */
 const RESOLUTION_DELAY_MS = 50
 
+/**
+ * How long a connect whose every address of an expired DNS answer refused waits
+ * for that answer's refresh (`refreshed`). A resolver that answers at all
+ * answers in milliseconds; one that stopped answering is not waited for to its
+ * query timeout (2 s × 2 tries): the connect failure is the answer then.
+ */
+export const STALE_REFRESH_WAIT_MS = 1000
+
 const V4 = /^[\d.]+$/
 
 /** Adapts a ResolveFn to the querier interface: A from its IPv4 results, AAAA from its IPv6 ones. */
@@ -145,17 +153,17 @@ export class DestinationResolver {
   /**
    * The resolution after the refresh of an expired answer of `hostname`, or null
    * when its answers are current (nothing newer to wait for). Waits at most
-   * `maxWaitMs` for the refresh: a resolver that stopped answering is not waited
-   * for to its query timeout, the answer at hand stays.
+   * STALE_REFRESH_WAIT_MS for the refresh: a resolver that stopped answering is
+   * not waited for to its query timeout, the answer at hand stays.
    */
-  refreshed(cluster: Cluster, hostname: string, maxWaitMs: number): Promise<Resolution> | null {
+  refreshed(cluster: Cluster, hostname: string): Promise<Resolution> | null {
     if (isIP(hostname) !== 0) return null
     const p4 = this.#cache.refreshed(hostname, 4)
     const p6 = cluster.enableIPv6 ? this.#cache.refreshed(hostname, 6) : null
     if (p4 === null && p6 === null) return null
     const refreshes = [p4, p6].filter((p) => p !== null).map((p) => p.then(noop, noop))
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, maxWaitMs)
+      const timer = setTimeout(resolve, STALE_REFRESH_WAIT_MS)
       Promise.all(refreshes).then(() => { clearTimeout(timer); resolve() }, noop)
     }).then(() => this.resolve(cluster, hostname))
   }

@@ -189,3 +189,27 @@ t.test('a connect that hangs while the answer changes to one new address: the ti
   const res = expectResponse(await hanging)
   t.equal(res.status, 200, 'the request whose connect timed out is answered by the new address, though it had tried one already')
 })
+
+t.test('L4: every address of an expired answer refusing, the dial waits for the refresh and connects to the new address', async (t) => {
+  const port = await pair(t)
+  let answer = ['127.0.0.3']
+  let delayMs = 0
+  const up = createUpstreams({
+    resolve: async () => { const a = answer; if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs)); return a },
+    guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 60_000 },
+  })
+  t.teardown(() => up.close())
+  const c = cluster({ protocol: 'TCP', hostname: 'db.test', endpoints: [{ host: 'db.test', port, kind: 'hostname', weight: 1, zone: null }] })
+  up.retain(table([c]))
+  const dial = (): Promise<{ err: string | null; endpoint: string | null }> => new Promise((resolve) => {
+    up.dialL4({ cluster: c, originateTls: false, connectMs: null }, (err, conn) => {
+      conn?.socket.destroy()
+      resolve({ err: err?.code ?? null, endpoint: conn?.endpoint ?? null })
+    })
+  })
+  t.same(await dial(), { err: 'SP_ERR_UPSTREAM_CONNECT', endpoint: null }, 'a current answer refusing: the dial fails')
+  await new Promise((r) => setTimeout(r, 700))
+  answer = ['127.0.0.2']
+  delayMs = 100
+  t.same(await dial(), { err: null, endpoint: `127.0.0.2:${port}` }, 'an expired one: the refreshed address is dialled')
+})
