@@ -108,67 +108,60 @@ t.test('without an allowance loopback answers are refused: 502 destination refus
   t.equal(again.code, 'SP_ERR_DESTINATION_REFUSED', 'answered from the cached verdict')
 })
 
-t.test('every address of an expired answer refusing: the request waits for the refresh and goes to the new address', async (t) => {
-  const port = await pair(t)
-  let answer = ['127.0.0.3']
-  let queries = 0
-  let delayMs = 0
+/**
+ * A name (answering 127.0.0.3, where nothing listens) behind a resolver that can
+ * move it and be slowed, cached 200 ms and served up to 60 s stale; and a cluster
+ * of it. `expire()` lets its answer go stale: used once, it is refreshed ahead,
+ * then left to expire unused.
+ */
+async function movingName(t: Test, port: number, protocol: 'HTTP' | 'TCP' = 'HTTP') {
+  const name = { answer: ['127.0.0.3'], delayMs: 0, queries: 0 }
   const up = createUpstreams({
-    resolve: async () => { queries++; if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs)); return answer },
+    resolve: async () => { name.queries++; const a = name.answer; if (name.delayMs > 0) await new Promise((r) => setTimeout(r, name.delayMs)); return a },
     guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 60_000 },
   })
   t.teardown(() => up.close())
-  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
+  const c = cluster({ protocol, hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
   up.retain(table([c]))
+  const expire = (): Promise<void> => new Promise((r) => setTimeout(r, 700))
+  return { name, up, c, expire }
+}
+
+t.test('every address of an expired answer refusing: the request waits for the refresh and goes to the new address', async (t) => {
+  const { name, up, c, expire } = await movingName(t, await pair(t))
   // A fresh answer whose only address refuses: that is the answer, the request fails.
   const refused = expectError(await forward(up, request(c, { authority: 'api.test' })))
   t.equal(refused.code, 'SP_ERR_UPSTREAM_CONNECT', 'a fresh answer is not asked again')
 
-  // Unused, the cached answer is refreshed ahead once, then expires. The name moves, and
-  // its refresh takes 100 ms: the next request is sent to the stale address (served
-  // while the refresh runs) and refused.
-  await new Promise((r) => setTimeout(r, 700))
-  answer = ['127.0.0.2']
-  delayMs = 100
-  const before = queries
+  // The answer expires; the name moves, and its refresh takes 100 ms: the next request is
+  // sent to the stale address (served while the refresh runs) and refused.
+  await expire()
+  name.answer = ['127.0.0.2']
+  name.delayMs = 100
+  const before = name.queries
   const res = expectResponse(await forward(up, request(c, { authority: 'api.test' })))
   t.equal(await readBody(res.body), 'b', 'answered by the new address once the refresh came in')
-  t.equal(queries - before, 1, 'by the one refresh the stale answer started (no query of its own)')
+  t.equal(name.queries - before, 1, 'by the one refresh the stale answer started (no query of its own)')
 })
 
 t.test('an expired answer whose refresh brings the same addresses: the connect failure is the answer', async (t) => {
-  let queries = 0
-  const up = createUpstreams({
-    resolve: async () => { queries++; await new Promise((r) => setTimeout(r, 50)); return ['127.0.0.3'] },
-    guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 60_000 },
-  })
-  t.teardown(() => up.close())
-  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port: 9, kind: 'hostname', weight: 1, zone: null }] })
-  up.retain(table([c]))
+  const { name, up, c, expire } = await movingName(t, await pair(t))
   expectError(await forward(up, request(c, { authority: 'api.test' })))
-  await new Promise((r) => setTimeout(r, 700))
-  const before = queries
+  await expire()
+  name.delayMs = 50
+  const before = name.queries
   const err = expectError(await forward(up, request(c, { authority: 'api.test' })))
   t.equal(err.code, 'SP_ERR_UPSTREAM_CONNECT', 'the same address refused again: 503')
-  t.equal(queries - before, 1, 'after the one refresh')
+  t.equal(name.queries - before, 1, 'after the one refresh')
 })
 
 t.test('an expired answer whose refresh hangs: the request is not held for it, the connect failure is the answer', async (t) => {
-  const port = await pair(t)
-  let answer = ['127.0.0.3']
-  let delayMs = 0
-  const up = createUpstreams({
-    resolve: async () => { const a = answer; if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs)); return a },
-    guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 60_000 },
-  })
-  t.teardown(() => up.close())
-  const c = cluster({ hostname: 'api.test', endpoints: [{ host: 'api.test', port, kind: 'hostname', weight: 1, zone: null }] })
-  up.retain(table([c]))
+  const { name, up, c, expire } = await movingName(t, await pair(t))
   expectError(await forward(up, request(c, { authority: 'api.test' })))
-  await new Promise((r) => setTimeout(r, 700))
+  await expire()
   // The resolver takes 3 s to give the new address: longer than a request waits for a refresh.
-  answer = ['127.0.0.2']
-  delayMs = 3000
+  name.answer = ['127.0.0.2']
+  name.delayMs = 3000
   const err = expectError(await forward(up, request(c, { authority: 'api.test' })))
   t.equal(err.code, 'SP_ERR_UPSTREAM_CONNECT', 'answered with the refusal, before the slow refresh came in')
 })
@@ -192,15 +185,7 @@ t.test('a connect that hangs while the answer changes to one new address: the ti
 
 t.test('L4: every address of an expired answer refusing, the dial waits for the refresh and connects to the new address', async (t) => {
   const port = await pair(t)
-  let answer = ['127.0.0.3']
-  let delayMs = 0
-  const up = createUpstreams({
-    resolve: async () => { const a = answer; if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs)); return a },
-    guard: allowLoopback, dns: { minTtlMs: 200, maxTtlMs: 200, staleMs: 60_000 },
-  })
-  t.teardown(() => up.close())
-  const c = cluster({ protocol: 'TCP', hostname: 'db.test', endpoints: [{ host: 'db.test', port, kind: 'hostname', weight: 1, zone: null }] })
-  up.retain(table([c]))
+  const { name, up, c, expire } = await movingName(t, port, 'TCP')
   const dial = (): Promise<{ err: string | null; endpoint: string | null }> => new Promise((resolve) => {
     up.dialL4({ cluster: c, originateTls: false, connectMs: null }, (err, conn) => {
       conn?.socket.destroy()
@@ -208,8 +193,8 @@ t.test('L4: every address of an expired answer refusing, the dial waits for the 
     })
   })
   t.same(await dial(), { err: 'SP_ERR_UPSTREAM_CONNECT', endpoint: null }, 'a current answer refusing: the dial fails')
-  await new Promise((r) => setTimeout(r, 700))
-  answer = ['127.0.0.2']
-  delayMs = 100
+  await expire()
+  name.answer = ['127.0.0.2']
+  name.delayMs = 100
   t.same(await dial(), { err: null, endpoint: `127.0.0.2:${port}` }, 'an expired one: the refreshed address is dialled')
 })
