@@ -251,6 +251,10 @@ export class H1ResponseParser {
     if (stop === -1) {
       // Up to three bytes of the blank line may be here already: the bound is the head's.
       if (buf.length - start > maxHeaderSize + 3) return this.#failHead('SP_H1_TOO_LONG', 'response head too long')
+      // A head that can never end (bare LF line ends, no status line: HTTP/0.9) fails
+      // now, not after the idle bound or the upstream's close. Only the new bytes are looked at.
+      const problem = unendingHead(buf, start, pending === null ? start : pending.length)
+      if (problem !== null) return this.#failHead(problem === BARE_LF ? 'SP_H1_BARE_LF' : 'SP_H1_BAD_STATUS', problem)
       this.#pending = Buffer.from(buf.subarray(start))
       return data.length
     }
@@ -263,7 +267,8 @@ export class H1ResponseParser {
     const m = STATUS_LINE.exec(eol === -1 ? text : text.slice(0, eol))
     if (m === null) return this.#failHead('SP_H1_BAD_STATUS', 'invalid status line')
     const status = Number(m[2])
-    if (status < 100) return this.#failHead('SP_H1_BAD_STATUS', 'invalid status code')
+    // RFC 9110 §15: 100..599. 600..999 are three digits, but no status a client can be given.
+    if (status < 100 || status > 599) return this.#failHead('SP_H1_BAD_STATUS', 'invalid status code')
     const http10 = m[1] === '0'
     // A plain object (fast properties: a fifth of the memory of a null-prototype one); #fieldAt keeps its prototype out of reach.
     const headers: RawHeaders = {}
@@ -352,6 +357,28 @@ export class H1ResponseParser {
     else into[key] = [had, value]
     return true
   }
+}
+
+const STATUS_START = Buffer.from('HTTP/1.', 'latin1')
+const BARE_LF = 'bare LF in the response head'
+const NO_STATUS_LINE = 'no status line'
+
+/**
+ * Why the incomplete head buf[start..] can never become a response, or null:
+ * it does not begin as a status line does, or a line in it ends in LF alone
+ * (RFC 9112 §2.2: a recipient may take that, a proxy had better not: the
+ * CRLFCRLF that ends the head never comes). Bytes before `fresh` were looked
+ * at by an earlier call.
+ */
+function unendingHead(buf: Buffer, start: number, fresh: number): string | null {
+  if (fresh - start < STATUS_START.length) {
+    const n = Math.min(buf.length - start, STATUS_START.length)
+    if (buf.compare(STATUS_START, 0, n, start, start + n) !== 0) return NO_STATUS_LINE
+  }
+  for (let lf = buf.indexOf(LF, fresh); lf !== -1; lf = buf.indexOf(LF, lf + 1)) {
+    if (lf === start || buf[lf - 1] !== CR) return BARE_LF
+  }
+  return null
 }
 
 /**

@@ -244,6 +244,13 @@ const errors: Array<[string, string, string]> = [
   ['chunk data longer than its size', `${chunkedHead}5\r\nhelloX\r\n0\r\n\r\n`, 'SP_H1_BAD_CHUNK'],
   ['chunk data much longer than its size', `${chunkedHead}5\r\nhello world\r\n0\r\n\r\n`, 'SP_H1_BAD_CHUNK'],
   ['status code under 100', 'HTTP/1.1 099 x\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  // RFC 9110 §15: a status code is 100..599; 600..999 are three digits but no HTTP status.
+  ['status code 600', 'HTTP/1.1 600 x\r\nContent-Length: 0\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  ['status code 999', 'HTTP/1.1 999 x\r\nContent-Length: 0\r\n\r\n', 'SP_H1_BAD_STATUS'],
+  // Refused as soon as they are seen, not when a blank line that may never come (or the idle bound) does.
+  ['a head with bare LF line ends', 'HTTP/1.1 200 OK\nContent-Length: 2\n\nok', 'SP_H1_BARE_LF'],
+  ['an HTTP/0.9 answer: no status line', 'hello world\n', 'SP_H1_BAD_STATUS'],
+  ['no status line, bytes still to come', 'X', 'SP_H1_BAD_STATUS'],
   ['obs-fold in trailers', `${chunkedHead}0\r\nX-T: a\r\n b\r\n\r\n`, 'SP_H1_BAD_FIELD'],
   // A transfer coding sallyport does not decode: forwarding the content without it would hand
   // the client coded bytes it cannot know are coded (RFC 9112 §6.1).
@@ -285,8 +292,9 @@ t.test('head size bound', async (t) => {
   const parser = new H1ResponseParser(new Recorder())
   parser.expect('GET')
   const piece = b('X-Many: 0123456789012345678901234567890123456789\r\n')
-  let total = 0
-  let err: H1ParseError | null = null
+  const status = b('HTTP/1.1 200 OK\r\n')
+  let total = status.length
+  let err: H1ParseError | null = parser.execute(status)
   while (err === null && total < 4 * maxHeaderSize) {
     err = parser.execute(piece)
     total += piece.length
@@ -303,6 +311,33 @@ t.test('a head within the bound is accepted whatever the split', async (t) => {
   for (const cut of [at - 1, at, at + 1, at + 2]) {
     t.same(run([text.subarray(0, cut), text.subarray(cut)]).events, run([text]).events, `split ${cut - maxHeaderSize} bytes into CRLFCRLF`)
   }
+})
+
+t.test('an incomplete head that cannot become a response fails at once, whatever the split', async (t) => {
+  // An upstream answering with bare LF line ends, or without a status line (HTTP/0.9),
+  // never sends the CRLFCRLF the head waits for: without this the request waited for
+  // the idle bound (minutes) or the upstream's close.
+  for (const [name, text, code] of [
+    ['bare LF', 'HTTP/1.1 200 OK\nContent-Length: 2\n\nok', 'SP_H1_BARE_LF'],
+    ['bare LF after CRLF lines', 'HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\n', 'SP_H1_BARE_LF'],
+    ['no status line', 'hello world\n', 'SP_H1_BAD_STATUS'],
+    ['lower-case protocol', 'http/1.1 200 OK\r\n', 'SP_H1_BAD_STATUS'],
+  ] as const) {
+    const bytes = b(text)
+    for (let cut = 1; cut < bytes.length; cut++) {
+      const events = run([bytes.subarray(0, cut), bytes.subarray(cut)]).events
+      t.same(events.at(-1), { type: 'error', code }, `${name}: split at ${cut}`)
+    }
+  }
+  // A head split anywhere, CR and LF apart included, is no error.
+  const text = b('HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n')
+  for (let cut = 1; cut < text.length; cut++) {
+    t.same(run([text.subarray(0, cut), text.subarray(cut)]).events, [head(200, { 'x-a': '1', 'content-length': '0' }, true), end()], `split at ${cut}`)
+  }
+  // The status line's start arriving a byte at a time is fine.
+  const parser = new H1ResponseParser(new Recorder())
+  parser.expect('GET')
+  for (const c of 'HTTP/1.1 2') t.equal(parser.execute(b(c)), null, `byte ${JSON.stringify(c)}`)
 })
 
 t.test('finish()', async (t) => {
