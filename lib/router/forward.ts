@@ -503,8 +503,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
   onBodyError(err: Error): void {
     if (this.code === null || this.code === ErrorCode.CLIENT_ABORTED) {
-      // A response cut by its try's deadline says so; any other cut is a reset.
-      const code = err instanceof SallyportError && err.code === ErrorCode.UPSTREAM_TIMEOUT ? err.code : ErrorCode.UPSTREAM_RESET
+      // A response cut by its try's deadline says so, one the upstream framed wrong (a bad
+      // chunk) too; any other cut is a reset.
+      const code = err instanceof SallyportError && (err.code === ErrorCode.UPSTREAM_TIMEOUT || err.code === ErrorCode.UPSTREAM_PROTOCOL) ? err.code : ErrorCode.UPSTREAM_RESET
       this.code = code
       this.reason = reasonOf(code)
     }
