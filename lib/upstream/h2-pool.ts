@@ -369,6 +369,12 @@ class H2Attempt implements Attempt {
       this.headersTimer = null
     }
     const status = headers[':status'] ?? 502
+    // RFC 9110 §15: 100..599 (1xx came as 'headers'). nghttp2 takes any three digits;
+    // a 600 would reach an HTTP/1.1 client as it is. The stream goes; its close reports this.
+    if (status < 200 || status > 599) {
+      this.abortWith(localError('SP_H2_BAD_STATUS', `upstream sent :status ${status}`))
+      return
+    }
     const stream = this.#stream
     if (this.#ex.req.upgrade !== null && status === 200) {
       this.#tunnelled = true

@@ -78,3 +78,72 @@ t.test('CLI: malformed HTTP/1.1 responses are 502s or cut at once, logged as pro
   }
   t.equal(cli.child.exitCode, null, 'still serving')
 })
+
+/** An HTTP/2 frame: 9-byte header, then `payload`. */
+function frame(type: number, flags: number, stream: number, payload: Buffer): Buffer {
+  const head = Buffer.alloc(9)
+  head.writeUIntBE(payload.length, 0, 3)
+  head[3] = type
+  head[4] = flags
+  head.writeUInt32BE(stream, 5)
+  return Buffer.concat([head, payload])
+}
+
+/** An HPACK header block of literal fields (not indexed, no Huffman; names and values under 127 bytes). */
+function fieldBlock(fields: ReadonlyArray<readonly [string, string]>): Buffer {
+  return Buffer.concat(fields.map(([n, v]) => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n, 'latin1'), Buffer.from([v.length]), Buffer.from(v, 'latin1')])))
+}
+
+t.test('CLI: an h2c upstream\'s :status past 599 is a 502 to both clients, logged as a protocol error', async (t) => {
+  // nghttp2 takes any three digits for :status; node's HTTP/2 server will not send 600, so the frames are written by hand.
+  const upstream = net.createServer((socket) => {
+    socket.on('error', () => {})
+    let buffered = Buffer.alloc(0)
+    let preface = false
+    socket.write(frame(4, 0, 0, Buffer.alloc(0))) // SETTINGS
+    socket.on('data', (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk])
+      if (!preface) {
+        if (buffered.length < 24) return
+        buffered = buffered.subarray(24)
+        preface = true
+      }
+      while (buffered.length >= 9) {
+        const length = buffered.readUIntBE(0, 3)
+        if (buffered.length < 9 + length) return
+        const [type, flags, stream] = [buffered[3], buffered[4], buffered.readUInt32BE(5) & 0x7fffffff]
+        buffered = buffered.subarray(9 + length)
+        if (type === 4 && (flags & 1) === 0) socket.write(frame(4, 1, 0, Buffer.alloc(0))) // SETTINGS ACK
+        if (type === 1) {
+          const status = stream === 1 || stream === 5 ? '600' : '200' // each client's first request, then one after it
+          socket.write(frame(1, 4, stream, fieldBlock([[':status', status], ['content-length', '2']]))) // HEADERS, END_HEADERS
+          socket.write(frame(0, 1, stream, Buffer.from('ok'))) // DATA, END_STREAM
+        }
+      }
+    })
+  })
+  const sockets = new Set<net.Socket>()
+  upstream.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)) })
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r))
+  t.teardown(() => new Promise<void>((r) => { upstream.close(() => r()); for (const s of sockets) s.destroy() }))
+  const upPort = (upstream.address() as net.AddressInfo).port
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'config.yaml'), [
+    gatewayYaml(port),
+    backendYaml('api', upPort).replace('spec:\n', 'spec:\n  appProtocols:\n    - gateway.envoyproxy.io/h2c\n'),
+    routeYaml('api', 'api.example.test', 'api', upPort),
+  ].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '0'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, 'ready')
+
+  for (const proto of ['h1', 'h2']) {
+    const flags = proto === 'h2' ? ['--http2-prior-knowledge'] : []
+    const r = await curl([...flags, '-i', '--max-time', '4', '-H', 'Host: api.example.test', `http://127.0.0.1:${port}/beyond`])
+    t.match(r.stdout, /^HTTP\/(?:1\.1|2) 502 [^]*\r\n\r\nupstream protocol error\n$/, `${proto}: a 502 saying so`)
+    const line = JSON.parse(await cli.waitFor(new RegExp(`\\{[^\\n]*"path":"/beyond"[^\\n]*"protocol":"${proto}"[^\\n]*`), 5000)) as Record<string, unknown>
+    t.match(line, { status: 502, code: 'SP_ERR_UPSTREAM_PROTOCOL' }, `${proto}: the access line says why`)
+    const after = await curl([...flags, '-i', '--max-time', '4', '-H', 'Host: api.example.test', `http://127.0.0.1:${port}/after`])
+    t.match(after.stdout, /^HTTP\/(?:1\.1|2) 200 [^]*\r\n\r\nok$/, `${proto}: the next request is answered`)
+  }
+})
