@@ -35,6 +35,17 @@ export interface ParseResult {
 const MAX_ALIAS_GROWTH = 4 * 1024 * 1024
 
 /**
+ * How deep a document may nest (maps and lists): far more than a manifest
+ * ever does. What reads and prints an object (the snapshot's cache key,
+ * validation, /config_dump) recurses, and JSON.parse does not: a JSON file
+ * nested 200,000 levels deep overflowed the stack of `serve` at reload and
+ * killed it, and the yaml library gives up past a few hundred levels with
+ * V8's "Maximum call stack size exceeded".
+ */
+const MAX_DEPTH = 100
+const TOO_DEEP = `nested more than ${MAX_DEPTH} levels deep`
+
+/**
  * Parse one file's text. Document indices are positions in the file: empty
  * documents are skipped but still counted, so `file:3` is always the fourth
  * `---` section. Items of a List are numbered as if they were documents of
@@ -105,7 +116,9 @@ function parseYaml(text: string): RawDoc[] {
       continue
     }
     const { line, col } = lineCounter.linePos(error.pos)
-    out.push({ value: headerOf(document), error: { where: `${line}, column ${col}`, message: withoutInput(firstLine(error.message)) } })
+    // The library's composer recurses, and catches its own stack overflow.
+    const message = error.message.startsWith('Maximum call stack size exceeded') ? TOO_DEEP : withoutInput(firstLine(error.message))
+    out.push({ value: headerOf(document), error: { where: `${line}, column ${col}`, message } })
   }
   return out
 }
@@ -113,16 +126,18 @@ function parseYaml(text: string): RawDoc[] {
 function toValue(document: Document.Parsed, lineCounter: LineCounter): RawDoc {
   try {
     expandAliases(document)
+    checkDepth(document.contents)
     // No alias is left for the library to count (its count refuses a 101st use of one anchor).
     return { value: document.toJS({ maxAliasCount: -1 }), error: null }
   } catch (err) {
-    const offset = err instanceof AliasError ? err.offset : document.range[0]
+    const offset = err instanceof NodeError ? err.offset : document.range[0]
     const { line, col } = lineCounter.linePos(offset)
-    return { value: headerOf(document), error: { where: err instanceof AliasError ? `${line}, column ${col}` : line, message: withoutInput(firstLine(messageOf(err))) } }
+    return { value: headerOf(document), error: { where: err instanceof NodeError ? `${line}, column ${col}` : line, message: withoutInput(firstLine(messageOf(err))) } }
   }
 }
 
-class AliasError extends Error {
+/** A problem at one node of a document: `offset` is where it starts. */
+class NodeError extends Error {
   readonly offset: number
   constructor(offset: number, message: string) {
     super(message)
@@ -135,7 +150,7 @@ class AliasError extends Error {
  * before it, as YAML has it), so the document becomes a tree the library
  * converts without resolving aliases itself — which it does by scanning every
  * anchor and alias before each one, quadratic: 30,000 aliases took 20 s.
- * Throws an AliasError at the alias that makes the document grow by more than
+ * Throws a NodeError at the alias that makes the document grow by more than
  * MAX_ALIAS_GROWTH, or that sits inside the node it names (a cycle). An alias
  * naming no anchor is left for the library to report.
  */
@@ -150,10 +165,10 @@ function expandAliases(document: Document.Parsed): void {
     const target = anchors.get(node.source)
     if (target === undefined) return [node, 0]
     const offset = node.range?.[0] ?? 0
-    if (open.has(target)) throw new AliasError(offset, 'an alias inside the node it names (the value would contain itself)')
+    if (open.has(target)) throw new NodeError(offset, 'an alias inside the node it names (the value would contain itself)')
     const size = sizes.get(target) ?? 0
     growth += size
-    if (growth > MAX_ALIAS_GROWTH) throw new AliasError(offset, `aliases expand the document by more than ${MAX_ALIAS_GROWTH / 1024 / 1024} MiB`)
+    if (growth > MAX_ALIAS_GROWTH) throw new NodeError(offset, `aliases expand the document by more than ${MAX_ALIAS_GROWTH / 1024 / 1024} MiB`)
     return [target, size]
   }
   const walk = (node: unknown): number => {
@@ -192,6 +207,27 @@ function expandAliases(document: Document.Parsed): void {
   resolve(document.contents)
 }
 
+/**
+ * Throws a NodeError at the first map or list nested deeper than MAX_DEPTH
+ * (aliases already expanded, so one nesting a deep anchor counts it all).
+ * Iterative: the point is not to overflow the stack.
+ */
+function checkDepth(root: unknown): void {
+  const stack: Array<[unknown, number]> = [[root, 0]]
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [node, depth] = top
+    if (!isMap(node) && !isSeq(node)) continue
+    if (depth >= MAX_DEPTH) throw new NodeError(node.range?.[0] ?? 0, TOO_DEEP)
+    for (const item of node.items as unknown[]) {
+      if (isPair(item)) {
+        stack.push([item.key, depth + 1], [item.value, depth + 1])
+      } else {
+        stack.push([item, depth + 1])
+      }
+    }
+  }
+}
+
 /** The kind, namespace and name of a document that cannot be built, read from its syntax tree (no alias is followed). */
 function headerOf(document: Document.Parsed): unknown {
   try {
@@ -206,6 +242,8 @@ function parseJson(text: string): RawDoc[] {
   // editors on Windows write one, and the YAML parser already skips it.
   const body = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text
   if (body.trim() === '') return []
+  const deep = tooDeepAt(body)
+  if (deep !== -1) return [{ value: undefined, error: { where: positionOf(body, deep), message: TOO_DEEP } }]
   try {
     return [{ value: JSON.parse(body), error: null }]
   } catch {
@@ -214,14 +252,36 @@ function parseJson(text: string): RawDoc[] {
     // own scan of the text, a position and a reason, never from V8's words.
     const error = findJsonError(body)
     if (error === null) return [{ value: undefined, error: { where: 1, message: 'invalid JSON' } }]
-    let line = 1
-    let lineStart = 0
-    for (let i = 0; i < error.offset; i++) {
-      if (body.charCodeAt(i) === 0x0a) { line++; lineStart = i + 1 }
-    }
-    const where = `${line}, column ${error.offset - lineStart + 1}`
-    return [{ value: undefined, error: { where, message: `invalid JSON: ${error.reason}` } }]
+    return [{ value: undefined, error: { where: positionOf(body, error.offset), message: `invalid JSON: ${error.reason}` } }]
   }
+}
+
+/** `line, column N` of `offset` in `text`. */
+function positionOf(text: string, offset: number): string {
+  let line = 1
+  let lineStart = 0
+  for (let i = 0; i < offset; i++) {
+    if (text.charCodeAt(i) === 0x0a) { line++; lineStart = i + 1 }
+  }
+  return `${line}, column ${offset - lineStart + 1}`
+}
+
+/** The offset of the `{` or `[` that opens the level past MAX_DEPTH in JSON text (strings skipped), or -1. */
+function tooDeepAt(text: string): number {
+  let depth = 0
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0x22) {
+      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) {
+        if (text.charCodeAt(i) === 0x5c) i++
+      }
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > MAX_DEPTH) return i
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--
+    }
+  }
+  return -1
 }
 
 interface JsonError {
