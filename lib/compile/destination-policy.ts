@@ -26,15 +26,10 @@ import type { Backend, Gateway } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { guardedRangeOf, matchCidr, parseCidr, type Cidr } from '../address-ranges.ts'
 import { ErrorCode } from '../errors.ts'
+import { DESTINATION, type HostList, listEntries, parseDnsSuffixes, parseHostList } from '../validate/annotations.ts'
 import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy, HostPatterns, RequestedDestination } from './table.ts'
 
-export const ANNOTATION = {
-  ALLOW_CIDRS: 'sallyport.io/allow-destination-cidrs',
-  ALLOWLIST: 'sallyport.io/destination-allowlist',
-  DENYLIST: 'sallyport.io/destination-denylist',
-  REGIONS: 'sallyport.io/allowed-regions',
-  REVERSE_DNS: 'sallyport.io/reverse-dns-suffixes',
-} as const
+export const ANNOTATION = DESTINATION
 
 /** Process-wide settings (flags): --allow-destination-cidr, --cluster-cidr. */
 export interface DestinationDefaults {
@@ -51,13 +46,6 @@ export interface Denial {
   readonly direct: DirectResponse
 }
 
-interface HostList {
-  readonly exact: ReadonlySet<string>
-  /** '.example.com' for '*.example.com'. */
-  readonly suffixes: readonly string[]
-  readonly cidrs: readonly Cidr[]
-}
-
 interface GatewayPolicy {
   readonly allowCidrs: readonly Cidr[]
   readonly allowlist: HostList | null
@@ -70,34 +58,6 @@ interface GatewayPolicy {
 
 const EMPTY: GatewayPolicy = { allowCidrs: [], allowlist: null, denylist: null, regions: null, reverseDnsSuffixes: null, problems: [] }
 
-function entries(value: string | undefined): string[] | null {
-  if (value === undefined) return null
-  return value.split(/[\s,]+/).map(s => s.trim()).filter(s => s !== '')
-}
-
-const HOSTNAME = /^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/
-
-function hostList(list: string[], field: string, problems: string[]): HostList {
-  const exact = new Set<string>()
-  const suffixes: string[] = []
-  const cidrs: Cidr[] = []
-  for (const raw of list) {
-    const e = raw.toLowerCase()
-    if (/^[0-9.]+(\/\d+)?$/.test(e) || e.includes(':')) {
-      const c = parseCidr(e)
-      if (c === null) problems.push(`${field}: ${JSON.stringify(raw)} is not a CIDR`)
-      else cidrs.push(c)
-    } else if (HOSTNAME.test(e)) {
-      const name = e.endsWith('.') ? e.slice(0, -1) : e
-      if (name.startsWith('*.')) suffixes.push(name.slice(1))
-      else exact.add(name)
-    } else {
-      problems.push(`${field}: ${JSON.stringify(raw)} is neither a hostname nor a CIDR`)
-    }
-  }
-  return { exact, suffixes, cidrs }
-}
-
 /** Gateway API wildcard semantics: *.example.com matches a.example.com and a.b.example.com, not example.com. */
 function hostListed(list: HostList, host: string): boolean {
   if (list.exact.has(host)) return true
@@ -105,17 +65,17 @@ function hostListed(list: HostList, host: string): boolean {
   return false
 }
 
-/** A suffix list for PTR checks: '.amazonaws.com' (under it) or 'example.com' (it or under it). */
+/** A suffix list for PTR checks (validate/annotations.ts), its problems prefixed with `field`. */
 export function readSuffixes(value: string | undefined, field: string, problems: string[]): string[] | null {
-  const list = entries(value)
-  if (list === null) return null
-  const out: string[] = []
-  for (const raw of list) {
-    const e = raw.toLowerCase().replace(/\.$/, '')
-    if (!HOSTNAME.test(e.startsWith('.') ? e.slice(1) : e) || e.startsWith('*')) problems.push(`${field}: ${JSON.stringify(raw)} is not a DNS suffix`)
-    else out.push(e)
-  }
-  return out
+  const r = parseDnsSuffixes(value)
+  for (const m of r.problems) problems.push(`${field}: ${m}`)
+  return r.suffixes
+}
+
+function hostList(list: readonly string[], field: string, problems: string[]): HostList {
+  const r = parseHostList(list)
+  for (const m of r.problems) problems.push(`${field}: ${m}`)
+  return r.list
 }
 
 export function readGatewayPolicy(gateway: Gateway): GatewayPolicy {
@@ -123,14 +83,14 @@ export function readGatewayPolicy(gateway: Gateway): GatewayPolicy {
   if (!Object.keys(a).some(k => Object.values(ANNOTATION).includes(k as typeof ANNOTATION[keyof typeof ANNOTATION]))) return EMPTY
   const problems: string[] = []
   const allowCidrs: Cidr[] = []
-  for (const e of entries(a[ANNOTATION.ALLOW_CIDRS]) ?? []) {
+  for (const e of listEntries(a[ANNOTATION.ALLOW_CIDRS]) ?? []) {
     const c = parseCidr(e)
     if (c === null) problems.push(`${ANNOTATION.ALLOW_CIDRS}: ${JSON.stringify(e)} is not a CIDR`)
     else allowCidrs.push(c)
   }
-  const allow = entries(a[ANNOTATION.ALLOWLIST])
-  const deny = entries(a[ANNOTATION.DENYLIST])
-  const regions = entries(a[ANNOTATION.REGIONS])
+  const allow = listEntries(a[ANNOTATION.ALLOWLIST])
+  const deny = listEntries(a[ANNOTATION.DENYLIST])
+  const regions = listEntries(a[ANNOTATION.REGIONS])
   return {
     allowCidrs,
     allowlist: allow === null ? null : hostList(allow, ANNOTATION.ALLOWLIST, problems),

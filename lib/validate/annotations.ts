@@ -7,6 +7,7 @@
 
 import { asObj, asStr } from './access.ts'
 import { parseRedisAddress } from '../redis-address.ts'
+import { parseCidr, type Cidr } from '../address-ranges.ts'
 import type { Obj } from './access.ts'
 import { Findings, key } from './findings.ts'
 
@@ -30,6 +31,18 @@ export const ANNOTATIONS = {
   /** BackendTrafficPolicy: kubernetes.io/tls Secret (same namespace) presented to a rediss:// Redis as the client certificate. */
   RATE_LIMIT_REDIS_CLIENT_CERT: 'sallyport.io/rate-limit-redis-client-cert',
 } as const
+
+/** Gateway destination policy (compile/destination-policy.ts reads them; reverse-dns-suffixes also on a Backend). */
+export const DESTINATION = {
+  ALLOW_CIDRS: 'sallyport.io/allow-destination-cidrs',
+  ALLOWLIST: 'sallyport.io/destination-allowlist',
+  DENYLIST: 'sallyport.io/destination-denylist',
+  REGIONS: 'sallyport.io/allowed-regions',
+  REVERSE_DNS: 'sallyport.io/reverse-dns-suffixes',
+} as const
+
+/** HTTPRoute: failover order of its backendRefs, `name=N` (compile/rules.ts). */
+const BACKEND_PRIORITY = 'sallyport.io/backend-priority'
 
 export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string }
 
@@ -101,6 +114,99 @@ export function parseLocalRef(text: string, namespace: string, kind: 'Secret' | 
   if (parts.length > 2 || name === '') return { ok: false, message: `${JSON.stringify(text)} is not a ${kind} name` }
   if (ns !== namespace) return { ok: false, message: `${kind} ${ns}/${name} is in another namespace; only ${namespace} can be read` }
   return { ok: true, value: `${ns}/${name}` }
+}
+
+/** The entries of a list annotation (comma or space separated); null when it is absent. */
+export function listEntries(value: string | undefined): string[] | null {
+  if (value === undefined) return null
+  return value.split(/[\s,]+/).map(s => s.trim()).filter(s => s !== '')
+}
+
+const HOSTNAME = /^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/
+
+/** A destination allow- or deny-list (Gateway annotations): hostnames, `*.suffix` wildcards and CIDRs. */
+export interface HostList {
+  readonly exact: ReadonlySet<string>
+  /** '.example.com' for '*.example.com'. */
+  readonly suffixes: readonly string[]
+  readonly cidrs: readonly Cidr[]
+}
+
+/** The entries of a destination list; `problems`: the ones that are neither a hostname nor a CIDR (ignored). */
+export function parseHostList(list: readonly string[]): { readonly list: HostList; readonly problems: string[] } {
+  const exact = new Set<string>()
+  const suffixes: string[] = []
+  const cidrs: Cidr[] = []
+  const problems: string[] = []
+  for (const raw of list) {
+    const e = raw.toLowerCase()
+    if (/^[0-9.]+(\/\d+)?$/.test(e) || e.includes(':')) {
+      const c = parseCidr(e)
+      if (c === null) problems.push(`${JSON.stringify(raw)} is not a CIDR`)
+      else cidrs.push(c)
+    } else if (HOSTNAME.test(e)) {
+      const name = e.endsWith('.') ? e.slice(0, -1) : e
+      if (name.startsWith('*.')) suffixes.push(name.slice(1))
+      else exact.add(name)
+    } else {
+      problems.push(`${JSON.stringify(raw)} is neither a hostname nor a CIDR`)
+    }
+  }
+  return { list: { exact, suffixes, cidrs }, problems }
+}
+
+/** A suffix list for PTR checks: '.amazonaws.com' (under it) or 'example.com' (it or under it); null when absent. */
+export function parseDnsSuffixes(value: string | undefined): { readonly suffixes: string[] | null; readonly problems: string[] } {
+  const list = listEntries(value)
+  if (list === null) return { suffixes: null, problems: [] }
+  const suffixes: string[] = []
+  const problems: string[] = []
+  for (const raw of list) {
+    const e = raw.toLowerCase().replace(/\.$/, '')
+    if (!HOSTNAME.test(e.startsWith('.') ? e.slice(1) : e) || e.startsWith('*')) problems.push(`${JSON.stringify(raw)} is not a DNS suffix`)
+    else suffixes.push(e)
+  }
+  return { suffixes, problems }
+}
+
+/** Values compile reads in the TLS annotations (compile/tls.ts readTlsExtras keeps its default for any other). */
+const OCSP_MODES = ['off', 'allow', 'must-staple', 'require']
+const CRL_STALE_MODES = ['fail', 'allow']
+const CRL_REF = /^(ConfigMap|Secret|ClusterTrustBundle)(\/[^/\s]+){1,2}$/
+/** A base64 SHA-256 hash, optionally `sha256/`-prefixed, as upstream/tls.ts compares pins. */
+const SPKI_PIN = /^(?:sha256\/)?[A-Za-z0-9+/]{43}=$/
+
+const TLS_OWNERS = new Set(['Backend', 'XBackend', 'BackendTLSPolicy'])
+
+/** Annotations of the object owning TLS settings (Backend kinds, BackendTLSPolicy). */
+function checkTlsAnnotation(name: string, value: string, warn: (message: string) => void): void {
+  const v = value.trim()
+  switch (name) {
+    case 'sallyport.io/ocsp':
+      if (!OCSP_MODES.includes(v.toLowerCase())) warn(`${JSON.stringify(value)} is not off, allow, must-staple or require; the annotation is ignored (must-staple)`)
+      break
+    case 'sallyport.io/crl-stale':
+      if (!CRL_STALE_MODES.includes(v.toLowerCase())) warn(`${JSON.stringify(value)} is not fail or allow; the annotation is ignored (fail)`)
+      break
+    case 'sallyport.io/crl-fetch': {
+      const r = parseBool(v.toLowerCase())
+      if (!r.ok) warn(`${r.message}; the annotation is ignored`)
+      break
+    }
+    case 'sallyport.io/tls-min-version':
+      if (!/1[._][23]$/.test(v)) warn(`${JSON.stringify(value)} is not 1.2 or 1.3; the annotation is ignored`)
+      break
+    case 'sallyport.io/spki-pins':
+      for (const pin of value.split(',').map((s) => s.trim()).filter((s) => s !== '')) {
+        if (!SPKI_PIN.test(pin)) warn(`${JSON.stringify(pin)} is not a base64 SHA-256 hash (44 characters); no certificate can match it`)
+      }
+      break
+    case 'sallyport.io/crl-refs':
+      for (const ref of value.split(',').map((s) => s.trim()).filter((s) => s !== '')) {
+        if (!CRL_REF.test(ref)) warn(`${JSON.stringify(ref)} is not Kind/name or Kind/namespace/name (ConfigMap, Secret, ClusterTrustBundle); the entry is ignored`)
+      }
+      break
+  }
 }
 
 const BACKEND_KINDS = new Set(['Backend', 'XBackend'])
@@ -177,6 +283,33 @@ export function checkAnnotations(kind: string, obj: Obj, f: Findings): void {
         if (!isBackend) f.warn(at(name), 'applies to Backends only; ignored here')
         else warn(name, parseBool(value))
         break
+      case DESTINATION.ALLOW_CIDRS:
+        if (kind !== 'Gateway') break
+        for (const e of listEntries(value) ?? []) {
+          if (parseCidr(e) === null) f.warn(at(name), `${JSON.stringify(e)} is not a CIDR; the entry is ignored`)
+        }
+        break
+      case DESTINATION.ALLOWLIST:
+      case DESTINATION.DENYLIST:
+        if (kind !== 'Gateway') break
+        for (const m of parseHostList(listEntries(value) ?? []).problems) f.warn(at(name), `${m}; the entry is ignored`)
+        break
+      case DESTINATION.REGIONS:
+        if (kind === 'Gateway' && listEntries(value)?.length === 0) f.warn(at(name), 'lists no region: every Backend is refused')
+        break
+      case DESTINATION.REVERSE_DNS:
+        if (kind !== 'Gateway' && !isBackend) break
+        for (const m of parseDnsSuffixes(value).problems) f.warn(at(name), `${m}; the entry is ignored`)
+        break
+      case BACKEND_PRIORITY:
+        if (kind !== 'HTTPRoute') break
+        for (const part of value.split(',').map((s) => s.trim()).filter((s) => s !== '')) {
+          // compile/rules.ts backendPriorities reads `name=N`, N a whole number; it skips anything else.
+          if (!/^[^=\s]+\s*=\s*\d+$/.test(part)) f.warn(at(name), `${JSON.stringify(part)} is not name=N (N a whole number, 0 first); the entry is ignored`)
+        }
+        break
+      default:
+        if (TLS_OWNERS.has(kind)) checkTlsAnnotation(name, value, (message) => f.warn(at(name), message))
     }
   }
 }

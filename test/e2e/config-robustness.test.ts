@@ -42,3 +42,14 @@ t.test('CLI: a JSON file nested 200,000 levels deep is a problem, never a crash,
   t.equal(cli.child.exitCode, null, 'serve is still running')
   t.equal((await request(`http://127.0.0.1:${httpPort}/x`, { host: 'api.example.test' })).status, 200, 'and still serves')
 })
+
+t.test('CLI: validate names a sallyport annotation whose value compile would ignore (a deny-list entry, an OCSP mode)', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(8080, '', { 'sallyport.io/destination-denylist': '"*.pastebin.example,198.51.100.0/33"' }))
+  fs.writeFileSync(path.join(dir, 'backend.yaml'), backendYaml('up', 443, 'api.example.com').replace('  namespace: default\n', '  namespace: default\n  annotations:\n    sallyport.io/ocsp: requir\n'))
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 0, 'warnings only: the objects still serve')
+  t.match(v.stdout, /gateway\.yaml:1: Gateway default\/egress: metadata\.annotations\[sallyport\.io\/destination-denylist\]: "198\.51\.100\.0\/33" is not a CIDR; the entry is ignored\n/)
+  t.match(v.stdout, /backend\.yaml:0: Backend default\/up: metadata\.annotations\[sallyport\.io\/ocsp\]: "requir" is not off, allow, must-staple or require/)
+  t.match(v.stderr, /0 errors, 2 warnings/)
+})

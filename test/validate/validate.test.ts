@@ -275,3 +275,48 @@ t.test('credentials in an extension URL (ExternalProcessor url, OAuth2 tokenUrl)
   t.same(errorsOf(backend('ExternalProcessor', { url: 'http://ext.example.com/p@th?user=a@b#c@d' })), [], "an '@' past the host is no credential")
   t.same(errorsOf(backend('OAuth2', { tokenUrl: 'https://idp.example.com/token', secretRef })), [])
 })
+
+// The configuration probe: these annotations' values were read only by
+// compile, which ignores what it cannot read (an OCSP mode, a CRL reference,
+// a deny-list entry) and keeps a default; `validate` said nothing, so a typo
+// (`ocsp: requir`, `crl-refs: ConfigMap:corp-crl`) silently weakened the policy.
+t.test('sallyport annotations whose whole meaning is their value: an unreadable one is a warning naming the annotation', async (t) => {
+  const warnings = (kind: string, apiVersion: string, annotations: Record<string, string>, spec: unknown): string[] =>
+    validateDocument({ apiVersion, kind, metadata: { name: 'x', namespace: 'a', annotations }, spec }, src).problems
+      .filter((p) => p.severity === 'warning').map((p) => `${p.field}: ${p.message}`)
+  const backendSpec = { endpoints: [{ fqdn: { hostname: 'api.example.com', port: 443 } }] }
+  const backend = (annotations: Record<string, string>): string[] => warnings('Backend', 'gateway.envoyproxy.io/v1alpha1', annotations, backendSpec)
+  t.same(backend({
+    'sallyport.io/ocsp': 'requir', 'sallyport.io/crl-stale': 'maybe', 'sallyport.io/crl-fetch': 'yes', 'sallyport.io/tls-min-version': '1.1',
+    'sallyport.io/spki-pins': 'n3dHbRsk0mVqKEP9p7fUyfb1cyqqrT5Mu2EGNwMWuJs=,notbase64!!', 'sallyport.io/crl-refs': 'ConfigMap/corp-crl,ConfigMap:other,Pod/x',
+    'sallyport.io/reverse-dns-suffixes': '.amazonaws.com,..x',
+  }), [
+    'metadata.annotations[sallyport.io/ocsp]: "requir" is not off, allow, must-staple or require; the annotation is ignored (must-staple)',
+    'metadata.annotations[sallyport.io/crl-stale]: "maybe" is not fail or allow; the annotation is ignored (fail)',
+    'metadata.annotations[sallyport.io/crl-fetch]: "yes" is not "true" or "false"; the annotation is ignored',
+    'metadata.annotations[sallyport.io/tls-min-version]: "1.1" is not 1.2 or 1.3; the annotation is ignored',
+    'metadata.annotations[sallyport.io/spki-pins]: "notbase64!!" is not a base64 SHA-256 hash (44 characters); no certificate can match it',
+    'metadata.annotations[sallyport.io/crl-refs]: "ConfigMap:other" is not Kind/name or Kind/namespace/name (ConfigMap, Secret, ClusterTrustBundle); the entry is ignored',
+    'metadata.annotations[sallyport.io/crl-refs]: "Pod/x" is not Kind/name or Kind/namespace/name (ConfigMap, Secret, ClusterTrustBundle); the entry is ignored',
+    'metadata.annotations[sallyport.io/reverse-dns-suffixes]: "..x" is not a DNS suffix; the entry is ignored',
+  ])
+  t.same(backend({ 'sallyport.io/ocsp': 'Require', 'sallyport.io/crl-stale': 'allow', 'sallyport.io/crl-fetch': 'true', 'sallyport.io/tls-min-version': 'TLSv1.3', 'sallyport.io/crl-refs': 'Secret/ns/crl' }), [], 'readable values pass')
+
+  const gateway = (annotations: Record<string, string>): string[] => warnings('Gateway', 'gateway.networking.k8s.io/v1', annotations,
+    { gatewayClassName: 'sallyport', listeners: [{ name: 'web', protocol: 'HTTP', port: 8080 }] })
+  t.same(gateway({
+    'sallyport.io/allow-destination-cidrs': '127.0.0.1/33,10.0.0.0/8', 'sallyport.io/destination-allowlist': '*.openai.com,a_b,::1/200',
+    'sallyport.io/destination-denylist': '*.*.pastebin.example', 'sallyport.io/allowed-regions': ' , ',
+  }), [
+    'metadata.annotations[sallyport.io/allow-destination-cidrs]: "127.0.0.1/33" is not a CIDR; the entry is ignored',
+    'metadata.annotations[sallyport.io/destination-allowlist]: "a_b" is neither a hostname nor a CIDR; the entry is ignored',
+    'metadata.annotations[sallyport.io/destination-allowlist]: "::1/200" is not a CIDR; the entry is ignored',
+    'metadata.annotations[sallyport.io/destination-denylist]: "*.*.pastebin.example" is neither a hostname nor a CIDR; the entry is ignored',
+    'metadata.annotations[sallyport.io/allowed-regions]: lists no region: every Backend is refused',
+  ])
+  t.same(warnings('HTTPRoute', 'gateway.networking.k8s.io/v1', { 'sallyport.io/backend-priority': 'a=0,b=first,c,=1' }, { parentRefs: [{ name: 'g' }] }), [
+    'metadata.annotations[sallyport.io/backend-priority]: "b=first" is not name=N (N a whole number, 0 first); the entry is ignored',
+    'metadata.annotations[sallyport.io/backend-priority]: "c" is not name=N (N a whole number, 0 first); the entry is ignored',
+    'metadata.annotations[sallyport.io/backend-priority]: "=1" is not name=N (N a whole number, 0 first); the entry is ignored',
+  ])
+})
