@@ -36,13 +36,15 @@ const MAX_ALIAS_GROWTH = 4 * 1024 * 1024
 
 /**
  * How deep a document may nest (maps and lists): far more than a manifest
- * ever does. What reads and prints an object (the snapshot's cache key,
+ * ever does (a CRD's openAPIV3Schema, the deepest a config directory may
+ * hold, is under 100; the bound is well past it, and below the ~770 levels
+ * where the yaml library's own recursion gives up). What reads and prints an object (the snapshot's cache key,
  * validation, /config_dump) recurses, and JSON.parse does not: a JSON file
  * nested 200,000 levels deep overflowed the stack of `serve` at reload and
  * killed it, and the yaml library gives up past a few hundred levels with
  * V8's "Maximum call stack size exceeded".
  */
-const MAX_DEPTH = 100
+const MAX_DEPTH = 512
 const TOO_DEEP = `nested more than ${MAX_DEPTH} levels deep`
 
 /**

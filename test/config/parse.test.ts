@@ -207,21 +207,21 @@ t.test('nesting is bounded: a document nested past the bound is that document\'s
   const json = parseManifests('deep.json', `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep","namespace":"apps"},\n"data":{"a":${deep(200_000)}}}`)
   t.equal(json.docs.length, 0, 'not returned (tap could not even print it)')
   t.equal(json.problems.length, 1)
-  t.match(json.problems[0]?.message, /^line 2, column \d+: nested more than 100 levels deep$/)
+  t.match(json.problems[0]?.message, /^line 2, column \d+: nested more than 512 levels deep$/)
   t.same([json.problems[0]?.kind, json.problems[0]?.namespace, json.problems[0]?.name], ['', '', ''], 'JSON that is not read names nothing')
-  t.same(parseManifests('ok.json', `{"kind":"A","a":${deep(99)}}`).problems, [], 'the bound itself is fine')
+  t.same(parseManifests('ok.json', `{"kind":"A","a":${deep(511)}}`).problems, [], 'the bound itself is fine')
   // YAML: the library's own recursion gave up with V8's words.
-  for (const n of [150, 100_000]) {
+  for (const n of [600, 100_000]) {
     const yaml = parseManifests('deep.yaml', `kind: A\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: apps}\ndata:\n  a: ${deep(n)}\n`)
     t.same(yaml.docs.map((d) => d.source.doc), [0], 'the other document is kept')
     t.equal(yaml.problems.length, 1)
-    t.match(yaml.problems[0]?.message, /^line 7, column \d+: nested more than 100 levels deep$/, `${n} levels`)
+    t.match(yaml.problems[0]?.message, /^line 7, column \d+: nested more than 512 levels deep$/, `${n} levels`)
     t.same([yaml.problems[0]?.kind, yaml.problems[0]?.namespace, yaml.problems[0]?.name], ['ConfigMap', 'apps', 'deep'])
   }
   // An alias can nest a deep anchor deeper still.
-  const half = 'x: ' + '{a: '.repeat(60) + '1' + '}'.repeat(60)
-  const aliased = parseManifests('alias.yaml', `kind: A\nbase: &b ${half.slice(3)}\nmore: ${'['.repeat(60)}*b${']'.repeat(60)}\n`)
+  const half = 'x: ' + '{a: '.repeat(300) + '1' + '}'.repeat(300)
+  const aliased = parseManifests('alias.yaml', `kind: A\nbase: &b ${half.slice(3)}\nmore: ${'['.repeat(300)}*b${']'.repeat(300)}\n`)
   t.equal(aliased.docs.length, 0)
   // (named at the node past the bound, which is inside the anchor the alias repeats)
-  t.match(aliased.problems[0]?.message, /^line 2, column \d+: nested more than 100 levels deep$/)
+  t.match(aliased.problems[0]?.message, /^line 2, column \d+: nested more than 512 levels deep$/)
 })

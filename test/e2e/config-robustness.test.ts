@@ -28,7 +28,7 @@ t.test('CLI: a JSON file nested 200,000 levels deep is a problem, never a crash,
 
   const v = await runCli(t, ['validate', dir])
   t.equal(v.code, 1)
-  t.match(v.stdout, /deep\.json:0: line 1, column \d+: nested more than 100 levels deep\n/)
+  t.match(v.stdout, /deep\.json:0: line 1, column \d+: nested more than 512 levels deep\n/)
 
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'off'])
   await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
@@ -37,8 +37,8 @@ t.test('CLI: a JSON file nested 200,000 levels deep is a problem, never a crash,
   fs.writeFileSync(path.join(dir, 'deep2.json'), deepJson(300_000))
   fs.writeFileSync(path.join(dir, 'deep3.yaml'), `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep3, namespace: default}\ndata:\n  a: ${'['.repeat(100_000)}${']'.repeat(100_000)}\n`)
   const dump = await eventually(() => request(`http://127.0.0.1:${adminPort}/config_dump`), (r) => r.body.includes('deep3.yaml'), 15000, 'both problems listed')
-  t.match(dump.body, /deep2\.json:0: line 1, column \d+: nested more than 100 levels deep/)
-  t.match(dump.body, /deep3\.yaml:0: ConfigMap default\/deep3: line 5, column \d+: nested more than 100 levels deep/)
+  t.match(dump.body, /deep2\.json:0: line 1, column \d+: nested more than 512 levels deep/)
+  t.match(dump.body, /deep3\.yaml:0: ConfigMap default\/deep3: line 5, column \d+: nested more than 512 levels deep/)
   t.equal(cli.child.exitCode, null, 'serve is still running')
   t.equal((await request(`http://127.0.0.1:${httpPort}/x`, { host: 'api.example.test' })).status, 200, 'and still serves')
 })
