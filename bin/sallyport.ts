@@ -46,7 +46,7 @@ serve [options]
   --trace-sampling RATIO   Share of new traces recorded, 0 to 1; requests with a parent follow its sampled flag (default: 1)
   --http1-client C         HTTP/1.1 client for upstream requests: sallyport (its own) or undici (default: sallyport)
 
-validate PATH...           Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
+validate PATH... [--gateway-class NAME]   Files or directories; prints FILE:DOC: KIND NS/NAME: FIELD: MESSAGE
 routes PATH... [--gateway-class NAME] [--publish-service NS/NAME]
 quickstart [--admin ADDR:PORT|off]   (default admin: 127.0.0.1:9901)
 
@@ -252,12 +252,12 @@ async function main(argv: string[]): Promise<number | null> {
       return null // keeps running until a signal
     }
     case 'validate': {
-      const { values, positionals } = parse(rest, { 'log-level': { type: 'string' } }, true)
+      const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'log-level': { type: 'string' } }, true)
       if (positionals.length === 0) throw new UsageError('validate needs at least one PATH')
       for (const p of positionals) if (!fs.existsSync(p)) throw new UsageError(`${p}: no such file or directory`)
       logLevel(values, 'silent')
       const { validateCommand } = await import('../lib/runtime/offline.ts')
-      return validateCommand(positionals, out)
+      return validateCommand(positionals, out, str(values, 'gateway-class', 'sallyport'))
     }
     case 'routes': {
       const { values, positionals } = parse(rest, { 'gateway-class': { type: 'string' }, 'publish-service': { type: 'string' }, 'log-level': { type: 'string' } }, true)

@@ -31,6 +31,7 @@ import { ExtensionCompiler, secretRefProblems, type SecretRefProblem } from './e
 import type { ConfigProblem } from '../resources/problem.ts'
 import { PROCESS_KEY } from '../process-key.ts'
 import { publishedAddresses } from './addresses.ts'
+import { statusFindings, type Finding } from './findings.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -76,6 +77,11 @@ export interface CompileResult {
   readonly status: Status
   /** What compile found wrong in objects it kept (extension Secret references, listener certificates): for /config_dump and the log. */
   readonly problems: readonly ConfigProblem[]
+  /**
+   * What the status says is wrong between objects, as problems naming the
+   * field (findings.ts): `sallyport validate` prints them. Built on first read.
+   */
+  readonly findings: readonly Finding[]
 }
 
 /** What the route step learned about each route, for status. */
@@ -230,6 +236,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   // the swap, so a reload's new routes serve without waiting for it. Every
   // input is final here; the result is the same whenever it is read.
   let status: Status | null = null
+  let findings: Finding[] | null = null
   let secretRefs: SecretRefProblem[] | null = null
   const refs = (): SecretRefProblem[] => (secretRefs ??= secretRefProblems(snapshot))
   return {
@@ -237,6 +244,10 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     get status(): Status {
       status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts, secretRefs: refs(), published })
       return status
+    },
+    get findings(): readonly Finding[] {
+      findings ??= statusFindings(snapshot, this.status, outcomes, options.gatewayClass)
+      return findings
     },
     get problems(): readonly ConfigProblem[] {
       return [

@@ -26,18 +26,18 @@ export function compileL4Route(route: TCPRoute | TLSRoute, resolver: BackendReso
   const from = { group: GATEWAY_GROUP, kind: route.kind, namespace: route.meta.namespace, name: route.meta.name }
   const backends: WeightedCluster[] = []
   let totalWeight = 0
-  for (const rule of route.rules) {
-    for (const ref of rule.backendRefs) {
+  route.rules.forEach((rule, ruleIndex) => {
+    rule.backendRefs.forEach((ref, refIndex) => {
       const r = resolver.resolve(ref, from, route.kind, gatewayKey)
-      if (!r.ok) problems.push(r)
+      if (!r.ok) problems.push({ reason: r.reason, message: r.message, field: `spec.rules[${ruleIndex}].backendRefs[${refIndex}]` })
       // Issue 5: a denied destination gets no cluster (the connection is refused) and says why.
       const denial = r.ok ? resolver.denial(r.value, gatewayKey) : null
       backends.push(denial === null
         ? { cluster: r.ok ? r.value : null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null }
         : { cluster: null, weight: ref.weight, priority: ref.priority, requestHeaders: null, responseHeaders: null, denied: denial.direct })
       totalWeight += ref.weight
-    }
-  }
+    })
+  })
   const policy = traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName)
   return {
     route: { kind: route.kind, namespace: route.meta.namespace, name: route.meta.name },

@@ -27,7 +27,8 @@ export interface RuleContext {
   readonly extensionCompiler?: ExtensionCompiler
 }
 
-export interface RefProblem { readonly reason: string; readonly message: string }
+/** `field`: where in the route the reference is, from the object root (`spec.rules[0].backendRefs[1]`), for `sallyport validate`. */
+export interface RefProblem { readonly reason: string; readonly message: string; readonly field: string }
 
 export interface CompiledRoute {
   readonly rules: readonly RouteRule[]
@@ -191,7 +192,7 @@ function compileRule(
   const refExtensions: import('../resources/model.ts').ExtensionSpec[] = []
   const refScopes: ScopedExtensions[] = []
   let badFilter: string | null = null
-  for (const f of filters) {
+  filters.forEach((f, filterIndex) => {
     switch (f.type) {
       case 'RequestHeaderModifier': requestHeaders = headerEdits(f.requestHeaderModifier); break
       case 'ResponseHeaderModifier': responseHeaders = headerEdits(f.responseHeaderModifier); break
@@ -203,7 +204,7 @@ function compileRule(
       case 'URLRewrite': rewriteHost = f.urlRewrite.hostname; rewritePath = pathRewrite(f.urlRewrite.path); break
       case 'RequestMirror': {
         const r = ctx.resolver.resolve(f.requestMirror.backendRef, from, route.kind, ctx.gatewayKey)
-        if (!r.ok) refProblems.push(r)
+        if (!r.ok) refProblems.push({ reason: r.reason, message: r.message, field: `spec.rules[${ruleIndex}].filters[${filterIndex}].requestMirror.backendRef` })
         // A mirror to a destination the Gateway denies is not sent (issue 5).
         const mirrorDenied = r.ok && ctx.resolver.denial(r.value, ctx.gatewayKey) !== null
         mirrors.push({ cluster: r.ok && !mirrorDenied ? r.value : null, percent: f.requestMirror.percent ?? 100 })
@@ -215,7 +216,7 @@ function compileRule(
         const ext = ref.group === 'sallyport.io' && ref.kind === 'EgressExtension' ? ctx.egressExtensions.get(`${route.meta.namespace}/${ref.name}`) : undefined
         if (ext === undefined) {
           badFilter = `ExtensionRef ${ref.group}/${ref.kind} ${ref.name} cannot be resolved`
-          refProblems.push({ reason: ref.kind === 'EgressExtension' ? 'BackendNotFound' : 'InvalidKind', message: badFilter })
+          refProblems.push({ reason: ref.kind === 'EgressExtension' ? 'BackendNotFound' : 'InvalidKind', message: badFilter, field: `spec.rules[${ruleIndex}].filters[${filterIndex}].extensionRef` })
         } else {
           refExtensions.push(...ext.extensions)
           refScopes.push({ scope: 'Route', owner: egressExtensionOwner(ext), list: ext.extensions })
@@ -223,7 +224,7 @@ function compileRule(
         break
       }
     }
-  }
+  })
 
   const ruleId = `${route.kind.toLowerCase()}/${route.meta.namespace}/${route.meta.name}/rule/${ruleIndex}`
   const scopes = ctx.extensionCompiler === undefined ? [] : ruleScopes(route, ctx, refScopes)
@@ -241,9 +242,9 @@ function compileRule(
   let valid = 0
   let denied: RouteRule['direct'] = null
   let deniedCount = 0
-  for (const ref of backendRefs) {
+  backendRefs.forEach((ref, refIndex) => {
     const r = ctx.resolver.resolve(ref, from, route.kind, ctx.gatewayKey, ctx.meshed)
-    if (!r.ok) refProblems.push(r)
+    if (!r.ok) refProblems.push({ reason: r.reason, message: r.message, field: `spec.rules[${ruleIndex}].backendRefs[${refIndex}]` })
     else valid++
     // Issue 5: a backend the Gateway's destination policy denies answers 403 for its share.
     const denial = r.ok ? ctx.resolver.denial(r.value, ctx.gatewayKey) : null
@@ -260,7 +261,7 @@ function compileRule(
     const b = denial === null ? withChain : { ...withChain, denied: denial.direct }
     if (backends === null) backends = [b]; else backends.push(b)
     totalWeight += ref.weight
-  }
+  })
 
   let direct: RouteRule['direct'] = null
   if (badFilter !== null) direct = { status: 500, code: ErrorCode.BACKEND_INVALID, body: 'route filter cannot be resolved' }

@@ -2,7 +2,8 @@
 
 import { buildSnapshot } from '../config/snapshot-builder.ts'
 import { readConfigSet } from '../config/file-source.ts'
-import { compile } from '../compile/compile.ts'
+import { compile, type CompileResult } from '../compile/compile.ts'
+import { findingProblems } from '../compile/findings.ts'
 import { secretRefProblems } from '../compile/extensions.ts'
 import { certificateProblems } from '../compile/gateways.ts'
 import { publishedAddresses } from '../compile/addresses.ts'
@@ -17,7 +18,7 @@ export interface Output {
   readonly stderr: (line: string) => void
 }
 
-async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; problems: ConfigProblem[] }> {
+async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; problems: ConfigProblem[]; inReadingOrder: (list: readonly ConfigProblem[]) => ConfigProblem[] }> {
   const set = await readConfigSet(paths)
   const snapshot = buildSnapshot(set.docs, set.problems)
   // Extension Secret (and Redis CA ConfigMap) references, checked against the
@@ -31,28 +32,39 @@ async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; pro
   ]
   // Print in reading order (files as listed, then document order), unreadable files in their place.
   const order = new Map(set.files.map((f, i) => [f, i]))
-  const problems = [...snapshot.problems, ...refs]
+  const inReadingOrder = (list: readonly ConfigProblem[]): ConfigProblem[] => list
     .map((p, i) => ({ p, i }))
     .sort((a, b) => ((order.get(a.p.source.file) ?? -1) - (order.get(b.p.source.file) ?? -1)) || (a.p.source.doc - b.p.source.doc) || (a.i - b.i))
     .map((x) => x.p)
-  return { snapshot, problems }
+  return { snapshot, problems: inReadingOrder([...snapshot.problems, ...refs]), inReadingOrder }
+}
+
+function compileOffline(snapshot: Snapshot, gatewayClass: string, publishService: string | null): CompileResult {
+  return compile(snapshot, { now: Date.now(), version: 1, gatewayClass, controllerName: CONTROLLER_NAME, publishService })
 }
 
 /**
  * `sallyport validate PATH...`: one line per problem on stdout
  * (`FILE:DOC: KIND NS/NAME: FIELD: MESSAGE`), a summary on stderr.
  * Exit code 1 if any problem is an error (the object, or the whole file, would
- * be ignored by `serve`), else 0 — warnings alone pass.
+ * be ignored by `serve`, or traffic through it would fail), else 0 — warnings
+ * alone pass.
  *
- * It checks each object on its own (schema and the specs' rules). References
- * between objects (a route's parent Gateway, a backendRef) are `serve`'s and
- * `routes`'s business: they show as status conditions, since a set of files may
- * be validated one by one. Exceptions: an extension's Secret reference, whose
- * failure would fail every request through it, and a listener's certificate
- * Secret that TLS cannot use (see load()).
+ * First each object on its own (schema and the specs' rules; an extension's
+ * Secret reference, a listener's certificate Secret that TLS cannot use: see
+ * load()). Then the valid objects are compiled as `routes` compiles them, and
+ * what status says is wrong between them is printed too (compile/findings.ts):
+ * a backendRef to nothing, a reference without its ReferenceGrant, a policy
+ * whose target is not there, conflicting listeners, a parentRef to a Gateway
+ * that is not in the files. A missing object is an error when the files hold
+ * objects of its kind, a warning when they hold none (a set of files may be a
+ * part of the configuration: routes without their Gateways, manifests whose
+ * Secrets live in the cluster).
  */
-export async function validateCommand(paths: readonly string[], out: Output): Promise<number> {
-  const { problems } = await load(paths)
+export async function validateCommand(paths: readonly string[], out: Output, gatewayClass = 'sallyport'): Promise<number> {
+  const { snapshot, problems: own, inReadingOrder } = await load(paths)
+  const { findings } = compileOffline(snapshot, gatewayClass, null)
+  const problems = [...own, ...inReadingOrder(findingProblems(snapshot, findings))]
   let errors = 0
   let warnings = 0
   for (const p of problems) {
@@ -74,7 +86,7 @@ export async function routesCommand(paths: readonly string[], gatewayClass: stri
   for (const p of problems) out.stderr(formatProblem(p))
   const published = publishedAddresses(snapshot, publishService)
   if (published?.problem != null) out.stderr(formatProblem(published.problem))
-  const { table, status } = compile(snapshot, { now: Date.now(), version: 1, gatewayClass, controllerName: CONTROLLER_NAME, publishService })
+  const { table, status } = compileOffline(snapshot, gatewayClass, publishService)
   out.stdout(printTable(table, status).replace(/\n$/, ''))
   return 0
 }

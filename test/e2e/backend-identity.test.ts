@@ -74,7 +74,11 @@ t.test('CLI: an XBackend and an Envoy Backend named alike are two objects; refs 
   fs.writeFileSync(path.join(dir, 'backends.yaml'), manifests(team1.port, partner.port))
 
   const v = await runCli(t, ['validate', dir])
-  t.equal(v.code, 0, 'validate: no duplicate')
+  // The one finding: the ref to a gateway.networking.k8s.io Backend, of which the files hold none by that name.
+  t.equal(v.code, 1, 'validate: the ref to the missing Backend is an error')
+  t.same(v.stdout.trim().split('\n').map((l) => l.replace(/^.*?:\d+: /, '')), [
+    'HTTPRoute default/nobody: spec.rules[0].backendRefs[0]: Backend default/api (gateway.networking.k8s.io) not found (ResolvedRefs=False: BackendNotFound)',
+  ])
   t.notMatch(v.stdout + v.stderr, /duplicate/)
 
   startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--dns-server', dns.server])

@@ -116,11 +116,14 @@ t.test('CLI validate: a client certificate whose key does not match, and global.
   fs.writeFileSync(pki, [caConfigMapYaml('redis-ca', ca.certPem), tlsSecretYaml('limiter-cert', one.certPem, two.keyPem)].join('---\n'))
   const v = await runCli(t, ['validate', limits, pki])
   t.equal(v.code, 1)
+  // The policy's route is not among these files (nor any HTTPRoute): a warning.
+  const notTargeted = `${limits}:2: BackendTrafficPolicy default/per-route: spec.targetRefs[0]: HTTPRoute default/policy not found (Accepted=False: TargetNotFound)`
   const mismatch = 'Secret default/limiter-cert data[tls.key]: the private key does not match the certificate in tls.crt (its first certificate)'
   t.same(v.stdout.trim().split('\n'), [
     `${limits}:0: Backend default/plain: spec.extensions[0].config.global.tls: needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS`,
     `${limits}:1: Backend default/mismatch: spec.extensions[0].config.global.tls.clientCertificateRef: ${mismatch}; requests through extension per-route fail`,
     `${limits}:2: BackendTrafficPolicy default/per-route: metadata.annotations[sallyport.io/rate-limit-redis-client-cert]: ${mismatch}; requests this policy's rate limit applies to fail`,
+    notTargeted,
   ])
   t.notMatch(v.stdout + v.stderr, /PRIVATE KEY/)
 
@@ -128,5 +131,6 @@ t.test('CLI validate: a client certificate whose key does not match, and global.
   const alone = await runCli(t, ['validate', limits])
   t.same(alone.stdout.trim().split('\n'), [
     `${limits}:0: Backend default/plain: spec.extensions[0].config.global.tls: needs a rediss:// address: global.redis is plain TCP (redis:// or host:port), which never speaks TLS`,
+    notTargeted,
   ])
 })
