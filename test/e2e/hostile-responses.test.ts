@@ -1,6 +1,7 @@
 // The real CLI in front of an HTTP/1.1 upstream that answers with what no
 // HTTP/1.1 server may send: a head with bare LF line ends, no status line at
-// all (HTTP/0.9), a status code past 599, a malformed chunked body. Each is a
+// all (HTTP/0.9), a status code past 599, a head of more than 128 fields, a
+// malformed chunked body. Each is a
 // 502 (or a cut body once the head went out) at once, the access line saying
 // it was the upstream's protocol error, and the connection that carried it is
 // never used for the next request (counted at the upstream).
@@ -18,6 +19,8 @@ const ANSWERS: Readonly<Record<string, string>> = {
   '/status-600': 'HTTP/1.1 600 Beyond\r\nContent-Length: 2\r\n\r\nok',
   '/status-999': 'HTTP/1.1 999 Beyond\r\nContent-Length: 2\r\n\r\nok',
   '/bad-chunk': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\nzz\r\n',
+  // 1,000 fields in under 16 KiB: within the size bound, past the field count (128).
+  '/many-fields': `HTTP/1.1 200 OK\r\nContent-Length: 2\r\n${Array.from({ length: 1000 }, (_, i) => `x${i}: v\r\n`).join('')}\r\nok`,
 }
 
 t.test('CLI: malformed HTTP/1.1 responses are 502s or cut at once, logged as protocol errors, their connection not reused', async (t) => {
@@ -57,7 +60,7 @@ t.test('CLI: malformed HTTP/1.1 responses are 502s or cut at once, logged as pro
     const flags = proto === 'h2' ? ['--http2-prior-knowledge'] : []
     const get = (p: string): ReturnType<typeof curl> =>
       curl([...flags, '-i', '--max-time', '4', '-H', 'Host: api.example.test', `http://127.0.0.1:${port}${p}?${proto}`])
-    for (const p of ['/bare-lf', '/http09', '/status-600', '/status-999']) {
+    for (const p of ['/bare-lf', '/http09', '/status-600', '/status-999', '/many-fields']) {
       const started = Date.now()
       const r = await get(p)
       t.equal(r.code, 0, `${p} (${proto}): answered, not timed out`)

@@ -303,6 +303,16 @@ t.test('head size bound', async (t) => {
   t.ok(total > maxHeaderSize && total - piece.length <= maxHeaderSize, 'fails as soon as the bound is passed')
 })
 
+t.test('field-count bound: 128 fields in a head or a trailer section, as an HTTP/2 upstream gets (node\'s maxHeaderListPairs)', async (t) => {
+  const fields = (n: number): string => Array.from({ length: n }, (_, i) => `x-${i}: v\r\n`).join('')
+  t.equal(errorOf(`HTTP/1.1 200 OK\r\nContent-Length: 0\r\n${fields(127)}\r\n`), null, '128 fields are accepted')
+  t.equal(errorOf(`HTTP/1.1 200 OK\r\nContent-Length: 0\r\n${fields(128)}\r\n`), 'SP_H1_TOO_MANY_FIELDS', '129 are not, though the head is under its size bound')
+  t.equal(errorOf(`HTTP/1.1 103 Early Hints\r\n${fields(129)}\r\n`), 'SP_H1_TOO_MANY_FIELDS', 'an interim head the same')
+  const chunked = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n'
+  t.equal(errorOf(`${chunked}${fields(128)}\r\n`), null, '128 trailer fields are accepted')
+  t.equal(errorOf(`${chunked}${fields(129)}\r\n`), 'SP_H1_TOO_MANY_FIELDS', '129 are not')
+})
+
 t.test('a head within the bound is accepted whatever the split', async (t) => {
   const start = 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: '
   const text = b(`${start}${'p'.repeat(maxHeaderSize - start.length)}\r\n\r\n`)
