@@ -225,3 +225,15 @@ t.test('nesting is bounded: a document nested past the bound is that document\'s
   // (named at the node past the bound, which is inside the anchor the alias repeats)
   t.match(aliased.problems[0]?.message, /^line 2, column \d+: nested more than 512 levels deep$/)
 })
+
+t.test('JSON: a key twice in one object is an error at the second, as in YAML; the same key in two objects is not', async (t) => {
+  const dup = parseManifests('d.json', '{"apiVersion":"v1","kind":"ConfigMap",\n"metadata":{"name":"a","namespace":"apps"},\n"data":{"k":"1","k":"2"}}')
+  t.same(dup.docs, [])
+  t.equal(dup.problems[0]?.message, 'line 3, column 17: Map keys must be unique')
+  t.equal(dup.problems[0]?.severity, 'error')
+  const escaped = parseManifests('e.json', '{"kind":"A","k\\u0069nd":"B"}')
+  t.match(escaped.problems[0]?.message, /Map keys must be unique/, 'names compared as decoded')
+  const fine = parseManifests('f.json', '{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"apps"},"data":{"name":"x","kind":"y"},"x":[{"a":1},{"a":2}]}')
+  t.same(fine.problems, [])
+  t.equal(fine.docs.length, 1)
+})
