@@ -55,7 +55,7 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
   for (const { source, doc } of docs) {
     const header = headerOf(doc)
     if (header === null) {
-      problems.push(problem(source, '', '', '', 'document is not an object with apiVersion and kind'))
+      problems.push(headerProblem(source, doc))
       continue
     }
     // Kinds the gateway does not use (Deployments next to the Gateway, say) are
@@ -142,6 +142,27 @@ function headerOf(doc: unknown): Header | null {
     namespace: typeof meta.namespace === 'string' ? meta.namespace : '',
     name: typeof meta.name === 'string' ? meta.name : '',
   }
+}
+
+/**
+ * Why a document has no header: not an object at all (a list, a string: say
+ * which), or which of apiVersion and kind is missing or not a string, naming
+ * the object as far as it can be read.
+ */
+function headerProblem(source: SourceRef, doc: unknown): ConfigProblem {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+    const what = doc === null ? 'null' : Array.isArray(doc) ? 'a list' : `a ${typeof doc}`
+    return problem(source, '', '', '', `document is ${what}, not an object with apiVersion and kind`)
+  }
+  const d = doc as Record<string, unknown>
+  const meta = typeof d.metadata === 'object' && d.metadata !== null ? d.metadata as Record<string, unknown> : {}
+  const kind = typeof d.kind === 'string' ? d.kind : ''
+  const namespace = typeof meta.namespace === 'string' ? meta.namespace : ''
+  const name = typeof meta.name === 'string' ? meta.name : ''
+  const field = typeof d.apiVersion !== 'string' ? 'apiVersion' : 'kind'
+  const value = d[field]
+  const message = value === undefined ? 'required' : `must be a string, not ${value === null ? 'null' : Array.isArray(value) ? 'a list' : `a ${typeof value}`}`
+  return { ...problem(source, kind, namespace, name, message), field }
 }
 
 function problem(source: SourceRef, kind: string, namespace: string, name: string, message: string): ConfigProblem {

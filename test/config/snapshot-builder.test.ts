@@ -53,6 +53,14 @@ t.test('unknown kinds are skipped silently; non-objects are problems', async (t)
   t.ok(snapshot.problems.every((p) => p.severity === 'error'))
 })
 
+t.test('a document without its header says what it is, or which field is missing, and names what it can', async (t) => {
+  const lines = (doc: unknown): string[] => buildSnapshot([{ source: { file: 'a.yaml', doc: 0 }, doc }]).problems.map(formatProblem)
+  t.same(lines('just a string'), ['a.yaml:0: document is a string, not an object with apiVersion and kind'])
+  t.same(lines([{ kind: 'A' }]), ['a.yaml:0: document is a list, not an object with apiVersion and kind'])
+  t.same(lines({ kind: 'HTTPRoute', metadata: { name: 'r', namespace: 'apps' } }), ['a.yaml:0: HTTPRoute apps/r: apiVersion: required'])
+  t.same(lines({ apiVersion: 'gateway.networking.k8s.io/v1', kind: ['Gateway'], metadata: { name: 'g' } }), ['a.yaml:0: <no kind> g: kind: must be a string, not a list'])
+})
+
 t.test('a typo in the apiVersion or kind of a group sallyport reads is a warning; the object is skipped', async (t) => {
   const { docs } = parseManifests('typo.yaml', [
     'apiVersion: gateway.envoyproxy.io/v1\nkind: Backend\nmetadata: {name: up, namespace: apps}\n',

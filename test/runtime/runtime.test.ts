@@ -26,7 +26,7 @@ t.test('a table whose only port cannot bind holds readiness back until it binds'
   t.ok(runtime.table() !== null, 'the table is applied all the same')
   const dump = runtime.configDump() as { failedPorts: Array<{ port: number }>; problems: Array<{ line: string }> }
   t.same(dump.failedPorts.map((f) => f.port), [port])
-  t.match(dump.problems[0]?.line, /c\.yaml:4: .*document is not an object/)
+  t.match(dump.problems[0]?.line, /c\.yaml:4: Nonsense <no name>: apiVersion: required/)
 
   await new Promise<void>((resolve) => blocker.close(() => resolve()))
   await eventually(async () => runtime.ready(), (r) => r, 15000, 'ready after the port frees up')
