@@ -61,8 +61,16 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
 
   const f = new Findings()
   checkMeta(obj, entry, f)
+  // The schema types metadata too: a field checkMeta already refused is said once, in its words.
+  const metaFields = new Set(f.list.map((x) => x.field))
   const shape = entry.shape(obj)
+  const before = f.list.length
   checkSchema(shape.schema, obj, { redact: entry.redact }, f)
+  if (metaFields.size > 0) {
+    const kept = f.list.filter((x, i) => i < before || !metaFields.has(x.field))
+    f.list.length = 0
+    f.list.push(...kept)
+  }
   // Semantic rules assume the shapes the schema guarantees; on a schema error
   // they would mostly repeat it, so they run once the schema is satisfied.
   if (!f.hasErrors()) shape.rules(obj, f)

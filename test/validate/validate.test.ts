@@ -65,6 +65,11 @@ t.test('documents that are not objects, or lack apiVersion/kind, give one whole-
   t.same(r.problems.map((p) => p.message), ['apiVersion and kind required'])
 })
 
+t.test('a wrong-typed metadata.name or namespace is one problem each, not two', async (t) => {
+  const r = validateDocument({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 5, namespace: ['x'] }, spec: {} }, src)
+  t.same(r.problems.map((p) => `${p.field}: ${p.message}`), ['metadata.name: must be a string, got 5', 'metadata.namespace: ["x"] is not a valid namespace (DNS label)'])
+})
+
 t.test('problems carry source and object identity', async (t) => {
   const r = validateDocument({
     apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute',
