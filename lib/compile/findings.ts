@@ -27,7 +27,8 @@ import type { RouteOutcome } from './compile.ts'
 import type { Condition, ListenerStatus, ObjectStatus, Status } from './status.ts'
 import { GATEWAY_GROUP, sortedValues, statusKey } from './conditions.ts'
 import { isBackendKind } from './backends.ts'
-import { isReferenceAllowed } from './refs.ts'
+import { isReferenceAllowed, refNotPermitted } from './refs.ts'
+import type { RefProblem } from './rules.ts'
 import { listenerConflicts } from '../validate/listener-conflicts.ts'
 import { tlsSecretFault } from './tls-material.ts'
 
@@ -65,9 +66,10 @@ export function statusFindings(snapshot: Snapshot, status: Status, outcomes: rea
     out.push({ problem: { source: o.source, kind, namespace: o.meta.namespace, name: o.meta.name, field, message, severity }, missing })
   }
   for (const g of sortedValues(snapshot.gateways)) gatewayFindings(snapshot, status, g, gatewayClass, at)
-  const refs = new Map(outcomes.map(o => [o.attachment.route, o.refProblems]))
+  // A route attached to no listener was never resolved: its references are checked here instead.
+  const refs = new Map(outcomes.filter(o => o.attachment.parents.some(p => p.attachments.length > 0)).map(o => [o.attachment.route, o.refProblems]))
   for (const map of ROUTE_MAPS) {
-    for (const r of sortedValues<AnyRoute>(snapshot[map] as ReadonlyMap<string, AnyRoute>)) routeFindings(snapshot, status, r, refs.get(r) ?? [], at)
+    for (const r of sortedValues<AnyRoute>(snapshot[map] as ReadonlyMap<string, AnyRoute>)) routeFindings(snapshot, status, r, refs.get(r) ?? unattachedRefProblems(snapshot, r), at)
   }
   for (const b of sortedValues(snapshot.backends)) backendFindings(status, b, at)
   for (const p of sortedValues(snapshot.backendTLSPolicies)) tlsPolicyFindings(snapshot, status, p, at)
@@ -170,6 +172,40 @@ function routeFindings(snapshot: Snapshot, status: Status, route: AnyRoute, refP
 }
 
 const DROPPED = '\0dropped'
+
+/**
+ * A route compile attached to no listener (its Gateways are not in the files,
+ * are not ours, or refuse it) was never resolved: its references are checked here as resolve() would
+ * start, for what the files can say of them — a reference into another
+ * namespace without a ReferenceGrant, an object that is not there. (Ports,
+ * TLS and destination policies depend on the Gateway: left to status.)
+ */
+function unattachedRefProblems(snapshot: Snapshot, route: AnyRoute): RefProblem[] {
+  const out: RefProblem[] = []
+  const from = { group: GATEWAY_GROUP, kind: route.kind, namespace: route.meta.namespace }
+  const check = (ref: BackendRef | ObjectRef, field: string): void => {
+    const what = `${ref.kind === 'Service' && ref.group === '' ? 'Service' : ref.kind} ${ref.namespace}/${ref.name}`
+    if (ref.kind !== 'EgressExtension' && !isReferenceAllowed(snapshot, from, { group: ref.group, kind: ref.kind, namespace: ref.namespace, name: ref.name })) {
+      out.push({ reason: 'RefNotPermitted', message: refNotPermitted(snapshot, what, ref.namespace), field })
+      return
+    }
+    const missing = missingOf(snapshot, route, field, 'BackendNotFound')
+    if (missing === null || missing === DROPPED) return
+    if (ref.kind === 'EgressExtension') out.push({ reason: 'BackendNotFound', message: `ExtensionRef ${ref.group}/${ref.kind} ${ref.name} cannot be resolved`, field })
+    else if (missing === 'Service' && !(ref.group === '' && ref.kind === 'Service')) out.push({ reason: 'BackendNotFound', message: `Backend ${ref.namespace}/${ref.name}: its Service is not found`, field })
+    // In compile's words (backends.ts): a Backend kind names its group, the three kinds share a name.
+    else out.push({ reason: 'BackendNotFound', message: `${what}${ref.group === '' ? '' : ` (${ref.group})`} not found`, field })
+  }
+  route.rules.forEach((rule, i) => {
+    const filters = (rule as { readonly filters?: ReadonlyArray<import('../resources/model.ts').HTTPRouteFilter> }).filters ?? []
+    filters.forEach((f, j) => {
+      if (f.type === 'RequestMirror') check(f.requestMirror.backendRef, `spec.rules[${i}].filters[${j}].requestMirror.backendRef`)
+      else if (f.type === 'ExtensionRef') check({ ...f.extensionRef, namespace: route.meta.namespace }, `spec.rules[${i}].filters[${j}].extensionRef`)
+    })
+    rule.backendRefs.forEach((ref, j) => check(ref, `spec.rules[${i}].backendRefs[${j}]`))
+  })
+  return out
+}
 
 /** The reference at `field` of a route (a backendRef, a mirror's, an ExtensionRef), from compile's RefProblem field. */
 function refAt(route: AnyRoute, field: string): BackendRef | ObjectRef | null {

@@ -147,3 +147,17 @@ t.test('a Gateway of another class is a warning; the quickstart configuration is
   t.same(lines, [])
   t.equal(code, 0)
 })
+
+t.test('a route attached to no Gateway of the files still has its references checked', async (t) => {
+  // The Gateway lives elsewhere (another file set, the cluster): the route's own references are in these files.
+  const r = await validate(t, backend('api'), route('pay', `${envoyRef('api')}\n    - backendRefs: ${envoyRef('typo')}`, '[{ name: elsewhere }]'),
+    route('far', envoyRef('api', 'other'), '[{ name: elsewhere }]'))
+  t.same(r.lines, [
+    '1: HTTPRoute default/pay: spec.parentRefs[0]: Gateway default/elsewhere is not in these files',
+    '1: HTTPRoute default/pay: spec.rules[1].backendRefs[0]: Backend default/typo (gateway.envoyproxy.io) not found (ResolvedRefs=False: BackendNotFound)',
+    '2: HTTPRoute default/far: spec.parentRefs[0]: Gateway default/elsewhere is not in these files',
+    '2: HTTPRoute default/far: spec.rules[0].backendRefs[0]: Backend other/api is in another namespace and no ReferenceGrant allows it (ResolvedRefs=False: RefNotPermitted)',
+  ])
+  t.equal(r.summary, '1 error, 3 warnings', 'no ReferenceGrant in the files: the grant may live elsewhere, a warning')
+  t.equal(r.code, 1, 'a Backend missing where the files hold Backends is an error')
+})
