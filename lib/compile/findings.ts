@@ -28,6 +28,7 @@ import type { Condition, ListenerStatus, ObjectStatus, Status } from './status.t
 import { GATEWAY_GROUP, sortedValues, statusKey } from './conditions.ts'
 import { isBackendKind } from './backends.ts'
 import { isReferenceAllowed, refNotPermitted } from './refs.ts'
+import { targetExists } from './policies.ts'
 import type { RefProblem } from './rules.ts'
 import { listenerConflicts } from '../validate/listener-conflicts.ts'
 import { tlsSecretFault } from './tls-material.ts'
@@ -298,22 +299,6 @@ function policyFindings(snapshot: Snapshot, status: Status, p: BackendTrafficPol
     }
     // Conflicted (an older policy holds the target), Conflicted extensions (extensions.ts): the rest applies.
     at(p, c.type === 'Accepted' ? 'spec.targetRefs' : 'spec.extensions', text(c), null, c.type === 'Conflicted' ? 'warning' : 'error')
-  }
-}
-
-/** policies.ts targetExists, with a Backend's kind named as one (every flavour is a "Backend" to the files). */
-function targetExists(snapshot: Snapshot, ref: PolicyTargetRef, namespace: string): boolean {
-  const key = `${namespace}/${ref.name}`
-  switch (ref.kind) {
-    case 'Gateway': {
-      const g = snapshot.gateways.get(key)
-      return g !== undefined && (ref.sectionName === null || g.listeners.some(l => l.name === ref.sectionName))
-    }
-    case 'HTTPRoute': return snapshot.httpRoutes.has(key)
-    case 'GRPCRoute': return snapshot.grpcRoutes.has(key)
-    case 'TCPRoute': return snapshot.tcpRoutes.has(key)
-    case 'TLSRoute': return snapshot.tlsRoutes.has(key)
-    default: return snapshot.backends.has(backendKey(ref.group, ref.kind, namespace, ref.name))
   }
 }
 

@@ -28,7 +28,8 @@ function slotOf(ref: PolicyTargetRef, namespace: string): string | null {
   return null
 }
 
-function targetExists(snapshot: Snapshot, ref: PolicyTargetRef, namespace: string): boolean {
+/** Whether a policy's targetRef names an object of the snapshot (a Gateway's listener, when it names a section). */
+export function targetExists(snapshot: Snapshot, ref: PolicyTargetRef, namespace: string): boolean {
   const key = `${namespace}/${ref.name}`
   switch (ref.kind) {
     case 'Gateway': {
