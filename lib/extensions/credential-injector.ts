@@ -22,13 +22,26 @@ export function secretValue(spec: CompiledExtension, path: string, keyField = 'k
   return v.replace(/[\r\n]+$/, '')
 }
 
-/** Sets `value` as the query parameter `name`, replacing any the client sent. */
+/** The name of one `name=value` pair of a query, form-decoded; as sent when it does not decode. */
+function pairName(pair: string): string {
+  const eq = pair.indexOf('=')
+  const raw = (eq === -1 ? pair : pair.slice(0, eq)).replace(/\+/g, ' ')
+  try { return decodeURIComponent(raw) } catch { return raw }
+}
+
+/**
+ * Sets `value` as the query parameter `name`, last, dropping every pair the
+ * client sent under that name (`api_key`, `api%5Fkey`, a bare `api_key`). The
+ * other pairs pass byte for byte: re-serializing the query as a form changed
+ * what the client sent (`a%20b` → `a+b`, `flag` → `flag=`, `~` → `%7E`) and
+ * so what a signature over it or a server strict about it saw.
+ */
 export function setQueryParam(path: string, name: string, value: string): string {
   const q = path.indexOf('?')
   const base = q === -1 ? path : path.slice(0, q)
-  const params = new URLSearchParams(q === -1 ? '' : path.slice(q + 1))
-  params.set(name, value)
-  return `${base}?${params.toString()}`
+  const kept = q === -1 ? [] : path.slice(q + 1).split('&').filter(p => p !== '' && pairName(p) !== name)
+  kept.push(`${encodeURIComponent(name)}=${encodeURIComponent(value)}`)
+  return `${base}?${kept.join('&')}`
 }
 
 export interface Placement {
