@@ -12,7 +12,7 @@ import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders } from './plugin-api.ts'
 import { parseSelector, select, type Step } from './json-select.ts'
 import { compilePattern, findMatch, redactText, type Pattern } from './pii-patterns.ts'
-import { isRawNumber, parseKeepingNumbers } from './json-source.ts'
+import { hasDuplicateName, isRawNumber, parseKeepingNumbers } from './json-source.ts'
 
 interface DenyRule { readonly patterns: readonly Pattern[]; readonly fields: readonly Step[][] | null; readonly reason: string }
 
@@ -72,14 +72,18 @@ function eachString(root: unknown, scope: readonly Step[][] | null, fn: (s: stri
 export function processJson(rules: Rules, body: Buffer): HookResult {
   if (body.length === 0) return
   let doc: unknown
+  const text = body.toString('utf8')
   // Numbers keep their source text: only what the rules select may change.
-  try { doc = parseKeepingNumbers(body.toString('utf8')) } catch { throw new Error('body is not valid JSON') }
+  try { doc = parseKeepingNumbers(text) } catch { throw new Error('body is not valid JSON') }
+  // A name twice in one object: the rules see the last value (JSON.parse), a
+  // reader keeping the first would get one they never saw — an email left in,
+  // a deny dodged. Such a body is written back from what was checked.
+  let changed = hasDuplicateName(text)
   for (const d of rules.deny) {
     let hit = false
     eachString(doc, d.fields, (s) => { if (!hit) hit = d.patterns.some(p => findMatch(s, p)) })
     if (hit) return { deny: { status: 403, reason: d.reason } }
   }
-  let changed = false
   for (const steps of rules.fields) {
     select(doc, steps, (parent, key) => {
       (parent as Record<string | number, unknown>)[key] = rules.replacement
