@@ -312,19 +312,54 @@ function afterRequestHeaders(flow: Flow): void {
     return runHooks(flow, list, callRequestBody, afterRequestBody, 0)
   }
   const whole = list === chain.requestBody
-  collect(body, whole ? chain.requestBodyBound : bodyBound(list), (err, buf, over) => {
+  const bound = whole ? chain.requestBodyBound : bodyBound(list)
+  const overBound = (over: Readable): void => {
+    if (!(whole ? chain.requestBodyFailOpen : allFailOpen(list))) return flow.host.fail(ErrorCode.BODY_TOO_LARGE, 'extension body bound')
+    flow.skipped(list, 'request body')
+    flow.req = { ...flow.req, body: over }
+    flow.send()
+  }
+  // As for responses: a body hook sees the body decoded, never skips it unseen
+  // (a redaction passed over is a leak); a coding it cannot read fails it.
+  const coding = codingOf(flow.req.headers['content-encoding'])
+  if (coding !== null && !canDecode(coding)) return undecodableRequest(flow, list, null, coding, NOT_DECODABLE)
+  collect(body, bound, (err, buf, over) => {
     if (flow.host.isDone()) return
     if (err !== null) return flow.host.fail(ErrorCode.CLIENT_ABORTED)
-    if (over !== null) {
-      if (!(whole ? chain.requestBodyFailOpen : allFailOpen(list))) return flow.host.fail(ErrorCode.BODY_TOO_LARGE, 'extension body bound')
-      flow.skipped(list, 'request body')
-      flow.req = { ...flow.req, body: over }
-      return flow.send()
-    }
-    flow.body = buf
-    if (flow.keepOriginal) flow.original = buf
-    runHooks(flow, list, callRequestBody, afterRequestBody, 0)
+    if (over !== null) return overBound(over)
+    if (coding === null) return requestBodyHooks(flow, list, buf, buf)
+    decode(coding, buf, bound, (decodeErr, decoded) => {
+      if (flow.host.isDone()) return
+      if (decodeErr === null) {
+        // Sent on as identity, framed by its new length (afterRequestBody).
+        const headers = { ...flow.req.headers }
+        delete headers['content-encoding']
+        flow.req = { ...flow.req, headers }
+        return requestBodyHooks(flow, list, decoded, buf)
+      }
+      if ((decodeErr as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return overBound(Readable.from([buf]))
+      undecodableRequest(flow, list, buf, coding, decodeErr.message)
+    })
   })
+}
+
+/** `sent`: the body as the client sent it (still coded), which a retry through another chain starts from. */
+function requestBodyHooks(flow: Flow, list: readonly Instance[], buf: Buffer, sent: Buffer): void {
+  flow.body = buf
+  if (flow.keepOriginal) flow.original = sent
+  runHooks(flow, list, callRequestBody, afterRequestBody, 0)
+}
+
+/**
+ * A request body in a coding the body extensions cannot read (corrupt, or
+ * unknown): each fails (failOpen decides); when all continue, it goes on as
+ * the client sent it (`buf`, or the body unread when it was not collected).
+ */
+function undecodableRequest(flow: Flow, list: readonly Instance[], buf: Buffer | null, coding: string, why: string): void {
+  const failure = new Error(`request Content-Encoding ${coding} cannot be decoded: ${why}`)
+  for (const inst of list) if (!flow.failed(inst, failure)) return
+  if (buf !== null) flow.req = { ...flow.req, body: Readable.from([buf]) }
+  flow.send()
 }
 
 function afterRequestBody(flow: Flow): void {
@@ -399,7 +434,7 @@ function overBound(flow: Flow, list: readonly Instance[], res: UpstreamResponse,
   relay(flow, { ...res, body })
 }
 
-/** The response's content coding, lowercased; null for none (identity). */
+/** A message's content coding, lowercased; null for none (identity). */
 function codingOf(value: string | string[] | undefined): string | null {
   const v = (Array.isArray(value) ? value.join(',') : value ?? '').trim().toLowerCase()
   return v === '' || v === 'identity' ? null : v

@@ -68,6 +68,8 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
         return
       case '/download': res.writeHead(200, { 'content-type': 'application/octet-stream' }); res.end(Buffer.alloc(BOUND * 4, 'bob@example.com ')); return
       case '/upload': res.writeHead(200, { 'content-type': 'text/plain' }); res.end(`${req.headers['content-type']} ${req.body.length}`); return
+      // What the upstream got of a request body: its coding and bytes (base64), as text (never processed).
+      case '/echo': res.writeHead(200, { 'content-type': 'text/plain' }); res.end(`${req.headers['content-encoding'] ?? 'identity'} ${Buffer.from(req.body).toString('base64')}`); return
       case '/204': res.writeHead(204, { 'x-kept': 'yes' }); res.end(); return
       case '/304': res.writeHead(304, { etag: '"v1"', 'content-length': '55' }); res.end(); return
     }
@@ -114,6 +116,35 @@ t.test('CLI: PayloadProcessor on compressed and bodiless responses', async (t) =
     t.ok(sample(m, 'sallyport_extension_failures_total', { extension: 'closed', outcome: 'closed' }) >= 2, 'closed failures counted')
     t.ok(sample(m, 'sallyport_extension_failures_total', { extension: 'open', outcome: 'open' }) >= 2, 'open failures counted')
     await cli.waitFor(/"msg":"extension failed"/, 5000)
+  })
+
+  t.test('a compressed request body is decoded, redacted and sent as identity; one that cannot be decoded fails per failOpen', async (t) => {
+    const post = (host: string, coding: string, body: Buffer): Promise<{ status: number; coding: string; body: Buffer }> => new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: httpPort, path: '/echo', method: 'POST', agent: false,
+        headers: { host, 'content-type': 'application/json', 'content-encoding': coding, 'content-length': String(body.length) } }, (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('end', () => {
+          const [got, b64] = Buffer.concat(chunks).toString().split(' ')
+          resolve({ status: res.statusCode ?? 0, coding: got ?? '', body: Buffer.from(b64 ?? '', 'base64') })
+        })
+      })
+      req.on('error', reject)
+      req.end(body)
+    })
+    for (const [coding, encode] of [['gzip', zlib.gzipSync], ['br', zlib.brotliCompressSync], ['deflate', zlib.deflateSync]] as const) {
+      const r = await post('closed.example.test', coding, encode(Buffer.from(PII)))
+      t.equal(r.status, 200, coding)
+      t.same([r.coding, r.body.toString()], ['identity', REDACTED], `${coding}: the upstream got it decoded and redacted`)
+    }
+    const corrupt = await post('closed.example.test', 'gzip', Buffer.from('not gzip at all'))
+    t.equal(corrupt.status, 500, 'corrupt, failOpen false: 500')
+    const unknown = await post('closed.example.test', 'compress', Buffer.from('LZW bytes'))
+    t.equal(unknown.status, 500, 'an unknown coding, failOpen false: 500')
+    const open = await post('open.example.test', 'compress', Buffer.from('LZW bytes'))
+    t.same([open.status, open.coding, open.body.toString()], [200, 'compress', 'LZW bytes'], 'failOpen true: passed as sent')
+    const big = await post('closed.example.test', 'gzip', zlib.gzipSync(BIG))
+    t.equal(big.status, 413, 'decoded past maxBodyBytes: 413')
   })
 
   t.test('decoded past maxBodyBytes: 502, or passed through unprocessed when failOpen', async (t) => {
