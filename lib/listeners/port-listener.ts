@@ -32,7 +32,7 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { LISTENER_CIPHERS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, setDefaultContext } from './tls-contexts.ts'
+import { LISTENER_CIPHERS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
@@ -293,8 +293,8 @@ export class PortListener {
     // socket's certificate, or a closed stream's session, is gone by then.
     const spiffeId = peerSpiffeId(socket)
     // GEP-3567: the server name the connection was made for, which selects its listener (router/misdirected.ts).
-    const servername = socket.servername
-    const sni = typeof servername === 'string' && servername.length > 0 ? new ConnectionSni(servername.toLowerCase()) : null
+    const servername = serverNameOf(socket.servername)
+    const sni = servername.length > 0 ? new ConnectionSni(servername) : null
     if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni)
     else {
       if (sni !== null) setConnectionSni(socket, sni)
@@ -310,10 +310,12 @@ export class PortListener {
   }
 
   #sni = (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void): void => {
+    const name = serverNameOf(servername)
+    if (name === '') { cb(null); return } // an address: the server-wide context, as for no SNI
     const table = this.#plane.current()
     const entry = table === null ? undefined : table.ports.get(this.port)
     const conf = entry === undefined ? null : entry.serverTls
-    const cert = conf === null ? null : selectCert(conf, servername.toLowerCase())
+    const cert = conf === null ? null : selectCert(conf, name)
     if (conf === null || cert === null) { cb(noCertificate()); return }
     try {
       cb(null, this.#plane.contexts.get(cert, conf, this.port))

@@ -22,7 +22,7 @@ import { downstreamActiveConnections } from '../observe/http-metrics.ts'
 import { l4Errors } from '../observe/l4-metrics.ts'
 import type { Upstreams } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
-import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCert } from './tls-contexts.ts'
+import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCert, serverNameOf } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
@@ -185,7 +185,8 @@ export class L4Listener {
       if (refusedBelowFloor(conf, secure, this.port)) return session.fail('client_tls_failed')
       secure.removeAllListeners('error')
       secure.on('error', noop)
-      const name = typeof secure.servername === 'string' && secure.servername !== '' ? secure.servername.toLowerCase() : null
+      const servername = serverNameOf(secure.servername)
+      const name = servername === '' ? null : servername
       session.sni = name
       session.start(env, matchSni(sni, name), secure, true, null)
     })
@@ -204,7 +205,9 @@ export class L4Listener {
 
 function sniCallback(contexts: SecureContexts, conf: ServerTls, port: number): (servername: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
   return (servername, cb) => {
-    const cert = selectCert(conf, servername.toLowerCase())
+    const name = serverNameOf(servername)
+    if (name === '') { cb(null); return } // an address: the server-wide context, as for no SNI
+    const cert = selectCert(conf, name)
     if (cert === null) { cb(noCertificate()); return }
     try {
       cb(null, contexts.get(cert, conf, port))

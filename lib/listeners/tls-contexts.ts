@@ -6,6 +6,7 @@
 // swaps in a certificate's context, whose own range is never read), and each
 // listener's higher floor is checked once the handshake names its listener.
 
+import { isIP } from 'node:net'
 import { createSecureContext, type SecureContext, type Server, type TLSSocket } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
 import { lookupHostname } from '../hostname-index.ts'
@@ -26,7 +27,19 @@ export const LISTENER_CIPHERS = [
   'ECDHE-ECDSA-AES256-GCM-SHA384', 'ECDHE-RSA-AES256-GCM-SHA384',
 ].join(':')
 
-/** The certificate for an SNI name (lowercase); null when none covers it. */
+/**
+ * The server name a client sent, as listeners select by it: lowercased, and ''
+ * for none. RFC 6066 §3 allows no literal address in server_name, yet some
+ * clients of the gateway's address send one: it names no listener, so it is
+ * taken as no server name (the port's default certificate, routing by Host),
+ * never as a name no listener covers (no handshake).
+ */
+export function serverNameOf(servername: unknown): string {
+  if (typeof servername !== 'string' || servername.length === 0 || isIP(servername) !== 0) return ''
+  return servername.toLowerCase()
+}
+
+/** The certificate for an SNI name (serverNameOf); null when none covers it. */
 export function selectCert(tls: ServerTls, servername: string): ServerCert | null {
   return servername.length > 0 ? lookupHostname(tls, servername) : tls.fallback
 }
@@ -81,8 +94,7 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
  */
 export function refusedBelowFloor(conf: ServerTls | null, socket: TLSSocket, port: number): boolean {
   if (conf === null || conf.minVersion === 'TLSv1.3') return false // the port refused anything less already
-  const servername = (socket as TLSSocket & { servername?: string | false | null }).servername
-  const cert = selectCert(conf, typeof servername === 'string' ? servername.toLowerCase() : '') ?? defaultCert(conf)
+  const cert = selectCert(conf, serverNameOf((socket as TLSSocket & { servername?: string | false | null }).servername)) ?? defaultCert(conf)
   if (cert === null || cert.minVersion !== 'TLSv1.3' || socket.getProtocol() === 'TLSv1.3') return false
   handshakeFailed(port, Object.assign(new Error(`${socket.getProtocol() ?? 'TLS'} is below the listener's min-version TLSv1.3`), { code: BELOW_MIN_VERSION }), socket)
   return true

@@ -125,3 +125,34 @@ ${httpsListener('legacy', httpsPort, 'legacy', 'legacy.example.test')}`))
   const metrics = await eventually(() => request(`http://127.0.0.1:${adminPort}/metrics`), (r) => metricSum(r.body, 'sallyport_downstream_tls_handshake_errors_total', { reason: 'protocol_version' }) === 1, 10000, 'counted')
   t.equal(metricSum(metrics.body, 'sallyport_downstream_tls_handshake_errors_total', { port: String(httpsPort), reason: 'protocol_version' }), 1, 'counted as protocol_version')
 })
+
+t.test('an IP address as the TLS server name is taken as no server name: the port\'s default certificate, routed by Host', async (t) => {
+  // RFC 6066 §3 forbids literal addresses in server_name, yet some clients of the gateway's
+  // address send one. It once selected no listener: a port without a listener for every
+  // hostname refused the handshake (no_certificate), and on one with such a listener the
+  // connection was pinned to it, so the Host of any other listener was a 421.
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const a = serverCert(ca, ['a.example.test'])
+  const b = serverCert(ca, ['b.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('a', httpsPort, 'a', 'a.example.test') + httpsListener('b', httpsPort, 'b', 'b.example.test')))
+  fs.writeFileSync(path.join(dir, 'secrets.yaml'), `${tlsSecretYaml('a', a.certPem, a.keyPem)}---\n${tlsSecretYaml('b', b.certPem, b.keyPem)}`)
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port), routeYaml('b', 'b.example.test', 'up', upstream.address.port)].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const viaAddress = (servername: string, host: string): Promise<{ status: number; cn: string }> => new Promise((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port: httpsPort, servername, path: '/', headers: { host }, ca: ca.certPem, agent: false, checkServerIdentity: () => undefined }, (res) => {
+      const cn = String((res.socket as import('node:tls').TLSSocket).getPeerCertificate().subject?.CN ?? '')
+      res.resume().on('end', () => resolve({ status: res.statusCode ?? 0, cn }))
+    })
+    req.setTimeout(5000, () => req.destroy(new Error('timed out')))
+    req.on('error', reject)
+    req.end()
+  })
+  for (const address of ['127.0.0.1', '::1']) {
+    const r = await viaAddress(address, 'b.example.test')
+    t.same(r, { status: 200, cn: 'a.example.test' }, `SNI ${address}: the default certificate, Host b.example.test routed`)
+  }
+})
