@@ -11,7 +11,7 @@
 // runs after the handshake (tls-verify.ts). CRLs are deliberately NOT given to
 // OpenSSL (`crl` option): see revocation.ts for why.
 
-import { createHash, X509Certificate } from 'node:crypto'
+import { constants, createHash, X509Certificate } from 'node:crypto'
 import { isIP } from 'node:net'
 import { checkServerIdentity, type ConnectionOptions, type PeerCertificate } from 'node:tls'
 import type { ClusterTls } from '../compile/table.ts'
@@ -37,6 +37,10 @@ export function buildClientTls(tls: ClusterTls, fetcher: CrlSource | null = null
   const servername = tls.servername !== null && isIP(tls.servername) === 0 ? tls.servername : undefined
   const options: ConnectionOptions = {
     minVersion: tls.minVersion,
+    // A server's request to renegotiate (TLS 1.2) is refused, as Envoy does by default
+    // (allow_renegotiation: false): Node checks the chain, name, pins and revocation
+    // once, after the first handshake, and never the certificate a renegotiation brings.
+    secureOptions: constants.SSL_OP_NO_RENEGOTIATION,
     rejectUnauthorized: !tls.insecureSkipVerify,
     checkServerIdentity: tls.insecureSkipVerify ? skipIdentity : identityChecker(tls),
   }

@@ -119,3 +119,20 @@ t.test('mTLS: the upstream sees the client certificate', async (t) => {
   const err = expectError(await forward(up, request(anonymous)))
   t.ok(err.code === 'SP_ERR_UPSTREAM_TLS' || err.code === 'SP_ERR_UPSTREAM_RESET', `no client cert refused (${err.code})`)
 })
+
+t.test('a server that asks to renegotiate (TLS 1.2) is refused: the chain and name are checked once, after the first handshake', async (t) => {
+  // Envoy's default (allow_renegotiation: false). Node verifies the peer after the first
+  // handshake only; a renegotiation could bring a certificate nobody checked.
+  const s = https.createServer({ key: server.keyPem, cert: server.certPem, maxVersion: 'TLSv1.2' }, (req, res) => {
+    (req.socket as TLSSocket).renegotiate({ rejectUnauthorized: false }, (err) => { if (err === null) res.end('renegotiated') })
+  })
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const c = cluster({ endpoints: [endpoint(port)], tls: clusterTls({ caPem: ca.certPem }) })
+  // Refused with a no_renegotiation alert, the server ends the connection: the request fails
+  // as a TLS failure. Before, it was answered over the renegotiated, unchecked session.
+  const out = await forward(up, request(c))
+  t.equal(out.kind, 'error', `no answer over a renegotiated session`)
+  if (out.kind === 'error') t.equal(out.err.code, 'SP_ERR_UPSTREAM_TLS')
+})
