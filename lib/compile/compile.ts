@@ -251,7 +251,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     },
     get problems(): readonly ConfigProblem[] {
       return [
-        ...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway)),
+        ...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway), options.now),
         ...(published?.problem == null ? [] : [published.problem]),
       ]
     },

@@ -13,7 +13,7 @@ import type { PortProtocol, ServerCert } from './table.ts'
 import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
 import { dataRefSource, resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
-import { checkCertificates, tlsSecretFault } from './tls-material.ts'
+import { checkCertificates, tlsSecretDates, tlsSecretFault } from './tls-material.ts'
 import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from '../validate/annotations.ts'
 import { listenerConflicts, type ListenerConflict } from '../validate/listener-conflicts.ts'
 import type { GatewayAddressing } from './addresses.ts'
@@ -347,11 +347,11 @@ function listenerVersions(options: Readonly<Record<string, string>>): { readonly
  * the listeners themselves are ResolvedRefs=False (InvalidCertificateRef,
  * InvalidCACertificateRef).
  */
-export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gateway>): ConfigProblem[] {
-  const found = new Map<ModelObject, { field: string; message: string; listeners: string[] }>()
-  const note = (object: ModelObject, field: string, message: string, listener: string): void => {
+export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gateway>, now: number): ConfigProblem[] {
+  const found = new Map<ModelObject, { field: string; message: string; listeners: string[]; served: boolean }>()
+  const note = (object: ModelObject, field: string, message: string, listener: string, served = false): void => {
     const seen = found.get(object)
-    if (seen === undefined) found.set(object, { field, message, listeners: [listener] })
+    if (seen === undefined) found.set(object, { field, message, listeners: [listener], served })
     else if (!seen.listeners.includes(listener)) seen.listeners.push(listener)
   }
   for (const g of gateways) {
@@ -364,6 +364,12 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
           const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
           const fault = secret === undefined || secret.type !== 'kubernetes.io/tls' ? null : tlsSecretFault(secret)
           if (fault !== null) note(secret as Secret, fault.field, fault.message, name)
+          // Outside its dates: served all the same. Clients that check dates refuse it either
+          // way (another listener's certificate would not name the host), and one not valid
+          // yet by some clock skew becomes valid by itself, which a refused listener would
+          // not until the configuration changes again.
+          const dates = secret === undefined || secret.type !== 'kubernetes.io/tls' || fault !== null ? null : tlsSecretDates(secret, now)
+          if (dates !== null) note(secret as Secret, 'data[tls.crt]', dates, name, true)
         }
       }
       if (fv !== null && l.protocol === 'HTTPS') {
@@ -376,10 +382,10 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
     }
   }
   const out: ConfigProblem[] = []
-  for (const [object, { field, message, listeners }] of found) {
+  for (const [object, { field, message, listeners, served }] of found) {
     out.push({
       source: object.source, kind: object.kind, namespace: object.meta.namespace, name: object.meta.name, field,
-      message: `${message}; not served: listener ${listeners.join(', ')}`, severity: 'error',
+      message: `${message}; ${served ? 'served all the same' : 'not served'}: listener ${listeners.join(', ')}`, severity: served ? 'warning' : 'error',
     })
   }
   return out

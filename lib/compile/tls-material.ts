@@ -65,6 +65,33 @@ export function keyPairFault(certPem: string, keyPem: string): MaterialFault | n
   return null
 }
 
+// A leaf's dates, read once per Secret object; compared with `now` at every compile.
+const VALIDITY = new WeakMap<Secret, { readonly from: number; readonly to: number } | null>()
+
+/**
+ * Why the leaf of a Secret TLS can use (tlsSecretFault null) is outside its
+ * validity at `now`: expired, or not valid yet; null when within it. It is
+ * served all the same (certificateProblems says why), so this is a warning.
+ */
+export function tlsSecretDates(secret: Secret, now: number): string | null {
+  let validity = VALIDITY.get(secret)
+  if (validity === undefined) {
+    const block = (secret.data['tls.crt']?.toString('utf8') ?? '').match(CERT_BLOCK)?.[0]
+    validity = null
+    if (block !== undefined) {
+      try {
+        const leaf = new X509Certificate(block)
+        validity = { from: Date.parse(leaf.validFrom), to: Date.parse(leaf.validTo) }
+      } catch { /* tlsSecretFault says so */ }
+    }
+    VALIDITY.set(secret, validity)
+  }
+  if (validity === null) return null
+  if (now > validity.to) return `the certificate expired at ${new Date(validity.to).toISOString()}`
+  if (now < validity.from) return `the certificate is not valid before ${new Date(validity.from).toISOString()}`
+  return null
+}
+
 // CA bundles are read for every listener or backend naming them, at every
 // compile: the verdict is kept per bundle text (a few bundles in practice).
 const BUNDLES = new Map<string, string | null>()

@@ -28,7 +28,7 @@ async function load(paths: readonly string[]): Promise<{ snapshot: Snapshot; pro
   const refs = [
     ...secretRefProblems(snapshot, { missingSecrets: snapshot.secrets.size > 0, missingConfigMaps: snapshot.configMaps.size > 0 }).map(r => r.problem),
     // And listener certificates that TLS cannot use (a key that does not match, unparsable PEM).
-    ...certificateProblems(snapshot, snapshot.gateways.values()),
+    ...certificateProblems(snapshot, snapshot.gateways.values(), Date.now()),
   ]
   // Print in reading order (files as listed, then document order), unreadable files in their place.
   const order = new Map(set.files.map((f, i) => [f, i]))

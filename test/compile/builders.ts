@@ -107,7 +107,9 @@ let keyPair: { readonly certPem: string; readonly keyPem: string } | null = null
 
 /** A real certificate and its key (minted once per test process, never committed): compile checks that they parse and match. */
 export function testKeyPair(): { readonly certPem: string; readonly keyPem: string } {
-  return keyPair ??= serverCert(createCa('builders CA'), ['builders.example.test'])
+  // Valid from before opts.now (a fixed date) to tomorrow: compile warns about a listener
+  // certificate outside its dates at `now`.
+  return keyPair ??= serverCert(createCa('builders CA'), ['builders.example.test'], { notBefore: new Date(FIXED_NOW - 86400_000) })
 }
 
 /** A Secret of `type` holding testKeyPair(), or the PEM given for tls.crt / tls.key. */
@@ -133,4 +135,5 @@ export function snapshotOf(objects: Obj[], problems: Snapshot['problems'] = []):
   return s as unknown as Snapshot
 }
 
-export const opts = { now: 1700000000000, version: 1, gatewayClass: 'sallyport', controllerName: 'sallyport.io/gateway-controller' }
+const FIXED_NOW = 1700000000000
+export const opts = { now: FIXED_NOW, version: 1, gatewayClass: 'sallyport', controllerName: 'sallyport.io/gateway-controller' }

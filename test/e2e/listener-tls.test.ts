@@ -3,10 +3,11 @@
 // serving and says why in status, /config_dump problems and the log.
 import t from 'tap'
 import fs from 'node:fs'
+import { X509Certificate } from 'node:crypto'
 import https from 'node:https'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { createCa, serverCert } from '../helpers/pki.ts'
+import { createCa, expiredCert, notYetValidCert, serverCert } from '../helpers/pki.ts'
 import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir, tlsSecretYaml } from './harness.ts'
 
 const ca = createCa('listener CA')
@@ -155,4 +156,40 @@ t.test('an IP address as the TLS server name is taken as no server name: the por
     const r = await viaAddress(address, 'b.example.test')
     t.same(r, { status: 200, cn: 'a.example.test' }, `SNI ${address}: the default certificate, Host b.example.test routed`)
   }
+})
+
+t.test('an expired or not yet valid listener certificate: a warning in validate, /config_dump and the log; still served, and so is the rest of the port', async (t) => {
+  // It was served without a word anywhere: only clients' handshakes failed. Served all the
+  // same: a client that checks dates refuses it either way (another listener's certificate
+  // would not name its host), and one not yet valid by a little clock skew becomes valid on
+  // its own, which a refused listener would not until the next change of configuration.
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const good = serverCert(ca, ['good.example.test'])
+  const old = expiredCert(ca, ['old.example.test'])
+  const early = notYetValidCert(ca, ['early.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('good', httpsPort, 'good', 'good.example.test') +
+    httpsListener('old', httpsPort, 'old', 'old.example.test') + httpsListener('early', httpsPort, 'early', 'early.example.test')))
+  const secrets = path.join(dir, 'secrets.yaml')
+  fs.writeFileSync(secrets, [tlsSecretYaml('good', good.certPem, good.keyPem), tlsSecretYaml('old', old.certPem, old.keyPem), tlsSecretYaml('early', early.certPem, early.keyPem)].join('---\n'))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port),
+    ...['good', 'old', 'early'].map(n => routeYaml(n, `${n}.example.test`, 'up', upstream.address.port))].join('---\n'))
+
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 0, 'warnings only')
+  t.match(v.stdout, `${secrets}:1: Secret default/old: data[tls.crt]: the certificate expired at ${new Date(Date.parse(new X509Certificate(old.certPem).validTo)).toISOString()}; served all the same: listener default/egress/old`)
+  t.match(v.stdout, `${secrets}:2: Secret default/early: data[tls.crt]: the certificate is not valid before ${new Date(Date.parse(new X509Certificate(early.certPem).validFrom)).toISOString()}; served all the same: listener default/egress/early`)
+  t.notMatch(v.stdout, /Secret default\/good/)
+
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--log-level', 'info'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  t.equal((await get(httpsPort, 'good.example.test')).status, 200, 'the good listener serves')
+  t.equal((await get(httpsPort, 'old.example.test', { rejectUnauthorized: false })).status, 200, 'the expired certificate is still served')
+  await t.rejects(get(httpsPort, 'old.example.test'), /expired/, 'and a client that checks it refuses it')
+  const dump = await eventually(async () => JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as Dump,
+    (d) => d.problems.length > 0, 10000, 'problems in /config_dump')
+  t.same(dump.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`).sort(), ['Secret default/early data[tls.crt]', 'Secret default/old data[tls.crt]'])
+  await cli.waitFor(/"msg":"config warning"[^\n]*"name":"old"|"name":"old"[^\n]*"msg":"config warning"/)
 })
