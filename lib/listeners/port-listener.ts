@@ -32,7 +32,7 @@ import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
 import type { Logger } from '../observe/log.ts'
-import { LISTENER_CIPHERS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
+import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
@@ -167,6 +167,7 @@ export class PortListener {
         SNICallback: this.#sni,
         minVersion: 'TLSv1.2',
         ciphers: LISTENER_CIPHERS,
+        secureOptions: LISTENER_SECURE_OPTIONS,
         handshakeTimeout: limits.headersTimeoutMs,
       })
       server.on('secureConnection', this.#onSecure)

@@ -5,6 +5,7 @@ import t from 'tap'
 import fs from 'node:fs'
 import { X509Certificate } from 'node:crypto'
 import https from 'node:https'
+import tls from 'node:tls'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import { createCa, expiredCert, notYetValidCert, serverCert } from '../helpers/pki.ts'
@@ -192,4 +193,30 @@ t.test('an expired or not yet valid listener certificate: a warning in validate,
     (d) => d.problems.length > 0, 10000, 'problems in /config_dump')
   t.same(dump.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`).sort(), ['Secret default/early data[tls.crt]', 'Secret default/old data[tls.crt]'])
   await cli.waitFor(/"msg":"config warning"[^\n]*"name":"old"|"name":"old"[^\n]*"msg":"config warning"/)
+})
+
+t.test('a client\'s request to renegotiate (TLS 1.2) is refused (a no_renegotiation alert), as Envoy does', async (t) => {
+  // Node's servers took up to three per connection in ten minutes: a full handshake's work
+  // each for one record of the client's, and a client certificate read once, at the first.
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const a = serverCert(ca, ['a.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('a', httpsPort, 'a', 'a.example.test')))
+  fs.writeFileSync(path.join(dir, 'secrets.yaml'), tlsSecretYaml('a', a.certPem, a.keyPem))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port)].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const socket = tls.connect({ host: '127.0.0.1', port: httpsPort, servername: 'a.example.test', ca: ca.certPem, maxVersion: 'TLSv1.2' })
+  t.teardown(() => { socket.destroy() })
+  socket.on('error', () => {})
+  await new Promise<void>((resolve, reject) => { socket.once('secureConnect', () => resolve()); socket.once('error', reject) })
+  const renegotiated = await new Promise<Error | null>((resolve) => {
+    const timer = setTimeout(() => resolve(new Error('no answer in 3 s')), 3000)
+    const started = socket.renegotiate({}, (err) => { clearTimeout(timer); resolve(err) })
+    if (!started) { clearTimeout(timer); resolve(new Error('not started')) }
+  })
+  t.not(renegotiated, null, 'refused')
+  t.equal((await get(httpsPort, 'a.example.test')).status, 200, 'the listener serves new connections')
 })
