@@ -9,35 +9,11 @@ import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
 import { References } from '../../lib/compile/references.ts'
-import type { CompiledExtension, RouteTable } from '../../lib/compile/table.ts'
-import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
-import { parseManifests } from '../../lib/config/parse.ts'
-import type { Snapshot } from '../../lib/resources/snapshot.ts'
 import * as b from './builders.ts'
+import { POLICY, backend, extensionOf, snapshotOf } from './redis-fixtures.ts'
 
 const PASSWORD = 'redis-PW-0xC0FFEE'
 
-function backend(name: string, type: string, config: string, namespace = 'default'): string {
-  return `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: ${name}, namespace: ${namespace} }
-spec:
-  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
-  extensions:
-    - name: limit
-      type: ${type}
-      config: ${config}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: ${name}, namespace: ${namespace} }
-spec:
-  parentRefs: [{ name: gw, namespace: default }]
-  hostnames: [${name}.test]
-  rules:
-    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${name}, port: 80 }]
-`
-}
 
 function secret(name: string, data: Record<string, string>, namespace = 'default'): string {
   return `apiVersion: v1
@@ -47,22 +23,8 @@ stringData: ${JSON.stringify(data)}
 `
 }
 
-const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: gw, namespace: default }
-spec:
-  gatewayClassName: sallyport
-  listeners: [{ name: http, protocol: HTTP, port: 8080, allowedRoutes: { namespaces: { from: All } } }]
-`
 
-function snapshotOf(...docs: string[]): Snapshot {
-  const parsed = parseManifests('set.yaml', [GATEWAY, ...docs].join('---\n'))
-  return buildSnapshot(parsed.docs, parsed.problems)
-}
 
-function extensionOf(table: RouteTable, host: string, name = 'limit'): CompiledExtension | undefined {
-  return table.ports.get(8080)?.http?.exact.get(host)?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions.find(e => e.name === name)
-}
 
 t.test('global.secretRef: the Secret reaches the compiled extension by its path, and /config_dump shows only its keys', async t => {
   const snapshot = snapshotOf(
@@ -127,32 +89,6 @@ spec:
   t.same(extensionOf(granted.table, 'xns.test')?.secrets, { 'global.secretRef': { password: PASSWORD } }, 'a ReferenceGrant lets it read another namespace')
 })
 
-const POLICY = (annotations: Record<string, string>): string => `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: BackendTrafficPolicy
-metadata: { name: per-tenant, namespace: default, annotations: ${JSON.stringify(annotations)} }
-spec:
-  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: api }]
-  rateLimit:
-    type: Global
-    global:
-      rules:
-      - limit: { requests: 5, unit: Minute }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: api, namespace: default }
-spec:
-  parentRefs: [{ name: gw }]
-  hostnames: [api.test]
-  rules:
-    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: api, port: 80 }]
----
-apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: api, namespace: default }
-spec:
-  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
-`
 
 t.test('BackendTrafficPolicy: sallyport.io/rate-limit-redis-secret feeds the same secretRef; a missing Secret is a problem on the policy', async t => {
   const annotations = { 'sallyport.io/rate-limit-redis': 'rediss://redis.infra:6380', 'sallyport.io/rate-limit-redis-secret': 'redis-auth' }

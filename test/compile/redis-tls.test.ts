@@ -11,39 +11,16 @@ import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import { dumpTable } from '../../lib/compile/print.ts'
 import { References } from '../../lib/compile/references.ts'
-import type { CompiledExtension, RouteTable } from '../../lib/compile/table.ts'
-import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
-import { parseManifests } from '../../lib/config/parse.ts'
-import type { Snapshot } from '../../lib/resources/snapshot.ts'
+import type { RouteTable } from '../../lib/compile/table.ts'
 import { clientCert, createCa } from '../helpers/pki.ts'
 import * as b from './builders.ts'
+import { POLICY, backend, extensionOf, snapshotOf } from './redis-fixtures.ts'
 
 const ca = createCa('redis CA')
 const second = createCa('next redis CA')
 const limiter = clientCert(ca, 'sallyport-limiter')
 const other = clientCert(ca, 'someone else')
 
-function backend(name: string, type: string, config: string, namespace = 'default'): string {
-  return `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: ${name}, namespace: ${namespace} }
-spec:
-  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
-  extensions:
-    - name: limit
-      type: ${type}
-      config: ${config}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: ${name}, namespace: ${namespace} }
-spec:
-  parentRefs: [{ name: gw, namespace: default }]
-  hostnames: [${name}.test]
-  rules:
-    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${name}, port: 80 }]
-`
-}
 
 function configMap(name: string, data: Record<string, string>, namespace = 'default'): string {
   return `apiVersion: v1
@@ -67,22 +44,8 @@ const bundle = (...pems: string[]): string => pems.map(p => `${p.trimEnd()}\n`).
 
 const tlsSecret = (name: string, certPem: string, keyPem: string): string => secret(name, { 'tls.crt': certPem, 'tls.key': keyPem }, 'kubernetes.io/tls')
 
-const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: gw, namespace: default }
-spec:
-  gatewayClassName: sallyport
-  listeners: [{ name: http, protocol: HTTP, port: 8080, allowedRoutes: { namespaces: { from: All } } }]
-`
 
-function snapshotOf(...docs: string[]): Snapshot {
-  const parsed = parseManifests('set.yaml', [GATEWAY, ...docs].join('---\n'))
-  return buildSnapshot(parsed.docs, parsed.problems)
-}
 
-function extensionOf(table: RouteTable, host: string, name = 'limit'): CompiledExtension | undefined {
-  return table.ports.get(8080)?.http?.exact.get(host)?.prefixes.matches[0]?.rule.backends?.[0]?.extensions?.extensions.find(e => e.name === name)
-}
 
 const MTLS = `{ caCertificateRefs: [{ kind: ConfigMap, name: redis-ca }], clientCertificateRef: { name: limiter-cert } }`
 
@@ -170,32 +133,6 @@ spec:
   t.same(extensionOf(granted.table, 'xns.test')?.secrets, { 'global.tls': { 'ca.crt': bundle(ca.certPem) } }, 'a ReferenceGrant lets it read another namespace')
 })
 
-const POLICY = (annotations: Record<string, string>): string => `apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: BackendTrafficPolicy
-metadata: { name: per-tenant, namespace: default, annotations: ${JSON.stringify(annotations)} }
-spec:
-  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: api }]
-  rateLimit:
-    type: Global
-    global:
-      rules:
-      - limit: { requests: 5, unit: Minute }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: api, namespace: default }
-spec:
-  parentRefs: [{ name: gw }]
-  hostnames: [api.test]
-  rules:
-    - backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: api, port: 80 }]
----
-apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata: { name: api, namespace: default }
-spec:
-  endpoints: [{ ip: { address: 192.0.2.1, port: 80 } }]
-`
 
 t.test('BackendTrafficPolicy: sallyport.io/rate-limit-redis-ca and -client-cert feed global.tls; problems name the annotation', async t => {
   const annotations = { 'sallyport.io/rate-limit-redis': 'rediss://redis.infra:6380', 'sallyport.io/rate-limit-redis-ca': 'redis-ca', 'sallyport.io/rate-limit-redis-client-cert': 'limiter-cert' }
