@@ -78,14 +78,20 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 
 /**
  * CVE-2023-44487 (HTTP/2 rapid reset): a connection that has opened at least
- * this many streams, more than half of them reset before an answer began, is
- * closed with GOAWAY ENHANCE_YOUR_CALM (Envoy's premature-reset check, with its
- * count). Each such stream is a request routed and an upstream request begun
+ * this many streams, more than half of them reset before an answer began and
+ * within PREMATURE_RESET_LIFETIME_MS of opening, is closed with GOAWAY
+ * ENHANCE_YOUR_CALM (Envoy's premature-reset check, with its count and lifetime). Each such stream is a request routed and an upstream request begun
  * and cancelled; nghttp2's own reset rate limit lets a paced client go on for
  * ever. Twice the streams a client may have open at once: a client cancelling
  * everything it has in flight cannot trip it alone.
  */
 export const PREMATURE_RESET_MIN_STREAMS = 500
+
+/**
+ * A reset counts as premature within this long of its stream's opening: a
+ * client whose own timeout (longer) gives up on a slow upstream is not an attack.
+ */
+const PREMATURE_RESET_LIFETIME_MS = 1000
 
 interface SessionInfo extends H2Connection {
   streams: number
@@ -447,9 +453,12 @@ export class PortListener {
     // session any more, and its access line named no client.
     session.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
       info.opened++
+      const openedAt = performance.now()
       stream.once('close', () => {
         if (--info.streams === 0) info.idle?.refresh()
-        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.headersSent) this.#prematureReset(session, info)
+        if (stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.headersSent && performance.now() - openedAt < PREMATURE_RESET_LIFETIME_MS) {
+          this.#prematureReset(session, info)
+        }
       })
       this.#onStream(stream, headers, flags, rawHeaders, info)
     })

@@ -14,7 +14,12 @@ import { backendYaml, eventually, freePort, gatewayYaml, request, routeYaml, sta
 
 async function start(t: Test): Promise<{ cli: Cli; httpPort: number; adminPort: number; upstreamRequests: () => number }> {
   let upstreamRequests = 0
-  const up = http.createServer((_req, res) => { upstreamRequests++; setTimeout(() => res.end('ok'), 5) })
+  const up = http.createServer((req, res) => {
+    upstreamRequests++
+    // /slow answers after 5 s: a client with a shorter timeout gives up on it first.
+    const t = setTimeout(() => res.end('ok'), req.url === '/slow' ? 5000 : 5)
+    res.on('close', () => clearTimeout(t))
+  })
   await new Promise<void>((r) => up.listen(0, '127.0.0.1', r))
   t.teardown(() => new Promise<void>((r) => { up.closeAllConnections(); up.close(() => r()) }))
   const upPort = (up.address() as AddressInfo).port
@@ -124,4 +129,33 @@ t.test('serve: a client cancelling a burst of its in-flight streams keeps its co
   })
   t.equal(after, 200, 'the next request on the connection is answered')
   t.equal(goaway, null, 'no GOAWAY')
+})
+
+t.test('serve: a client whose own timeout gives up on a slow upstream (after 1 s) keeps its connection, however many streams', async (t) => {
+  const { httpPort } = await start(t)
+  const session = http2.connect(`http://127.0.0.1:${httpPort}`)
+  session.on('error', () => {})
+  t.teardown(() => session.destroy())
+  let goaway: number | null = null
+  session.on('goaway', (code) => { goaway = code })
+  await new Promise<void>((r) => session.once('connect', () => r()))
+  // Three waves of 240 requests to the slow path, each given up after 1.1 s: 720 streams reset before an answer.
+  for (let wave = 0; wave < 3; wave++) {
+    const streams = Array.from({ length: 240 }, () => {
+      const s = session.request({ ':path': '/slow', ':authority': 'api.example.test' })
+      s.on('error', () => {})
+      return s
+    })
+    await new Promise((r) => setTimeout(r, 1100))
+    for (const s of streams) s.close(http2.constants.NGHTTP2_CANCEL)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  const after = await new Promise<number>((resolve) => {
+    const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
+    s.on('response', (h) => resolve(Number(h[':status'])))
+    s.on('error', () => resolve(0))
+    s.resume()
+  })
+  t.equal(after, 200, 'the next request on the connection is answered')
+  t.equal(goaway, null, 'no GOAWAY: resets after a second are not premature')
 })
