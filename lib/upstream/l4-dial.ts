@@ -13,7 +13,7 @@
 // TLSRoute passthrough never asks — the client's own TLS goes through.
 // No ALPN is offered: the stream is not ours to interpret.
 
-import type { Socket } from 'node:net'
+import { isIP, type Socket } from 'node:net'
 import type { Cluster, Endpoint } from '../compile/table.ts'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import { upstreamConnectErrors } from '../observe/upstream-metrics.ts'
@@ -113,7 +113,7 @@ export class L4Dialer {
 
   /** Hostname endpoints → one IP endpoint per usable address (the rest as they are). */
   async #expand(cluster: Cluster): Promise<{ endpoints: Endpoint[]; error: SallyportError | null }> {
-    const resolutions = await Promise.all(cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#resolve(cluster, e.host) : null))
+    const resolutions = await Promise.all(cluster.endpoints.map((e) => resolvedHere(cluster, e) ? this.#resolve(cluster, e.host) : null))
     const endpoints: Endpoint[] = []
     let error: SallyportError | null = null
     cluster.endpoints.forEach((e, i) => {
@@ -162,7 +162,7 @@ export class L4Dialer {
     const refresh = this.#refreshed
     const cluster = req.cluster
     if (refresh === null || dial.relisted || !hasHostnames(cluster)) return false
-    const waits = cluster.endpoints.map((e) => e.kind === 'hostname' ? refresh(cluster, e.host) : null).filter((p) => p !== null)
+    const waits = cluster.endpoints.map((e) => resolvedHere(cluster, e) ? refresh(cluster, e.host) : null).filter((p) => p !== null)
     if (waits.length === 0) return false
     dial.relisted = true
     Promise.all(waits).then(() => this.#expand(cluster)).then((r) => {
@@ -213,10 +213,20 @@ function keyOf(endpoints: readonly Endpoint[]): string {
 }
 
 function hasHostnames(cluster: Cluster): boolean {
-  // Issue 9: through an upstream proxy, names are the proxy's to resolve (connect.ts).
-  if (cluster.upstreamProxy != null) return false
-  for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
+  for (const e of cluster.endpoints) if (resolvedHere(cluster, e)) return true
   return false
+}
+
+/**
+ * Whether a hostname endpoint goes through the guarded resolution here. Issue 9:
+ * through an upstream proxy, names are the proxy's to resolve (connect.ts) — but
+ * an IP literal in a name's place (`CONNECT 169.254.169.254:80` to a requested
+ * host) is an address we do see: the guard and the Gateway's CIDR lists judge it
+ * before the proxy is asked for it (resolve.ts checks it without DNS).
+ */
+function resolvedHere(cluster: Cluster, e: Endpoint): boolean {
+  if (e.kind !== 'hostname') return false
+  return cluster.upstreamProxy == null || isIP(e.host) !== 0
 }
 
 function connected(socket: Socket, label: string): L4Connection {

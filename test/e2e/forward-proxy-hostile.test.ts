@@ -11,6 +11,7 @@ import path from 'node:path'
 import { eventually, freePort, rawExchange, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 import { dnsmasqSkip, startDnsmasq } from '../helpers/dnsmasq.ts'
+import { startCorpProxy } from '../helpers/corp-proxy.ts'
 
 function manifests(anyPort: number, wildPort: number, p: number): string {
   return `apiVersion: gateway.networking.k8s.io/v1
@@ -113,5 +114,48 @@ t.test('CLI: hostile CONNECT targets reach nothing refused', { skip: dnsmasqSkip
   t.match(await connect(wildPort, `OK.WILD.TEST.:${p}`), /^HTTP\/1\.1 200[\s\S]*allowed/, 'case and a trailing dot are the same name')
   t.equal(status(await connect(wildPort, `ok.wild.test:${p + 1}`)), '403', 'a port not in connect-ports: 403')
   t.same(hits.slice(before).filter((h) => h.startsWith('forbidden')), [], 'nothing reached a forbidden listener')
+  t.equal(cli.child.exitCode, null, 'still running')
+})
+
+t.test('CLI: through a Gateway upstream proxy, a requested IP literal is still checked by the guard and the CIDR lists', async (t) => {
+  const corp = await startCorpProxy(t)
+  const p = await freePort()
+  const [gwPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'all.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec: { controllerName: sallyport.io/gateway-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: corp
+  namespace: default
+  annotations:
+    sallyport.io/upstream-proxy: http://127.0.0.1:${corp.port}
+    sallyport.io/destination-denylist: 203.0.113.0/24
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: any
+  namespace: default
+  annotations: { sallyport.io/connect-ports: "${p}" }
+spec:
+  parentRefs: [{ name: corp }]
+  rules: [{}]
+`)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  for (const target of [`169.254.169.254:${p}`, `127.0.0.1:${p}`, `[::ffff:a9fe:a9fe]:${p}`, `10.1.2.3:${p}`, `203.0.113.7:${p}`]) {
+    const r = await rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
+    t.match(r, /^HTTP\/1\.1 403 /, `CONNECT ${target}: 403`)
+  }
+  t.same(corp.tunnels, [], 'the proxy was asked for none of them')
+  await cli.waitFor(/"destination":"169.254.169.254:\d+"[^\n]*"reason":"destination_refused","status":403[^\n]*"msg":"CONNECT refused"/, 5000)
   t.equal(cli.child.exitCode, null, 'still running')
 })
