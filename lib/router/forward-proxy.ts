@@ -23,7 +23,7 @@
 // routes them by the URL's authority through the normal pipeline.
 
 import type { Cluster, ExtensionChain, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
-import { isIPv6 } from 'node:net'
+import { isIPv4, isIPv6 } from 'node:net'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
 import { pickBackend } from './filters.ts'
@@ -91,11 +91,17 @@ export function parseAuthority(authority: string): { host: string; port: number 
   // A DNS name (RFC 1035: at most 253 characters) or an IP literal; nothing a
   // resolver or an upstream proxy would read otherwise (a path, %-encoding).
   if (authority.startsWith('[') ? !isIPv6(name) : name.length > 253 || !DNS_NAME.test(name)) return null
+  // A numeric last label makes an address of the name for inet_aton and the URL
+  // standard (2130706433, 0x7f.1, 0177.0.0.1 are 127.0.0.1): only the dotted
+  // quad is an IPv4 literal here, judged by the guard; the other spellings would
+  // pass it by name to an upstream proxy, whose resolver reads the address.
+  if (!authority.startsWith('[') && NUMERIC_LABEL.test(name) && !isIPv4(name)) return null
   return { host: name, port }
 }
 
 const PORT = /^[0-9]{1,5}$/
 const DNS_NAME = /^[a-z0-9_-]+(?:\.[a-z0-9_-]+)*$/
+const NUMERIC_LABEL = /(?:^|\.)(?:[0-9]+|0x[0-9a-f]*)$/
 
 function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null, destination: string): ConnectRefused {
   return { ok: false, status, reason, rule, destination }

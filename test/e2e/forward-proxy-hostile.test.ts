@@ -94,15 +94,17 @@ t.test('CLI: hostile CONNECT targets reach nothing refused', { skip: dnsmasqSkip
   const ok = await connect(wildPort, `ok.wild.test:${p}`)
   t.match(ok, /allowed-127\.0\.0\.2/, 'control: an allowed tunnel works')
   const before = hits.length
-  // [target, status]: addresses the guard refuses 403; numeric spellings no DNS
-  // resolves (c-ares does not read 2130706433 or 0x7f.1 as addresses) 502; not host:port 400.
+  // [target, status]: addresses the guard refuses 403; names no DNS answers 502;
+  // not host:port 400 — numeric spellings of an address too (2130706433, 0x7f.1:
+  // inet_aton, and so an upstream proxy's resolver, reads them as 127.0.0.1).
   const targets: Array<[string, string]> = [
     [`127.0.0.1:${p}`, '403'], [`127.0.0.1.:${p}`, '403'], [`0.0.0.0:${p}`, '403'], [`[::1]:${p}`, '403'], [`[::]:${p}`, '403'],
     [`[::ffff:127.0.0.1]:${p}`, '403'], [`[::ffff:7f00:1]:${p}`, '403'], [`[0:0:0:0:0:ffff:7f00:1]:${p}`, '403'], [`[::127.0.0.1]:${p}`, '403'],
     [`[64:ff9b::7f00:1]:${p}`, '403'], [`[::1%lo]:${p}`, '403'], [`[::ffff:127.0.0.1%lo]:${p}`, '403'],
     [`lo.example.test:${p}`, '403'], [`LO.EXAMPLE.TEST.:${p}`, '403'], [`meta.example.test:${p}`, '403'],
-    [`127.1:${p}`, '502'], [`2130706433:${p}`, '502'], [`0x7f.1:${p}`, '502'], [`0x7f000001:${p}`, '502'], [`017700000001:${p}`, '502'],
-    [`0177.0.0.1:${p}`, '502'], [`0:${p}`, '502'], [`localhost:${p}`, '502'], [`LOCALHOST.:${p}`, '502'], [`xn--lo-example.test:${p}`, '502'],
+    [`127.1:${p}`, '400'], [`2130706433:${p}`, '400'], [`0x7f.1:${p}`, '400'], [`0x7f000001:${p}`, '400'], [`017700000001:${p}`, '400'],
+    [`0177.0.0.1:${p}`, '400'], [`0:${p}`, '400'], [`127.0.0.01:${p}`, '400'], [`a.0X7F:${p}`, '400'],
+    [`localhost:${p}`, '502'], [`LOCALHOST.:${p}`, '502'], [`xn--lo-example.test:${p}`, '502'], [`1.example.test:${p}`, '502'],
     [`lo%2eexample.test:${p}`, '400'], [`user@127.0.0.1:${p}`, '400'], [`127.0.0.1:${p}@ok.wild.test`, '400'], [`127.0.0.1:+${p}`, '400'],
     [`127.0.0.1:0${p}`, '400'], [`127.0.0.1: ${p}`, '400'], [`127.0.0.1`, '400'], [`127.0.0.1:0`, '400'], [`127.0.0.1:${p + 65536}`, '400'],
     [`127.0.0.1..:${p}`, '400'], [`[127.0.0.1]:${p}`, '400'],
@@ -154,6 +156,11 @@ spec:
   for (const target of [`169.254.169.254:${p}`, `127.0.0.1:${p}`, `[::ffff:a9fe:a9fe]:${p}`, `10.1.2.3:${p}`, `203.0.113.7:${p}`]) {
     const r = await rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
     t.match(r, /^HTTP\/1\.1 403 /, `CONNECT ${target}: 403`)
+  }
+  // Numeric spellings the proxy's resolver would read as addresses (inet_aton): 169.254.169.254, 127.0.0.1.
+  for (const target of [`2852039166:${p}`, `0xa9fea9fe:${p}`, `169.254.43518:${p}`, `127.1:${p}`, `0177.0.0.1:${p}`]) {
+    const r = await rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
+    t.match(r, /^HTTP\/1\.1 400 /, `CONNECT ${target}: 400`)
   }
   t.same(corp.tunnels, [], 'the proxy was asked for none of them')
   await cli.waitFor(/"destination":"169.254.169.254:\d+"[^\n]*"reason":"destination_refused","status":403[^\n]*"msg":"CONNECT refused"/, 5000)
