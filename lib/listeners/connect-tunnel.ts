@@ -32,7 +32,7 @@ import { logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code } from '../observe/l4-metrics.ts'
 import { tracer } from '../observe/tracing.ts'
 import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
-import { routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
+import { connectDestination, routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
 import type { UpstreamRequest, Upstreams } from '../upstream/types.ts'
 import { relay } from '../upstream/relay.ts'
 import type { EventSink } from '../extensions/events.ts'
@@ -161,7 +161,7 @@ export function openTunnel(client: ClientSide, authority: string, head: Buffer |
   const host = new ConnectFlowHost(client, decision, head, table, port, env, startedAt)
   const { rule, cluster } = decision
   const req: UpstreamRequest = {
-    cluster, method: 'CONNECT', path: '', authority: `${decision.host}:${decision.port}`, headers: {}, body: null,
+    cluster, method: 'CONNECT', path: '', authority: connectDestination(decision.host, decision.port), headers: {}, body: null,
     timeouts: { connectMs: rule.timeouts.connectMs, headersMs: null, idleMs: rule.timeouts.idleMs }, signal: new Cancel(), upgrade: null, clientAddress: client.address,
   }
   const info: FlowInfo = {
@@ -216,7 +216,7 @@ class ConnectFlowHost implements FlowHost {
     this.#done = true
     this.#stopWatching()
     const d = this.#decision
-    refuse(this.#client, status, reason, `${d.host}:${d.port}`, d.rule, this.#table, this.#port, this.#env, text, text)
+    refuse(this.#client, status, reason, connectDestination(d.host, d.port), d.rule, this.#table, this.#port, this.#env, text, text)
   }
 }
 
@@ -234,7 +234,7 @@ function dial(client: ClientSide, decision: ConnectAllowed, head: Buffer | null,
     }
     if (err !== null || conn === null) {
       const reason: ConnectRefusal = isPolicyError(err) ? 'destination_refused' : 'connect_failed'
-      refuse(client, reason === 'connect_failed' ? 502 : 403, reason, `${decision.host}:${decision.port}`, rule, table, port, env, err?.message)
+      refuse(client, reason === 'connect_failed' ? 502 : 403, reason, connectDestination(decision.host, decision.port), rule, table, port, env, err?.message)
       return
     }
     new Tunnel(client, decision, conn.socket, conn.endpoint, head, table, port, env, startedAt)
@@ -333,7 +333,7 @@ class Tunnel {
       stream.pause()
       if (r.kind !== 'hello' || r.sni === null || r.sni.toLowerCase() !== this.#decision.host) {
         forwardProxyRefusals.inc({ reason: 'sni_mismatch' })
-        log.info({ ...this.#labels, client: this.#client.address, destination: `${this.#decision.host}:${this.#decision.port}`, sni: r.kind === 'hello' ? r.sni : null }, 'CONNECT tunnel closed: SNI does not match')
+        log.info({ ...this.#labels, client: this.#client.address, destination: connectDestination(this.#decision.host, this.#decision.port), sni: r.kind === 'hello' ? r.sni : null }, 'CONNECT tunnel closed: SNI does not match')
         this.#deny('forbidden')
         return
       }
@@ -407,7 +407,7 @@ function recordTunnel(
     access.info({
       protocol: 'connect', via: client.protocol, gateway: labels.gateway, listener: labels.listener,
       client: client.address, identity: identityOf(table, client.address), port,
-      destination: `${d.host}:${d.port}`, route, backend: d.cluster.id, upstream: endpoint,
+      destination: connectDestination(d.host, d.port), route, backend: d.cluster.id, upstream: endpoint,
       bytesIn, bytesOut, durationMs: Math.round(seconds * 1000), reason: code,
     }, 'connection')
   }

@@ -64,6 +64,11 @@ export interface ConnectRefused {
 
 export type ConnectDecision = ConnectAllowed | ConnectRefused
 
+/** `host:port` for logs, the access line and extension hooks: an IPv6 host in brackets (`[::1]:443`, never `::1:443`). */
+export function connectDestination(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
+}
+
 const CONNECT_INPUT: MatchInput = { method: 'CONNECT', path: '/', query: null, header: () => undefined }
 
 /** `host:port` (IPv6 in brackets) → lowercased host and port; null when unreadable. */
@@ -111,7 +116,7 @@ function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null,
 export function routeConnect(table: RouteTable, port: number, authority: string): ConnectDecision {
   const target = parseAuthority(authority)
   if (target === null) return refused(400, 'bad_authority', null, authority)
-  const dest = `${target.host}:${target.port}`
+  const dest = connectDestination(target.host, target.port)
   const entry = table.ports.get(port)
   if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, dest)
   const match = matchOnPort(entry.http, target.host, CONNECT_INPUT)
@@ -139,10 +144,10 @@ function listed(p: HostPatterns, host: string): boolean {
 
 /** A tunnel to the requested host itself: one endpoint, the Gateway's rules for it. */
 function toRequested(r: RequestedDestination, rule: RouteRule, host: string, port: number, verifySni: boolean): ConnectDecision {
-  if (r.refusal !== null) return refused(403, 'destination_denied', rule, `${host}:${port}`)
-  if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, `${host}:${port}`)
+  if (r.refusal !== null) return refused(403, 'destination_denied', rule, connectDestination(host, port))
+  if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, connectDestination(host, port))
   const destination = r.allow === null || listed(r.allow, host) ? r.listed : r.unlisted
-  if (destination === null) return refused(403, 'destination_denied', rule, `${host}:${port}`)
+  if (destination === null) return refused(403, 'destination_denied', rule, connectDestination(host, port))
   // Per tunnel: the dialler keeps its per-cluster state in WeakMaps, so this goes with the tunnel.
   const cluster: Cluster = { ...r.cluster, port, destination, endpoints: [{ host, port, kind: 'hostname', weight: 1, zone: null }] }
   return { ok: true, host, port, rule, cluster, verifySni, chain: null }

@@ -110,6 +110,8 @@ t.test('CLI: hostile CONNECT targets reach nothing refused', { skip: dnsmasqSkip
     [`127.0.0.1..:${p}`, '400'], [`[127.0.0.1]:${p}`, '400'],
   ]
   for (const [target, want] of targets) t.equal(status(await connect(anyPort, target)), want, `CONNECT ${target}: ${want}`)
+  await cli.waitFor(new RegExp(`"destination":"\\[::1\\]:${p}"[^\\n]*"reason":"destination_refused"[^\\n]*"msg":"CONNECT refused"`), 5000)
+  t.pass('an IPv6 destination is logged in brackets, [::1]:port, not ::1:port')
   // Gateway API wildcards: one or more labels, never the parent itself.
   t.equal(status(await connect(wildPort, `wild.test:${p}`)), '403', 'the bare parent of *.wild.test: 403')
   t.match(await connect(wildPort, `a.b.wild.test:${p}`), /^HTTP\/1\.1 200[\s\S]*allowed/, 'a deeper subdomain matches the wildcard')
