@@ -23,7 +23,7 @@
 // routes them by the URL's authority through the normal pipeline.
 
 import type { Cluster, ExtensionChain, HostPatterns, RequestedDestination, RouteRule, RouteTable } from '../compile/table.ts'
-import { isIPv4, isIPv6 } from 'node:net'
+import { isIP, isIPv4, isIPv6 } from 'node:net'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
 import { pickBackend } from './filters.ts'
@@ -146,8 +146,13 @@ function listed(p: HostPatterns, host: string): boolean {
 function toRequested(r: RequestedDestination, rule: RouteRule, host: string, port: number, verifySni: boolean): ConnectDecision {
   if (r.refusal !== null) return refused(403, 'destination_denied', rule, connectDestination(host, port))
   if (r.deny !== null && listed(r.deny, host)) return refused(403, 'destination_denied', rule, connectDestination(host, port))
-  const destination = r.allow === null || listed(r.allow, host) ? r.listed : r.unlisted
+  const onList = r.allow === null || listed(r.allow, host)
+  const destination = onList ? r.listed : r.unlisted
   if (destination === null) return refused(403, 'destination_denied', rule, connectDestination(host, port))
+  // An unlisted name may only go where its addresses fall in the allow-list's
+  // CIDRs; through an upstream proxy they are never seen (the proxy resolves
+  // the name), so nothing could check them: refused, as a list without CIDRs would.
+  if (!onList && r.cluster.upstreamProxy != null && !isIP(host)) return refused(403, 'destination_denied', rule, connectDestination(host, port))
   // Per tunnel: the dialler keeps its per-cluster state in WeakMaps, so this goes with the tunnel.
   const cluster: Cluster = { ...r.cluster, port, destination, endpoints: [{ host, port, kind: 'hostname', weight: 1, zone: null }] }
   return { ok: true, host, port, rule, cluster, verifySni, chain: null }

@@ -168,3 +168,48 @@ spec:
   await cli.waitFor(/"destination":"169.254.169.254:\d+"[^\n]*"reason":"destination_refused","status":403[^\n]*"msg":"CONNECT refused"/, 5000)
   t.equal(cli.child.exitCode, null, 'still running')
 })
+
+t.test('CLI: through a Gateway upstream proxy, an allow-list with CIDRs admits no unlisted name (its addresses are never seen)', async (t) => {
+  const corp = await startCorpProxy(t)
+  const p = await freePort()
+  const [gwPort, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'all.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec: { controllerName: sallyport.io/gateway-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: corp
+  namespace: default
+  annotations:
+    sallyport.io/upstream-proxy: http://127.0.0.1:${corp.port}
+    sallyport.io/destination-allowlist: ok.example.test, 198.51.100.0/24
+spec:
+  gatewayClassName: sallyport
+  listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: any
+  namespace: default
+  annotations: { sallyport.io/connect-ports: "${p}" }
+spec:
+  parentRefs: [{ name: corp }]
+  rules: [{}]
+`)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const connect = (target: string): Promise<string> => rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
+  t.match(await connect(`evil.example.test:${p}`), /^HTTP\/1\.1 403 /, 'an unlisted name: 403')
+  t.match(await connect(`203.0.113.9:${p}`), /^HTTP\/1\.1 403 /, 'an address outside the CIDRs: 403')
+  t.same(corp.tunnels, [], 'the proxy was asked for neither')
+  await connect(`ok.example.test:${p}`)
+  await connect(`198.51.100.7:${p}`)
+  t.same(corp.tunnels, [`ok.example.test:${p}`, `198.51.100.7:${p}`], 'a listed name and an address inside the CIDRs go to the proxy')
+  await cli.waitFor(/"destination":"evil.example.test:\d+"[^\n]*"reason":"destination_denied","status":403[^\n]*"msg":"CONNECT refused"/, 5000)
+  t.equal(cli.child.exitCode, null, 'still running')
+})
