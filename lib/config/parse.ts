@@ -12,6 +12,7 @@ import { LineCounter, isAlias, isMap, isPair, isScalar, isSeq, parseAllDocuments
 import type { Document, Node as YamlNode } from 'yaml'
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
+import { duplicateNameAt } from '../json-names.ts'
 
 export interface ParsedDoc {
   readonly source: SourceRef
@@ -250,8 +251,8 @@ function parseJson(text: string): RawDoc[] {
     const value: unknown = JSON.parse(body)
     // JSON.parse keeps the last of two equal keys; the YAML reader refuses them
     // (which one was meant is the author's to say), and so does this one.
-    const duplicate = findJsonError(body, true)
-    if (duplicate !== null) return [{ value: undefined, error: { where: positionOf(body, duplicate.offset), message: duplicate.reason } }]
+    const duplicate = duplicateNameAt(body)
+    if (duplicate !== -1) return [{ value: undefined, error: { where: positionOf(body, duplicate), message: 'Map keys must be unique' } }]
     return [{ value, error: null }]
   } catch {
     // V8's messages quote the input around the bad token (and then give no
@@ -305,14 +306,10 @@ const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y
  * Where `text` first stops being JSON (RFC 8259), and why, in words that
  * quote nothing. Iterative (an explicit stack), so deep nesting cannot
  * overflow the call stack. `null` if the whole text is one valid JSON value.
- * `uniqueKeys`: a property name an object already has is an error too, at the
- * second (RFC 8259 §4: names SHOULD be unique).
  */
-function findJsonError(text: string, uniqueKeys = false): JsonError | null {
+function findJsonError(text: string): JsonError | null {
   const n = text.length
   const stack: boolean[] = [] // true: inside an object, false: inside an array
-  /** With uniqueKeys: the names seen in each open object, innermost last. */
-  const names: Array<Set<string>> = []
   let mode: Expect = Expect.VALUE
   let i = 0
   for (;;) {
@@ -323,20 +320,14 @@ function findJsonError(text: string, uniqueKeys = false): JsonError | null {
       if (stack.length === 0) return { offset: i, reason: 'unexpected text after the value' }
       const inObject = stack[stack.length - 1] === true
       if (c === ',') { i++; mode = inObject ? Expect.KEY : Expect.VALUE; continue }
-      if (c === (inObject ? '}' : ']')) { i++; if (stack.pop() === true && uniqueKeys) names.pop(); continue }
+      if (c === (inObject ? '}' : ']')) { i++; stack.pop(); continue }
       return { offset: i, reason: inObject ? 'expected \',\' or \'}\' after a property value' : 'expected \',\' or \']\' after an array element' }
     }
     if (mode === Expect.KEY || mode === Expect.FIRST_KEY) {
-      if (mode === Expect.FIRST_KEY && c === '}') { i++; stack.pop(); if (uniqueKeys) names.pop(); mode = Expect.AFTER; continue }
+      if (mode === Expect.FIRST_KEY && c === '}') { i++; stack.pop(); mode = Expect.AFTER; continue }
       if (c !== '"') return { offset: i, reason: 'expected a double-quoted property name' }
       const end = scanJsonString(text, i)
       if (typeof end !== 'number') return end
-      if (uniqueKeys) {
-        const seen = names[names.length - 1] as Set<string>
-        const name = JSON.parse(text.slice(i, end)) as string
-        if (seen.has(name)) return { offset: i, reason: 'Map keys must be unique' }
-        seen.add(name)
-      }
       i = end
       while (i < n && isJsonSpace(text.charCodeAt(i))) i++
       if (i >= n) return { offset: n, reason: 'unexpected end of input' }
@@ -348,7 +339,7 @@ function findJsonError(text: string, uniqueKeys = false): JsonError | null {
     // A value is expected (or, right after '[', the end of the array).
     if (mode === Expect.FIRST_VALUE && c === ']') { i++; stack.pop(); mode = Expect.AFTER; continue }
     mode = Expect.AFTER
-    if (c === '{') { i++; stack.push(true); if (uniqueKeys) names.push(new Set()); mode = Expect.FIRST_KEY; continue }
+    if (c === '{') { i++; stack.push(true); mode = Expect.FIRST_KEY; continue }
     if (c === '[') { i++; stack.push(false); mode = Expect.FIRST_VALUE; continue }
     if (c === '"') {
       const end = scanJsonString(text, i)

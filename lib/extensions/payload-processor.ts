@@ -12,7 +12,8 @@ import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders } from './plugin-api.ts'
 import { parseSelector, select, type Step } from './json-select.ts'
 import { compilePattern, findMatch, redactText, type Pattern } from './pii-patterns.ts'
-import { hasDuplicateName, isRawNumber, parseKeepingNumbers } from './json-source.ts'
+import { isRawNumber, parseKeepingNumbers } from './json-source.ts'
+import { duplicateNameAt } from '../json-names.ts'
 
 interface DenyRule { readonly patterns: readonly Pattern[]; readonly fields: readonly Step[][] | null; readonly reason: string }
 
@@ -78,7 +79,7 @@ export function processJson(rules: Rules, body: Buffer): HookResult {
   // A name twice in one object: the rules see the last value (JSON.parse), a
   // reader keeping the first would get one they never saw — an email left in,
   // a deny dodged. Such a body is written back from what was checked.
-  let changed = hasDuplicateName(text)
+  let changed = duplicateNameAt(text) !== -1
   for (const d of rules.deny) {
     let hit = false
     eachString(doc, d.fields, (s) => { if (!hit) hit = d.patterns.some(p => findMatch(s, p)) })
