@@ -121,7 +121,12 @@ t.test('CLI: hostile CONNECT targets reach nothing refused', { skip: dnsmasqSkip
   t.equal(cli.child.exitCode, null, 'still running')
 })
 
-t.test('CLI: through a Gateway upstream proxy, a requested IP literal is still checked by the guard and the CIDR lists', async (t) => {
+/**
+ * The real CLI with a Gateway whose egress goes through `corp` (an upstream
+ * proxy recording the tunnels it is asked for), one destination-policy
+ * annotation, and a catch-all route allowing CONNECT to port `p`.
+ */
+async function behindCorpProxy(t: Test, policy: string): Promise<{ corp: Awaited<ReturnType<typeof startCorpProxy>>; p: number; gwPort: number; cli: ReturnType<typeof startCli> }> {
   const corp = await startCorpProxy(t)
   const p = await freePort()
   const [gwPort, adminPort] = [await freePort(), await freePort()]
@@ -138,7 +143,7 @@ metadata:
   namespace: default
   annotations:
     sallyport.io/upstream-proxy: http://127.0.0.1:${corp.port}
-    sallyport.io/destination-denylist: 203.0.113.0/24
+    ${policy}
 spec:
   gatewayClassName: sallyport
   listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
@@ -155,6 +160,11 @@ spec:
 `)
   const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
   await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  return { corp, p, gwPort, cli }
+}
+
+t.test('CLI: through a Gateway upstream proxy, a requested IP literal is still checked by the guard and the CIDR lists', async (t) => {
+  const { corp, p, gwPort, cli } = await behindCorpProxy(t, 'sallyport.io/destination-denylist: 203.0.113.0/24')
   for (const target of [`169.254.169.254:${p}`, `127.0.0.1:${p}`, `[::ffff:a9fe:a9fe]:${p}`, `10.1.2.3:${p}`, `203.0.113.7:${p}`]) {
     const r = await rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
     t.match(r, /^HTTP\/1\.1 403 /, `CONNECT ${target}: 403`)
@@ -170,39 +180,7 @@ spec:
 })
 
 t.test('CLI: through a Gateway upstream proxy, an allow-list with CIDRs admits no unlisted name (its addresses are never seen)', async (t) => {
-  const corp = await startCorpProxy(t)
-  const p = await freePort()
-  const [gwPort, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'all.yaml'), `apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: { name: sallyport }
-spec: { controllerName: sallyport.io/gateway-controller }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: corp
-  namespace: default
-  annotations:
-    sallyport.io/upstream-proxy: http://127.0.0.1:${corp.port}
-    sallyport.io/destination-allowlist: ok.example.test, 198.51.100.0/24
-spec:
-  gatewayClassName: sallyport
-  listeners: [{ name: http, protocol: HTTP, port: ${gwPort} }]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: any
-  namespace: default
-  annotations: { sallyport.io/connect-ports: "${p}" }
-spec:
-  parentRefs: [{ name: corp }]
-  rules: [{}]
-`)
-  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--access-log', 'on'])
-  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const { corp, p, gwPort, cli } = await behindCorpProxy(t, 'sallyport.io/destination-allowlist: ok.example.test, 198.51.100.0/24')
   const connect = (target: string): Promise<string> => rawExchange(gwPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`, { until: /\r\n\r\n/, timeoutMs: 3000 })
   t.match(await connect(`evil.example.test:${p}`), /^HTTP\/1\.1 403 /, 'an unlisted name: 403')
   t.match(await connect(`203.0.113.9:${p}`), /^HTTP\/1\.1 403 /, 'an address outside the CIDRs: 403')

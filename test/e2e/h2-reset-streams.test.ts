@@ -56,6 +56,16 @@ async function rapidReset(port: number, count: number): Promise<{ opened: number
   return { opened, goaway }
 }
 
+/** One request on `session`: the status it was answered with, 0 when its stream failed. */
+function status(session: http2.ClientHttp2Session): Promise<number> {
+  return new Promise((resolve) => {
+    const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
+    s.on('response', (h) => resolve(Number(h[':status'])))
+    s.on('error', () => resolve(0))
+    s.resume()
+  })
+}
+
 function accessLines(cli: Cli): Array<Record<string, unknown>> {
   return cli.stdout().split('\n').filter((l) => l.includes('"component":"access"')).map((l) => JSON.parse(l) as Record<string, unknown>)
 }
@@ -89,12 +99,7 @@ t.test('serve: a connection whose streams are mostly reset before an answer is c
   t.teardown(() => session.destroy())
   let ok = 0
   for (let batch = 0; batch < 12; batch++) {
-    const answers = await Promise.all(Array.from({ length: 50 }, () => new Promise<number>((resolve) => {
-      const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
-      s.on('response', (h) => resolve(Number(h[':status'])))
-      s.on('error', () => resolve(0))
-      s.resume()
-    })))
+    const answers = await Promise.all(Array.from({ length: 50 }, () => status(session)))
     ok += answers.filter((s) => s === 200).length
   }
   t.equal(ok, 600, '600 requests on one connection answered')
@@ -108,12 +113,7 @@ t.test('serve: a client cancelling a burst of its in-flight streams keeps its co
   let goaway: number | null = null
   session.on('goaway', (code) => { goaway = code })
   // 200 requests answered, then 200 cancelled at once (the client gave up on them).
-  const answered = await Promise.all(Array.from({ length: 200 }, () => new Promise<number>((resolve) => {
-    const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
-    s.on('response', (h) => resolve(Number(h[':status'])))
-    s.on('error', () => resolve(0))
-    s.resume()
-  })))
+  const answered = await Promise.all(Array.from({ length: 200 }, () => status(session)))
   t.equal(answered.filter((s) => s === 200).length, 200)
   for (let i = 0; i < 200; i++) {
     const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
@@ -121,12 +121,7 @@ t.test('serve: a client cancelling a burst of its in-flight streams keeps its co
     s.close(http2.constants.NGHTTP2_CANCEL)
   }
   await new Promise((r) => setTimeout(r, 300))
-  const after = await new Promise<number>((resolve) => {
-    const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
-    s.on('response', (h) => resolve(Number(h[':status'])))
-    s.on('error', () => resolve(0))
-    s.resume()
-  })
+  const after = await status(session)
   t.equal(after, 200, 'the next request on the connection is answered')
   t.equal(goaway, null, 'no GOAWAY')
 })
@@ -150,12 +145,7 @@ t.test('serve: a client whose own timeout gives up on a slow upstream (after 1 s
     for (const s of streams) s.close(http2.constants.NGHTTP2_CANCEL)
     await new Promise((r) => setTimeout(r, 50))
   }
-  const after = await new Promise<number>((resolve) => {
-    const s = session.request({ ':path': '/', ':authority': 'api.example.test' })
-    s.on('response', (h) => resolve(Number(h[':status'])))
-    s.on('error', () => resolve(0))
-    s.resume()
-  })
+  const after = await status(session)
   t.equal(after, 200, 'the next request on the connection is answered')
   t.equal(goaway, null, 'no GOAWAY: resets after a second are not premature')
 })
