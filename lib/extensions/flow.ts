@@ -356,8 +356,7 @@ function requestBodyHooks(flow: Flow, list: readonly Instance[], buf: Buffer, se
  * the client sent it (`buf`, or the body unread when it was not collected).
  */
 function undecodableRequest(flow: Flow, list: readonly Instance[], buf: Buffer | null, coding: string, why: string): void {
-  const failure = new Error(`request Content-Encoding ${coding} cannot be decoded: ${why}`)
-  for (const inst of list) if (!flow.failed(inst, failure)) return
+  if (!failEach(flow, list, `request Content-Encoding ${coding} cannot be decoded: ${why}`)) return
   if (buf !== null) flow.req = { ...flow.req, body: Readable.from([buf]) }
   flow.send()
 }
@@ -418,9 +417,14 @@ const NOT_DECODABLE = 'not a supported coding (gzip, deflate, br)'
  * when all continue, the body passes as the upstream sent it.
  */
 function undecodable(flow: Flow, list: readonly Instance[], res: UpstreamResponse, coding: string, why: string): void {
-  const failure = new Error(`response Content-Encoding ${coding} cannot be decoded: ${why}`)
-  for (const inst of list) if (!flow.failed(inst, failure)) return
-  relay(flow, res)
+  if (failEach(flow, list, `response Content-Encoding ${coding} cannot be decoded: ${why}`)) relay(flow, res)
+}
+
+/** Each extension of `list` fails with `message` (failOpen decides); true when all went on. */
+function failEach(flow: Flow, list: readonly Instance[], message: string): boolean {
+  const failure = new Error(message)
+  for (const inst of list) if (!flow.failed(inst, failure)) return false
+  return true
 }
 
 /** RFC 9110 §6.4.1: a HEAD answer, a 1xx, a 204 and a 304 have no body; their Content-Length is kept as sent. */
