@@ -149,6 +149,7 @@ const GUARDED: ReadonlyArray<readonly [string, string]> = [
   ['fe80::/10', 'link-local'],
   ['fc00::/7', 'private'], // RFC 4193 unique local
   ['ff00::/8', 'multicast'],
+  ['100::/64', 'reserved'], // RFC 6666 discard-only: routed to a black hole
   ['fd00:ec2::254/128', 'link-local'], // AWS IMDS over IPv6 (inside fc00::/7 too; named for clarity)
 ]
 
@@ -181,11 +182,13 @@ function rangeOf(ip: { readonly family: 4 | 6; readonly value: bigint }): string
 const NAT64_WELL_KNOWN = 0x64ff9bn << 64n // 64:ff9b::/96 (RFC 6052), >> 32
 const NAT64_LOCAL_USE = 0x64ff9b0001n // 64:ff9b:1::/48 (RFC 8215), >> 80; a /96 inside it, the IPv4 last
 const SIX_TO_FOUR = 0x2002n // 2002::/16 (RFC 3056), >> 112; the IPv4 in bits 16-47
+const IPV4_TRANSLATED = 0xffff0000n // ::ffff:0:0/96 (RFC 2765 SIIT), >> 32
 
-/** The IPv4 address an IPv6 one carries (NAT64, 6to4, IPv4-compatible), or null. */
+/** The IPv4 address an IPv6 one carries (NAT64, 6to4, IPv4-translated, IPv4-compatible), or null. */
 function embeddedIpv4(v6: bigint): bigint | null {
   const low = v6 & 0xffffffffn
-  if (v6 >> 32n === NAT64_WELL_KNOWN || v6 >> 80n === NAT64_LOCAL_USE || v6 >> 32n === 0n) return low
+  const high = v6 >> 32n
+  if (high === NAT64_WELL_KNOWN || v6 >> 80n === NAT64_LOCAL_USE || high === IPV4_TRANSLATED || high === 0n) return low
   if (v6 >> 112n === SIX_TO_FOUR) return (v6 >> 80n) & 0xffffffffn
   return null
 }

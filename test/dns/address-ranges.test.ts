@@ -46,10 +46,19 @@ t.test('an IPv6 address that carries an IPv4 destination is judged by it', async
     ['64:ff9b::a9fe:a9fe', 'link-local'], ['64:ff9b::169.254.169.254', 'link-local'], ['64:ff9b::7f00:1', 'loopback'],
     ['64:ff9b::a00:1', 'private'], ['64:ff9b:1::a9fe:a9fe', 'link-local'], ['2002:7f00:1::1', 'loopback'],
     ['2002:a9fe:a9fe::', 'link-local'], ['::127.0.0.1', 'loopback'], ['::a9fe:a9fe', 'link-local'],
+    // IPv4-translated (SIIT, RFC 2765): ::ffff:0:a.b.c.d.
+    ['::ffff:0:a9fe:a9fe', 'link-local'], ['::ffff:0:127.0.0.1', 'loopback'], ['::ffff:0:10.1.2.3', 'private'],
     // Their public IPv4 destinations stay public.
-    ['64:ff9b::808:808', null], ['2002:808:808::1', null], ['::8.8.8.8', null],
+    ['64:ff9b::808:808', null], ['2002:808:808::1', null], ['::8.8.8.8', null], ['::ffff:0:8.8.8.8', null],
   ]
   for (const [address, reason] of cases) t.equal(guardedRangeOf(address), reason, `${address}: ${reason ?? 'public'}`)
   t.equal(guardedRangeOf('::'), 'unspecified', ':: stays unspecified')
   t.equal(guardedRangeOf('::1'), 'loopback', '::1 stays loopback')
+})
+
+t.test('the IPv6 discard-only prefix is reserved', async t => {
+  // 100::/64 (RFC 6666) is routed to a black hole: never a real destination.
+  t.equal(guardedRangeOf('100::1'), 'reserved')
+  t.equal(guardedRangeOf('100::ffff:ffff:ffff:ffff'), 'reserved')
+  t.equal(guardedRangeOf('100:0:0:1::1'), null, 'outside the /64')
 })
