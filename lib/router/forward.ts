@@ -166,6 +166,13 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
         const slash = target.indexOf('/', scheme + 3)
         authority = target.slice(scheme + 3, slash === -1 ? target.length : slash)
         target = slash === -1 ? '/' : target.slice(slash)
+      } else if (target !== '*' || this.method !== 'OPTIONS') {
+        // RFC 9112 §3.2: nor origin- nor absolute-form; asterisk-form only for OPTIONS
+        // (authority-form is CONNECT's, which forward-proxy.ts takes before routing).
+        this.authority = authority
+        this.host = hostOf(authority)
+        this.path = target
+        return this.fail(ErrorCode.BAD_REQUEST, 'the request target is neither a path (/...) nor an absolute URI')
       }
     }
     const q = target.indexOf('?')

@@ -120,6 +120,23 @@ t.test('a fragment in the request target and a Host that is no host and port are
   t.equal((await h1(port, { host: 'a_b-c.example~!$&()*+,;=%41' })).status, 404, 'every reg-name character is a host character')
 })
 
+t.test('a request target neither origin-form nor absolute-form is a 400 (asterisk-form only with OPTIONS)', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  // RFC 9112 §3.2: GET * or GET some/path reached the upstream as it was, an upstream's parser left to read it.
+  const star = await h1(port, { path: '*' })
+  t.equal(star.status, 400, 'GET *')
+  t.equal(star.body, 'bad request: the request target is neither a path (/...) nor an absolute URI\n')
+  // Node's parser refuses these itself.
+  for (const path of ['some/path', 'example.com:80']) t.equal((await h1(port, { path })).status, 400, `GET ${path}`)
+  t.equal((await h2(port, { path: '*', method: 'GET' }).catch(() => ({ status: -1 }))).status !== 200, true, 'HTTP/2 :path * with GET is not forwarded')
+  t.equal(up.seen.length, 0, 'nothing forwarded')
+  const options = await h1(port, { path: '*', method: 'OPTIONS' })
+  t.equal(options.status, 200, 'OPTIONS * (RFC 9112 §3.2.4) is forwarded')
+  t.equal(up.seen.at(-1)?.url, '*')
+})
+
 t.test('limits: oversized request headers → 431 on HTTP/1.1 and HTTP/2', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()
