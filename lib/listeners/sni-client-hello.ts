@@ -131,7 +131,11 @@ function parseServerName(ext: Buffer): string | null | ClientHelloResult {
   return name
 }
 
-/** An RFC 6066 HostName: 1..255 bytes of LDH labels (underscores tolerated), lowercased, no trailing dot. */
+/**
+ * An RFC 6066 HostName: 1..255 bytes of LDH labels (underscores tolerated),
+ * lowercased. RFC 6066 forbids a trailing dot, yet clients send a fully
+ * qualified name as written: one is dropped, as terminated TLS and Host do.
+ */
 function hostName(raw: Buffer): string | null {
   if (raw.length === 0 || raw.length > 255) return null
   for (let i = 0; i < raw.length; i++) {
@@ -139,7 +143,8 @@ function hostName(raw: Buffer): string | null {
     const ok = (c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a) || (c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2e || c === 0x5f
     if (!ok) return null
   }
-  const name = raw.toString('latin1').toLowerCase()
-  if (name.startsWith('.') || name.endsWith('.') || name.includes('..')) return null
+  const written = raw.toString('latin1').toLowerCase()
+  const name = written.endsWith('.') ? written.slice(0, -1) : written
+  if (name.length === 0 || name.startsWith('.') || name.endsWith('.') || name.includes('..')) return null
   return name
 }

@@ -41,11 +41,13 @@ export const LISTENER_CIPHERS = [
  * for none. RFC 6066 §3 allows no literal address in server_name, yet some
  * clients of the gateway's address send one: it names no listener, so it is
  * taken as no server name (the port's default certificate, routing by Host),
- * never as a name no listener covers (no handshake).
+ * never as a name no listener covers (no handshake). One trailing dot is
+ * dropped: `api.example.com.` is api.example.com, as in Host (headers.ts).
  */
 export function serverNameOf(servername: unknown): string {
   if (typeof servername !== 'string' || servername.length === 0 || isIP(servername) !== 0) return ''
-  return servername.toLowerCase()
+  // RFC 6066 forbids the trailing dot of a fully qualified name, yet clients send the name as written.
+  return (servername.charCodeAt(servername.length - 1) === 46 /* '.' */ ? servername.slice(0, -1) : servername).toLowerCase()
 }
 
 /** The certificate for an SNI name (serverNameOf); null when none covers it. */

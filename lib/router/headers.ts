@@ -131,7 +131,7 @@ export function markHop(headers: OutgoingHeaders, gatewayId: string): boolean {
 }
 
 // hot path
-/** Host from Host / :authority: lowercased, port stripped, IPv6 brackets removed. */
+/** Host from Host / :authority: lowercased, port and one trailing dot stripped, IPv6 brackets removed. */
 export function hostOf(authority: string): string {
   if (authority.length === 0) return ''
   if (authority.charCodeAt(0) === 91 /* '[' */) {
@@ -139,8 +139,10 @@ export function hostOf(authority: string): string {
     return (end === -1 ? authority.slice(1) : authority.slice(1, end)).toLowerCase()
   }
   const colon = authority.lastIndexOf(':')
-  const host = colon === -1 ? authority : authority.slice(0, colon)
-  return host.toLowerCase()
+  const end = colon === -1 ? authority.length : colon
+  // A fully qualified name's trailing dot (`api.example.com.`, how workloads skip the search
+  // domains) is the same name: one dot is dropped, as nginx does and Envoy's strip_trailing_host_dot.
+  return authority.slice(0, end > 0 && authority.charCodeAt(end - 1) === 46 /* '.' */ ? end - 1 : end).toLowerCase()
 }
 
 // hot path

@@ -49,6 +49,32 @@ t.test('SNI picks exact, wildcard, fallback; ALPN serves HTTP/1.1 and h2 on one 
   t.equal(JSON.parse(viaH2.body).url, '/h2')
 })
 
+t.test('a trailing dot (a fully qualified name) is the same name: in SNI, in Host and in an absolute-form target', async (t) => {
+  const up = await echoH1(t)
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }, { hostname: '*.b.example.com', ...certWild }, { hostname: null, ...certAny }])
+  await startPlane(t, buildTable({
+    [port]: {
+      protocol: 'HTTPS', tls: conf, routes: [
+        { name: 'a', hostnames: ['a.example.com'], rules: [{ backends: [{ cluster: 'c' }] }] },
+        { name: 'w', hostnames: ['*.b.example.com'], rules: [{ backends: [{ cluster: 'c' }] }] },
+      ],
+    },
+  }, [cluster('c', up.port)]))
+  // Workloads write FQDNs (`api.example.com.`: one DNS query under ndots:5); clients send them as written.
+  const a = await h1s(port, ca.certPem, 'a.example.com.')
+  t.equal(a.cn, 'a.example.com', 'SNI a.example.com. selects a.example.com\'s certificate')
+  t.equal(a.status, 200, 'Host a.example.com. routes as a.example.com (not a 421 or 404)')
+  t.equal(JSON.parse(a.body).headers.host, 'a.example.com.', 'the Host is forwarded as the client wrote it')
+  const w = await h1s(port, ca.certPem, 'x.b.example.com.', { host: 'X.B.example.com.:' + port })
+  t.equal(w.cn, '*.b.example.com')
+  t.equal(w.status, 200, 'a wildcard listener and route, case and port aside')
+  const abs = await h1s(port, ca.certPem, 'a.example.com', { path: 'https://a.example.com./x' })
+  t.equal(abs.status, 200, 'absolute-form with a trailing dot')
+  t.equal(JSON.parse(abs.body).url, '/x')
+  t.equal((await h1s(port, ca.certPem, 'a.example.com', { host: 'a.example.com..' })).status, 404, 'one dot is stripped, not two')
+})
+
 t.test('frontend client validation: required rejects clients without a certificate', async (t) => {
   const up = await echoH1(t)
   const port = await freePort()

@@ -56,3 +56,13 @@ t.test('random corruption never throws and never reads past the bound', async (t
   huge[0] = 22; huge[1] = 3; huge[2] = 1; huge.writeUInt16BE(16000, 3); huge[5] = 1; huge.writeUIntBE(16500, 6, 3)
   t.same(asExpect(parseClientHello(huge)), { invalid: 'too_large' }, 'a hello that would need more than the bound')
 })
+
+t.test('one trailing dot is dropped from the server name; a name of dots is refused', async (t) => {
+  // trailing-dot.bin names `a.example.` as its last bytes: append a dot and grow each enclosing length by one.
+  const base = readFileSync(path.join(DIR, 'trailing-dot.bin'))
+  const grown = Buffer.concat([base, Buffer.from('.')])
+  grown.writeUInt16BE(grown.readUInt16BE(3) + 1, 3) // record
+  grown.writeUIntBE(grown.readUIntBE(6, 3) + 1, 6, 3) // handshake
+  for (const at of [0x32, 0x36, 0x38, 0x3b]) grown.writeUInt16BE(grown.readUInt16BE(at) + 1, at) // extensions, SNI, list, name
+  t.same(asExpect(parseClientHello(grown)), { invalid: 'bad_server_name' }, '`a.example..` is no name')
+})
