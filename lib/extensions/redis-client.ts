@@ -27,8 +27,10 @@ export const RedisErrorCode = {
   AUTH_REFUSED: 'auth_refused',
   /** Redis wants AUTH and none was sent (no global.secretRef). */
   NOAUTH: 'noauth',
-  /** No connection (refused, reset, TLS failed), or retried too recently after one failed. */
+  /** No connection (refused, reset, closed), or retried too recently after one failed. */
   UNAVAILABLE: 'unavailable',
+  /** The TLS handshake failed: a certificate not trusted or not for the name, or Redis refused ours (an alert). */
+  TLS: 'tls',
   TIMEOUT: 'timeout',
   QUEUE_FULL: 'queue_full',
   CLOSED: 'closed',
@@ -164,8 +166,13 @@ export class RedisClient {
       // (or none) answers with an alert after secureConnect. That connection
       // failed as one refused does: tried again at most once a second, not a
       // handshake per command.
-      if (err.code?.startsWith('ERR_SSL_') === true) this.#connected = false
-      this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address}: ${err.message}`, { cause: err }))
+      const alert = err.code?.startsWith('ERR_SSL_') === true
+      if (alert) this.#connected = false
+      // A TLS failure, not a network one: an alert either way, or, before the
+      // handshake is done, an error no system call raised (certificate
+      // verification: UNABLE_TO_VERIFY_LEAF_SIGNATURE, ERR_TLS_CERT_ALTNAME_INVALID...).
+      const tlsFailed = this.#target.tls && (alert || (!this.#connected && err.syscall === undefined))
+      this.#fail(new RedisError(tlsFailed ? RedisErrorCode.TLS : RedisErrorCode.UNAVAILABLE, `redis ${this.address}: ${err.message}`, { cause: err }))
     })
     socket.on('close', () => this.#fail(new RedisError(RedisErrorCode.UNAVAILABLE, `redis ${this.address} connection closed`)))
     if (this.#password !== null) {

@@ -89,7 +89,7 @@ t.test('CLI: mTLS to Redis from the policy annotations and from global.tls; the 
   t.equal(refused.status, 429, 'failureMode closed')
   t.equal(refused.headers['retry-after'], '1')
   const line = await cli.waitFor(/\{[^\n]*"msg":"global rate limit unavailable"[^\n]*\}/)
-  t.match(JSON.parse(line), { component: 'rate-limit', limit: 'per-route', code: 'unavailable', failOpen: false, error: new RegExp(`^redis rediss://localhost:${redis.port}: .*certificate required`) })
+  t.match(JSON.parse(line), { component: 'rate-limit', limit: 'per-route', code: 'tls', failOpen: false, error: new RegExp(`^redis rediss://localhost:${redis.port}: .*certificate required`) })
   const metrics = await get(`http://127.0.0.1:${admin}/metrics`, 'x')
   t.ok(metricSum(metrics.body, 'sallyport_rate_limit_redis_errors_total', { outcome: 'closed' }) >= 1, 'counted')
 

@@ -62,7 +62,7 @@ t.test('a Redis of a private CA: without caCertificateRefs the limit fails (coun
   t.equal(await metricValue('sallyport_rate_limit_redis_errors_total', { outcome: 'closed' }) - before, 2, 'each failed decision counted')
   const lines = linesWith('global rate limit unavailable')
   t.equal(lines.length, 1)
-  t.match(lines[0], { component: 'rate-limit', limit: 'untrusted', code: 'unavailable', error: new RegExp(`^redis rediss://localhost:${redis.port}: .*certificate`) })
+  t.match(lines[0], { component: 'rate-limit', limit: 'untrusted', code: 'tls', error: new RegExp(`^redis rediss://localhost:${redis.port}: .*certificate`) })
 
   const trusted = rateLimit(spec('trusted', limitConfig(address, { caCertificateRefs: [{ kind: 'ConfigMap', name: 'redis-ca' }] }), { 'global.tls': { 'ca.crt': ca.certPem } }), pool)
   t.same([await status(hook(trusted)), await status(hook(trusted)), await status(hook(trusted)), await status(hook(trusted))], [200, 200, 200, 429], '3 per minute, counted in Redis')
@@ -72,7 +72,7 @@ t.test('a Redis of a private CA: without caCertificateRefs the limit fails (coun
   const other = createCa('some other CA')
   const wrong = rateLimit(spec('wrong-ca', limitConfig(address, { caCertificateRefs: [{ kind: 'ConfigMap', name: 'other-ca' }] }), { 'global.tls': { 'ca.crt': other.certPem } }), pool)
   t.equal(await status(hook(wrong)), 429)
-  t.match(linesWith('global rate limit unavailable').at(-1), { limit: 'wrong-ca', code: 'unavailable', error: /certificate/ })
+  t.match(linesWith('global rate limit unavailable').at(-1), { limit: 'wrong-ca', code: 'tls', error: /certificate/ })
 })
 
 t.test('tls-auth-clients yes: refused without a client certificate (not retried per request), accepted with clientCertificateRef', { skip }, async (t) => {
@@ -92,7 +92,7 @@ t.test('tls-auth-clients yes: refused without a client certificate (not retried 
   for (let i = 0; i < 20; i++) t.equal(await status(hook(anonymous)), 200, 'failureMode open lets it through')
   const elapsed = Date.now() - began
   t.equal(await metricValue('sallyport_rate_limit_redis_errors_total', { outcome: 'open' }) - before, 20, 'every failed decision counted')
-  t.match(linesWith('global rate limit unavailable'), [{ limit: 'no-cert', code: 'unavailable', failOpen: true, error: /certificate required/ }])
+  t.match(linesWith('global rate limit unavailable'), [{ limit: 'no-cert', code: 'tls', failOpen: true, error: /certificate required/ }])
   // TLS 1.3: the client sees its handshake done before the server refuses the
   // (absent) certificate; that refusal is a failed connection all the same,
   // tried again at most once a second, not a handshake per request.
@@ -112,7 +112,7 @@ t.test('tls-auth-clients yes: refused without a client certificate (not retried 
   const stranger = clientCert(createCa('not the redis CA'), 'stranger')
   const foreign = rateLimit(spec('foreign-cert', limitConfig(address, mutual), { 'global.tls': { 'ca.crt': ca.certPem, 'tls.crt': stranger.certPem, 'tls.key': stranger.keyPem } }), pool)
   t.equal(await status(hook(foreign)), 429)
-  t.match(linesWith('global rate limit unavailable').at(-1), { limit: 'foreign-cert', code: 'unavailable', error: /unknown ca/ })
+  t.match(linesWith('global rate limit unavailable').at(-1), { limit: 'foreign-cert', code: 'tls', error: /unknown ca/ })
   t.notMatch(JSON.stringify(logLines), /PRIVATE KEY|BEGIN CERTIFICATE/, 'no key or certificate in any log line')
 })
 
@@ -127,7 +127,7 @@ t.test('serverName: the name the certificate carries when the address does not (
   clearLogs()
   const byHost = rateLimit(spec('by-host', limitConfig(`rediss://127.0.0.1:${redis.port}`, { caCertificateRefs: refs }), secrets), pool)
   t.equal(await status(hook(byHost)), 429, 'verified against the address: no such SAN')
-  t.match(linesWith('global rate limit unavailable')[0], { limit: 'by-host', error: /127\.0\.0\.1|altnames|does not match/ })
+  t.match(linesWith('global rate limit unavailable')[0], { limit: 'by-host', code: 'tls', error: /127\.0\.0\.1|altnames|does not match/ })
   const named = rateLimit(spec('named', limitConfig(`rediss://127.0.0.1:${redis.port}`, { caCertificateRefs: refs, serverName: 'Redis.Limits.Internal.' }), secrets), pool)
   t.same([await status(hook(named)), await status(hook(named)), await status(hook(named)), await status(hook(named))], [200, 200, 200, 429])
 })

@@ -137,7 +137,7 @@ t.test('rediss://: TLS to a redis-server with a certificate of the test CA, veri
   const untrusted = new RedisClient({ host: 'localhost', port: redis.port, tls: true }, { password: PASSWORD, timeoutMs: 3000 })
   t.teardown(() => untrusted.close())
   const err = await rejection(untrusted.command(['PING']))
-  t.equal(err.code, RedisErrorCode.UNAVAILABLE)
+  t.equal(err.code, RedisErrorCode.TLS)
   t.match(err.message, /^redis rediss:\/\/localhost:\d+: .*certificate/)
 
   // Plain RESP to a TLS port: no answer a client could take for one.
@@ -153,7 +153,7 @@ t.test('rediss://: a certificate for another name is refused', { skip }, async (
   const client = new RedisClient({ host: 'localhost', port: redis.port, tls: true }, { timeoutMs: 3000, ca: ca.certPem })
   t.teardown(() => client.close())
   const err = await rejection(client.command(['PING']))
-  t.equal(err.code, RedisErrorCode.UNAVAILABLE)
+  t.equal(err.code, RedisErrorCode.TLS)
   t.match(err.message, /localhost.*(altnames|does not match)|Hostname\/IP does not match/)
 })
 
