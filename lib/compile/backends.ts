@@ -95,7 +95,10 @@ export class BackendResolver {
   denial(id: string, gatewayKey: string): Denial | null {
     if (this.journal !== null) this.journal.push({ op: 'denial', id, gatewayKey })
     const r = this.#clusters.get(id)
-    return r === undefined || !r.ok ? null : this.destinations.check(r.value, gatewayKey)
+    if (r === undefined || !r.ok) return null
+    // Issue 9: through an upstream proxy the proxy resolves the name; its addresses are never seen here.
+    const proxied = r.value.upstreamProxy != null || (this.takesGatewayProxy(id, r.value) && this.proxies.forGateway(gatewayKey) !== null)
+    return this.destinations.check(r.value, gatewayKey, proxied)
   }
 
   /** One resolved cluster by id, or null (issue 7: its Backend-scope extensions). */

@@ -166,8 +166,13 @@ export class DestinationPolicies {
     }
   }
 
-  /** The verdict for routes of `gatewayKey` sending to `cluster`; null: allowed (at compile time). */
-  check(cluster: Cluster, gatewayKey: string): Denial | null {
+  /**
+   * The verdict for routes of `gatewayKey` sending to `cluster`; null: allowed
+   * (at compile time). `proxied`: the cluster goes through an upstream proxy
+   * for this Gateway, which resolves its names (the same for every call with
+   * this cluster and Gateway).
+   */
+  check(cluster: Cluster, gatewayKey: string, proxied = false): Denial | null {
     if (cluster.kind !== 'Backend') return null
     // Issue 11: every rule asks for each of its backends; a verdict depends
     // only on (cluster, Gateway), so it is decided once per compile.
@@ -179,7 +184,7 @@ export class DestinationPolicies {
     if (key === undefined) return null
     const backend = this.#snapshot.backends.get(key)
     if (backend === undefined) return null
-    const d = this.#verdict(backend, cluster, this.gatewayPolicy(gatewayKey))
+    const d = this.#verdict(backend, cluster, this.gatewayPolicy(gatewayKey), proxied)
     byGateway.set(gatewayKey, d)
     if (d !== null) {
       const m = this.denials.get(key) ?? new Map<string, Denial>()
@@ -189,7 +194,7 @@ export class DestinationPolicies {
     return d
   }
 
-  #verdict(backend: Backend, cluster: Cluster, policy: GatewayPolicy): Denial | null {
+  #verdict(backend: Backend, cluster: Cluster, policy: GatewayPolicy, proxied: boolean): Denial | null {
     const dest = backend.destination
     if (dest.type === 'EndpointSelector' || dest.type === 'Service') return null // in-cluster
     if (policy.regions !== null) {
@@ -201,9 +206,13 @@ export class DestinationPolicies {
       if (e.kind === 'hostname') {
         const host = e.host.toLowerCase()
         if (policy.denylist !== null && hostListed(policy.denylist, host)) return denial('DestinationDenied', `${host} is on the Gateway's destination deny-list`)
-        // An allow-list without CIDRs decides names here; with CIDRs, the resolved addresses may still qualify (upstream/).
+        // An allow-list without CIDRs decides names here; with CIDRs, the resolved addresses may still qualify (upstream/),
+        // unless an upstream proxy resolves the name: its addresses are never seen, so only the names can admit it.
         const allow = policy.allowlist
-        if (allow !== null && !hostListed(allow, host) && allow.cidrs.length === 0) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list`)
+        if (allow !== null && !hostListed(allow, host)) {
+          if (allow.cidrs.length === 0) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list`)
+          if (proxied) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list, and through the upstream proxy its addresses are never seen to match the list's CIDRs`)
+        }
       } else if (e.kind === 'ip') {
         const r = this.#addressVerdict(e.host, policy)
         if (r !== null) return r

@@ -8,6 +8,8 @@ import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
 import { compile } from '../../lib/compile/compile.ts'
 import type { CompileResult } from '../../lib/compile/compile.ts'
 import { routeConnect } from '../../lib/router/forward-proxy.ts'
+import { matchOnPort } from '../../lib/router/match.ts'
+import type { RouteRule } from '../../lib/compile/table.ts'
 import { parseConnectPorts, parseSecretRef, parseUpstreamProxy } from '../../lib/validate/annotations.ts'
 
 function build(gatewayAnnotations: string, extra = ''): CompileResult {
@@ -88,6 +90,32 @@ t.test('a rule without backendRefs on a CONNECT route tunnels to the requested h
   t.same(d.cluster.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null }, 'through the Gateway\'s proxy')
   t.match(routeConnect(table, 8080, 'x.evil.test:443'), { ok: false, status: 403, reason: 'destination_denied' }, 'the deny-list decides names')
   t.match(routeConnect(table, 8080, 'api.example.net:8443'), { ok: false, reason: 'port_not_allowed' })
+})
+
+t.test('through an upstream proxy, an allow-list with CIDRs admits no unlisted Backend hostname (its addresses are never seen)', async (t) => {
+  const { table, status } = build('    sallyport.io/upstream-proxy: http://proxy.corp:3128\n    sallyport.io/destination-allowlist: "api.example.com, 198.51.100.0/24"')
+  const ruleOf = (path: string): RouteRule | undefined => {
+    const http = table.ports.get(8080)?.http
+    return http == null ? undefined : matchOnPort(http, 'x.test', { method: 'GET', path, query: null, header: () => undefined })?.rule
+  }
+  // A rule whose only backend is denied answers 403 itself (direct).
+  const statusOf = (rule: RouteRule | undefined): number | undefined => rule?.direct?.status ?? rule?.backends?.[0]?.denied?.status
+  t.ok(ruleOf('/ext') !== undefined && statusOf(ruleOf('/ext')) === undefined, 'a listed name passes to the proxy')
+  t.equal(statusOf(ruleOf('/own')), 403, 'an unlisted name behind its own proxy: 403')
+  t.equal(statusOf(ruleOf('/none')), undefined, 'an unlisted name reached directly: its resolved addresses are checked against the CIDRs')
+  const parent = (name: string): unknown => status.objects.get(`Backend/default/${name}`)?.parents.find(p => p.parentRef.name === 'gw')?.conditions[0]
+  t.match(parent('own'), { type: 'Accepted', status: 'False', reason: 'DestinationNotAllowed', message: /own\.example\.com .*upstream proxy/ }, 'the Backend\'s status says why')
+  t.notMatch(parent('ext'), { status: 'False' })
+
+  // The same through the Gateway's own proxy: `ext` unlisted this time.
+  const other = build('    sallyport.io/upstream-proxy: http://proxy.corp:3128\n    sallyport.io/destination-allowlist: "own.example.com, 198.51.100.0/24"')
+  const otherRule = (path: string): RouteRule | undefined => {
+    const http = other.table.ports.get(8080)?.http
+    return http == null ? undefined : matchOnPort(http, 'x.test', { method: 'GET', path, query: null, header: () => undefined })?.rule
+  }
+  t.equal(statusOf(otherRule('/ext')), 403, 'an unlisted name behind the Gateway\'s proxy: 403')
+  t.equal(statusOf(otherRule('/own')), undefined, 'a listed name behind its own proxy passes')
+  t.equal(statusOf(otherRule('/none')), undefined, 'direct: left to the address check')
 })
 
 t.test('an unreadable Gateway proxy is ignored and says why; a missing Secret keeps the proxy without credentials', async (t) => {
