@@ -15,9 +15,11 @@
 
 import { constants, type ClientHttp2Stream, type ServerHttp2Stream } from 'node:http2'
 import { Socket } from 'node:net'
-import { TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
 import { relay } from '../upstream/relay.ts'
+import { resetSocket } from '../upstream/reset-socket.ts'
+
+export { resetSocket }
 
 type H2Stream = ServerHttp2Stream | ClientHttp2Stream
 
@@ -30,24 +32,6 @@ export interface TunnelEnd {
   onReset(fn: () => void): void
   /** Closed after both directions ended in order: nothing was cut. */
   closedCleanly(): boolean
-}
-
-/**
- * A TCP RST to the peer; a socket node cannot reset (TLS, a unix socket) is
- * destroyed instead. So is one whose FIN may be on its way (ended, not yet
- * finished: the other side's orderly end, passed on just before its reset):
- * libuv refuses to reset a socket while its shutdown is pending, and node has
- * by then let go of the handle, which stayed open for good, read by nobody.
- * Closed, it makes the peer's next write fail all the same.
- */
-export function resetSocket(socket: Socket): void {
-  if (socket.destroyed) return
-  if (socket instanceof TLSSocket || (socket.writableEnded && !socket.writableFinished)) { socket.destroy(); return }
-  try {
-    socket.resetAndDestroy()
-  } catch {
-    socket.destroy() // not a TCP handle
-  }
 }
 
 /**

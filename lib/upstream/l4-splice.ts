@@ -9,12 +9,15 @@
 // - Idle timeout: no byte either way for `idleMs`. Every byte in either
 //   direction passes through the client socket (read from it, or written to
 //   it), so one socket timer watches both without per-chunk work.
-// - Errors: the first error on either side destroys the other (a reset is
-//   propagated as a close; there is no way to forward the RST itself).
+// - Errors: the first error on either side (a reset) resets the other, never
+//   ends it with a FIN: a client would take a transfer the upstream cut for a
+//   whole one (and the upstream a cut upload). A TLS socket (Terminate, TLS
+//   origination) cannot be reset under its TLS: it is closed instead.
 // Byte counts come from the client socket's own counters (wire bytes).
 
 import type { Socket } from 'node:net'
 import { relay } from './relay.ts'
+import { resetSocket } from './reset-socket.ts'
 
 export type SpliceEnd = 'ok' | 'idle_timeout' | 'client_reset' | 'upstream_reset' | 'shutdown'
 
@@ -63,13 +66,13 @@ export class Splice {
 
   #onClientError = (): void => {
     this.#end ??= 'client_reset'
-    this.#upstream.destroy()
+    resetSocket(this.#upstream)
     this.#client.destroy()
   }
 
   #onUpstreamError = (): void => {
     this.#end ??= 'upstream_reset'
-    this.#client.destroy()
+    resetSocket(this.#client)
     this.#upstream.destroy()
   }
 
