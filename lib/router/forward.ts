@@ -70,11 +70,29 @@ function reasonOf(code: ErrorCode): string {
   return REASONS[code] ?? code
 }
 
-/** gRPC status for an error answer: 12 UNIMPLEMENTED for no route, 4 DEADLINE_EXCEEDED for timeouts, else 14 UNAVAILABLE. */
-function grpcStatusOf(code: ErrorCode): number {
+/**
+ * The gRPC status of an answer the gateway makes itself, as Envoy maps its
+ * local replies for gRPC clients (after gRPC's own HTTP-status table): no
+ * route UNIMPLEMENTED (12), the timeouts DEADLINE_EXCEEDED (4), then by the
+ * status the answer would have had: 400 INTERNAL (13), 401 UNAUTHENTICATED
+ * (16), 403 PERMISSION_DENIED (7), 404 UNIMPLEMENTED (12); the rest (429 and
+ * the gateway's 5xx) UNAVAILABLE (14).
+ */
+function grpcStatusOf(code: ErrorCode, status: number): number {
   if (code === ErrorCode.NO_ROUTE) return 12
   if (code === ErrorCode.REQUEST_TIMEOUT || code === ErrorCode.UPSTREAM_TIMEOUT || code === ErrorCode.CLIENT_TIMEOUT) return 4
-  return 14
+  switch (status) {
+    case 400: return 13
+    case 401: return 16
+    case 403: return 7
+    case 404: return 12
+    default: return 14
+  }
+}
+
+/** A trailers-only gRPC answer's fields: `headers` (an extension's), then the gRPC ones. */
+function grpcFields(headers: OutgoingHeaders, grpcStatus: number, message: string): OutgoingHeaders {
+  return { ...headers, 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message) }
 }
 
 const TEXT_PLAIN: OutgoingHeaders = { 'content-type': 'text/plain; charset=utf-8' }
@@ -366,6 +384,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       this.ex.reset()
       return
     }
+    // A gRPC client reads an extension's refusal as a gRPC status; its fields (Retry-After, RateLimit) stay.
+    if (this.isGrpc()) return this.answer(200, grpcFields(headers, grpcStatusOf(code, status), reason), null)
     this.answer(status, headers, reason + '\n')
   }
 
@@ -538,7 +558,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.reason = direct.body
     // Issue 5: a destination-policy denial (region lock, deny/allow list, guarded address) is an Event on the route.
     if (direct.code === ErrorCode.FORBIDDEN && this.rule !== null) this.reportDenial(this.rule, direct.body)
-    if (this.isGrpc()) return this.answerGrpc(direct.code)
+    if (this.isGrpc()) return this.answerGrpc(direct.code, direct.status, direct.body)
     this.answer(direct.status, { 'content-type': 'text/plain; charset=utf-8' }, direct.body)
   }
 
@@ -565,15 +585,16 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       return
     }
     // A 421 stays one for gRPC clients too: their HTTP/2 layer is what must take it and connect again.
-    if (code !== ErrorCode.MISDIRECTED && this.isGrpc()) return this.answerGrpc(code)
+    if (code !== ErrorCode.MISDIRECTED && this.isGrpc()) return this.answerGrpc(code, statusOf(code), this.reason)
     // Issue 6: a circuit-breaker 503 says so, so clients and parent gateways can tell overload from failure.
     this.answer(statusOf(code), code === ErrorCode.OVERLOADED ? { ...TEXT_PLAIN, 'x-sallyport-overloaded': 'true' } : { ...TEXT_PLAIN }, this.reason + '\n')
   }
 
-  answerGrpc(code: ErrorCode): void {
+  /** A trailers-only gRPC answer for an error whose HTTP answer would have been `status`. */
+  answerGrpc(code: ErrorCode, status: number, message: string): void {
     this.answered = true
     this.status = 200
-    this.ex.respondGrpc(grpcStatusOf(code), reasonOf(code))
+    this.ex.respondGrpc(grpcStatusOf(code, status), message)
   }
 
   isGrpc(): boolean {
