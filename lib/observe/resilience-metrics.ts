@@ -9,7 +9,7 @@ import { registry } from './metrics.ts'
 
 export const upstreamRetries = new Counter({
   name: 'sallyport_upstream_retries_total',
-  help: 'Retried upstream attempts, by backend of the failed attempt and reason (connect, reset, refused_stream, timeout, status_5xx, status_gateway, status_code).',
+  help: 'Retried upstream attempts, by backend of the failed attempt and reason (connect, reset, refused_stream, timeout, status_5xx, status_gateway, status_code, grpc_status).',
   labelNames: ['backend', 'reason'] as const,
   registers: [registry],
 })

@@ -46,6 +46,16 @@ export const RETRY_AFTER_CAP_MS = 10_000
 /** Envoy Gateway's retryOn default when a BackendTrafficPolicy retry names no triggers. */
 const DEFAULT_TRIGGERS: readonly string[] = ['connect-failure', 'refused-stream', 'retriable-status-codes']
 const DEFAULT_CODES: readonly number[] = [503]
+/**
+ * Envoy Gateway's gRPC retryOn triggers and the grpc-status each stands for
+ * (Envoy's retry_on `cancelled`, `deadline-exceeded`, `internal`,
+ * `resource-exhausted`, `unavailable`): Envoy reads them from the response
+ * head only, so a trailers-only answer, never a status in trailers after a
+ * body (that response is already on its way to the client).
+ */
+const GRPC_TRIGGERS: Readonly<Record<string, string>> = {
+  cancelled: '1', 'deadline-exceeded': '4', 'resource-exhausted': '8', internal: '13', unavailable: '14',
+}
 /** Connect retries of a parent-mode backend without a retry policy. */
 const PARENT_CONNECT_RETRIES = 2
 
@@ -58,6 +68,8 @@ export interface RetryPlan {
   readonly status5xx: boolean
   readonly gatewayError: boolean
   readonly codes: ReadonlySet<number>
+  /** gRPC statuses retried when an upstream answers trailers-only with one (the gRPC triggers); empty: none. */
+  readonly grpcStatuses: ReadonlySet<string>
   readonly baseMs: number
   readonly maxMs: number
   /** HTTPRoute retry.backoff: no retry goes out sooner; 0: none (full jitter from 0). */
@@ -78,7 +90,7 @@ export interface AttemptPlan {
 
 const NO_RETRY: RetryPlan = {
   retries: 0, connect: false, reset: false, refusedStream: false, timeout: false, status5xx: false, gatewayError: false,
-  codes: new Set(), baseMs: DEFAULT_BACKOFF_BASE_MS, maxMs: DEFAULT_BACKOFF_BASE_MS * 10, minMs: 0, perTryMs: null,
+  codes: new Set(), grpcStatuses: new Set(), baseMs: DEFAULT_BACKOFF_BASE_MS, maxMs: DEFAULT_BACKOFF_BASE_MS * 10, minMs: 0, perTryMs: null,
 }
 
 /** HTTPRoute retry and BackendTrafficPolicy retry (merged by compile into RetrySpec) → what to retry on. */
@@ -100,6 +112,7 @@ export function retryPlanOf(rule: RouteRule): RetryPlan {
     status5xx: triggers.has('5xx'),
     gatewayError: triggers.has('gateway-error'),
     codes: new Set(triggers.has('retriable-status-codes') || fromRoute ? codes : []),
+    grpcStatuses: new Set([...triggers].flatMap((name) => GRPC_TRIGGERS[name] === undefined ? [] : [GRPC_TRIGGERS[name]])),
     baseMs,
     maxMs: p?.backoffMax ?? baseMs * 10,
     minMs: spec.backoffMs ?? 0,
@@ -248,8 +261,12 @@ function errorReason(err: SallyportError, plan: RetryPlan, parent: boolean, time
   }
 }
 
-function statusReason(status: number, plan: RetryPlan): string | null {
+function statusReason(status: number, headers: OutgoingHeaders, plan: RetryPlan): string | null {
   if (status === 508) return null // a loop answer is final (x-sallyport-hops)
+  if (plan.grpcStatuses.size > 0 && status === 200) {
+    const grpc = headers['grpc-status']
+    if (typeof grpc === 'string' && plan.grpcStatuses.has(grpc)) return 'grpc_status'
+  }
   if (plan.codes.has(status)) return 'status_code'
   if (plan.gatewayError && (status === 502 || status === 503 || status === 504)) return 'status_gateway'
   if (plan.status5xx && status >= 500) return 'status_5xx'
@@ -376,7 +393,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     this.#endAttempt()
     const owner = this.#owner
     if (owner.ended || this.#done) { res.body.destroy(); return }
-    const reason = statusReason(res.status, this.#plan.retry)
+    const reason = statusReason(res.status, res.headers, this.#plan.retry)
     if (reason !== null && owner.cluster?.parentGateway !== true && this.#retry(reason, res.headers)) {
       res.body.destroy()
       return
