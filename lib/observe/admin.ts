@@ -8,7 +8,7 @@
 //   GET /config_dump  JSON: table, status, problems, pools — Secret material redacted by the caller
 //
 // It shares the data path's process, event loop and memory, so what it costs
-// is bounded: at most 64 connections, idle or stalled ones closed, and one
+// is bounded: at most 64 connections (16 per client address), idle or stalled ones closed, and one
 // config dump built at a time and shared while it is still being sent (the dump
 // of a large configuration is tens of MB and takes a few hundred ms to build:
 // built per request, twenty clients that never read held 1.2 GiB and stalled
@@ -44,11 +44,18 @@ export interface AdminOptions {
 export interface AdminLimits {
   /** Open connections; past it new ones are closed at accept. */
   readonly maxConnections: number
+  /**
+   * Open connections from one client address; past it its new ones are closed
+   * at accept. Below maxConnections, so that one client (a slowloris, a
+   * runaway scraper) cannot take every connection and lock kubelet's probes
+   * and Prometheus out.
+   */
+  readonly maxConnectionsPerClient: number
   /** A connection with nothing read or written for this long is closed (a stalled head, a client that stopped reading). */
   readonly idleMs: number
 }
 
-const DEFAULT_LIMITS: AdminLimits = { maxConnections: 64, idleMs: 30_000 }
+const DEFAULT_LIMITS: AdminLimits = { maxConnections: 64, maxConnectionsPerClient: 16, idleMs: 30_000 }
 
 export interface AdminServer {
   /** Where it listens (the real port when 0 was asked). */
@@ -82,6 +89,7 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
     })
   })
   capConnections(server, limits.maxConnections, () => {}, () => log.warn({ maxConnections: limits.maxConnections }, 'admin connection limit reached: new connections are closed at accept'))
+  capPerClient(server, limits.maxConnectionsPerClient)
   // No byte either way for idleMs: a connection that never sent a head, or stopped reading its answer.
   server.timeout = limits.idleMs
   server.on('timeout', (socket: import('node:net').Socket) => { socket.destroy() })
@@ -95,6 +103,34 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
       server.closeAllConnections()
     }),
   }
+}
+
+/**
+ * At most `max` open connections per client address; past it a new one is
+ * closed before the HTTP server reads from it (a warning at most every 10 s).
+ */
+function capPerClient(server: http.Server, max: number): void {
+  const open = new Map<string, number>()
+  let warned = -Infinity
+  server.prependListener('connection', (socket: import('node:net').Socket) => {
+    const client = socket.remoteAddress ?? ''
+    const n = open.get(client) ?? 0
+    if (n >= max) {
+      socket.destroy()
+      const now = performance.now()
+      if (now - warned >= 10_000) {
+        warned = now
+        log.warn({ client, maxConnectionsPerClient: max }, 'admin connection limit of one client reached: its new connections are closed at accept')
+      }
+      return
+    }
+    open.set(client, n + 1)
+    socket.once('close', () => {
+      const left = (open.get(client) ?? 1) - 1
+      if (left <= 0) open.delete(client)
+      else open.set(client, left)
+    })
+  })
 }
 
 async function handle(options: AdminOptions, dumps: SharedDump, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

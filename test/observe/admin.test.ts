@@ -130,6 +130,23 @@ t.test('connections past the limit are closed at accept; a freed slot is taken a
   t.equal(again?.status, 200, 'once one closed, requests are served')
 })
 
+t.test('one client holding its share of the connections does not lock the others out (probes, scrapers)', async (t) => {
+  const server = await admin(t, { limits: { maxConnections: 4, maxConnectionsPerClient: 2 } })
+  const port = server.address.port
+  // A slowloris from 127.0.0.1: connections that never finish a head, as many as the whole limit.
+  const held = [await connect(t, port), await connect(t, port), await connect(t, port), await connect(t, port)]
+  for (const s of held) s.write('GET /metrics HTTP/1.1\r\n')
+  t.ok(await closedWithin(held[2] as net.Socket, 2000) && await closedWithin(held[3] as net.Socket, 2000), 'past its share, its connections are closed at accept')
+  t.notOk(await closedWithin(held[0] as net.Socket, 200), 'the first ones stay (the idle bound handles those)')
+  // kubelet or Prometheus, from another address.
+  const other = await new Promise<{ status: number }>((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: '/healthz', localAddress: '127.0.0.2', agent: false }, (res) => { res.resume(); resolve({ status: res.statusCode ?? 0 }) })
+    req.setTimeout(5000, () => req.destroy(new Error('timed out')))
+    req.on('error', reject)
+  })
+  t.equal(other.status, 200, 'another client is served')
+})
+
 t.test('a connection that sends nothing, or stops reading its answer, is closed after the idle bound', async (t) => {
   const big = 'x'.repeat(48 * 1024 * 1024)
   const server = await admin(t, { limits: { idleMs: 300 }, configDump: async () => JSON.stringify({ big }) })
