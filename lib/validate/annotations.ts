@@ -92,11 +92,14 @@ export interface ProxyAddress { readonly host: string; readonly port: number }
  */
 export function parseUpstreamProxy(text: string): Parsed<ProxyAddress | 'none'> {
   if (text.trim() === 'none') return { ok: true, value: 'none' }
+  const credentials = { ok: false, message: `credentials in the URL would show in status and dumps: put them in a Secret named by ${ANNOTATIONS.UPSTREAM_PROXY_SECRET}` } as const
+  // Before anything that echoes the text: a URL that does not parse (no host, a bad port) may still hold a password.
+  if (/^(?:[A-Za-z][A-Za-z0-9+.-]*:\/\/)?([^/?#\\]*)/.exec(text.trim())?.[1]?.includes('@') === true) return credentials
   let url: URL
   try { url = new URL(text.trim()) } catch { return { ok: false, message: `${JSON.stringify(text)} is not a URL (http://host:port or none)` } }
   if (url.protocol !== 'http:') return { ok: false, message: `scheme ${url.protocol.slice(0, -1)} is not supported: the proxy is spoken to in plain HTTP (http://host:port)` }
   if (url.hostname === '') return { ok: false, message: 'names no host' }
-  if (url.username !== '' || url.password !== '') return { ok: false, message: `credentials in the URL would show in status and dumps: put them in a Secret named by ${ANNOTATIONS.UPSTREAM_PROXY_SECRET}` }
+  if (url.username !== '' || url.password !== '') return credentials
   if (url.pathname !== '/' || url.search !== '' || url.hash !== '') return { ok: false, message: 'a proxy URL has no path, query or fragment' }
   const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
   return { ok: true, value: { host, port: url.port === '' ? 80 : Number(url.port) } }

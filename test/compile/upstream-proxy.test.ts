@@ -139,6 +139,15 @@ t.test('annotation parsers', async (t) => {
   t.same(parseUpstreamProxy('none'), { ok: true, value: 'none' })
   t.match(parseUpstreamProxy('http://u:p@proxy:1'), { ok: false, message: /credentials in the URL/ })
   t.match(parseUpstreamProxy('http://proxy:1/path'), { ok: false, message: /no path/ })
+  t.match(parseUpstreamProxy('https://proxy.corp:3128'), { ok: false, message: /^scheme https is not supported/ })
+  // Credentials in a URL that does not parse (no host, a bad port, a space) are not echoed either:
+  // the message goes to status, /config_dump, the log and `validate`.
+  for (const text of ['http://u:pw-Secret1@', 'http://u:pw-Secret1@proxy:31x8', 'http://u:pw-Secret1@proxy corp:3128', 'http://pw-Secret1@[::1']) {
+    const r = parseUpstreamProxy(text)
+    t.match(r, { ok: false, message: /credentials in the URL/ }, text)
+    t.notMatch(JSON.stringify(r), /pw-Secret1/, `${text}: the password is not in the message`)
+  }
+  t.match(parseUpstreamProxy('http://proxy:31x8'), { ok: false, message: /"http:\/\/proxy:31x8" is not a URL/ }, 'without credentials, the text is still shown')
   t.same(parseSecretRef('ns/name', 'ns'), { ok: true, value: 'ns/name' })
   t.match(parseSecretRef('other/name', 'ns'), { ok: false, message: /another namespace/ })
 })
