@@ -229,8 +229,16 @@ export class BookmarkWatch extends Watch {
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300)
     const started = performance.now()
     let events = 0
+    /** An ERROR event other than 410 (which ListWatch answers by relisting): the watch failed. */
+    let failure: KubeApiError | null = null
     return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds },
       (phase, obj, watchObj) => {
+        if (phase === 'ERROR') {
+          failure = watchFailure(path, obj)
+          if (failure === null) events++
+          callback(phase, obj, watchObj)
+          return
+        }
         events++
         if (phase === 'BOOKMARK') this.#bookmarked = true
         const transform = this.#transform
@@ -241,9 +249,26 @@ export class BookmarkWatch extends Watch {
         this.#last = last
         // client-node reports its inactivity timeout as a TimeoutError (and ListWatch resumes at once).
         if ((err as { name?: unknown } | null)?.name === 'TimeoutError') this.#onSilent?.({ ...last, silentMs: this.#silenceMs, serverSendsBookmarks: this.#bookmarked })
-        done(err)
+        // The server ends a watch after an ERROR event: hand the Status on as
+        // the watch's error (ListWatch reports it; kube-source backs off), not
+        // as a clean end it would resume from at once.
+        done(err ?? failure)
       })
   }
+}
+
+/**
+ * The error an ERROR watch event stands for, from its Status; null for a 410
+ * (history compacted: ListWatch relists, a routine end).
+ */
+function watchFailure(path: string, obj: unknown): KubeApiError | null {
+  const s = (typeof obj === 'object' && obj !== null ? obj : {}) as { code?: unknown; reason?: unknown; message?: unknown; details?: { retryAfterSeconds?: unknown } }
+  const code = typeof s.code === 'number' ? s.code : 500
+  if (code === 410) return null
+  const reason = typeof s.reason === 'string' && s.reason !== '' ? s.reason : (STATUS_CODES[code] ?? String(code))
+  const message = typeof s.message === 'string' ? s.message.slice(0, 500) : reason
+  const after = s.details?.retryAfterSeconds
+  return new KubeApiError(code, reason, `watch ${path}: ERROR event ${code} ${message}`, { retryAfterMs: typeof after === 'number' && after > 0 ? Math.min(after * 1000, MAX_RETRY_AFTER_MS) : null })
 }
 
 export function errorText(err: unknown): string {

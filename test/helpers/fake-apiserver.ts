@@ -14,7 +14,7 @@
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
 //   (409 Conflict on a stale metadata.resourceVersion);
 // - generic create/get/update/delete/patch (Leases, Events);
-// - failure injection: `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
+// - failure injection: `watchErrors` (a watch ended by an ERROR event with a Status), `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
 //   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
 //   that are accepted and never answered (a wedged API server or network path), `refuse(match, code)` for
@@ -97,6 +97,13 @@ export class FakeApiServer {
   readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
   goneAs: 'event' | 'http' = 'event'
+  /**
+   * Watches of these resources (plural) are answered with 200, one ERROR event
+   * carrying this Status, and their end: how kube-apiserver reports a failure
+   * found once the watch has started (an internal error, a resourceVersion
+   * ahead of its cache: 504 "Too large resource version").
+   */
+  readonly watchErrors = new Map<string, { readonly code: number; readonly reason: string; readonly message: string }>()
   /** Answer every watch with 200 and end it at once (after replaying history): a broken proxy. */
   endWatchesAtOnce = false
   /** Every request served (tests count status writes, lease updates, relists). */
@@ -530,6 +537,11 @@ export class FakeApiServer {
     const tooOld = rvParam !== '' && rvParam !== '0' && (!Number.isFinite(from) || from < this.#compactedRv)
     if (tooOld && this.goneAs === 'http') return status(res, 410, 'Expired', `too old resource version: ${rvParam} (${this.#compactedRv})`)
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' })
+    const failure = this.watchErrors.get(store.def.plural)
+    if (failure !== undefined) {
+      res.end(JSON.stringify({ type: 'ERROR', object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', ...failure } }) + '\n')
+      return
+    }
     if (tooOld) {
       res.end(JSON.stringify({ type: 'ERROR', object: gone(`too old resource version: ${rvParam} (${this.#compactedRv})`) }) + '\n')
       return
