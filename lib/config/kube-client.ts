@@ -14,9 +14,12 @@
 // write is a few hundred bytes of JSON, and fetch's streams and WebIDL layers
 // cost several times the request itself.
 
-import type { KubernetesObject } from '@kubernetes/client-node'
+import type { KubernetesObject, User } from '@kubernetes/client-node'
 import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
+import fs from 'node:fs'
 import { STATUS_CODES } from 'node:http'
+import path from 'node:path'
+import { parse as parseYaml } from 'yaml'
 import { getGlobalDispatcher, type Dispatcher } from 'undici'
 import { ErrorCode, SallyportError } from '../errors.ts'
 
@@ -69,21 +72,35 @@ const DISPATCHER_MAX_AGE_MS = 5 * 60_000
 export class KubeClient {
   readonly config: KubeConfig
   #shared: { readonly dispatcher: Dispatcher; readonly since: number } | null = null
+  readonly #tokenFile = new TokenFileAuth()
 
   constructor(config: KubeConfig) {
     this.config = config
+    config.addAuthenticator(this.#tokenFile)
   }
 
   /** In the cluster: the Pod's service account (token, CA, KUBERNETES_SERVICE_HOST/PORT). */
   static inCluster(): KubeClient {
     const kc = new KubeConfig()
     kc.loadFromCluster()
+    // client-node reads the projected token again only once a minute, even after a 401.
+    kc.users = kc.users.map((u) => {
+      const file = (u.authProvider as { config?: { tokenFile?: unknown } } | undefined)?.config?.tokenFile
+      return typeof file === 'string' ? withTokenFile(u, file) : u
+    })
     return new KubeClient(kc)
   }
 
   static fromFile(file: string): KubeClient {
     const kc = new KubeConfig()
     kc.loadFromFile(file)
+    // client-node does not know the kubeconfig's `tokenFile` (client-go's name for it), and reads
+    // its own `token-file` once, at load: the current user's token file is ours to read.
+    const tokenFile = kubeconfigTokenFile(fs.readFileSync(file, 'utf8'), kc.getCurrentUser()?.name ?? null)
+    if (tokenFile !== null) {
+      const absolute = path.resolve(path.dirname(file), tokenFile)
+      kc.users = kc.users.map((u) => (u.name === kc.getCurrentUser()?.name ? withTokenFile(u, absolute) : u))
+    }
     return new KubeClient(kc)
   }
 
@@ -97,7 +114,11 @@ export class KubeClient {
     const url = new URL(this.server().replace(/\/$/, '') + path)
     for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== '') url.searchParams.set(k, v)
     const ctx = new RequestContext(url.toString(), HttpMethod[method])
-    await this.config.applySecurityAuthentication(ctx)
+    try {
+      await this.config.applySecurityAuthentication(ctx)
+    } catch (err) {
+      throw err instanceof KubeApiError ? err : new KubeApiError(0, 'NoCredentials', `${method} ${path}: ${errorText(err)}`, { cause: err })
+    }
     const headers: Record<string, string> = { ...ctx.getHeaders(), accept: 'application/json' }
     let body: string | undefined
     if (options.body !== undefined) {
@@ -120,7 +141,10 @@ export class KubeClient {
       this.#drop(dispatcher)
       throw new KubeApiError(0, 'Unreachable', `${method} ${path}: ${errorText(err)}`, { cause: err })
     }
-    if (status === 401) this.#drop(dispatcher) // credentials may have rotated
+    if (status === 401) { // credentials may have rotated
+      this.#drop(dispatcher)
+      this.#tokenFile.stale()
+    }
     if (status < 200 || status > 299) {
       let reason = STATUS_CODES[status] ?? String(status)
       let message = text.slice(0, 500)
@@ -165,7 +189,73 @@ export class KubeClient {
 
   /** A watcher that asks for bookmarks, lets the server end the watch first, and gives up on a silent one. */
   watcher(options: WatcherOptions = {}): BookmarkWatch {
-    return new BookmarkWatch(this.config, options)
+    return new BookmarkWatch(this.config, { ...options, onUnauthorized: () => this.#tokenFile.stale() })
+  }
+}
+
+type Authenticator = Parameters<KubeConfig['addAuthenticator']>[0]
+
+/** The authProvider name of a user whose bearer token TokenFileAuth reads from `config.path`. */
+const TOKEN_FILE_PROVIDER = 'sallyport-token-file'
+
+/** A token read from its file is used this long before the file is read again (at once after a 401). */
+const TOKEN_RECHECK_MS = 1_000
+
+function withTokenFile(user: User, file: string): User {
+  const { token: _token, authProvider: _provider, ...rest } = user
+  return { ...rest, authProvider: { name: TOKEN_FILE_PROVIDER, config: { path: file } } }
+}
+
+/** The current user's `tokenFile` (client-go) or `token-file` (client-node) in a kubeconfig's text, unless it also gives a `token` (which wins, as in client-go). */
+export function kubeconfigTokenFile(text: string, userName: string | null): string | null {
+  if (userName === null) return null
+  let doc: unknown
+  try { doc = parseYaml(text) } catch { return null }
+  const users = (doc as { users?: unknown } | null)?.users
+  if (!Array.isArray(users)) return null
+  const entry = users.find((u: unknown) => (u as { name?: unknown } | null)?.name === userName) as { user?: Record<string, unknown> } | undefined
+  const user = entry?.user
+  if (user === undefined || user === null || (typeof user.token === 'string' && user.token !== '')) return null
+  const file = user.tokenFile ?? user['token-file']
+  return typeof file === 'string' && file !== '' ? file : null
+}
+
+/**
+ * The bearer token of a file (a projected service account token the kubelet
+ * rotates, a kubeconfig's tokenFile a tool rewrites), read again a second after
+ * the last read and at once after a 401 (client-go's cached token source also
+ * starts over on a 401). Surrounding whitespace is not part of it; a file that
+ * cannot be read (or is empty, mid-rewrite) leaves the last token in use.
+ */
+class TokenFileAuth implements Authenticator {
+  #path = ''
+  #token = ''
+  #readAt = Number.NEGATIVE_INFINITY
+
+  isAuthProvider(user: User): boolean {
+    return (user.authProvider as { name?: unknown } | undefined)?.name === TOKEN_FILE_PROVIDER
+  }
+
+  async applyAuthentication(user: User, opts: { headers?: unknown }): Promise<void> {
+    const file = String((user.authProvider as { config: { path: unknown } }).config.path)
+    if (file !== this.#path || performance.now() - this.#readAt >= TOKEN_RECHECK_MS) {
+      let token = ''
+      let failure: unknown = null
+      try { token = (await fs.promises.readFile(file, 'utf8')).trim() } catch (err) { failure = err }
+      if (token !== '' || file !== this.#path) {
+        this.#path = file
+        this.#token = token
+      }
+      this.#readAt = performance.now()
+      if (this.#token === '') throw new KubeApiError(0, 'NoCredentials', `no bearer token in ${file}${failure === null ? '' : `: ${errorText(failure)}`}`, failure === null ? undefined : { cause: failure })
+    }
+    const headers = (opts.headers ??= {}) as Record<string, string>
+    headers.Authorization = `Bearer ${this.#token}`
+  }
+
+  /** The token was refused: read the file again before the next request. */
+  stale(): void {
+    this.#readAt = Number.NEGATIVE_INFINITY
   }
 }
 
@@ -182,6 +272,8 @@ export interface WatcherOptions {
   readonly onSilent?: (watch: SilentWatch) => void
   /** Applied to each ADDED, MODIFIED and DELETED event's object before it is handed on (null: none). */
   readonly transform?: ((obj: KubernetesObject) => KubernetesObject) | null
+  /** Told when a watch is refused with 401 (KubeClient: read the token file again). */
+  readonly onUnauthorized?: () => void
 }
 
 /**
@@ -209,6 +301,7 @@ export class BookmarkWatch extends Watch {
   readonly #silenceMs: number
   readonly #onSilent: ((watch: SilentWatch) => void) | null
   readonly #transform: ((obj: KubernetesObject) => KubernetesObject) | null
+  readonly #onUnauthorized: (() => void) | null
   /** A BOOKMARK arrived on one of this watcher's watches: its server sends them, so silence means a dead connection. */
   #bookmarked = false
 
@@ -217,6 +310,7 @@ export class BookmarkWatch extends Watch {
     this.#silenceMs = options.silenceMs ?? WATCH_SILENCE_MS
     this.#onSilent = options.onSilent ?? null
     this.#transform = options.transform ?? null
+    this.#onUnauthorized = options.onUnauthorized ?? null
     ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#silenceMs
   }
 
@@ -225,35 +319,48 @@ export class BookmarkWatch extends Watch {
     return this.#last
   }
 
-  override watch(path: string, queryParams: Record<string, string | number | boolean | undefined>, callback: Parameters<Watch['watch']>[2], done: Parameters<Watch['watch']>[3]): Promise<AbortController> {
+  override async watch(path: string, queryParams: Record<string, string | number | boolean | undefined>, callback: Parameters<Watch['watch']>[2], done: Parameters<Watch['watch']>[3]): Promise<AbortController> {
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300)
     const started = performance.now()
     let events = 0
     /** An ERROR event other than 410 (which ListWatch answers by relisting): the watch failed. */
     let failure: KubeApiError | null = null
-    return super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds },
-      (phase, obj, watchObj) => {
-        if (phase === 'ERROR') {
-          failure = watchFailure(path, obj)
-          if (failure === null) events++
-          callback(phase, obj, watchObj)
-          return
-        }
-        events++
-        if (phase === 'BOOKMARK') this.#bookmarked = true
-        const transform = this.#transform
-        callback(phase, transform !== null && (phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED') ? transform(obj as KubernetesObject) : obj, watchObj)
-      },
-      (err) => {
-        const last = { lastedMs: performance.now() - started, events }
-        this.#last = last
-        // client-node reports its inactivity timeout as a TimeoutError (and ListWatch resumes at once).
-        if ((err as { name?: unknown } | null)?.name === 'TimeoutError') this.#onSilent?.({ ...last, silentMs: this.#silenceMs, serverSendsBookmarks: this.#bookmarked })
-        // The server ends a watch after an ERROR event: hand the Status on as
-        // the watch's error (ListWatch reports it; kube-source backs off), not
-        // as a clean end it would resume from at once.
-        done(err ?? failure)
-      })
+    let ended = false
+    const end = (err: unknown): void => {
+      if (ended) return
+      ended = true
+      const last = { lastedMs: performance.now() - started, events }
+      this.#last = last
+      // client-node reports its inactivity timeout as a TimeoutError (and ListWatch resumes at once).
+      if ((err as { name?: unknown } | null)?.name === 'TimeoutError') this.#onSilent?.({ ...last, silentMs: this.#silenceMs, serverSendsBookmarks: this.#bookmarked })
+      if ((err as { statusCode?: unknown } | null)?.statusCode === 401) this.#onUnauthorized?.()
+      // The server ends a watch after an ERROR event: hand the Status on as
+      // the watch's error (ListWatch reports it; kube-source backs off), not
+      // as a clean end it would resume from at once.
+      done(err ?? failure)
+    }
+    try {
+      return await super.watch(path, { ...queryParams, allowWatchBookmarks: true, timeoutSeconds },
+        (phase, obj, watchObj) => {
+          if (phase === 'ERROR') {
+            failure = watchFailure(path, obj)
+            if (failure === null) events++
+            callback(phase, obj, watchObj)
+            return
+          }
+          events++
+          if (phase === 'BOOKMARK') this.#bookmarked = true
+          const transform = this.#transform
+          callback(phase, transform !== null && (phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED') ? transform(obj as KubernetesObject) : obj, watchObj)
+        },
+        end)
+    } catch (err) {
+      // Credentials that could not be had (a token file unreadable, an exec plugin failing) reject
+      // before client-node's watch reaches its request, and it never calls done: ListWatch would
+      // wait for an end that never comes (and the rejection would go unhandled).
+      end(err instanceof KubeApiError ? err : new KubeApiError(0, 'NoCredentials', `watch ${path}: ${errorText(err)}`, { cause: err }))
+      return new AbortController()
+    }
   }
 }
 

@@ -394,6 +394,8 @@ export class KubeSource {
       if (status === 403) {
         log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
         if (inf.state === 'pending') inf.state = 'forbidden'
+      } else if (status === 401) {
+        log.error({ ...fields, status, err: errorText(err) }, 'unauthorized: the API server refused our credentials (an expired or revoked token, a deleted service account, a kubeconfig without credentials); retrying with backoff')
       } else {
         log.warn({ ...fields, status, err: errorText(err) }, 'watch failed; retrying with backoff')
       }

@@ -19,6 +19,7 @@
 //   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
 //   that are accepted and never answered (a wedged API server or network path), `refuse(match, code)` for
 //   requests answered with an error status as the real server words it (403 from RBAC, 422 from validation, 5xx);
+// - authentication: `acceptTokens(tokens)` answers 401 for any other bearer token;
 // - RBAC: `authorize(rules)` answers 403 for every request no rule grants (verbs
 //   as kube-apiserver derives them: get, list, watch, create, update, patch, delete),
 //   so a test can run against the ClusterRole of deploy/kubernetes/rbac.yaml.
@@ -60,7 +61,7 @@ interface Store {
   readonly history: WatchEvent[]
 }
 
-export interface RequestRecord { readonly method: string; readonly path: string; readonly query: string }
+export interface RequestRecord { readonly method: string; readonly path: string; readonly query: string; readonly authorization: string }
 
 /** A ClusterRole/Role rule (rbac.authorization.k8s.io/v1 PolicyRule), as written in a manifest. */
 export interface PolicyRule {
@@ -88,6 +89,7 @@ export class FakeApiServer {
   readonly #forbidden = new Set<string>()
   readonly #hidden = new Set<string>()
   #rules: readonly PolicyRule[] | null = null
+  #tokens: ReadonlySet<string> | null = null
   readonly #listings = new Map<string, { readonly items: Obj[]; readonly rv: number }>()
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
@@ -289,6 +291,12 @@ export class FakeApiServer {
   allow(plural: string): void { this.#forbidden.delete(plural) }
   /** From now on, only what these rules grant is served (403 Forbidden otherwise, as RBAC answers); null: everything. */
   authorize(rules: readonly PolicyRule[] | null): void { this.#rules = rules }
+  /**
+   * From now on only these bearer tokens authenticate (401 Unauthorized for any
+   * other, or none, as kube-apiserver answers a token it does not accept: expired,
+   * revoked, of a deleted service account); null: any request is authenticated.
+   */
+  acceptTokens(tokens: readonly string[] | null): void { this.#tokens = tokens === null ? null : new Set(tokens) }
   /** 404 for every request on this resource, as when its CRD is not installed. */
   hide(plural: string): void { this.#hidden.add(plural) }
   unhide(plural: string): void { this.#hidden.delete(plural) }
@@ -364,8 +372,13 @@ export class FakeApiServer {
 
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x')
-    this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search })
+    this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search, authorization: req.headers.authorization ?? '' })
     const seen: HangMatch = { method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '' }
+    const tokens = this.#tokens
+    if (tokens !== null && !tokens.has(/^Bearer (.*)$/.exec(seen.authorization)?.[1] ?? '')) {
+      req.resume()
+      return status(res, 401, 'Unauthorized', 'Unauthorized')
+    }
     const throttle = this.#throttle
     if (throttle !== null && throttle.left > 0 && throttle.match(seen)) {
       throttle.left--
