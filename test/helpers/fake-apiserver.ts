@@ -105,7 +105,7 @@ export class FakeApiServer {
    * found once the watch has started (an internal error, a resourceVersion
    * ahead of its cache: 504 "Too large resource version").
    */
-  readonly watchErrors = new Map<string, { readonly code: number; readonly reason: string; readonly message: string }>()
+  readonly watchErrors = new Map<string, { readonly code: number; readonly reason: string; readonly message: string; readonly details?: { readonly retryAfterSeconds?: number } }>()
   /** Answer every watch with 200 and end it at once (after replaying history): a broken proxy. */
   endWatchesAtOnce = false
   /** Every request served (tests count status writes, lease updates, relists). */
