@@ -373,7 +373,12 @@ export class StatusWriter {
         if (err.statusCode !== 409 || attempt >= MAX_ATTEMPTS) throw err
         // Conflict: someone (another controller, an edit) wrote since; read fresh and redo.
         this.#written.delete(key)
-        raw = await this.#client.request<Json>('GET', objectPath(obj.resource, obj.version, status.namespace, status.name))
+        try {
+          raw = await this.#client.request<Json>('GET', objectPath(obj.resource, obj.version, status.namespace, status.name))
+        } catch (readErr) {
+          if (readErr instanceof KubeApiError && readErr.statusCode === 404) return '' // deleted since the conflict
+          throw readErr
+        }
       }
     }
   }

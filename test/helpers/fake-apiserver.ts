@@ -272,7 +272,8 @@ export class FakeApiServer {
   /**
    * Requests `match` accepts are answered with `code` until `refuse(null)`, the
    * way kube-apiserver answers them: 403 as RBAC denies a verb on a resource
-   * (a ClusterRole without `httproutes/status`), 422 as validation refuses a
+   * (a ClusterRole without `httproutes/status`), 409 as a write based on a stale
+   * resourceVersion is refused, 422 as validation refuses a
    * body (a CRD's status schema), 500/503 as a failing server or admission webhook.
    */
   refuse(match: ((r: HangMatch) => boolean) | null, code = 403): void {
@@ -642,6 +643,7 @@ function refused(res: http.ServerResponse, code: number, r: HangMatch): void {
   const qualified = group === '' ? plural : `${plural}.${group}`
   const where = ns >= 0 ? ` in the namespace "${parts[ns + 1] as string}"` : ''
   if (code === 403) return status(res, 403, 'Forbidden', `${qualified} "${name}" is forbidden: User "system:serviceaccount:sallyport-system:sallyport" cannot ${verb} resource "${resource}" in API group "${group}"${where}`)
+  if (code === 409) return status(res, 409, 'Conflict', `Operation cannot be fulfilled on ${qualified} "${name}": the object has been modified; please apply your changes to the latest version and try again`)
   if (code === 422) return status(res, 422, 'Invalid', `${qualified} "${name}" is invalid: status: Invalid value: "object": the status was refused by validation`)
   if (code === 503) return status(res, 503, 'ServiceUnavailable', 'the server is currently unable to handle the request')
   return status(res, code, 'InternalError', `Internal error occurred: failed calling webhook "validate.example.com": connection refused`)

@@ -65,6 +65,22 @@ t.test('409 is retried with a fresh read; other entries preserved', async (t) =>
   t.equal(fake.count('PUT', /\/status$/), before, 'no writes when not leader')
 })
 
+t.test('an object deleted between a 409 and its re-read is not a failed write', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r', 'r.example.test', 'a', 1))
+  const stale = fake.get('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r') as KubeObject['raw']
+  // The PUT is refused as based on a stale copy; by the re-read, the route is gone.
+  fake.refuse((r) => r.method === 'PUT' && r.path.endsWith('/httproutes/r/status'), 409)
+  fake.remove('gateway.networking.k8s.io/v1', 'HTTPRoute', 'default', 'r')
+  const failedBefore = await metricValue('sallyport_kube_status_writes_total', { kind: 'HTTPRoute', result: 'failed' })
+  const writer = new StatusWriter({ client: clientFor(fake), source: lookupFrom(fake, new Map([['HTTPRoute/r', stale]])), controllerName: CONTROLLER, isLeader: () => true })
+  t.teardown(() => writer.close())
+  writer.update(status([{ kind: 'HTTPRoute', apiVersion: 'gateway.networking.k8s.io/v1', namespace: 'default', name: 'r', generation: 1, conditions: [], listeners: [], parents: [{ parentRef: gwRef, controllerName: CONTROLLER, conditions: [accepted(1)] }] }]), emptySnapshot())
+  await writer.sync()
+  t.equal(fake.count('GET', /httproutes\/r$/), 1, 'the re-read found nothing')
+  t.equal(await metricValue('sallyport_kube_status_writes_total', { kind: 'HTTPRoute', result: 'failed' }), failedBefore, 'deleted meanwhile: nothing failed')
+})
+
 // The re-read is a GET of the single object: the shipped ClusterRole has to grant
 // `get` on every kind whose status is written, or each conflict is a failed write
 // (a warning, sallyport_kube_status_writes_total{result="failed"}) until the retry 5 s later.
