@@ -108,8 +108,15 @@ interface Informer {
   /** Watches in a row that ended at once with nothing (reconnectDelay). */
   shortWatches: number
   timer: NodeJS.Timeout | null
-  /** Entries this informer put in the store (removed if it moves to another version). */
+  /** Entries this informer put in the store. */
   readonly keys: Set<string>
+  /**
+   * After a move to another version (the one it watched is no longer served):
+   * the entries read at the old one that the new one has not listed yet. Those
+   * still here when its first list is in are gone from the API server; null
+   * otherwise.
+   */
+  unlisted: Set<string> | null
 }
 
 export class KubeSource {
@@ -162,7 +169,7 @@ export class KubeSource {
     for (const resource of options.resources ?? KUBE_RESOURCES) {
       const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
       for (const namespace of scopes) {
-        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set() })
+        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set(), unlisted: null })
       }
     }
   }
@@ -368,6 +375,12 @@ export class KubeSource {
   }
 
   #listed(inf: Informer): void {
+    const unlisted = inf.unlisted
+    inf.unlisted = null
+    for (const key of unlisted ?? []) {
+      const raw = this.#store.get(key)?.obj.raw
+      if (raw !== undefined) this.#remove(inf, raw)
+    }
     if (inf.state !== 'synced') log.info({ resource: inf.resource.plural, group: inf.resource.group, version: inf.resource.versions[inf.versionIndex], namespace: inf.namespace ?? '*', objects: inf.keys.size }, 'informer synced')
     inf.state = 'synced'
     inf.failures = 0
@@ -380,7 +393,19 @@ export class KubeSource {
     const status = err instanceof KubeApiError ? err.statusCode : (err as { statusCode?: number }).statusCode ?? 0
     const fields = { resource: inf.resource.plural, group: inf.resource.group, version: inf.resource.versions[inf.versionIndex], namespace: inf.namespace ?? '*' }
     let delay: number
-    if (status === 404 && inf.state !== 'synced') {
+    if (status === 404 && inf.state === 'synced') {
+      // The version it watched is no longer served: a CRD upgrade that dropped
+      // it (GRPCRoute v1alpha2 in Gateway API v1.2), or the CRD uninstalled.
+      // Look for a served version again, from the newest; what was read stays
+      // served until that version's list says otherwise (#listed).
+      log.info(fields, 'resource version no longer served; looking for a served version')
+      void inf.lw?.stop()
+      inf.lw = null
+      inf.state = 'pending'
+      inf.versionIndex = 0
+      inf.unlisted = new Set(inf.keys)
+      delay = Math.round(this.#backoff.base * (0.5 + Math.random()))
+    } else if (status === 404) {
       if (inf.versionIndex + 1 < inf.resource.versions.length) {
         inf.versionIndex++
         this.#run(inf)
@@ -431,6 +456,7 @@ export class KubeSource {
 
   #put(inf: Informer, version: string, raw: KubernetesObject): void {
     const key = storeKey(inf.resource, raw)
+    inf.unlisted?.delete(key)
     const fingerprint = fingerprintOf(inf.resource.modelKind, raw)
     const obj: KubeObject = { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> }
     const old = this.#store.get(key)

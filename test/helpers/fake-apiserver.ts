@@ -16,7 +16,8 @@
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `watchErrors` (a watch ended by an ERROR event with a Status), `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
 //   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
-//   for a CRD that is not installed), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
+//   for a CRD that is not installed), `serveVersion(group, plural, version)` (a CRD upgraded to serve
+//   another version instead), `stop()`/`start()` for an unreachable server, `hang(match)` for requests
 //   that are accepted and never answered (a wedged API server or network path), `refuse(match, code)` for
 //   requests answered with an error status as the real server words it (403 from RBAC, 422 from validation, 5xx);
 // - authentication: `acceptTokens(tokens)` answers 401 for any other bearer token;
@@ -56,7 +57,8 @@ interface Watcher {
 }
 
 interface Store {
-  readonly def: ResourceDef
+  /** Replaced by serveVersion() (a CRD upgrade that serves another version). */
+  def: ResourceDef
   readonly objects: Map<string, Obj>
   readonly history: WatchEvent[]
 }
@@ -298,6 +300,22 @@ export class FakeApiServer {
    * revoked, of a deleted service account); null: any request is authenticated.
    */
   acceptTokens(tokens: readonly string[] | null): void { this.#tokens = tokens === null ? null : new Set(tokens) }
+  /**
+   * The CRD of `plural` is upgraded to serve `version` instead of the one it
+   * served (Gateway API releases drop old versions: GRPCRoute v1alpha2 in v1.2):
+   * its objects are served under the new apiVersion, requests for the old one
+   * are 404, and watches open on the old one end (the API server tears down the
+   * old version's storage).
+   */
+  serveVersion(group: string, plural: string, version: string): void {
+    const store = this.#stores.get(`${group}/${plural}`)
+    if (store === undefined) throw new Error(`fake API server: no resource ${group}/${plural}`)
+    const old = store.def
+    store.def = { ...old, version }
+    for (const o of store.objects.values()) o.apiVersion = apiVersionOf(store.def)
+    for (const e of store.history) e.object.apiVersion = apiVersionOf(store.def)
+    for (const w of [...this.#watchers]) if (w.def === old) { w.res.end(); this.#watchers.delete(w) }
+  }
   /** 404 for every request on this resource, as when its CRD is not installed. */
   hide(plural: string): void { this.#hidden.add(plural) }
   unhide(plural: string): void { this.#hidden.delete(plural) }
