@@ -543,13 +543,32 @@ export class StatusWriter {
     return list.map((c) => {
       const before = prior.find((p) => p.type === c.type)
       return {
-        type: c.type, status: c.status, reason: c.reason, message: c.message,
+        type: c.type, status: c.status, reason: c.reason, message: fitMessage(c.message),
         // Invalid objects compile with generation 0; the object's own is the one observed.
         observedGeneration: c.observedGeneration > 0 ? c.observedGeneration : generation,
         lastTransitionTime: before !== undefined && before.status === c.status && typeof before.lastTransitionTime === 'string' ? before.lastTransitionTime : now,
       }
     })
   }
+}
+
+/** metav1.Condition's `message` schema (every CRD whose status we write): at most 32768 characters. */
+const CONDITION_MESSAGE_MAX = 32768
+const TRUNCATED = ' ... (truncated)'
+
+/**
+ * A condition message the API server accepts: one that is longer (a
+ * ResolvedRefs naming hundreds of missing Backends) is cut, and says so. Sent
+ * whole, the write was refused (422) and none of the object's status, its
+ * Accepted condition included, was ever written. UTF-16 units are never fewer
+ * than characters, so the cut text fits; a surrogate pair is not split.
+ */
+export function fitMessage(message: string): string {
+  if (message.length <= CONDITION_MESSAGE_MAX) return message
+  let end = CONDITION_MESSAGE_MAX - TRUNCATED.length
+  const last = message.charCodeAt(end - 1)
+  if (last >= 0xd800 && last <= 0xdbff) end-- // a high surrogate whose pair would be cut off
+  return message.slice(0, end) + TRUNCATED
 }
 
 /** Deep equality of JSON-like data (compiled statuses): no strings built, stops at the first difference. */

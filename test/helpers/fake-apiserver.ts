@@ -12,7 +12,8 @@
 //   gets an ERROR event with code 410 (what kube-apiserver does: "too old
 //   resource version"), and `expireWatches()` sends the same to open watches;
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
-//   (409 Conflict on a stale metadata.resourceVersion);
+//   (409 Conflict on a stale metadata.resourceVersion), refused with 422 when a
+//   condition's message is longer than metav1.Condition's schema allows (32768);
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `watchErrors` (a watch ended by an ERROR event with a Status), `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
 //   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
@@ -504,6 +505,12 @@ export class FakeApiServer {
     if (sub === 'status') {
       // The status subresource changes status only (metadata and spec writes are ignored).
       next.status = method === 'PUT' ? incoming.status : mergePatch(current.status, incoming.status)
+      // metav1.Condition's schema, in every Gateway API and Envoy Gateway CRD: message maxLength 32768.
+      const long = tooLongMessage(next.status, 'status')
+      if (long !== null) {
+        const group = def.group === '' ? '' : `.${def.group}`
+        return status(res, 422, 'Invalid', `${def.kind}${group} ${JSON.stringify(name)} is invalid: ${long}: Too long: may not be more than ${CONDITION_MESSAGE_MAX} bytes`)
+      }
     } else {
       const merged = method === 'PUT' ? clone(incoming) : mergePatch(current, incoming) as Obj
       merged.metadata = { ...merged.metadata, uid: current.metadata.uid, generation: current.metadata.generation }
@@ -675,6 +682,32 @@ function json(res: http.ServerResponse, code: number, body: unknown): void {
   const text = JSON.stringify(body)
   res.writeHead(code, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
   res.end(text)
+}
+
+/** metav1.Condition `message`: `+kubebuilder:validation:MaxLength=32768` (counted in characters). */
+const CONDITION_MESSAGE_MAX = 32768
+
+/** The path of the first condition message in `v` longer than metav1.Condition allows, or null. */
+function tooLongMessage(v: unknown, at: string): string | null {
+  if (Array.isArray(v)) {
+    for (const [i, e] of v.entries()) {
+      const found = tooLongMessage(e, `${at}[${i}]`)
+      if (found !== null) return found
+    }
+    return null
+  }
+  if (typeof v !== 'object' || v === null) return null
+  for (const [k, e] of Object.entries(v)) {
+    if (k === 'conditions' && Array.isArray(e)) {
+      for (const [i, c] of e.entries()) {
+        const message = (c as { message?: unknown } | null)?.message
+        if (typeof message === 'string' && [...message].length > CONDITION_MESSAGE_MAX) return `${at}.conditions[${i}].message`
+      }
+    }
+    const found = tooLongMessage(e, `${at}.${k}`)
+    if (found !== null) return found
+  }
+  return null
 }
 
 function status(res: http.ServerResponse, code: number, reason: string, message: string): void {
