@@ -71,6 +71,14 @@ const log = logger('status-writer')
 const ROUTE_KINDS = new Set(['HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute'])
 const POLICY_KINDS = new Set(['BackendTLSPolicy', 'BackendTrafficPolicy', 'EgressExtension'])
 const MAX_ATTEMPTS = 5
+/**
+ * The most entries the CRDs' schemas take: Gateway API's RouteStatus.parents
+ * (32) and PolicyStatus.ancestors (16; BackendTLSPolicy, Envoy Gateway's
+ * policies). A longer list is refused whole (422). The spec: when the list is
+ * full, add no further entries.
+ */
+const MAX_ROUTE_PARENTS = 32
+const MAX_POLICY_ANCESTORS = 16
 const CONCURRENCY = 4
 /** Per-object backoff after a failed write: the first delay, doubling up to the cap (client-go's workqueue, 5 ms → 1000 s, scaled to status writes). */
 const FAILURE_BACKOFF = { base: 5000, max: 5 * 60_000 }
@@ -488,7 +496,7 @@ export class StatusWriter {
       .filter((p) => this.#claims(p.parentRef, ns))
     if (ROUTE_KINDS.has(kind)) {
       const isOurs = (e: Json): boolean => e.controllerName === this.#controller && this.#claims(e.parentRef, ns)
-      return { ...current, parents: mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ parentRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond) }
+      return { ...current, parents: this.#capped(s, mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ parentRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond, MAX_ROUTE_PARENTS)) }
     }
     if (kind === 'Backend' && obj.resource.group === 'gateway.envoyproxy.io') {
       return { ...current, conditions: cond(s.conditions, curConditions) }
@@ -496,13 +504,23 @@ export class StatusWriter {
     if (kind === 'Backend') {
       // GEP-4488 BackendParentStatus names the controller in `name`.
       const isOurs = (e: Json): boolean => e.name === this.#controller && this.#claims(e.parentRef, ns)
-      return { ...current, parents: mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ name: this.#controller, parentRef: parentRef(p.parentRef), conditions: p.conditions })), cond) }
+      return { ...current, parents: mergeEntries(current.parents, isOurs, 'parentRef', ns, parents.map((p) => ({ name: this.#controller, parentRef: parentRef(p.parentRef), conditions: p.conditions })), cond, Number.POSITIVE_INFINITY).entries }
     }
     if (POLICY_KINDS.has(kind)) {
       const isOurs = (e: Json): boolean => e.controllerName === this.#controller && this.#claims(e.ancestorRef, ns)
-      return { ...current, ancestors: mergeEntries(current.ancestors, isOurs, 'ancestorRef', ns, parents.map((p) => ({ ancestorRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond) }
+      return { ...current, ancestors: this.#capped(s, mergeEntries(current.ancestors, isOurs, 'ancestorRef', ns, parents.map((p) => ({ ancestorRef: parentRef(p.parentRef), controllerName: this.#controller, conditions: p.conditions })), cond, MAX_POLICY_ANCESTORS)) }
     }
     return { ...current, conditions: cond(s.conditions, curConditions) }
+  }
+
+  /** The merged entries; the ones a full list left out are logged (once per compiled status: a written one is not built again). */
+  #capped(s: ObjectStatus, merged: { readonly entries: Json[]; readonly left: readonly Json[] }): Json[] {
+    if (merged.left.length > 0) {
+      const refs = merged.left.map((e) => gatewayOf(e.parentRef ?? e.ancestorRef, s.namespace))
+      log.warn({ kind: s.kind, namespace: s.namespace, name: s.name, max: merged.entries.length, left: refs },
+        'status list full (the CRD takes no more entries): these Gateways are not listed')
+    }
+    return merged.entries
   }
 
   /** Whether an Envoy Gateway Backend's conditions (one list, no per-Gateway entries) are ours to write. */
@@ -634,10 +652,12 @@ function refKey(ref: unknown, namespace: string): string {
  * The entries of `list` with ours brought up to date: an entry of ours is
  * replaced in place by the wanted one for the same ref (its conditions keep
  * their lastTransitionTime), or dropped when none is wanted; wanted entries
- * not there yet are appended. Every other entry stays as it is, where it is.
+ * not there yet are appended, in order, while the list has fewer than `max`
+ * (`left`: those that did not fit). Every other entry stays as it is, where it is.
  */
 function mergeEntries(list: unknown, isOurs: (e: Json) => boolean, refField: 'parentRef' | 'ancestorRef', namespace: string,
-  wanted: ReadonlyArray<Json & { conditions: readonly Condition[] }>, cond: (list: readonly Condition[], existing: unknown) => Json[]): Json[] {
+  wanted: ReadonlyArray<Json & { conditions: readonly Condition[] }>, cond: (list: readonly Condition[], existing: unknown) => Json[],
+  max: number): { entries: Json[]; left: Json[] } {
   const cur = Array.isArray(list) ? list as Json[] : []
   const pending = new Map(wanted.map((w) => [refKey(w[refField], namespace), w]))
   const build = (w: Json & { conditions: readonly Condition[] }, existing: Json | undefined): Json => ({ ...w, conditions: cond(w.conditions, existing?.conditions) })
@@ -650,8 +670,12 @@ function mergeEntries(list: unknown, isOurs: (e: Json) => boolean, refField: 'pa
     pending.delete(k)
     out.push(build(w, e))
   }
-  for (const w of pending.values()) out.push(build(w, undefined))
-  return out
+  const left: Json[] = []
+  for (const w of pending.values()) {
+    if (out.length < max) out.push(build(w, undefined))
+    else left.push(w)
+  }
+  return { entries: out, left }
 }
 
 /** JSON with sorted keys: the API server does not keep our key order. */

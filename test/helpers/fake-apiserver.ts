@@ -12,8 +12,9 @@
 //   gets an ERROR event with code 410 (what kube-apiserver does: "too old
 //   resource version"), and `expireWatches()` sends the same to open watches;
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
-//   (409 Conflict on a stale metadata.resourceVersion), refused with 422 when a
-//   condition's message is longer than metav1.Condition's schema allows (32768);
+//   (409 Conflict on a stale metadata.resourceVersion), refused with 422 where the
+//   CRDs' schemas refuse it: a condition message over 32768 characters, more than
+//   16 policy ancestors or 32 route parents;
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `watchErrors` (a watch ended by an ERROR event with a Status), `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
 //   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
@@ -506,10 +507,17 @@ export class FakeApiServer {
       // The status subresource changes status only (metadata and spec writes are ignored).
       next.status = method === 'PUT' ? incoming.status : mergePatch(current.status, incoming.status)
       // metav1.Condition's schema, in every Gateway API and Envoy Gateway CRD: message maxLength 32768.
+      const group = def.group === '' ? '' : `.${def.group}`
       const long = tooLongMessage(next.status, 'status')
       if (long !== null) {
-        const group = def.group === '' ? '' : `.${def.group}`
         return status(res, 422, 'Invalid', `${def.kind}${group} ${JSON.stringify(name)} is invalid: ${long}: Too long: may not be more than ${CONDITION_MESSAGE_MAX} bytes`)
+      }
+      // Gateway API's PolicyStatus (BackendTLSPolicy, and Envoy Gateway's policies) holds at most 16 ancestors, RouteStatus 32 parents.
+      for (const [field, max] of [['ancestors', 16], ['parents', ROUTE_KINDS.has(def.kind) ? 32 : Number.POSITIVE_INFINITY]] as const) {
+        const list = (next.status as Record<string, unknown> | undefined)?.[field]
+        if (Array.isArray(list) && list.length > max && (field === 'parents' || POLICY_CRDS.has(`${def.kind}${group}`))) {
+          return status(res, 422, 'Invalid', `${def.kind}${group} ${JSON.stringify(name)} is invalid: status.${field}: Too many: ${list.length}: must have at most ${max} items`)
+        }
       }
     } else {
       const merged = method === 'PUT' ? clone(incoming) : mergePatch(current, incoming) as Obj
@@ -683,6 +691,10 @@ function json(res: http.ServerResponse, code: number, body: unknown): void {
   res.writeHead(code, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) })
   res.end(text)
 }
+
+const ROUTE_KINDS = new Set(['HTTPRoute', 'GRPCRoute', 'TCPRoute', 'TLSRoute'])
+/** Upstream CRDs whose status is a PolicyStatus (ancestors: maxItems 16). */
+const POLICY_CRDS = new Set(['BackendTLSPolicy.gateway.networking.k8s.io', 'BackendTrafficPolicy.gateway.envoyproxy.io'])
 
 /** metav1.Condition `message`: `+kubebuilder:validation:MaxLength=32768` (counted in characters). */
 const CONDITION_MESSAGE_MAX = 32768

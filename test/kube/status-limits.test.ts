@@ -1,13 +1,14 @@
 // Status that the CRDs' schemas would refuse: a condition message longer than
-// metav1.Condition allows (32768 characters) is cut to fit, so the rest of the
-// status still reaches the object.
+// metav1.Condition allows (32768 characters) is cut to fit, and a policy's
+// ancestors beyond PolicyStatus's 16 are not added, so the rest of the status
+// still reaches the object.
 import './quiet.ts'
 import t from 'tap'
 import { Runtime } from '../../lib/runtime/runtime.ts'
 import { createKubeMode } from '../../lib/runtime/kube-mode.ts'
 import { fitMessage } from '../../lib/runtime/status-writer.ts'
 import { freePort } from '../e2e/harness.ts'
-import { clientFor, gateway, gatewayClass, startFake, until } from './fixtures.ts'
+import { backend, clientFor, gateway, gatewayClass, startFake, until } from './fixtures.ts'
 
 const HTTP_ROUTE = 'gateway.networking.k8s.io/v1'
 const LEASE = { durationMs: 1000, renewDeadlineMs: 700, retryPeriodMs: 100 }
@@ -41,6 +42,37 @@ t.test('a ResolvedRefs message naming 256 missing Backends is cut to 32768 chara
   t.match(c.message, /^Backend default\/missing-0-0-x+ \(gateway\.envoyproxy\.io\) not found/, 'it starts as compiled')
   t.match(c.message, /\(truncated\)$/, 'and says it was cut')
   t.equal(fake.requests.filter((r) => r.method === 'PUT' && r.path.endsWith('/httproutes/wide/status')).length, 1, 'one write, not refused')
+})
+
+t.test('a policy used through 17 Gateways lists 16 of them as ancestors (PolicyStatus holds no more) instead of none', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  const gateways = Array.from({ length: 17 }, (_, i) => `egress-${String(i).padStart(2, '0')}`)
+  for (const name of gateways) {
+    const g = gateway(await freePort()) as { metadata: { name: string } }
+    fake.apply({ ...g, metadata: { ...g.metadata, name } })
+  }
+  fake.apply(backend('a', 9000))
+  fake.apply({
+    apiVersion: HTTP_ROUTE, kind: 'HTTPRoute', metadata: { name: 'shared', namespace: 'default' },
+    spec: { parentRefs: gateways.map((name) => ({ name })), hostnames: ['shared.example.test'], rules: [{ backendRefs: [{ group: 'gateway.envoyproxy.io', kind: 'Backend', name: 'a', port: 9000 }] }] },
+  })
+  fake.apply({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'p', namespace: 'default' },
+    spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'shared' }], timeout: { http: { requestTimeout: '5s' } } },
+  })
+  const kube = createKubeMode({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 50, max: 200 }, lease: { ...LEASE, identity: 'only', namespace: 'sallyport-system' } })
+  const runtime = new Runtime({ configPaths: [], gatewayClass: 'sallyport', bind: '127.0.0.1', accessLog: false, ...kube.runtimeOptions })
+  t.teardown(async () => { await kube.stop(); await runtime.stop(100) })
+  await runtime.start()
+  kube.start()
+
+  const ancestors = (): Array<{ ancestorRef: { name: string } }> =>
+    ((fake.get('gateway.envoyproxy.io/v1alpha1', 'BackendTrafficPolicy', 'default', 'p')?.status as { ancestors?: Array<{ ancestorRef: { name: string } }> } | undefined)?.ancestors ?? [])
+  await until('the policy status written', () => ancestors().length > 0)
+  t.same(ancestors().map((a) => a.ancestorRef.name), gateways.slice(0, 16), 'the first 16 Gateways')
+  const parents = (): unknown[] => (fake.get(HTTP_ROUTE, 'HTTPRoute', 'default', 'shared')?.status as { parents?: unknown[] } | undefined)?.parents ?? []
+  await until('the route has all its parents (RouteStatus holds 32)', () => parents().length === 17)
 })
 
 t.test('fitMessage: short messages as they are; long ones cut on a character boundary', async (t) => {
