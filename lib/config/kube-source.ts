@@ -411,10 +411,18 @@ export class KubeSource {
         this.#run(inf)
         return
       }
-      log.info({ ...fields, retryInMs: this.#notFoundRetryMs }, 'resource not served (CRD not installed?); skipping it')
       inf.state = 'absent'
       inf.versionIndex = 0
-      delay = this.#notFoundRetryMs
+      if (inf.unlisted === null) {
+        log.info({ ...fields, retryInMs: this.#notFoundRetryMs }, 'resource not served (CRD not installed?); skipping it')
+        delay = this.#notFoundRetryMs
+      } else {
+        // It was served a moment ago: an API server that is still starting may answer 404
+        // for a while, so look again with the error backoff (logged the first time only).
+        delay = Math.round(Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.failures) * (0.5 + Math.random()))
+        ;(inf.failures === 0 ? log.info : log.debug).call(log, { ...fields, retryInMs: delay }, 'resource no longer served (CRD uninstalled?); looking for it again with backoff')
+        inf.failures++
+      }
     } else {
       if (status === 403) {
         log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
