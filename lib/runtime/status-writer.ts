@@ -79,6 +79,8 @@ const MAX_ATTEMPTS = 5
  */
 const MAX_ROUTE_PARENTS = 32
 const MAX_POLICY_ANCESTORS = 16
+/** GatewayStatus.addresses: maxItems 16 (a Service with more external IPs would have the whole write refused). */
+const MAX_GATEWAY_ADDRESSES = 16
 const CONCURRENCY = 4
 /** Per-object backoff after a failed write: the first delay, doubling up to the cap (client-go's workqueue, 5 ms → 1000 s, scaled to status writes). */
 const FAILURE_BACKOFF = { base: 5000, max: 5 * 60_000 }
@@ -487,7 +489,11 @@ export class StatusWriter {
       // (no flag, no Service, none yet). Left alone, what an earlier run wrote
       // would go on naming an address nothing binds any more.
       const addresses = s.addresses ?? []
-      if (addresses.length > 0) out.addresses = addresses.map((a) => ({ type: a.type, value: a.value }))
+      if (addresses.length > MAX_GATEWAY_ADDRESSES) {
+        log.warn({ kind: s.kind, namespace: s.namespace, name: s.name, max: MAX_GATEWAY_ADDRESSES, left: addresses.slice(MAX_GATEWAY_ADDRESSES).map((a) => a.value) },
+          'status list full (the CRD takes no more entries): these addresses are not listed')
+      }
+      if (addresses.length > 0) out.addresses = addresses.slice(0, MAX_GATEWAY_ADDRESSES).map((a) => ({ type: a.type, value: a.value }))
       else delete out.addresses
       return out
     }

@@ -14,7 +14,7 @@
 // - status subresource GET/PUT/PATCH (merge patch) with optimistic concurrency
 //   (409 Conflict on a stale metadata.resourceVersion), refused with 422 where the
 //   CRDs' schemas refuse it: a condition message over 32768 characters, more than
-//   16 policy ancestors or 32 route parents;
+//   16 policy ancestors, 32 route parents or 16 Gateway addresses;
 // - generic create/get/update/delete/patch (Leases, Events);
 // - failure injection: `watchErrors` (a watch ended by an ERROR event with a Status), `dropWatches()`, `endWatches()` (a watch timing out), `silenceWatches()` (a
 //   half-open watch connection: open, and nothing arrives any more), `forbid(plural)`, `hide(plural)` (404 as
@@ -511,6 +511,10 @@ export class FakeApiServer {
       const long = tooLongMessage(next.status, 'status')
       if (long !== null) {
         return status(res, 422, 'Invalid', `${def.kind}${group} ${JSON.stringify(name)} is invalid: ${long}: Too long: may not be more than ${CONDITION_MESSAGE_MAX} bytes`)
+      }
+      const addresses = (next.status as Record<string, unknown> | undefined)?.addresses
+      if (def.kind === 'Gateway' && Array.isArray(addresses) && addresses.length > 16) {
+        return status(res, 422, 'Invalid', `${def.kind}${group} ${JSON.stringify(name)} is invalid: status.addresses: Too many: ${addresses.length}: must have at most 16 items`)
       }
       // Gateway API's PolicyStatus (BackendTLSPolicy, and Envoy Gateway's policies) holds at most 16 ancestors, RouteStatus 32 parents.
       for (const [field, max] of [['ancestors', 16], ['parents', ROUTE_KINDS.has(def.kind) ? 32 : Number.POSITIVE_INFINITY]] as const) {

@@ -154,3 +154,15 @@ t.test('with --publish-service and no Service yet, an address written before (by
   await settled(kube)
   t.equal(gwStatus(fake)?.addresses, undefined, 'removed')
 })
+
+t.test('a Service with more addresses than GatewayStatus holds (16): the first 16 are written, not a refused status', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  fake.apply(gateway(await freePort()))
+  const externalIPs = Array.from({ length: 20 }, (_, i) => `192.0.2.${i + 1}`)
+  fake.apply(service('front', { type: 'ClusterIP', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], externalIPs }))
+  await replica(t, fake, 'sallyport-system/front')
+  await until('addresses written', () => (gwStatus(fake)?.addresses?.length ?? 0) > 0)
+  t.same(gwStatus(fake)?.addresses?.map((a) => a.value), externalIPs.slice(0, 16))
+  t.match(gwStatus(fake)?.conditions?.find((c) => c.type === 'Accepted'), { status: 'True' }, 'and the rest of the status with them')
+})
