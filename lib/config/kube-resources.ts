@@ -15,11 +15,17 @@ export interface KubeResource {
   readonly status: boolean
   /** Passed as fieldSelector to every list and watch of the kind (null: none). */
   readonly fieldSelector: string | null
+  /**
+   * Not read (403) before the first sync, the kind holds it (nothing is served,
+   * /readyz stays 503) instead of counting as empty: a kind whose objects
+   * secure traffic others send, which an empty view would send unsecured.
+   */
+  readonly failClosed: boolean
 }
 
 const GW = 'gateway.networking.k8s.io'
-const r = (group: string, versions: string[], plural: string, kind: string, opts: { modelKind?: string; namespaced?: boolean; status?: boolean; fieldSelector?: string } = {}): KubeResource =>
-  ({ group, versions, plural, kind, modelKind: opts.modelKind ?? kind, namespaced: opts.namespaced ?? true, status: opts.status ?? false, fieldSelector: opts.fieldSelector ?? null })
+const r = (group: string, versions: string[], plural: string, kind: string, opts: { modelKind?: string; namespaced?: boolean; status?: boolean; fieldSelector?: string; failClosed?: boolean } = {}): KubeResource =>
+  ({ group, versions, plural, kind, modelKind: opts.modelKind ?? kind, namespaced: opts.namespaced ?? true, status: opts.status ?? false, fieldSelector: opts.fieldSelector ?? null, failClosed: opts.failClosed ?? false })
 
 export const KUBE_RESOURCES: readonly KubeResource[] = [
   r(GW, ['v1', 'v1beta1'], 'gatewayclasses', 'GatewayClass', { namespaced: false, status: true }),
@@ -29,7 +35,8 @@ export const KUBE_RESOURCES: readonly KubeResource[] = [
   r(GW, ['v1alpha2'], 'tcproutes', 'TCPRoute', { status: true }),
   r(GW, ['v1', 'v1alpha3', 'v1alpha2'], 'tlsroutes', 'TLSRoute', { status: true }),
   r(GW, ['v1', 'v1beta1'], 'referencegrants', 'ReferenceGrant'),
-  r(GW, ['v1', 'v1alpha3'], 'backendtlspolicies', 'BackendTLSPolicy', { status: true }),
+  // Unseen, its policies' backends would be reached in plaintext (credentials injected for them too).
+  r(GW, ['v1', 'v1alpha3'], 'backendtlspolicies', 'BackendTLSPolicy', { status: true, failClosed: true }),
   r(GW, ['v1alpha1'], 'backends', 'Backend', { status: true }),
   r('gateway.networking.x-k8s.io', ['v1alpha1'], 'xbackends', 'XBackend', { modelKind: 'Backend', status: true }),
   r('gateway.envoyproxy.io', ['v1alpha1'], 'backends', 'Backend', { status: true }),

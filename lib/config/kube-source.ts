@@ -425,8 +425,13 @@ export class KubeSource {
       }
     } else {
       if (status === 403) {
-        log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
-        if (inf.state === 'pending') inf.state = 'forbidden'
+        if (inf.state === 'pending' && inf.resource.failClosed) {
+          // Counted as empty, its objects' protection would silently be off (BackendTLSPolicy: TLS to its backends).
+          log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml). Nothing is served until it can be read: without it, traffic it secures would go out unsecured')
+        } else {
+          log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
+          if (inf.state === 'pending') inf.state = 'forbidden'
+        }
       } else if (status === 401) {
         log.error({ ...fields, status, err: errorText(err) }, 'unauthorized: the API server refused our credentials (an expired or revoked token, a deleted service account, a kubeconfig without credentials); retrying with backoff')
       } else {

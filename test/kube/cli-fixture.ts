@@ -20,11 +20,11 @@ export interface KubeCli {
 }
 
 /**
- * Starts it and waits for /readyz 200. `args`: more serve flags; `before`:
+ * Starts it and waits for /readyz 200 (unless `waitReady: false`). `args`: more serve flags; `before`:
  * objects to apply before the CLI starts; `accessLog`: on (default off);
  * the log level is info (the kube tests' own is silent).
  */
-export async function startKubeCli(t: Test, options: { args?: readonly string[]; before?: (fake: FakeApiServer) => void; accessLog?: boolean } = {}): Promise<KubeCli> {
+export async function startKubeCli(t: Test, options: { args?: readonly string[]; before?: (fake: FakeApiServer) => void; accessLog?: boolean; waitReady?: boolean } = {}): Promise<KubeCli> {
   const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'a' })
   t.teardown(() => upstream.close())
   const [port, adminPort] = [await freePort(), await freePort()]
@@ -39,6 +39,6 @@ export async function startKubeCli(t: Test, options: { args?: readonly string[];
     '--drain-seconds', '1', ...(options.accessLog === true ? [] : ['--access-log', 'off']), ...(options.args ?? []),
   ], { env: { POD_NAME: 'cli-pod', POD_NAMESPACE: 'sallyport-system', SALLYPORT_LOG_LEVEL: 'info' } })
   const admin = `http://127.0.0.1:${adminPort}`
-  await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 20_000, '/readyz 200')
+  if (options.waitReady !== false) await eventually(() => request(`${admin}/readyz`), (r) => r.status === 200, 20_000, '/readyz 200')
   return { cli, fake, upstream, port, admin }
 }

@@ -141,6 +141,26 @@ t.test('403 on one kind is logged and the rest works; 404 kinds are skipped', as
   t.pass('the forbidden kind recovered with backoff')
 })
 
+t.test('a forbidden BackendTLSPolicy holds the first sync: serving without it would reach its backends without TLS', async (t) => {
+  const fake = await startFake(t)
+  fake.forbid('backendtlspolicies')
+  fake.forbid('secrets')
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  const source = new KubeSource({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 20, max: 50 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  let started = false
+  const start = source.start((s) => { last = s }).then(() => { started = true })
+  // Retried with backoff (20-50 ms) meanwhile: several refusals, and still nothing served.
+  await until('backendtlspolicies refused a few times', () => fake.count('GET', /backendtlspolicies/) >= 4)
+  t.equal(started, false, 'not synced')
+  t.equal(source.synced(), false)
+  t.equal(last, null, 'no snapshot: no table, /readyz stays 503')
+  fake.allow('backendtlspolicies')
+  await start
+  t.equal((last as Snapshot | null)?.httpRoutes.size, 1, 'served once BackendTLSPolicies can be read (Secrets, still forbidden, do not hold it)')
+})
+
 t.test('a list refused with 429 waits at least the Retry-After, whatever the backoff', async (t) => {
   const fake = await startFake(t)
   fake.apply(route('r0', 'r0.example.test', 'a', 9000))
