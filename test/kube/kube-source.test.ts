@@ -161,6 +161,26 @@ t.test('a forbidden BackendTLSPolicy holds the first sync: serving without it wo
   t.equal((last as Snapshot | null)?.httpRoutes.size, 1, 'served once BackendTLSPolicies can be read (Secrets, still forbidden, do not hold it)')
 })
 
+t.test('once synced, a BackendTLSPolicy forbidden later keeps the policies last read', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(route('r0', 'r0.example.test', 'a', 9000))
+  fake.apply({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'BackendTLSPolicy', metadata: { name: 'p', namespace: 'default' },
+    spec: { targetRefs: [{ group: '', kind: 'Service', name: 'a' }], validation: { hostname: 'a.example.test', wellKnownCACertificates: 'System' } },
+  })
+  const source = new KubeSource({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 20, max: 50 } })
+  t.teardown(() => source.close())
+  let last: Snapshot | null = null
+  await source.start((s) => { last = s })
+  t.equal((last as Snapshot | null)?.backendTLSPolicies.size, 1)
+  fake.forbid('backendtlspolicies') // its watch is cut; resumed and relisted, each refused
+  const before = fake.count('GET', /backendtlspolicies/)
+  await until('refused a few times', () => fake.count('GET', /backendtlspolicies/) >= before + 3)
+  fake.apply(route('r1', 'r1.example.test', 'a', 9000))
+  await until('the new route served', () => last?.httpRoutes.size === 2)
+  t.equal((last as Snapshot | null)?.backendTLSPolicies.size, 1, 'the policy read before is still applied')
+})
+
 t.test('a list refused with 429 waits at least the Retry-After, whatever the backoff', async (t) => {
   const fake = await startFake(t)
   fake.apply(route('r0', 'r0.example.test', 'a', 9000))
