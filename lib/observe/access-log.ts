@@ -34,6 +34,8 @@ export interface AccessRecord {
   /** SP_ERR_* when the request ended in an error. */
   readonly code: string | null
   readonly reason: string | null
+  /** A gRPC call's grpc-status (the upstream's trailers or trailers-only head, or the gateway's own answer); null otherwise. */
+  readonly grpcStatus: number | null
 }
 
 export interface AccessLog {
@@ -109,6 +111,8 @@ class JsonAccessLog implements AccessLog {
     at = jsonNullable(buf, r.code, at)
     at = latin1(buf, ',"reason":', at)
     at = jsonNullable(buf, r.reason, at)
+    at = latin1(buf, ',"grpcStatus":', at)
+    at = r.grpcStatus === null ? latin1(buf, 'null', at) : jsonNumber(buf, r.grpcStatus, at)
     at = latin1(buf, ',"msg":"request"}\n', at)
     const sink = this.#sink
     if (sink.writeBytes !== undefined) sink.writeBytes(buf, at)

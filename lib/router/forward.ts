@@ -137,6 +137,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   endpoint = ''
   /** The endpoint a request that got no answer failed at (the access line's `upstream` then). */
   failedAt = ''
+  /** A gRPC answer's grpc-status when known at its head (trailers-only, the gateway's own); null otherwise. */
+  grpcStatus: number | null = null
+  /** A gRPC response's trailers, read for grpc-status when the request is recorded. */
+  grpcTrailers: (() => OutgoingHeaders | null) | null = null
   /** Issue 7: the extension chain run of this request; null when the backend has none. */
   flow: Flow | null = null
   /** Issue 7: where a flow's request goes: the first dispatch (plan, picked) or an attempt's loop. */
@@ -385,7 +389,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       return
     }
     // A gRPC client reads an extension's refusal as a gRPC status; its fields (Retry-After, RateLimit) stay.
-    if (this.isGrpc()) return this.answer(200, grpcFields(headers, grpcStatusOf(code, status), reason), null)
+    if (this.isGrpc()) {
+      this.grpcStatus = grpcStatusOf(code, status)
+      return this.answer(200, grpcFields(headers, this.grpcStatus, reason), null)
+    }
     this.answer(status, headers, reason + '\n')
   }
 
@@ -405,6 +412,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // headers, not a long-lived event stream; idleMs bounds silence instead.
     if (this.cluster !== null && this.cluster.protocol === 'MCP') this.clearTimer()
     const headers = res.headers
+    const type = headers['content-type']
+    if (typeof type === 'string' && type.startsWith('application/grpc')) {
+      const inHead = headers['grpc-status']
+      if (inHead !== undefined) this.grpcStatus = grpcStatusNumber(inHead)
+      else if (res.trailers !== undefined) this.grpcTrailers = res.trailers
+    }
     stripResponseHopByHop(headers)
     // RFC 9110 §8.6: no Content-Length on a 204, whatever the upstream sent (an HTTP/2
     // client would take a non-zero one without DATA for a malformed stream).
@@ -594,7 +607,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   answerGrpc(code: ErrorCode, status: number, message: string): void {
     this.answered = true
     this.status = 200
-    this.ex.respondGrpc(grpcStatusOf(code, status), message)
+    this.grpcStatus = grpcStatusOf(code, status)
+    this.ex.respondGrpc(this.grpcStatus, message)
   }
 
   isGrpc(): boolean {
@@ -757,7 +771,14 @@ function recordNow(ctx: RequestContext): void {
     clientNamespace: client === undefined ? null : client.namespace,
     clientServiceAccount: client === undefined ? null : client.serviceAccount,
     code: ctx.code, reason: ctx.reason,
+    grpcStatus: ctx.grpcTrailers === null ? ctx.grpcStatus : grpcStatusNumber(ctx.grpcTrailers()?.['grpc-status']),
   })
+}
+
+/** A grpc-status field as a number (1 to 3 digits); null when absent or anything else (an upstream's field is not trusted to be one). */
+function grpcStatusNumber(value: string | readonly string[] | undefined): number | null {
+  const v = Array.isArray(value) ? value[0] : value
+  return typeof v === 'string' && /^[0-9]{1,3}$/.test(v) ? Number(v) : null
 }
 
 /**
@@ -790,6 +811,6 @@ export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: Refus
     method: r.method, authority: r.authority, path: q === -1 ? r.target : r.target.slice(0, q), status: r.status,
     durationMs: 0, upstreamMs: null, bytesIn: 0, bytesOut: 0, route: '', backend: '', upstream: '',
     protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
-    code: r.code, reason: r.reason,
+    code: r.code, reason: r.reason, grpcStatus: null,
   })
 }
