@@ -141,7 +141,7 @@ export class L4Listener {
           session.start(env, matchSni(sni, outcome.sni), socket, false, null)
         } else if (outcome.kind === 'invalid') {
           log.debug({ port: this.port, reason: outcome.reason }, 'unreadable ClientHello')
-          session.fail('client_hello_invalid')
+          session.fail(outcome.reason === 'too_large' ? 'client_hello_too_large' : 'client_hello_invalid')
         } else if (outcome.kind === 'timeout') {
           session.fail('client_hello_timeout')
         } else {

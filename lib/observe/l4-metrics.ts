@@ -21,6 +21,7 @@ export type L4Reason =
   | 'connect_failed' // every endpoint refused / timed out / did not resolve
   | 'tls_failed' // TLS origination to the upstream failed (verification, handshake)
   | 'client_hello_invalid' // passthrough: not a TLS ClientHello we can read
+  | 'client_hello_too_large' // passthrough: a ClientHello over the bound (sni-client-hello.ts MAX_CLIENT_HELLO_BYTES)
   | 'client_hello_timeout' // passthrough: no complete ClientHello within the timeout
   | 'client_tls_failed' // terminate: the client's handshake failed
   | 'idle_timeout' // no bytes either way for the idle timeout
