@@ -8,6 +8,7 @@ import http2 from 'node:http2'
 import path from 'node:path'
 import { eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
 import { listenLoopback } from '../helpers/ports.ts'
+import { grpcCall as call } from './grpc-fixtures.ts'
 
 /** /trailers.Svc/* ends with trailers grpc-status 5, /only.Svc/* is trailers-only grpc-status 3, /bogus.Svc/* sends grpc-status "x". */
 async function grpcUpstream(t: Test): Promise<number> {
@@ -25,16 +26,6 @@ async function grpcUpstream(t: Test): Promise<number> {
   const port = await listenLoopback(server)
   t.teardown(() => { server.close() })
   return port
-}
-
-function call(session: http2.ClientHttp2Session, p: string): Promise<void> {
-  return new Promise((resolve) => {
-    const s = session.request({ ':method': 'POST', ':path': p, ':authority': 'grpc.example.test', 'content-type': 'application/grpc', te: 'trailers' })
-    s.on('error', () => {})
-    s.resume()
-    s.on('close', () => resolve())
-    s.end(Buffer.from([0, 0, 0, 0, 0]))
-  })
 }
 
 t.test('CLI: the access line says each gRPC call\'s grpc-status', async (t) => {

@@ -12,6 +12,7 @@ import http2 from 'node:http2'
 import path from 'node:path'
 import { eventually, freePort, gatewayYaml, request, startCli, tempDir } from './harness.ts'
 import { closedPort, listenLoopback } from '../helpers/ports.ts'
+import { grpcCall as call } from './grpc-fixtures.ts'
 
 /** An h2c upstream: /reset.Svc/* resets the stream, /slow.Svc/* never answers, the rest answer grpc-status 0. */
 async function grpcUpstream(t: Test): Promise<number> {
@@ -51,28 +52,6 @@ spec:
       backendRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: ${backendName}, port: ${port} }]
 ---
 `
-
-interface Answer { readonly status: number; readonly grpcStatus: string; readonly message: string; readonly headers: http2.IncomingHttpHeaders }
-
-/** A unary call: the HTTP status and, from the head (trailers-only) or the trailers, grpc-status and grpc-message. */
-function call(session: http2.ClientHttp2Session, p: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const s = session.request({ ':method': 'POST', ':path': p, ':authority': 'grpc.example.test', 'content-type': 'application/grpc', te: 'trailers' })
-    let head: http2.IncomingHttpHeaders = {}
-    let tail: http2.IncomingHttpHeaders = {}
-    const timer = setTimeout(() => { s.close(); reject(new Error(`${p}: no answer`)) }, 10_000)
-    s.on('response', (h) => { head = h })
-    s.on('trailers', (h) => { tail = h })
-    s.on('error', () => {})
-    s.resume()
-    s.on('close', () => {
-      clearTimeout(timer)
-      const status = String(head['grpc-status'] ?? tail['grpc-status'] ?? '')
-      resolve({ status: Number(head[':status']), grpcStatus: status, message: decodeURIComponent(String(head['grpc-message'] ?? tail['grpc-message'] ?? '')), headers: head })
-    })
-    s.end(Buffer.from([0, 0, 0, 0, 0]))
-  })
-}
 
 t.test('CLI: the gateway\'s own answers reach gRPC clients as gRPC statuses', async (t) => {
   const up = await grpcUpstream(t)

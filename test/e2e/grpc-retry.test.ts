@@ -9,6 +9,7 @@ import http2 from 'node:http2'
 import path from 'node:path'
 import { eventually, freePort, gatewayYaml, metricSum, request, startCli, tempDir } from './harness.ts'
 import { listenLoopback } from '../helpers/ports.ts'
+import { grpcCall } from './grpc-fixtures.ts'
 
 /** The first call of each method is answered trailers-only with grpc-status `x-fail`; later ones OK. */
 async function flakyUpstream(t: Test): Promise<{ port: number; calls: Map<string, number> }> {
@@ -31,18 +32,8 @@ async function flakyUpstream(t: Test): Promise<{ port: number; calls: Map<string
   return { port, calls }
 }
 
-function call(session: http2.ClientHttp2Session, p: string, fail: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = session.request({ ':method': 'POST', ':path': p, ':authority': 'grpc.example.test', 'content-type': 'application/grpc', te: 'trailers', 'x-fail': fail })
-    let status = ''
-    const timer = setTimeout(() => { s.close(); reject(new Error(`${p}: no answer`)) }, 10_000)
-    s.on('response', (h) => { if (h['grpc-status'] !== undefined) status = String(h['grpc-status']) })
-    s.on('trailers', (h) => { status = String(h['grpc-status']) })
-    s.on('error', () => {})
-    s.resume()
-    s.on('close', () => { clearTimeout(timer); resolve(status) })
-    s.end(Buffer.from([0, 0, 0, 0, 0]))
-  })
+async function call(session: http2.ClientHttp2Session, p: string, fail: string): Promise<string> {
+  return (await grpcCall(session, p, { 'x-fail': fail })).grpcStatus
 }
 
 t.test('CLI: gRPC retryOn triggers retry trailers-only answers with those statuses', async (t) => {
