@@ -393,8 +393,10 @@ export class UpgradeExchange implements Exchange {
 
   #onClose = (): void => {
     // A tunnel the client reset did not complete (it went away); one the upstream reset did, on our side.
-    const completed = this.#finished || (this.#tunnelled && this.#cutBy !== 'client')
-    this.#observer.onEnd(completed, !completed && wasCut(this.#socket))
+    // One the gateway cut (a grace period ran out) did not: its close comes before splice's says which side.
+    const cut = wasCut(this.#socket)
+    const completed = this.#finished || (this.#tunnelled && this.#cutBy !== 'client' && !cut)
+    this.#observer.onEnd(completed, !completed && cut)
   }
 
   headersSent(): boolean { return this.#sent }

@@ -31,6 +31,7 @@ import { ConnectionSni } from '../router/misdirected.ts'
 import { canUpgradeH2c, upgradeH2c } from './h2c-upgrade.ts'
 import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel.ts'
 import { endAndDiscard } from './linger.ts'
+import { cutConnection } from './tunnel-ends.ts'
 import type { Logger } from '../observe/log.ts'
 import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
@@ -242,7 +243,7 @@ export class PortListener {
       const timer = setTimeout(() => {
         // What is still open is cut by us, not by its client (logged so).
         for (const session of this.#sessions.keys()) markCut(session)
-        for (const s of this.#sockets) { markCut(s); s.destroy() }
+        for (const s of this.#sockets) { markCut(s); cutConnection(s) }
         resolve()
       }, graceMs)
       const check = setInterval(() => {

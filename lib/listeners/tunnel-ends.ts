@@ -91,6 +91,21 @@ function isH2Stream(stream: Duplex): stream is H2Stream {
   return 'rstCode' in stream && 'session' in stream && typeof (stream as Partial<H2Stream>).close === 'function'
 }
 
+/** The streams splice() has joined: their FIN means a half-close. */
+const spliced = new WeakSet<object>()
+
+/**
+ * Closes a connection the gateway cuts itself (a listener's grace period ran
+ * out). A tunnel's socket is reset: its FIN would tell the client the far side
+ * had ended in order (a TLS socket, which node cannot reset, is destroyed).
+ * Any other connection is destroyed: what it carried has framing of its own,
+ * and the bytes already sent still reach the client.
+ */
+export function cutConnection(socket: Socket): void {
+  if (spliced.has(socket)) resetSocket(socket)
+  else socket.destroy()
+}
+
 /**
  * Joins `client` and `upstream`: bytes both ways with backpressure (relay.ts),
  * a FIN passed on as a FIN, a reset as a reset. Each side closes by itself once
@@ -100,6 +115,7 @@ function isH2Stream(stream: Duplex): stream is H2Stream {
 export function splice(client: TunnelEnd, upstream: TunnelEnd, onCut: (side: 'client' | 'upstream') => void = noop): void {
   for (const end of [client, upstream]) {
     if (end.stream instanceof Socket) end.stream.allowHalfOpen = true
+    spliced.add(end.stream)
   }
   // The side whose reset (or cut close) ended the tunnel, told once: the other's follows from ours.
   let told = false
