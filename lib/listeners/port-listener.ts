@@ -114,6 +114,8 @@ export class PortListener {
   readonly #h1: http.Server
   readonly #h2: http2.Http2Server
   readonly #sockets = new Set<Socket>()
+  /** HTTPS: the TLS sockets over those, which the exchanges hold: a cut is marked on them too. */
+  readonly #secure = new Set<TLSSocket>()
   /** HTTP/1.1 connections served without node:http (h1-fast.ts) until they are handed over. */
   readonly #fast = new Set<FastH1Connection>()
   readonly #fastHost: FastH1Host
@@ -243,6 +245,7 @@ export class PortListener {
       const timer = setTimeout(() => {
         // What is still open is cut by us, not by its client (logged so).
         for (const session of this.#sessions.keys()) markCut(session)
+        for (const s of this.#secure) markCut(s)
         for (const s of this.#sockets) { markCut(s); cutConnection(s) }
         resolve()
       }, graceMs)
@@ -293,6 +296,8 @@ export class PortListener {
 
   #onSecure = (socket: TLSSocket): void => {
     socket.on('error', noop)
+    this.#secure.add(socket)
+    socket.once('close', () => { this.#secure.delete(socket) })
     // A listener whose min-version is above the port's: a connection its SNI selected it
     // for that settled below it is closed before anything is read (tls-contexts.ts).
     if (refusedBelowFloor(this.#plane.current()?.ports.get(this.port)?.serverTls ?? null, socket, this.port)) { socket.destroy(); return }
