@@ -46,7 +46,8 @@ import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
 import { hostOf } from '../router/headers.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import { endAndDiscard } from './linger.ts'
-import { resetSocket, resetStream } from './tunnel-ends.ts'
+import { markTunnel, resetSocket, resetStream } from './tunnel-ends.ts'
+import { wasCut } from '../router/exchange.ts'
 
 const log = logger('forward-proxy')
 
@@ -69,6 +70,8 @@ export interface ClientSide {
   onReset(fn: () => void): void
   /** The destination reset the tunnel: so does the client's side (a TCP RST; HTTP/2: RST_STREAM CONNECT_ERROR). */
   reset(): void
+  /** The gateway closed the client's connection itself (its listener's grace period ran out). */
+  cut(): boolean
 }
 
 export interface TunnelEnv {
@@ -106,6 +109,7 @@ export function h1Client(socket: Socket, address: string): ClientSide {
     },
     accept(): Duplex {
       socket.allowHalfOpen = true
+      markTunnel(socket) // cut by the gateway: reset, never a FIN (tunnel-ends.ts cutConnection)
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n')
       return socket
     },
@@ -116,6 +120,7 @@ export function h1Client(socket: Socket, address: string): ClientSide {
     // A reset reaches the tunnel as the socket's 'error' (ECONNRESET).
     onReset: noop,
     reset(): void { resetSocket(socket) },
+    cut: () => wasCut(socket),
   }
 }
 
@@ -144,6 +149,7 @@ export function h2Client(stream: http2.ServerHttp2Stream, address: string): Clie
     // RFC 9113 §8.5: a TCP reset from the destination is a stream error CONNECT_ERROR
     // (without the END_STREAM node's close() would send first: tunnel-ends.ts).
     reset(): void { resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR) },
+    cut: () => wasCut(stream.session),
   }
 }
 
@@ -308,7 +314,11 @@ class Tunnel {
     // RFC 9113 §8.5: a reset stream makes the proxy reset its TCP connection; a
     // FIN would tell the destination the upload was complete.
     client.onReset(this.#onClientReset)
-    stream.once('close', () => { upstream.destroy(); this.#onClose() })
+    stream.once('close', () => {
+      // The gateway's own cut (a grace period ran out) resets the destination: a FIN would say the upload was whole.
+      if (this.#client.cut()) { this.#end ??= 'shutdown'; resetSocket(upstream) } else upstream.destroy()
+      this.#onClose()
+    })
     upstream.once('close', this.#onClose)
     if (stream.destroyed) { this.#onClientError(); this.#onClose(); return } // the client left while we dialled
     const first = head !== null && head.length > 0 ? head : null

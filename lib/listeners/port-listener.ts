@@ -247,7 +247,9 @@ export class PortListener {
         for (const session of this.#sessions.keys()) markCut(session)
         for (const s of this.#secure) markCut(s)
         for (const s of this.#sockets) { markCut(s); cutConnection(s) }
-        resolve()
+        // Their 'close' comes a turn later: what ends with them (access lines, a tunnel's
+        // other side) must run before the process may exit. The check below resolves then.
+        setTimeout(() => { clearInterval(check); resolve() }, CUT_SETTLE_MS)
       }, graceMs)
       const check = setInterval(() => {
         this.#h1.closeIdleConnections()
@@ -533,6 +535,9 @@ function hostDiffers(host: string, authority: string | string[] | undefined): bo
   if (authority === undefined) return false
   return typeof authority !== 'string' || (host !== authority && hostOf(host) !== hostOf(authority))
 }
+
+/** After a grace period's cut, how long its connections' closes are waited for at most. */
+const CUT_SETTLE_MS = 1000
 
 /** How often a session whose client sent GOAWAY is asked for a PING answer, and how long it has to give one. */
 const GOAWAY_PROBE_MS = 2000

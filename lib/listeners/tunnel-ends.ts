@@ -91,8 +91,11 @@ function isH2Stream(stream: Duplex): stream is H2Stream {
   return 'rstCode' in stream && 'session' in stream && typeof (stream as Partial<H2Stream>).close === 'function'
 }
 
-/** The streams splice() has joined: their FIN means a half-close. */
+/** The streams of tunnels: their FIN means a half-close. */
 const spliced = new WeakSet<object>()
+
+/** `stream` carries a tunnel from now on (splice() marks its ends; a forward-proxy CONNECT its client's). */
+export function markTunnel(stream: object): void { spliced.add(stream) }
 
 /**
  * Closes a connection the gateway cuts itself (a listener's grace period ran
@@ -115,7 +118,7 @@ export function cutConnection(socket: Socket): void {
 export function splice(client: TunnelEnd, upstream: TunnelEnd, onCut: (side: 'client' | 'upstream') => void = noop): void {
   for (const end of [client, upstream]) {
     if (end.stream instanceof Socket) end.stream.allowHalfOpen = true
-    spliced.add(end.stream)
+    markTunnel(end.stream)
   }
   // The side whose reset (or cut close) ended the tunnel, told once: the other's follows from ours.
   let told = false
