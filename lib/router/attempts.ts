@@ -14,6 +14,9 @@
 //   nothing is retried (response bodies are never buffered). A retry goes to
 //   another backend when one is available (the failed one is avoided), and is
 //   admitted by the target backend's retry budget and maxParallelRetries.
+//   Within a backend, a retry goes to an endpoint the request has not tried
+//   while one is available (UpstreamRequest.avoid; Envoy Gateway sets Envoy's
+//   previous_hosts retry predicate on every retry policy).
 // - Connect failures are retried in one place: when the plan retries them
 //   (connect-failure trigger, retries > 0) the registry's endpoint fallback is
 //   off for these requests (UpstreamRequest.connectFallback false) and each
@@ -299,6 +302,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   #level: number
   #retries = 0
   #tried: Cluster[] | null = null
+  /** Endpoints (`host:port`) earlier attempts failed at: the next pick avoids them when it can. */
+  #endpoints: string[] | null = null
   /** The cluster whose retry budget the current attempt holds. */
   #budgetOf: Cluster | null = null
   #attemptController: Cancel | null = null
@@ -357,10 +362,10 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     const chain = backend.extensions ?? null
     if (pristine !== null && chain !== pristine.chain && owner.attemptChain !== undefined) {
       const p = pristine.request
-      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback }
+      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback, avoid: this.#endpoints }
       return owner.attemptChain(chain, req, this)
     }
-    this.forward({ ...base, cluster, authority, body, signal, connectFallback })
+    this.forward({ ...base, cluster, authority, body, signal, connectFallback, avoid: this.#endpoints })
   }
 
   /** The attempt's request, after its extension chain: backendRef header edits, then upstream. */
@@ -394,7 +399,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     const owner = this.#owner
     if (owner.ended || this.#done) { res.body.destroy(); return }
     const reason = statusReason(res.status, res.headers, this.#plan.retry)
-    if (reason !== null && owner.cluster?.parentGateway !== true && this.#retry(reason, res.headers)) {
+    if (reason !== null && owner.cluster?.parentGateway !== true && this.#retry(reason, res.headers, res.endpoint)) {
       res.body.destroy()
       return
     }
@@ -422,7 +427,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     if (err.code === ErrorCode.CLIENT_ABORTED && !timedOut) { this.#finish(); owner.onError(err, endpoint); return }
     const cluster = owner.cluster as Cluster
     const reason = errorReason(err, this.#plan.retry, cluster.parentGateway === true, timedOut)
-    if (reason !== null && this.#retry(reason, null)) return
+    if (reason !== null && this.#retry(reason, null, endpoint)) return
     // Not sent at all (breaker, no endpoint, connect failure): another level may take it once, retries or not.
     if (isUnsent(err.code) && this.#failoverUnsent()) return
     this.#finish()
@@ -431,7 +436,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
 
   // ── decisions ──
 
-  #retry(reason: string, headers: OutgoingHeaders | null): boolean {
+  /** `endpoint`: where the failed attempt went (avoided by the retry's pick when it can). */
+  #retry(reason: string, headers: OutgoingHeaders | null, endpoint: string | undefined): boolean {
     const plan = this.#plan
     if (this.#retries >= plan.retry.retries) return false
     if (this.#body !== null && !this.#body.replayable) return false
@@ -456,6 +462,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
       }
     }
     this.#retries++
+    if (endpoint !== undefined && endpoint !== '') (this.#endpoints ??= []).push(endpoint)
     upstreamRetries.inc({ backend: failed.id, reason })
     this.#switchTo(next)
     this.#timer = setTimeout(onBackoffDone, delay, this)

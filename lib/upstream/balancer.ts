@@ -16,10 +16,15 @@ import type { Endpoint, LoadBalancerPolicy } from '../compile/table.ts'
 import type { OutgoingHeaders } from './types.ts'
 import type { EndpointHealth } from './outlier.ts'
 
-/** What a pick may look at: the request's headers and client address (ConsistentHash). */
+/**
+ * What a pick may look at: the request's headers and client address
+ * (ConsistentHash), and the endpoints a retry should not go back to
+ * (ClusterRuntime.pick; the balancers themselves ignore it).
+ */
 export interface PickInput {
   readonly headers: OutgoingHeaders
   readonly clientAddress: string
+  readonly avoid?: readonly string[] | null
 }
 
 export interface Balancer {

@@ -21,6 +21,9 @@ import { EndpointHealth, OutlierDetector } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
 import type { UpstreamPool } from './pool.ts'
 
+/** Balancer picks a retry may take to find an endpoint it has not tried (Envoy Gateway's host_selection_retry_max_attempts). */
+const RETRY_HOST_PICKS = 5
+
 /** Exchanges waiting for a connection in a cluster's pools (circuit breaker maxPendingRequests). */
 function pendingOf(pools: ReadonlyArray<UpstreamPool | null>): number {
   let n = 0
@@ -51,6 +54,8 @@ export class ClusterRuntime implements ExchangeGuard {
   readonly balancer: Balancer
   /** Health can change (passive or active checks): picks need the clock. */
   readonly dynamic: boolean
+  /** Endpoints a balancer may pick (weight 0 keeps one out of rotation, unless all are 0). */
+  readonly #inRotation: readonly boolean[]
   #pending: () => number = () => 0
 
   constructor(cluster: Cluster, guard: ClusterGuard, health: readonly EndpointHealth[], endpoints: readonly Endpoint[]) {
@@ -61,6 +66,8 @@ export class ClusterRuntime implements ExchangeGuard {
     this.detector = passive === null ? null : new OutlierDetector(passive)
     this.detector?.setEndpoints(health)
     this.balancer = createBalancer(endpoints, health, cluster.lb)
+    const weighted = endpoints.some((e) => Math.floor(e.weight) > 0)
+    this.#inRotation = endpoints.map((e) => !weighted || Math.floor(e.weight) > 0)
     this.dynamic = passive !== null || (cluster.healthCheck?.active ?? null) !== null || (cluster.lb?.slowStartWindowMs ?? 0) > 0
   }
 
@@ -70,8 +77,30 @@ export class ClusterRuntime implements ExchangeGuard {
   }
 
   // hot path
+  /**
+   * The balancer's endpoint; for a retry (input.avoid) one the request has not
+   * tried yet while the backend has such an endpoint available: the balancer
+   * is asked again (at most RETRY_HOST_PICKS times, as Envoy Gateway's
+   * host_selection_retry_max_attempts), then the endpoints are scanned, so a
+   * ConsistentHash key moves to the next one for that retry only.
+   */
   pick(input: PickInput): number | null {
-    return this.balancer.pick(input, this.dynamic ? performance.now() : 0)
+    const now = this.dynamic ? performance.now() : 0
+    const first = this.balancer.pick(input, now)
+    const avoid = input.avoid
+    if (first === null || avoid === undefined || avoid === null || avoid.length === 0) return first
+    const health = this.health
+    if (!avoid.includes(health[first].label)) return first
+    for (let k = 0; k < RETRY_HOST_PICKS; k++) {
+      const i = this.balancer.pick(input, now)
+      if (i !== null && !avoid.includes(health[i].label) && health[i].isAvailable(now)) return i
+    }
+    const n = health.length
+    for (let k = 1; k < n; k++) {
+      const i = (first + k) % n
+      if (this.#inRotation[i] && !avoid.includes(health[i].label) && health[i].isAvailable(now)) return i
+    }
+    return first
   }
 
   // hot path

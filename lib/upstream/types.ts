@@ -55,6 +55,13 @@ export interface UpstreamRequest {
    * in one place and counted once (lib/router/attempts.ts).
    */
   readonly connectFallback?: boolean
+  /**
+   * Issue 6: the endpoints (`host:port`, as UpstreamResponse.endpoint names
+   * them) earlier attempts of this request went to. The pick avoids them while
+   * the backend has another available endpoint, as Envoy Gateway's retries do
+   * (Envoy's previous_hosts retry predicate). Absent or null: none.
+   */
+  readonly avoid?: readonly string[] | null
 }
 
 export interface UpstreamResponse {
