@@ -26,6 +26,8 @@ export interface AccessRecord {
   readonly backend: string
   /** Endpoint `host:port` that answered, '' when none. */
   readonly upstream: string
+  /** Retries the request took (issue 6: the attempt loop's, connect failures it retried included); 0 when none. */
+  readonly retries: number
   /** Downstream protocol 'h1' | 'h2'. */
   readonly protocol: string
   readonly client: string
@@ -71,7 +73,7 @@ class JsonAccessLog implements AccessLog {
     const strings = r.method.length + authority.length + r.path.length + r.route.length + r.backend.length + r.upstream.length +
       r.protocol.length + r.client.length + (r.clientNamespace?.length ?? 4) + (r.clientServiceAccount?.length ?? 4) +
       (r.code?.length ?? 4) + (r.reason?.length ?? 4)
-    const bound = FIXED + this.#head.length + second.length + strings * 6 + 12 * 2 + 5 * 24
+    const bound = FIXED + this.#head.length + second.length + strings * 6 + 12 * 2 + 6 * 24
     if (bound > this.#buf.length) this.#buf = Buffer.allocUnsafeSlow(Math.max(bound, this.#buf.length * 2))
     const buf = this.#buf
     let at = latin1(buf, '{"level":30,"time":"', 0)
@@ -99,6 +101,8 @@ class JsonAccessLog implements AccessLog {
     at = jsonString(buf, r.backend, at)
     at = latin1(buf, ',"upstream":', at)
     at = jsonString(buf, r.upstream, at)
+    at = latin1(buf, ',"retries":', at)
+    at = jsonNumber(buf, r.retries, at)
     at = latin1(buf, ',"protocol":', at)
     at = jsonString(buf, r.protocol, at)
     at = latin1(buf, ',"client":', at)

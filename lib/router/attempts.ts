@@ -171,6 +171,8 @@ export interface AttemptOwner extends UpstreamHandler {
   readonly ended: boolean
   backend: WeightedCluster | null
   cluster: Cluster | null
+  /** Retries made so far (the access line's `retries`). */
+  retries: number
   /**
    * Issue 7: run `chain` (a backend's extensions; null: none) on `req`, the
    * request as it was before any chain, then hand the result to
@@ -462,6 +464,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
       }
     }
     this.#retries++
+    this.#owner.retries = this.#retries
     if (endpoint !== undefined && endpoint !== '') (this.#endpoints ??= []).push(endpoint)
     upstreamRetries.inc({ backend: failed.id, reason })
     this.#switchTo(next)

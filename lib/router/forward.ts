@@ -141,6 +141,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   grpcStatus: number | null = null
   /** A gRPC response's trailers, read for grpc-status when the request is recorded. */
   grpcTrailers: (() => OutgoingHeaders | null) | null = null
+  /** Issue 6: retries the attempt loop made (attempts.ts). */
+  retries = 0
   /** Issue 7: the extension chain run of this request; null when the backend has none. */
   flow: Flow | null = null
   /** Issue 7: where a flow's request goes: the first dispatch (plan, picked) or an attempt's loop. */
@@ -767,6 +769,7 @@ function recordNow(ctx: RequestContext): void {
     upstreamMs: ctx.upstreamMs === null || ctx.endpoint === '' ? null : Math.round(ctx.upstreamMs * 1000) / 1000,
     bytesIn, bytesOut,
     route: rule === null ? '' : rule.id, backend: ctx.cluster === null ? '' : ctx.cluster.id, upstream: ctx.endpoint !== '' ? ctx.endpoint : ctx.failedAt,
+    retries: ctx.retries,
     protocol: ex.protocol, client: ex.clientAddress,
     clientNamespace: client === undefined ? null : client.namespace,
     clientServiceAccount: client === undefined ? null : client.serviceAccount,
@@ -809,7 +812,7 @@ export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: Refus
   const q = r.target.indexOf('?')
   log.write({
     method: r.method, authority: r.authority, path: q === -1 ? r.target : r.target.slice(0, q), status: r.status,
-    durationMs: 0, upstreamMs: null, bytesIn: 0, bytesOut: 0, route: '', backend: '', upstream: '',
+    durationMs: 0, upstreamMs: null, bytesIn: 0, bytesOut: 0, route: '', backend: '', upstream: '', retries: 0,
     protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
     code: r.code, reason: r.reason, grpcStatus: null,
   })

@@ -3,7 +3,8 @@
 // load-balancing type (Envoy Gateway sets Envoy's previous_hosts retry
 // predicate on every retry policy). A Backend of two endpoints, one always
 // answering 500: with one retry on 5xx every request must succeed, and the
-// failing endpoint sees each request at most once.
+// failing endpoint sees each request at most once. Each access line says how
+// many retries its request took (`retries`).
 import t from 'tap'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -60,9 +61,10 @@ spec:
   }
   const dir = tempDir(t)
   fs.writeFileSync(path.join(dir, 'config.yaml'), docs.join('---\n'))
-  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1'])
   await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20_000, 'readyz')
 
+  const badByType = new Map<string, number>()
   for (const [name] of TYPES) {
     const url = `http://127.0.0.1:${port}/`
     await eventually(() => request(url, { host: `${name}.example.test` }), (r) => r.status !== 404, 20_000, `route ${name} served`)
@@ -80,5 +82,14 @@ spec:
     t.same(statuses.filter((s) => s !== 200), [], `${name}: every request succeeds on its one retry`)
     t.ok(badHits <= REQUESTS, `${name}: the failing endpoint saw each request at most once (${badHits} for ${REQUESTS})`)
     t.equal(goodHits, REQUESTS, `${name}: the healthy endpoint answered every request`)
+    badByType.set(name, badHits)
   }
+
+  // The access line: `retries` counts the retries of its request (0 for one answered at once).
+  const lines = await eventually(async () => cli.stdout().split('\n').filter((l) => l.includes('"component":"access"')).map((l) => JSON.parse(l) as { authority: string; retries?: number; upstream: string }),
+    (ls) => ls.filter((l) => l.authority === 'roundrobin.example.test').length >= REQUESTS, 10_000, 'access lines')
+  const rr = lines.filter((l) => l.authority === 'roundrobin.example.test').slice(-REQUESTS)
+  t.ok(rr.every((l) => l.upstream === `127.0.0.1:${goodPort}`), 'each line names the endpoint that answered')
+  t.ok(rr.every((l) => l.retries === 0 || l.retries === 1), 'a request answered at once says 0, one retried after the failing endpoint 1')
+  t.equal(rr.reduce((n, l) => n + (l.retries ?? 0), 0), badByType.get('roundrobin'), 'one retry per request the failing endpoint answered')
 })

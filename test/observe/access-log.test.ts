@@ -9,7 +9,7 @@ import { createAccessLog, type AccessRecord } from '../../lib/observe/access-log
 
 const base: AccessRecord = {
   method: 'GET', authority: 'api.example.test', path: '/v1/items', status: 200, durationMs: 0.564, upstreamMs: 0.31,
-  bytesIn: 0, bytesOut: 1234, route: 'httproute/default/api/rule/0', backend: 'Backend/default/api:443', upstream: '127.0.0.1:8443',
+  bytesIn: 0, bytesOut: 1234, route: 'httproute/default/api/rule/0', backend: 'Backend/default/api:443', upstream: '127.0.0.1:8443', retries: 0,
   protocol: 'h1', client: '10.0.0.7', clientNamespace: 'team-a', clientServiceAccount: 'worker', code: null, reason: null, grpcStatus: null,
 }
 
@@ -17,6 +17,7 @@ const records: Array<[string, AccessRecord]> = [
   ['plain', base],
   ['nulls and integers', { ...base, upstreamMs: null, durationMs: 12, clientNamespace: null, clientServiceAccount: null }],
   ['a gRPC call', { ...base, grpcStatus: 14 }],
+  ['retried', { ...base, retries: 2 }],
   ['an error', { ...base, status: 503, code: 'SP_ERR_NO_HEALTHY_UPSTREAM', reason: 'no endpoint "ready" \\ here' }],
   ['escapes', { ...base, path: '/a"b\\c\td\u0001e\u007f', authority: 'h\u0000st' }],
   ['non-ASCII', { ...base, path: '/caf\u00e9/\u6f22/\u{1f642}', method: 'G\u00c9T' }],
