@@ -187,15 +187,18 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       // absolute-form (clients configured with the gateway as HTTP proxy): RFC 9112 §3.2.2 — its authority wins over Host.
       const scheme = target.indexOf('://')
       if (scheme !== -1) {
-        const slash = target.indexOf('/', scheme + 3)
-        authority = target.slice(scheme + 3, slash === -1 ? target.length : slash)
-        target = slash === -1 ? '/' : target.slice(slash)
+        // RFC 3986 §3.2: the authority ends at the first '/', '?' or '#' (`http://host?q` is `/?q` on host).
+        const end = authorityEnd(target, scheme + 3)
+        authority = target.slice(scheme + 3, end)
+        target = end === target.length ? '/' : target.charCodeAt(end) === 47 /* '/' */ ? target.slice(end) : '/' + target.slice(end)
       } else if (target !== '*' || this.method !== 'OPTIONS') {
         // RFC 9112 §3.2: nor origin- nor absolute-form; asterisk-form only for OPTIONS
         // (authority-form is CONNECT's, which forward-proxy.ts takes before routing).
         this.authority = authority
         this.host = hostOf(authority)
-        this.path = target
+        // The access line and the span show no query (it often carries credentials).
+        const q = target.indexOf('?')
+        this.path = q === -1 ? target : target.slice(0, q)
         return this.fail(ErrorCode.BAD_REQUEST, 'the request target is neither a path (/...) nor an absolute URI')
       }
     }
@@ -641,6 +644,15 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
  * Sec-WebSocket-Accept is not sent back over HTTP/2: the key is returned for
  * the gateway to check it (null: not a WebSocket).
  */
+/** Where an absolute URI's authority ends: at the first '/', '?' or '#' from `from`, or the end. */
+function authorityEnd(target: string, from: number): number {
+  for (let i = from; i < target.length; i++) {
+    const c = target.charCodeAt(i)
+    if (c === 47 /* / */ || c === 63 /* ? */ || c === 35 /* # */) return i
+  }
+  return target.length
+}
+
 function websocketFromH2(headers: OutgoingHeaders, protocol: string): string | null {
   headers.upgrade = protocol
   if (protocol !== 'websocket') return null
