@@ -251,7 +251,11 @@ export class RequestTrace implements Upstreams {
     const attempt = this.#attempts++
     if (!this.sampled) {
       // Not recorded: carry our decision (sampled=0) so the upstream does not start its own trace.
-      if (attempt === 0) (req.headers as OutgoingHeaders).traceparent = formatTraceparent(this.traceId, this.spanId, false)
+      // Every attempt (a retry may start again from a copy of the client's headers), and without
+      // the client's tracestate: it belonged to the traceparent that was ignored (W3C §3.3).
+      const headers = req.headers as OutgoingHeaders
+      headers.traceparent = formatTraceparent(this.traceId, this.spanId, false)
+      if (headers.tracestate !== undefined) delete headers.tracestate
       return real.forward(req, handler)
     }
     const client = new ClientSpan(this, req, handler, attempt)

@@ -196,6 +196,12 @@ t.test('--trace-sampling 0: new traces are not recorded (the upstream is told sa
   const unsampled = `00-${'5'.repeat(32)}-${PARENT}-00`
   t.equal(await get(`http://127.0.0.1:${g.port}/`, { host: 'api.example.test', traceparent: unsampled }), 200)
   t.equal(g.ok.seen[g.ok.seen.length - 1].traceparent, unsampled)
+  // An invalid traceparent starts a new (here unrecorded) trace: neither it nor its tracestate goes on.
+  t.equal(await get(`http://127.0.0.1:${g.port}/`, { host: 'api.example.test', traceparent: `00-${TRACE.toUpperCase()}-${PARENT}-01`, tracestate: 'vendor=abc' }), 200)
+  const fresh = g.ok.seen[g.ok.seen.length - 1]
+  t.match(String(fresh.traceparent), /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/, 'a new unsampled traceparent')
+  t.not(String(fresh.traceparent).split('-')[1], TRACE.toLowerCase())
+  t.equal(fresh.tracestate, undefined, 'the tracestate of the invalid traceparent is not passed on')
   await receiver.waitFor((s) => byTrace(s, TRACE).length >= 2, 15000, 'the sampled parent\'s spans')
   await new Promise((r) => setTimeout(r, 300)) // a batch delay (50 ms) several times over
   t.same(receiver.spans.filter((s) => s.traceId !== TRACE).map((s) => s.traceId), [], 'no other spans recorded')
