@@ -27,6 +27,12 @@ export const dnsStaleAnswers = new Counter({
   registers: [registry],
 })
 
+export const dnsCacheEvictions = new Counter({
+  name: 'sallyport_dns_cache_evictions_total',
+  help: 'Names dropped from the DNS cache, least recently used first, to keep it within its bound (10000 names).',
+  registers: [registry],
+})
+
 export const destinationRefusals = new Counter({
   name: 'sallyport_destination_refusals_total',
   help: 'Resolved addresses refused for a backend (loopback, private, link-local, cluster, denied, not-allowed, reverse-dns...).',

@@ -24,11 +24,19 @@
 //   serve, requests get the last failure at once for FAILURE_HOLD_MS, and the
 //   name is asked again after that — one query in flight per name, never one
 //   per request (a SERVFAIL resolver got 2000 queries for 2000 requests).
+// - At most `maxEntries` names (× family) are kept, least recently used
+//   evicted first (Envoy's dynamic forward proxy caps its DNS cache at 1024
+//   hosts): the names are the configuration's, except a forward proxy's
+//   requested hosts, which clients choose — one asking for ever new names
+//   (random subdomains under an allowed wildcard, each NXDOMAIN) must not grow
+//   the cache for as long as each answer is kept. Order is kept by the Map:
+//   a name moves to its end when stored and, once the cache is half full,
+//   when used.
 // - An answer object keeps its identity while its addresses are unchanged, so
 //   consumers detect a change by reference (the registry rotates pools then).
 
 import { DnsError, type DnsAnswer } from './dns.ts'
-import { dnsStaleAnswers } from '../observe/dns-metrics.ts'
+import { dnsCacheEvictions, dnsStaleAnswers } from '../observe/dns-metrics.ts'
 
 export interface DnsQuerier {
   query(name: string, family: 4 | 6): Promise<DnsAnswer>
@@ -41,6 +49,8 @@ export interface DnsCacheOptions {
   readonly maxTtlMs?: number
   /** How long past expiry the last answer may be served (while it is refreshed, or refreshes fail); default 60 s. 0: never. */
   readonly staleMs?: number
+  /** Names (× family) kept at most, least recently used evicted first; default MAX_ENTRIES. */
+  readonly maxEntries?: number
 }
 
 /** What the cache knows about one name and family. `error` set: no addresses (NXDOMAIN / NODATA). */
@@ -74,6 +84,9 @@ const REFRESH_AT = 0.8
  */
 export const FAILURE_HOLD_MS = 1000
 
+/** Names (× family) the cache keeps at most (about 0.8 KB each). */
+export const MAX_ENTRIES = 10_000
+
 function keyOf(name: string, family: 4 | 6): string {
   return family === 4 ? name : `${name}|6`
 }
@@ -87,6 +100,7 @@ export class DnsCache {
   readonly #minTtlMs: number
   readonly #maxTtlMs: number
   readonly #staleMs: number
+  readonly #maxEntries: number
   readonly #entries = new Map<string, Entry>()
   readonly #inflight = new Map<string, Promise<CachedAnswer>>()
   #closed = false
@@ -96,7 +110,11 @@ export class DnsCache {
     this.#minTtlMs = options.minTtlMs ?? 5_000
     this.#maxTtlMs = Math.max(this.#minTtlMs, options.maxTtlMs ?? 300_000)
     this.#staleMs = options.staleMs ?? 60_000
+    this.#maxEntries = Math.max(1, options.maxEntries ?? MAX_ENTRIES)
   }
+
+  /** Names (× family) cached, for tests. */
+  get size(): number { return this.#entries.size }
 
   /**
    * The current answer without waiting, or null when a query is needed. An
@@ -105,9 +123,14 @@ export class DnsCache {
    */
   // hot path (once per request per hostname endpoint)
   peek(name: string, family: 4 | 6): CachedAnswer | null {
-    const e = this.#entries.get(keyOf(name, family))
+    const key = keyOf(name, family)
+    const entries = this.#entries
+    const e = entries.get(key)
     if (e === undefined) return null
     e.used = true
+    // Recently used last (eviction takes the first); only when eviction may come, so a
+    // cache of the configuration's names pays one comparison.
+    if (entries.size * 2 > this.#maxEntries) { entries.delete(key); entries.set(key, e) }
     const answer = e.answer
     const now = Date.now()
     if (answer !== null) {
@@ -203,7 +226,7 @@ export class DnsCache {
     e.staleUntil = e.expiresAt + this.#staleMs
     e.failure = null
     e.retryAt = 0
-    this.#entries.set(key, e)
+    this.#put(key, e)
     // Negative answers too: a name in use whose AAAA is NODATA is asked again ahead, like its A.
     this.#schedule(key, e, Math.floor(ttl * REFRESH_AT))
     return answer
@@ -219,7 +242,7 @@ export class DnsCache {
     const key = keyOf(name, family)
     const now = Date.now()
     let e = this.#entries.get(key)
-    if (e === undefined) this.#entries.set(key, e = newEntry(name, family))
+    if (e === undefined) this.#put(key, e = newEntry(name, family))
     e.failure = error
     e.retryAt = now + FAILURE_HOLD_MS
     // Asked again after the hold-down while the name is in use; forgotten when it is not.
@@ -227,6 +250,20 @@ export class DnsCache {
     if (e.answer !== null && now < e.staleUntil) return e.answer
     e.answer = null
     throw error
+  }
+
+  /** Stores `e` as the most recently used; past maxEntries, the least recently used go. */
+  #put(key: string, e: Entry): void {
+    const entries = this.#entries
+    entries.delete(key)
+    entries.set(key, e)
+    while (entries.size > this.#maxEntries) {
+      const [oldKey, old] = entries.entries().next().value as [string, Entry]
+      if (old.timer !== null) clearTimeout(old.timer)
+      old.timer = null
+      entries.delete(oldKey)
+      dnsCacheEvictions.inc()
+    }
   }
 
   #schedule(key: string, e: Entry, delayMs: number): void {

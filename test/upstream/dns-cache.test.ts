@@ -142,3 +142,28 @@ t.test('a name looked up for a request is refreshed ahead once: past its TTL the
   await sleep(1300) // past the TTL, with no request since the first
   t.same(cache.peek('api.moved.test', 4)?.addresses, ['203.0.113.49'], 'not the old answer served stale')
 })
+
+t.test('the cache holds a bounded number of names: the least recently used go first, a name in use stays', async (t) => {
+  const asked = new Map<string, number>()
+  const querier = {
+    query: async (name: string): Promise<{ addresses: string[]; ttlSec: number }> => {
+      asked.set(name, (asked.get(name) ?? 0) + 1)
+      if (name.startsWith('nx')) throw new DnsError('ENOTFOUND', 'nxdomain', `A lookup of ${name} failed: nxdomain (ENOTFOUND)`)
+      return { addresses: ['203.0.113.7'], ttlSec: 300 }
+    },
+  }
+  const cache = new DnsCache(querier, { minTtlMs: 60_000, maxTtlMs: 300_000, staleMs: 60_000, maxEntries: 50 })
+  t.teardown(() => cache.close())
+  t.same((await cache.lookup('api.example.com', 4)).addresses, ['203.0.113.7'])
+  // A client asking for ever new names (a forward proxy's requested hosts, say), while a Backend's name keeps being used.
+  for (let i = 0; i < 1000; i++) {
+    t.equal((await cache.lookup(`nx${i}.example.com`, 4)).error?.kind, 'nxdomain')
+    if (i % 10 === 0) t.not(cache.peek('api.example.com', 4), null, `the name in use is cached after ${i} others`)
+  }
+  t.ok(cache.size <= 50, `${cache.size} names cached, at most 50`)
+  t.equal(asked.get('api.example.com'), 1, 'the name in use was asked once')
+  await cache.lookup('nx999.example.com', 4)
+  t.equal(asked.get('nx999.example.com'), 1, 'a recent name is still cached')
+  await cache.lookup('nx0.example.com', 4)
+  t.equal(asked.get('nx0.example.com'), 2, 'the oldest unused name was evicted, and is asked again')
+})
