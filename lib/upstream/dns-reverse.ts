@@ -23,6 +23,9 @@ export function isUnderSuffixes(name: string, suffixes: readonly string[]): bool
   return false
 }
 
+/** Addresses whose verdicts are kept at most (each new address past it sweeps). */
+const MAX_VERDICTS = 10_000
+
 export class ReverseDnsChecker {
   readonly #client: Pick<DnsClient, 'reverse' | 'query'>
   readonly #ttlMs: number
@@ -40,7 +43,7 @@ export class ReverseDnsChecker {
     if (hit !== undefined && now < hit.expiresAt) return hit.names
     const names = this.#verify(address)
     this.#cache.set(address, { names, expiresAt: now + this.#ttlMs })
-    if (this.#cache.size > 10_000) this.#sweep(now)
+    if (this.#cache.size > MAX_VERDICTS) this.#sweep(now)
     return names
   }
 
@@ -65,8 +68,15 @@ export class ReverseDnsChecker {
     return confirmed
   }
 
+  /** Expired verdicts go; if none had expired, the oldest, down to 3/4 of the bound (not one sweep per new address). */
   #sweep(now: number): void {
-    for (const [k, v] of this.#cache) if (v.expiresAt <= now) this.#cache.delete(k)
+    const cache = this.#cache
+    for (const [k, v] of cache) if (v.expiresAt <= now) cache.delete(k)
+    if (cache.size <= MAX_VERDICTS) return
+    for (const k of cache.keys()) {
+      if (cache.size <= MAX_VERDICTS * 0.75) break
+      cache.delete(k)
+    }
   }
 }
 
