@@ -7,13 +7,15 @@
 // at most MAX_IN_FLIGHT requests are outstanding. A failed export (connection
 // refused, timeout, non-2xx) drops its spans, counted with
 // reason="export_failed" — no retries, so a dead collector costs one failed
-// request per batch and never grows memory.
+// request per batch and never grows memory. Failed exports log one warning per
+// outage (until one succeeds), a full queue one warning, then one a minute.
 
 import http from 'node:http'
 import https from 'node:https'
 import { Counter } from 'prom-client'
 import { registry } from './metrics.ts'
 import { logger } from './log.ts'
+import { RepeatThrottle } from './repeat-throttle.ts'
 import { encodeJson, encodeProtobuf, type ExportScope } from './otlp-encode.ts'
 import type { SpanRecord } from './tracing-span.ts'
 
@@ -46,6 +48,7 @@ export interface ExporterOptions {
 }
 
 const MAX_IN_FLIGHT = 2
+const QUEUE_FULL_LOG_EVERY_MS = 60_000
 
 export class OtlpExporter {
   readonly #options: ExporterOptions
@@ -58,6 +61,8 @@ export class OtlpExporter {
   #idle: Array<() => void> = []
   #closed = false
   #warned = false
+  /** Queue-full drops: one warning, then at most one a minute while they go on. */
+  readonly #queueFull = new RepeatThrottle(QUEUE_FULL_LOG_EVERY_MS)
 
   constructor(options: ExporterOptions) {
     this.#options = options
@@ -71,6 +76,12 @@ export class OtlpExporter {
     const queue = this.#queue
     if (queue.length >= this.#options.maxQueue || this.#closed) {
       tracingSpansDropped.inc({ reason: 'queue_full' })
+      // A collector slower than the traffic, or one that holds its answers, drops spans
+      // here without any export failing (yet): say so, without a line per span.
+      if (!this.#closed) {
+        const noted = this.#queueFull.note('queue_full')
+        if (noted.log) log.warn({ endpoint: this.#options.endpoint.origin, maxQueue: this.#options.maxQueue, droppedSinceLastWarning: noted.repeats }, 'span export queue full; spans dropped')
+      }
       return
     }
     queue.push(span)

@@ -10,7 +10,7 @@ import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, settleLogs, startCli, tempDir, type Cli } from './harness.ts'
 import { startOtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.ts'
 
 const SERVER = 2
@@ -41,7 +41,7 @@ function get(url: string, headers: Record<string, string>): Promise<number> {
   })
 }
 
-interface Setup { port: number; adminPort: number; ok: Upstream; flaky: Upstream }
+interface Setup { port: number; adminPort: number; ok: Upstream; flaky: Upstream; cli: Cli }
 
 async function gateway(t: Test, extraArgs: string[], env: Record<string, string> = {}): Promise<Setup> {
   const ok = await upstream(t)
@@ -68,12 +68,12 @@ spec:
       triggers: [retriable-status-codes]
       httpStatusCodes: [503]
 `)
-  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn', '--access-log', 'off', ...extraArgs], {
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn', '--access-log', 'off', ...extraArgs], {
     env: { OTEL_BSP_SCHEDULE_DELAY: '50', ...env },
   })
   await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20_000, 'readyz')
   await eventually(() => request(`http://127.0.0.1:${port}/`, { host: 'api.example.test' }), (r) => r.status === 200, 20_000, 'route served')
-  return { port, adminPort, ok, flaky }
+  return { port, adminPort, ok, flaky, cli }
 }
 
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736'
@@ -229,4 +229,9 @@ t.test('spans are dropped and counted, never blocking requests, when the collect
   const dropped = metricSum(metrics.body, 'sallyport_tracing_spans_dropped_total', { reason: 'queue_full' })
   // 30 requests = 60 spans (plus the readiness probes); at most 8 wait in the queue and 2 × 4 are in flight.
   t.ok(dropped >= 2 * 30 - 16, `dropped ${dropped} spans at a full queue`)
+  // The collector neither fails nor answers (its timeout is a minute away): the full queue says so, once.
+  await settleLogs()
+  const warnings = b.cli.stdout().split('\n').filter((l) => l.includes('span export queue full'))
+  t.equal(warnings.length, 1, 'one warning for the full queue')
+  t.match(JSON.parse(warnings[0] ?? '{}'), { level: 40, component: 'tracing', maxQueue: 8 })
 })
