@@ -638,12 +638,6 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   }
 }
 
-/**
- * RFC 8441 §5: an extended CONNECT carries no Sec-WebSocket-Key; an HTTP/1.1
- * upstream needs one (RFC 6455 §4.1), so we mint it. The upstream's
- * Sec-WebSocket-Accept is not sent back over HTTP/2: the key is returned for
- * the gateway to check it (null: not a WebSocket).
- */
 /** Where an absolute URI's authority ends: at the first '/', '?' or '#' from `from`, or the end. */
 function authorityEnd(target: string, from: number): number {
   for (let i = from; i < target.length; i++) {
@@ -653,6 +647,12 @@ function authorityEnd(target: string, from: number): number {
   return target.length
 }
 
+/**
+ * RFC 8441 §5: an extended CONNECT carries no Sec-WebSocket-Key; an HTTP/1.1
+ * upstream needs one (RFC 6455 §4.1), so we mint it. The upstream's
+ * Sec-WebSocket-Accept is not sent back over HTTP/2: the key is returned for
+ * the gateway to check it (null: not a WebSocket).
+ */
 function websocketFromH2(headers: OutgoingHeaders, protocol: string): string | null {
   headers.upgrade = protocol
   if (protocol !== 'websocket') return null
