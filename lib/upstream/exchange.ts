@@ -12,6 +12,7 @@ import type { EndpointHealth } from './outlier.ts'
 import { BACKEND_REQUEST_TIMEOUT, PER_TRY_TIMEOUT, awaitingClient, connectReason, localError, normalizeUpstreamError, tlsReason } from './normalize-error.ts'
 import { isCountedTlsError } from './connect.ts'
 import { responseHeaders } from './headers.ts'
+import { tagSessionHeader } from './mcp-session.ts'
 import {
   backendSeries, upstreamConnectErrors, upstreamTlsHandshakeErrors, type BackendSeries,
 } from '../observe/upstream-metrics.ts'
@@ -187,8 +188,12 @@ export class Exchange {
       return null
     }
     this.#answered = true
-    // MCP event streams live as long as they keep sending (as with the route's own timeout, router/forward.ts).
-    if (this.cluster.protocol === 'MCP') this.#clearDeadline()
+    if (this.cluster.protocol === 'MCP') {
+      // MCP event streams live as long as they keep sending (as with the route's own timeout, router/forward.ts).
+      this.#clearDeadline()
+      // The client gets a session id naming the endpoint that issued it (mcp-session.ts).
+      tagSessionHeader(headers, this.cluster.id, this.endpoint)
+    }
     if (this.guard !== null) this.guard.responded(this, status, headers)
     const body = new ResponseBody(this, attempt, status)
     this.#body = body

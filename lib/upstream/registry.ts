@@ -4,7 +4,8 @@
 // warm connections, and a rotated certificate gets fresh pools.
 //
 // Per request: pick an endpoint (smooth weighted round robin per Cluster
-// object), hand the Exchange to that endpoint's pool. A connect failure of a
+// object; for MCP clusters, the endpoint a tagged session id names:
+// mcp-session.ts), hand the Exchange to that endpoint's pool. A connect failure of a
 // request that has not started sending moves to the next endpoint, each
 // endpoint at most once; anything later is the resilience layer's business.
 
@@ -28,6 +29,7 @@ import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn,
 import type { GuardOptions } from './destination-guard.ts'
 import { buildClientTls } from './tls.ts'
 import { L4Dialer } from './l4-dial.ts'
+import { SESSION_HEADER, TAG_LENGTH, endpointsByTag, isTagged } from './mcp-session.ts'
 import type { L4DialCallback, L4DialRequest, PendingDial } from './types.ts'
 
 export interface UpstreamOptions {
@@ -83,6 +85,8 @@ interface ClusterState {
   readonly keys: readonly string[]
   readonly labels: readonly string[]
   readonly pools: Array<UpstreamPool | null>
+  /** MCP clusters: endpoint index by session tag (mcp-session.ts), built at the first tagged request. */
+  sessionTags: ReadonlyMap<string, number> | null
 }
 
 /**
@@ -111,6 +115,7 @@ function clusterState(cluster: Cluster, endpoints: readonly Endpoint[], error: S
     keys: endpoints.map((e) => poolKey(cluster, e)),
     labels: endpoints.map(endpointLabel),
     pools,
+    sessionTags: null,
   }
 }
 
@@ -206,7 +211,15 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     const rt = state.balancer
     const refused = rt.admit()
     if (refused !== null) return handler.onError(refused)
-    const index = rt.pick(req)
+    let index: number | null = -1
+    if (req.cluster.protocol === 'MCP') {
+      const pinned = pinSession(req, state)
+      if (pinned !== null) {
+        req = pinned.req
+        index = pinned.index
+      }
+    }
+    if (index === -1) index = rt.pick(req)
     if (index === null) return handler.onError(new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no endpoints for ${req.cluster.id}`))
     const ex = new Exchange(req, handler, this)
     ex.guard = rt
@@ -508,6 +521,28 @@ function newPool(cluster: Cluster, connector: Connector, settings: PoolSettings,
       if (tls === null) return new H1Pool(connector, settings)
       return new AlpnPool(connector, settings, tls.alpn.length > 0 ? tls.alpn : DEFAULT_ALPN)
   }
+}
+
+/**
+ * MCP session affinity (mcp-session.ts): a session id the gateway tagged goes
+ * upstream without its tag, to the endpoint the tag names while that endpoint
+ * is in the cluster's list and available (or no endpoint is). Otherwise index
+ * -1: balanced as usual — the upstream that gets it answers 404 for a session
+ * it does not know, and MCP clients then initialize again. null: no tagged id,
+ * the request goes as it came. An endpoint kept out of rotation by weight 0
+ * still serves its sessions (it drains).
+ */
+function pinSession(req: UpstreamRequest, state: ClusterState): { req: UpstreamRequest; index: number } | null {
+  const id = req.headers[SESSION_HEADER]
+  if (typeof id !== 'string' || !isTagged(id)) return null
+  const headers = { ...req.headers, [SESSION_HEADER]: id.slice(TAG_LENGTH + 1) }
+  let index = -1
+  if (req.pinSession !== false) {
+    const tags = state.sessionTags ?? (state.sessionTags = endpointsByTag(req.cluster.id, state.labels))
+    const named = tags.get(id.slice(0, TAG_LENGTH))
+    if (named !== undefined && state.balancer.mayTake(named)) index = named
+  }
+  return { req: { ...req, headers }, index }
 }
 
 function noop(): void {}

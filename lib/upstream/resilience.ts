@@ -103,6 +103,19 @@ export class ClusterRuntime implements ExchangeGuard {
     return first
   }
 
+  /**
+   * A request may go to endpoint `index` now: it is neither ejected nor failing
+   * active checks, or no endpoint is (the balancer's panic routing would pick
+   * among all of them). MCP session pins (registry.ts).
+   */
+  mayTake(index: number): boolean {
+    const now = performance.now()
+    const health = this.health
+    if (health[index].isAvailable(now)) return true
+    for (let i = 0; i < health.length; i++) if (health[i].isAvailable(now)) return false
+    return true
+  }
+
   // hot path
   /** Circuit breaker admission; on success the exchange counts as active until finished(). */
   admit(): SallyportError | null {

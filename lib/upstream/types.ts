@@ -62,6 +62,12 @@ export interface UpstreamRequest {
    * (Envoy's previous_hosts retry predicate). Absent or null: none.
    */
   readonly avoid?: readonly string[] | null
+  /**
+   * MCP clusters: whether a session id the gateway tagged sends the request to
+   * the endpoint the tag names (upstream/mcp-session.ts). Absent/true: yes; false:
+   * balanced as usual (the tag still removed).
+   */
+  readonly pinSession?: boolean
 }
 
 export interface UpstreamResponse {
