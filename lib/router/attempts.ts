@@ -312,6 +312,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   #timer: NodeJS.Timeout | null = null
   #timedOut = false
   #done = false
+  /** An attempt failed to connect: later ones do not follow an MCP session's tag back to its endpoint (UpstreamRequest.pinSession). */
+  #unpinned = false
 
   constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null) {
     this.#owner = owner
@@ -364,10 +366,10 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     const chain = backend.extensions ?? null
     if (pristine !== null && chain !== pristine.chain && owner.attemptChain !== undefined) {
       const p = pristine.request
-      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback, avoid: this.#endpoints }
+      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned }
       return owner.attemptChain(chain, req, this)
     }
-    this.forward({ ...base, cluster, authority, body, signal, connectFallback, avoid: this.#endpoints })
+    this.forward({ ...base, cluster, authority, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned })
   }
 
   /** The attempt's request, after its extension chain: backendRef header edits, then upstream. */
@@ -428,6 +430,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     // A client abort (or the route timeout) is final and counts against nobody.
     if (err.code === ErrorCode.CLIENT_ABORTED && !timedOut) { this.#finish(); owner.onError(err, endpoint); return }
     const cluster = owner.cluster as Cluster
+    if (err.code === ErrorCode.UPSTREAM_CONNECT) this.#unpinned = true
     const reason = errorReason(err, this.#plan.retry, cluster.parentGateway === true, timedOut)
     if (reason !== null && this.#retry(reason, null, endpoint)) return
     // Not sent at all (breaker, no endpoint, connect failure): another level may take it once, retries or not.

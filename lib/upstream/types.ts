@@ -65,7 +65,8 @@ export interface UpstreamRequest {
   /**
    * MCP clusters: whether a session id the gateway tagged sends the request to
    * the endpoint the tag names (upstream/mcp-session.ts). Absent/true: yes; false:
-   * balanced as usual (the tag still removed).
+   * balanced as usual (the tag still removed) — the attempt loop's retries after
+   * that endpoint failed to connect.
    */
   readonly pinSession?: boolean
 }
