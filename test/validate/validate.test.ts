@@ -94,6 +94,21 @@ t.test('unknown fields warn and keep the object; semantic rules still run', asyn
   ])
 })
 
+t.test('the inline TLS fields sallyport reads (README Backend TLS) are no unknown fields, in every Backend shape', async (t) => {
+  const fields = { minVersion: '1.3', alpnProtocols: ['h2'], crlRefs: [{ kind: 'ConfigMap', name: 'corp-crl' }] }
+  const docs = [
+    { apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'Backend', metadata: { name: 'eg' },
+      spec: { endpoints: [{ fqdn: { hostname: 'api.example.com', port: 443 } }], tls: { sni: 'api.example.com', ...fields } } },
+    { apiVersion: 'gateway.networking.x-k8s.io/v1alpha1', kind: 'XBackend', metadata: { name: 'x' },
+      spec: { type: 'ExternalHostname', externalHostname: { hostname: 'api.example.com' }, port: 443, tls: { mode: 'ServerOnly', ...fields } } },
+    { apiVersion: 'gateway.networking.k8s.io/v1alpha1', kind: 'Backend', metadata: { name: 'e' },
+      spec: { destination: { type: 'Fqdn', fqdn: { hostname: 'api.example.com' }, ports: [{ number: 443, protocol: 'TLS', tls: { mode: 'Simple', ...fields } }] } } },
+  ]
+  for (const doc of docs) {
+    t.same(validateDocument(doc, src).problems.map((p) => `${p.field}: ${p.message}`), [], `${doc.kind} ${doc.metadata.name}`)
+  }
+})
+
 t.test('Secret values never appear in messages', async (t) => {
   const secretValue = 'sk-live-DO-NOT-PRINT'
   const r = validateDocument({
