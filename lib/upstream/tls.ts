@@ -151,6 +151,8 @@ const REASONS: Readonly<Record<string, string>> = {
   ERR_SSL_TLSV1_ALERT_UNKNOWN_CA: 'client_cert_rejected',
   ERR_SSL_TLSV1_ALERT_ACCESS_DENIED: 'client_cert_rejected',
   ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE: 'client_cert_rejected',
+  // RFC 7301 §3.2: the server supports none of the protocols offered (alpnProtocols, or h2 only for HTTP2).
+  ERR_SSL_TLSV1_ALERT_NO_APPLICATION_PROTOCOL: 'no_application_protocol',
   ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION: 'protocol_version',
   ERR_SSL_UNSUPPORTED_PROTOCOL: 'protocol_version',
   ERR_SSL_WRONG_VERSION_NUMBER: 'not_tls',
