@@ -213,11 +213,12 @@ export class Limiter {
     log.warn({ limit: this.config.name, code: err instanceof RedisError ? err.code : undefined, error: err instanceof Error ? err.message : String(err), failOpen: this.#failOpen, ...(noted.repeats === null || noted.repeats === 0 ? {} : { repeats: noted.repeats }) }, 'global rate limit unavailable')
   }
 
-  /** Gives the Redis client back to the pool (the extension left the table); once. */
+  /** Gives the Redis client back to the pool and the bucket family back to the local store (the extension left the table); once. */
   close(): void {
-    if (this.#redis === null || this.#released) return
+    if (this.#released) return
     this.#released = true
-    this.#pool.release(this.#redis)
+    this.#local.release(this.#family)
+    if (this.#redis !== null) this.#pool.release(this.#redis)
   }
 
   // hot path

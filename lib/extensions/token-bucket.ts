@@ -42,6 +42,8 @@ interface State {
 export class BucketFamily {
   readonly name: string
   readonly buckets = new Map<string, State>()
+  /** Limiters holding it (family() minus release()): at 0 the limit left the configuration. */
+  users = 0
   constructor(name: string) { this.name = name }
 }
 
@@ -63,25 +65,44 @@ export class LocalBuckets {
     this.#maxKeys = Math.max(1, options.maxKeys ?? MAX_LOCAL_KEYS)
   }
 
-  /** The family of one limit; asked again (a reload), the same one, so its state survives. */
+  /**
+   * The family of one limit, held until release(); asked again while held (a
+   * reload builds the new limit before the old one closes), the same one, so
+   * its state survives.
+   */
   family(name: string): BucketFamily {
     let f = this.#families.get(name)
     if (f === undefined) this.#families.set(name, f = new BucketFamily(name))
+    f.users++
     return f
+  }
+
+  /** A limit that used `family` closed: the last one gone, its buckets go too (a limit renamed on every reload would keep them all). */
+  release(family: BucketFamily): void {
+    if (--family.users > 0 || this.#families.get(family.name) !== family) return
+    this.#families.delete(family.name)
+    this.#size -= family.buckets.size
+    family.buckets.clear()
   }
 
   /** Keys held, all families together. */
   get size(): number { return this.#size }
+
+  /** Families held (limits configured, and those closing). */
+  get families(): number { return this.#families.size }
 
   // hot path
   decide(family: BucketFamily, key: string, limit: BucketLimit, mode: BucketMode, cost: number): Decision {
     const now = this.#now()
     let s = family.buckets.get(key)
     if (s === undefined) {
-      if (this.#size >= this.#maxKeys) this.#evict(now)
       s = { tokens: limit.capacity, at: now, fullAt: now }
-      family.buckets.set(key, s)
-      this.#size++
+      // A released family (an AIUsage charge after its limit left, past chain.ts's grace) stores nothing: nobody reads it again.
+      if (family.users > 0) {
+        if (this.#size >= this.#maxKeys) this.#evict(now)
+        family.buckets.set(key, s)
+        this.#size++
+      }
     }
     const tokens = Math.min(limit.capacity, s.tokens + (now - s.at) * limit.perMs)
     s.at = now

@@ -6,6 +6,7 @@ import t from 'tap'
 import type { CompiledExtension } from '../../lib/compile/table.ts'
 import type { ClientInfo, HookResult, RequestView } from '../../lib/extensions/plugin-api.ts'
 import { Limiter, rateLimit } from '../../lib/extensions/rate-limit.ts'
+import { LocalBuckets, type Decision } from '../../lib/extensions/token-bucket.ts'
 import { RedisPool } from '../../lib/extensions/redis-client.ts'
 import { closedPort } from '../helpers/ports.ts'
 
@@ -80,4 +81,38 @@ t.test('Redis unreachable, failureMode open: RateLimit-Policy but no RateLimit f
   const two = rateLimit(spec('two-rules', { rules: [config, local] }), redis)
   const r2 = await (two.requestHeaders as (v: RequestView) => HookResult | Promise<HookResult>)(view('default/r'))
   t.same(r2, { responseHeaders: { 'ratelimit-policy': '"two-rules-1";q=3;w=60', ratelimit: '"two-rules-1";r=2;t=20' } }, 'a known count wins over an unknown one')
+})
+
+t.test('a limit that left the configuration leaves the local buckets: families and keys stay bounded over renames', async (t) => {
+  const buckets = new LocalBuckets()
+  const redis = new RedisPool()
+  const config = { requests: 5, unit: 'Minute', key: ['route'] }
+  // A reload keeps the limit under its name: the new Limiter is built before the old one closes (chain.ts, after a grace).
+  const kept = new Limiter(spec('kept', config), config, redis, 'requests', { buckets })
+  kept.decide(kept.key(view('default/r')), 'take', 1)
+  const keptAgain = new Limiter(spec('kept', config), config, redis, 'requests', { buckets })
+  kept.close()
+  t.equal((keptAgain.decide(keptAgain.key(view('default/r')), 'take', 1) as Decision).remaining, 3, 'a limit found again keeps its tokens')
+  // Each reload renames a limit (generated names): the old one closes.
+  for (let i = 0; i < 1000; i++) {
+    const l = new Limiter(spec(`renamed-${i}`, config), config, redis, 'requests', { buckets })
+    l.decide(l.key(view(`default/r${i}`)), 'take', 1)
+    l.close()
+  }
+  t.equal(buckets.families, 1, 'only the limit still configured keeps a family')
+  t.equal(buckets.size, 1, 'and only its key')
+  keptAgain.close()
+  keptAgain.close() // once
+  t.equal(buckets.families, 0)
+  t.equal(buckets.size, 0)
+})
+
+t.test('a decision on a limit closed while a request still held it stores nothing', async (t) => {
+  const buckets = new LocalBuckets()
+  const config = { tokens: 100, unit: 'Minute', key: ['route'] }
+  const l = new Limiter(spec('budget-closed', config), config, new RedisPool(), 'tokens', { buckets })
+  l.close()
+  t.equal((l.decide(l.key(view('default/r')), 'charge', 10) as Decision).allowed, true, 'a charge after the close is accepted')
+  t.equal(buckets.size, 0, 'and kept nowhere')
+  t.equal(buckets.families, 0)
 })
