@@ -413,7 +413,7 @@ export interface ActiveHealthCheck {
   readonly timeoutMs: number
   readonly unhealthyThreshold: number
   readonly healthyThreshold: number
-  readonly http: { readonly path: string; readonly method: string; readonly expectedStatuses: readonly number[] } | null
+  readonly http: { readonly path: string; readonly method: string; readonly expectedStatuses: readonly number[]; readonly hostname: string | null } | null
 }
 
 export interface PassiveHealthCheck {

@@ -94,7 +94,7 @@ function readActive(a: Fields | null): ActiveHealthCheck | null {
     unhealthyThreshold: numberAt(a, 'unhealthyThreshold') ?? 3,
     healthyThreshold: numberAt(a, 'healthyThreshold') ?? 1,
     http: isHttp
-      ? { path: textAt(http, 'path') ?? '/', method: nonEmptyAt(http, 'method') ?? 'GET', expectedStatuses: statuses.length > 0 ? statuses : [200] }
+      ? { path: textAt(http, 'path') ?? '/', method: nonEmptyAt(http, 'method') ?? 'GET', expectedStatuses: statuses.length > 0 ? statuses : [200], hostname: nonEmptyAt(http, 'hostname') }
       : null,
   }
 }

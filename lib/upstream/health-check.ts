@@ -162,7 +162,8 @@ export class HealthChecker {
     this.#config = config
     this.#health = health
     const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls)
-    const authority = cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
+    // The Host a probe asks for: the check's own `http.hostname`, else the Backend's name, else the endpoint.
+    const authority = config.http?.hostname ?? cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
     this.#target = { config, authority, h2: cluster.protocol === 'HTTP2' || cluster.protocol === 'H2C' }
     if (verdicts !== null && endpoint.kind === 'hostname') {
       this.#single = null

@@ -25,7 +25,7 @@ const skip = dnsmasqSkip()
 
 const CHECK: ActiveHealthCheck = {
   type: 'HTTP', intervalMs: 100, timeoutMs: 500, unhealthyThreshold: 2, healthyThreshold: 1,
-  http: { path: '/healthz', method: 'GET', expectedStatuses: [200] },
+  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null },
 }
 
 interface Upstreams { port: number; probes: Map<string, number> }

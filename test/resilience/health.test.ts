@@ -33,7 +33,7 @@ async function serve(t: Parameters<typeof gateway>[0], c: Cluster): Promise<Gate
 
 const HTTP_CHECK: ActiveHealthCheck = {
   type: 'HTTP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 2, healthyThreshold: 1,
-  http: { path: '/healthz', method: 'GET', expectedStatuses: [200] },
+  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null },
 }
 
 t.test('active HTTP check: 500 on the health path takes the endpoint out, 200 brings it back', async (t) => {

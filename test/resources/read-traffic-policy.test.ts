@@ -44,7 +44,7 @@ t.test('retry, timeout, circuit breaker', async (t) => {
 t.test('health checks with Envoy Gateway defaults', async (t) => {
   const p = btp({ healthCheck: { active: { type: 'HTTP', http: { path: '/healthz' } }, passive: {} } })
   t.same(p.healthCheck, {
-    active: { type: 'HTTP', intervalMs: 3000, timeoutMs: 1000, unhealthyThreshold: 3, healthyThreshold: 1, http: { path: '/healthz', method: 'GET', expectedStatuses: [200] } },
+    active: { type: 'HTTP', intervalMs: 3000, timeoutMs: 1000, unhealthyThreshold: 3, healthyThreshold: 1, http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null } },
     passive: { consecutive5xxErrors: 5, consecutiveGatewayErrors: 0, consecutiveLocalOriginFailures: 5, splitExternalLocalOriginErrors: false, intervalMs: 3000, baseEjectionTimeMs: 30_000, maxEjectionPercent: 10 },
   })
   const q = btp({ healthCheck: { active: { type: 'TCP', interval: '5s', timeout: '2s', unhealthyThreshold: 2, healthyThreshold: 2, tcp: {} }, passive: { consecutive5XxErrors: 3, interval: '2s', baseEjectionTime: '1m', maxEjectionPercent: 50, splitExternalLocalOriginErrors: true } } })
