@@ -48,7 +48,7 @@ function weightNow(weights: Float64Array, health: readonly EndpointHealth[], i: 
 }
 
 /** Endpoint weights, weight 0 kept out of rotation; all zero means all equal. */
-function weightsOf(endpoints: readonly Endpoint[]): Float64Array {
+export function weightsOf(endpoints: readonly Endpoint[]): Float64Array {
   const n = endpoints.length
   const w = new Float64Array(n)
   let total = 0

@@ -13,7 +13,7 @@ import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
 import { addEndpointHealthSource, type EndpointHealthSample } from '../observe/resilience-metrics.ts'
 import type { Exchange, ExchangeGuard } from './exchange.ts'
 import type { OutgoingHeaders, ResilienceView } from './types.ts'
-import { createBalancer, type Balancer, type PickInput } from './balancer.ts'
+import { createBalancer, weightsOf, type Balancer, type PickInput } from './balancer.ts'
 import { ClusterGuard, limitsOf } from './circuit-breaker.ts'
 import { QUEUE_TIMEOUT } from './queue-timeout.ts'
 import { HealthChecker, type AddressVerdicts } from './health-check.ts'
@@ -54,8 +54,8 @@ export class ClusterRuntime implements ExchangeGuard {
   readonly balancer: Balancer
   /** Health can change (passive or active checks): picks need the clock. */
   readonly dynamic: boolean
-  /** Endpoints a balancer may pick (weight 0 keeps one out of rotation, unless all are 0). */
-  readonly #inRotation: readonly boolean[]
+  /** The balancers' weights (weightsOf): 0 keeps an endpoint out of rotation, unless all are 0. */
+  readonly #weights: Float64Array
   #pending: () => number = () => 0
 
   constructor(cluster: Cluster, guard: ClusterGuard, health: readonly EndpointHealth[], endpoints: readonly Endpoint[]) {
@@ -66,8 +66,7 @@ export class ClusterRuntime implements ExchangeGuard {
     this.detector = passive === null ? null : new OutlierDetector(passive)
     this.detector?.setEndpoints(health)
     this.balancer = createBalancer(endpoints, health, cluster.lb)
-    const weighted = endpoints.some((e) => Math.floor(e.weight) > 0)
-    this.#inRotation = endpoints.map((e) => !weighted || Math.floor(e.weight) > 0)
+    this.#weights = weightsOf(endpoints)
     this.dynamic = passive !== null || (cluster.healthCheck?.active ?? null) !== null || (cluster.lb?.slowStartWindowMs ?? 0) > 0
   }
 
@@ -98,7 +97,7 @@ export class ClusterRuntime implements ExchangeGuard {
     const n = health.length
     for (let k = 1; k < n; k++) {
       const i = (first + k) % n
-      if (this.#inRotation[i] && !avoid.includes(health[i].label) && health[i].isAvailable(now)) return i
+      if (this.#weights[i] > 0 && !avoid.includes(health[i].label) && health[i].isAvailable(now)) return i
     }
     return first
   }
