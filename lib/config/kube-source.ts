@@ -324,10 +324,10 @@ export class KubeSource {
       inf.shortWatches = 0
       return Promise.resolve()
     }
-    const exp = Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.shortWatches)
+    const delay = this.#backoffMs(inf.shortWatches)
     inf.shortWatches++
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(() => { this.#delays.delete(timer); resolve() }, Math.round(exp * (0.5 + Math.random())))
+      const timer = setTimeout(() => { this.#delays.delete(timer); resolve() }, delay)
       timer.unref()
       this.#delays.add(timer)
     })
@@ -404,7 +404,7 @@ export class KubeSource {
       inf.state = 'pending'
       inf.versionIndex = 0
       inf.unlisted = new Set(inf.keys)
-      delay = Math.round(this.#backoff.base * (0.5 + Math.random()))
+      delay = this.#backoffMs(0)
     } else if (status === 404) {
       if (inf.versionIndex + 1 < inf.resource.versions.length) {
         inf.versionIndex++
@@ -419,27 +419,25 @@ export class KubeSource {
       } else {
         // It was served a moment ago: an API server that is still starting may answer 404
         // for a while, so look again with the error backoff (logged the first time only).
-        delay = Math.round(Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.failures) * (0.5 + Math.random()))
+        delay = this.#backoffMs(inf.failures)
         ;(inf.failures === 0 ? log.info : log.debug).call(log, { ...fields, retryInMs: delay }, 'resource no longer served (CRD uninstalled?); looking for it again with backoff')
         inf.failures++
       }
     } else {
       if (status === 403) {
-        if (inf.state === 'pending' && inf.resource.failClosed) {
-          // Counted as empty, its objects' protection would silently be off (BackendTLSPolicy: TLS to its backends).
-          log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml). Nothing is served until it can be read: without it, traffic it secures would go out unsecured')
-        } else {
-          log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)')
-          if (inf.state === 'pending') inf.state = 'forbidden'
-        }
+        // A fail-closed kind stays pending: counted as empty, its objects' protection
+        // would silently be off (BackendTLSPolicy: TLS to its backends).
+        const holds = inf.state === 'pending' && inf.resource.failClosed
+        log.error({ ...fields, err: errorText(err) }, 'forbidden to list/watch resource; check the RBAC rules (deploy/kubernetes/rbac.yaml)' +
+          (holds ? '. Nothing is served until it can be read: without it, traffic it secures would go out unsecured' : ''))
+        if (inf.state === 'pending' && !holds) inf.state = 'forbidden'
       } else if (status === 401) {
         log.error({ ...fields, status, err: errorText(err) }, 'unauthorized: the API server refused our credentials (an expired or revoked token, a deleted service account, a kubeconfig without credentials); retrying with backoff')
       } else {
         log.warn({ ...fields, status, err: errorText(err) }, 'watch failed; retrying with backoff')
       }
       configReloadFailures.inc({ source: 'kubernetes', reason: status === 403 ? 'forbidden' : 'watch' })
-      const exp = Math.min(this.#backoff.max, this.#backoff.base * 2 ** inf.failures)
-      delay = Math.round(exp * (0.5 + Math.random()))
+      delay = this.#backoffMs(inf.failures)
       // An API server shedding load (429, 503) says how long to wait: never sooner.
       const asked = err instanceof KubeApiError ? err.retryAfterMs : null
       if (asked !== null) delay = Math.max(delay, asked)
@@ -456,6 +454,11 @@ export class KubeSource {
       else void inf.lw.start()
     }, delay)
     inf.timer.unref()
+  }
+
+  /** Exponential backoff for the `attempt`-th try in a row (0: the first), capped, with ±50 % jitter. */
+  #backoffMs(attempt: number): number {
+    return Math.round(Math.min(this.#backoff.max, this.#backoff.base * 2 ** attempt) * (0.5 + Math.random()))
   }
 
   #checkFirstSync(): void {
