@@ -46,7 +46,8 @@ import { gatewayOf, servingListener } from '../observe/serving-listener.ts'
 import { hostOf } from '../router/headers.ts'
 import { Cancel } from '../upstream/cancel.ts'
 import { endAndDiscard } from './linger.ts'
-import { markTunnel, resetSocket, resetStream } from './tunnel-ends.ts'
+import { markTunnel, resetStream } from './tunnel-ends.ts'
+import { resetSocket } from '../upstream/reset-socket.ts'
 import { wasCut } from '../router/exchange.ts'
 
 const log = logger('forward-proxy')

@@ -19,8 +19,6 @@ import type { Duplex } from 'node:stream'
 import { relay } from '../upstream/relay.ts'
 import { resetSocket } from '../upstream/reset-socket.ts'
 
-export { resetSocket }
-
 type H2Stream = ServerHttp2Stream | ClientHttp2Stream
 
 /** One end of a tunnel: its bytes, and how a reset is given to it and noticed from it. */
