@@ -6,13 +6,11 @@
 import t, { type Test } from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import type { RouteTable } from '../../lib/compile/table.ts'
-import { createDataPlane } from '../../lib/listeners/data-plane.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
-import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { sessionTag } from '../../lib/upstream/mcp-session.ts'
 import { closedPort } from '../helpers/ports.ts'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { ep, gateway } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -32,15 +30,6 @@ async function upstream(t: Test, name: string, status: number[] = []): Promise<U
   return u
 }
 
-async function gateway(t: Test, table: RouteTable): Promise<number> {
-  const upstreams = createUpstreams({ connectTimeoutMs: 1000 })
-  upstreams.retain(table)
-  const p = createDataPlane({ bind: '127.0.0.1', upstreams, accessLog: false, gatewayId: 'gw-test' })
-  await p.apply(table)
-  t.teardown(async () => { await p.drain(100); await upstreams.close() })
-  return table.ports.keys().next().value as number
-}
-
 function post(port: number, sid: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/mcp', agent: false, headers: { host: 'x', 'mcp-session-id': sid } }, (res) => {
@@ -56,10 +45,10 @@ function post(port: number, sid: string): Promise<{ status: number; body: string
 const retry = { attempts: 2, codes: [503], backoffMs: 1, policy: null }
 
 async function mcpGateway(t: Test, ports: readonly number[]): Promise<{ port: number; tagOf: (p: number) => string }> {
-  const c = cluster('tools', ports[0], { protocol: 'MCP', endpoints: ports.map((port) => ({ host: '127.0.0.1', port, kind: 'ip' as const, weight: 1, zone: null })) })
+  const c = cluster('tools', ports[0], { protocol: 'MCP', endpoints: ports.map((port) => ep(port)) })
   const port = await freePort()
   const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry, backends: [{ cluster: 'tools' }] }] }] } }, [c]))
-  return { port: gw, tagOf: (p) => sessionTag(c.id, `127.0.0.1:${p}`) }
+  return { port: gw.port, tagOf: (p) => sessionTag(c.id, `127.0.0.1:${p}`) }
 }
 
 t.test('a retried answer of a pinned request is retried at the session\'s endpoint', async (t) => {
