@@ -96,6 +96,8 @@ export class Exchange {
   #deadline: NodeJS.Timeout | null = null
   #deadlineSet = false
   #informational = 0
+  /** A tunnel handed to the listener and not yet closed: still active (tunnel()). */
+  #tunnelOpen = false
 
   constructor(req: UpstreamRequest, handler: UpstreamHandler, redispatcher: Redispatcher) {
     this.req = req
@@ -208,6 +210,11 @@ export class Exchange {
     }
     this.#answered = true
     this.#attempt = null
+    // An open tunnel is a request in flight until it closes, as Envoy counts an upgraded
+    // stream: LeastRequest sees WebSocket load, maxParallelRequests bounds it, the gauge shows it.
+    this.#tunnelOpen = true
+    if (stream.destroyed) this.#tunnelOpen = false
+    else stream.once('close', () => this.#release())
     this.finish(String(status))
     this.#handler.onTunnel({ status, headers, stream, endpoint: this.endpoint })
   }
@@ -258,10 +265,14 @@ export class Exchange {
     this.#finished = true
     this.#clearDeadline()
     this.req.signal.removeEventListener('abort', this)
+    this.#series.observe(code, (performance.now() - this.#started) / 1000)
+    if (!this.#tunnelOpen) this.#release()
+  }
+
+  /** The exchange stops counting as active (a tunnel: when it closes). */
+  #release(): void {
     if (this.guard !== null) this.guard.finished(this)
-    const series = this.#series
-    series.active--
-    series.observe(code, (performance.now() - this.#started) / 1000)
+    this.#series.active--
   }
 }
 

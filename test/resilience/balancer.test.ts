@@ -5,10 +5,11 @@
 // wide margins, never timings.
 import t, { type Test } from 'tap'
 import http from 'node:http'
+import net from 'node:net'
 import type { Cluster, LoadBalancerPolicy } from '../../lib/compile/table.ts'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
-import { PASSIVE, ask, bodies, countOf, ep, gateway, sleep, until, upstream, type Upstream } from './fixtures.ts'
+import { PASSIVE, ask, bodies, countOf, ep, gateway, metric, sleep, until, upstream, type Upstream } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
@@ -60,6 +61,58 @@ t.test('LeastRequest: with one endpoint held busy, the idle one takes the new re
   for (const res of held) res.end('held')
   await Promise.all(pending)
   t.same(countOf(await bodies(gw, 40)).b !== undefined, true, 'b takes traffic again once idle')
+})
+
+/** Opens a WebSocket-shaped tunnel through the gateway; resolves with the socket once the 101 head arrived. */
+function openTunnel(port: number): Promise<{ socket: net.Socket; head: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1')
+    let head = ''
+    socket.setEncoding('latin1')
+    socket.on('error', reject)
+    socket.on('data', function onData(s: string) {
+      head += s
+      if (!head.includes('\r\n\r\n')) return
+      socket.off('data', onData)
+      resolve({ socket, head })
+    })
+    socket.write('GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n')
+  })
+}
+
+t.test('LeastRequest counts open tunnels: WebSocket load spreads, the active-requests gauge holds them until they close', async (t) => {
+  const us = [await upstream(t, 'a'), await upstream(t, 'b')]
+  const held = { a: 0, b: 0 } as Record<string, number>
+  const sockets = new Set<net.Socket>()
+  for (const u of us) {
+    u.server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+      held[u.name]++
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('end', () => socket.end())
+      socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nX-Upstream: ${u.name}\r\n\r\n`)
+    })
+  }
+  t.teardown(() => { for (const s of sockets) s.destroy() })
+  const c = lbCluster(us, { type: 'LeastRequest', consistentHash: null, slowStartWindowMs: null }, { id: 'ws-pool' })
+  const gw = await serve(t, c)
+  const tunnels: net.Socket[] = []
+  for (let i = 0; i < 10; i++) {
+    const { socket, head } = await openTunnel(gw)
+    t.match(head, /^HTTP\/1\.1 101 /)
+    tunnels.push(socket)
+  }
+  t.same(held, { a: 5, b: 5 }, 'each open tunnel counts as a request in flight: 10 tunnels, 5 each')
+  const active = (): Promise<number> => metric('sallyport_upstream_active_requests', { backend: 'ws-pool' })
+  const settlesAt = async (want: number): Promise<number> => {
+    for (let i = 0; i < 250 && await active() !== want; i++) await sleep(20)
+    return active()
+  }
+  t.equal(await active(), 10, 'the gauge counts the open tunnels')
+  for (const s of tunnels.slice(0, 5)) s.end()
+  t.equal(await settlesAt(5), 5, 'closed tunnels leave the gauge')
+  for (const s of tunnels.slice(5)) s.destroy()
+  t.equal(await settlesAt(0), 0, 'reset tunnels leave it too')
 })
 
 t.test('ConsistentHash by header: the same key sticks, different keys spread', async (t) => {
