@@ -9,10 +9,10 @@
 import type { ErrorCode } from '../errors.ts'
 import type { HostnameIndex } from '../hostname-index.ts'
 import type {
-  ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy,
+  ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, HealthCheckPayload, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy,
 } from '../resources/model.ts'
 
-export type { ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy }
+export type { ActiveHealthCheck, CircuitBreakerPolicy, ExtensionSpec, HealthCheckPayload, LoadBalancerPolicy, PassiveHealthCheck, RetryPolicy }
 
 export interface RouteTable {
   /** Monotonic compile counter (passed into compile). */

@@ -413,7 +413,23 @@ export interface ActiveHealthCheck {
   readonly timeoutMs: number
   readonly unhealthyThreshold: number
   readonly healthyThreshold: number
-  readonly http: { readonly path: string; readonly method: string; readonly expectedStatuses: readonly number[]; readonly hostname: string | null } | null
+  readonly http: {
+    readonly path: string
+    readonly method: string
+    readonly expectedStatuses: readonly number[]
+    readonly hostname: string | null
+    /** Bytes the first 1 KiB of the response body must contain (Envoy Gateway's expectedResponse). */
+    readonly expectedResponse: HealthCheckPayload | null
+  } | null
+  /** A TCP check's payloads: `send` written once connected, `receive` looked for in what comes back. */
+  readonly tcp: { readonly send: HealthCheckPayload | null; readonly receive: HealthCheckPayload | null } | null
+}
+
+/** Envoy Gateway's ActiveHealthCheckPayload: `text` as is (Text) or base64 `binary` (Binary). */
+export interface HealthCheckPayload {
+  readonly type: 'Text' | 'Binary'
+  readonly text: string | null
+  readonly binary: string | null
 }
 
 export interface PassiveHealthCheck {

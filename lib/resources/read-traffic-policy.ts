@@ -7,7 +7,7 @@
 
 import type { SourceRef } from './meta.ts'
 import type {
-  ActiveHealthCheck, BackendTrafficPolicy, CircuitBreakerPolicy, LoadBalancerPolicy, PassiveHealthCheck,
+  ActiveHealthCheck, BackendTrafficPolicy, CircuitBreakerPolicy, HealthCheckPayload, LoadBalancerPolicy, PassiveHealthCheck,
   RateLimitRule, RetryPolicy,
 } from './model.ts'
 import {
@@ -94,9 +94,26 @@ function readActive(a: Fields | null): ActiveHealthCheck | null {
     unhealthyThreshold: numberAt(a, 'unhealthyThreshold') ?? 3,
     healthyThreshold: numberAt(a, 'healthyThreshold') ?? 1,
     http: isHttp
-      ? { path: textAt(http, 'path') ?? '/', method: nonEmptyAt(http, 'method') ?? 'GET', expectedStatuses: statuses.length > 0 ? statuses : [200], hostname: nonEmptyAt(http, 'hostname') }
+      ? {
+          path: textAt(http, 'path') ?? '/', method: nonEmptyAt(http, 'method') ?? 'GET', expectedStatuses: statuses.length > 0 ? statuses : [200],
+          hostname: nonEmptyAt(http, 'hostname'), expectedResponse: readPayload(objectAt(http, 'expectedResponse')),
+        }
       : null,
+    tcp: isHttp ? null : readTcpPayloads(objectAt(a, 'tcp')),
   }
+}
+
+function readTcpPayloads(tcp: Fields | null): ActiveHealthCheck['tcp'] {
+  if (tcp === null) return null
+  const send = readPayload(objectAt(tcp, 'send'))
+  const receive = readPayload(objectAt(tcp, 'receive'))
+  return send === null && receive === null ? null : { send, receive }
+}
+
+/** healthcheck_types.go ActiveHealthCheckPayload; the schema requires the field its type names. */
+function readPayload(p: Fields | null): HealthCheckPayload | null {
+  if (p === null) return null
+  return { type: textAt(p, 'type') === 'Binary' ? 'Binary' : 'Text', text: textAt(p, 'text'), binary: textAt(p, 'binary') }
 }
 
 /**

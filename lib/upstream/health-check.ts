@@ -21,7 +21,8 @@
 
 import http2 from 'node:http2'
 import type { Socket } from 'node:net'
-import type { ActiveHealthCheck, Cluster, Endpoint } from '../compile/table.ts'
+import type { ActiveHealthCheck, Cluster, Endpoint, HealthCheckPayload } from '../compile/table.ts'
+import { H1ResponseParser } from './h1-parser.ts'
 import { logger } from '../observe/log.ts'
 import { Connector, type PendingConnect } from './connect.ts'
 import type { EndpointHealth } from './outlier.ts'
@@ -51,6 +52,42 @@ interface CheckTarget {
   readonly config: ActiveHealthCheck
   readonly authority: string
   readonly h2: boolean
+  /** HTTP: bytes the first BODY_WINDOW bytes of the body must contain (null: the status alone decides). */
+  readonly expected: Buffer | null
+  /** TCP: written once connected. */
+  readonly send: Buffer | null
+  /** TCP: looked for in what comes back (null: connecting is enough). */
+  readonly receive: Buffer | null
+}
+
+/** The body bytes an HTTP check's expectedResponse is looked for in (Envoy's default response buffer). */
+const BODY_WINDOW = 1024
+/** What a TCP check reads at most while looking for its receive payload. */
+const TCP_WINDOW = 64 * 1024
+
+function payloadBytes(p: HealthCheckPayload | null | undefined): Buffer | null {
+  if (p === null || p === undefined) return null
+  const bytes = p.type === 'Binary' ? Buffer.from(p.binary ?? '', 'base64') : Buffer.from(p.text ?? '', 'utf8')
+  return bytes.length === 0 ? null : bytes
+}
+
+/** Collects the start of a body and says whether `expected` is in it (bounded to `window` bytes). */
+class BodyMatch {
+  readonly #expected: Buffer
+  readonly #window: number
+  #seen: Buffer = Buffer.alloc(0)
+  constructor(expected: Buffer, window: number) {
+    this.#expected = expected
+    this.#window = Math.max(window, expected.length)
+  }
+
+  /** True once found; false when not (yet); null when the window is full without it. */
+  add(chunk: Buffer): boolean | null {
+    const room = this.#window - this.#seen.length
+    this.#seen = Buffer.concat([this.#seen, room < chunk.length ? chunk.subarray(0, room) : chunk])
+    if (this.#seen.includes(this.#expected)) return true
+    return this.#seen.length >= this.#window ? null : false
+  }
 }
 
 /** One check of one connection target: connect, then (HTTP) one request. */
@@ -92,7 +129,10 @@ class Probe {
       if (err !== null || socket === null) return finish(false)
       if (over) { socket.destroy(); return }
       this.#socket = socket
-      if (config.type === 'TCP' || config.http === null) return finish(true)
+      if (config.type === 'TCP' || config.http === null) {
+        if (target.send === null && target.receive === null) return finish(true)
+        return this.#checkTcp(socket, target, finish)
+      }
       if (target.h2) this.#checkH2(socket, target, config.http, finish)
       else this.#checkH1(socket, target, config.http, finish)
     })
@@ -104,16 +144,40 @@ class Probe {
     this.#finish?.(false)
   }
 
+  /** Sends `send`, then passes once `receive` is in what came back (or at once without one). */
+  #checkTcp(socket: Socket, target: CheckTarget, finish: (ok: boolean) => void): void {
+    const receive = target.receive
+    if (receive !== null) {
+      const match = new BodyMatch(receive, TCP_WINDOW)
+      socket.on('data', (chunk: Buffer) => {
+        const found = match.add(chunk)
+        if (found !== false) finish(found === true)
+      })
+    }
+    socket.on('error', () => finish(false))
+    socket.on('close', () => finish(false))
+    if (target.send !== null) socket.write(target.send)
+    if (receive === null) finish(true)
+  }
+
   #checkH1(socket: Socket, target: CheckTarget, http: NonNullable<ActiveHealthCheck['http']>, finish: (ok: boolean) => void): void {
-    let head = ''
-    socket.setEncoding('latin1')
-    socket.on('data', (chunk: string) => {
-      head += chunk
-      const eol = head.indexOf('\r\n')
-      if (eol === -1) { if (head.length > 8192) finish(false); return }
-      // Status line: HTTP/1.1 200 OK
-      const m = /^HTTP\/1\.[01] (\d{3})/.exec(head.slice(0, eol))
-      finish(m !== null && http.expectedStatuses.includes(Number(m[1])))
+    const expected = target.expected
+    const match = expected === null ? null : new BodyMatch(expected, BODY_WINDOW)
+    const parser = new H1ResponseParser({
+      onInterim() {},
+      onHead(status) {
+        if (!http.expectedStatuses.includes(status)) finish(false)
+        else if (match === null) finish(true)
+      },
+      onBody(chunk) {
+        const found = match?.add(chunk) ?? true
+        if (found !== false) finish(found === true)
+      },
+      onEnd() { finish(false) }, // the whole body came without the expected bytes
+    })
+    parser.expect(http.method)
+    socket.on('data', (chunk: Buffer) => {
+      if (parser.execute(chunk) !== null) finish(false)
     })
     socket.on('error', () => finish(false))
     socket.on('close', () => finish(false))
@@ -124,12 +188,24 @@ class Probe {
     const scheme = this.#connector.secure ? 'https' : 'http'
     const session = http2.connect(`${scheme}://${target.authority}`, { createConnection: () => socket })
     session.on('error', () => finish(false))
+    const done = (ok: boolean): void => {
+      finish(ok)
+      session.destroy()
+    }
+    const expected = target.expected
     const req = session.request({ ':method': http.method, ':path': http.path, 'user-agent': 'sallyport-health-check' }, { endStream: true })
     req.on('response', (headers) => {
-      finish(http.expectedStatuses.includes(Number(headers[':status'])))
-      session.destroy()
+      if (!http.expectedStatuses.includes(Number(headers[':status']))) return done(false)
+      if (expected === null) return done(true)
+      const match = new BodyMatch(expected, BODY_WINDOW)
+      req.on('data', (chunk: Buffer) => {
+        const found = match.add(chunk)
+        if (found !== false) done(found === true)
+      })
+      req.on('end', () => done(false))
     })
     req.on('error', () => finish(false))
+    req.on('close', () => finish(false))
     req.resume()
   }
 }
@@ -164,7 +240,10 @@ export class HealthChecker {
     const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls)
     // The Host a probe asks for: the check's own `http.hostname`, else the Backend's name, else the endpoint.
     const authority = config.http?.hostname ?? cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
-    this.#target = { config, authority, h2: cluster.protocol === 'HTTP2' || cluster.protocol === 'H2C' }
+    this.#target = {
+      config, authority, h2: cluster.protocol === 'HTTP2' || cluster.protocol === 'H2C',
+      expected: payloadBytes(config.http?.expectedResponse), send: payloadBytes(config.tcp?.send), receive: payloadBytes(config.tcp?.receive),
+    }
     if (verdicts !== null && endpoint.kind === 'hostname') {
       this.#single = null
       this.#name = { endpoint, resolver, tls, verdicts, probes: new Map() }

@@ -25,7 +25,7 @@ const skip = dnsmasqSkip()
 
 const CHECK: ActiveHealthCheck = {
   type: 'HTTP', intervalMs: 100, timeoutMs: 500, unhealthyThreshold: 2, healthyThreshold: 1,
-  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null },
+  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null, expectedResponse: null }, tcp: null,
 }
 
 interface Upstreams { port: number; probes: Map<string, number> }
@@ -109,7 +109,7 @@ for (const order of [['good', 'bad'], ['bad', 'good']]) {
 t.test('a name rotating through addresses: what is kept per address is bounded by the current answer', { skip: skip ?? false }, async (t) => {
   const up = await upstreams(t, ['127.0.0.2'], [])
   const dns = await startDnsmasq(t, { hosts: ['127.0.0.2 rot.test'], ttl: 1 })
-  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 100, timeoutMs: 300, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
+  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 100, timeoutMs: 300, unhealthyThreshold: 1, healthyThreshold: 1, http: null, tcp: null }
   const passive = { consecutive5xxErrors: 5, consecutiveGatewayErrors: 0, consecutiveLocalOriginFailures: 5, splitExternalLocalOriginErrors: false, intervalMs: 1000, baseEjectionTimeMs: 30_000, maxEjectionPercent: 10 }
   const c = cluster('rot', up.port, { hostname: 'rot.test', endpoints: [named('rot.test', up.port)], healthCheck: { active: check, passive } })
   const gw = await serve(t, dns.server, c)

@@ -5,6 +5,7 @@
 // sallyport_upstream_endpoint_healthy gauge. Real upstreams on 127.0.0.1.
 import t from 'tap'
 import http from 'node:http'
+import http2 from 'node:http2'
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type { ActiveHealthCheck, Cluster } from '../../lib/compile/table.ts'
@@ -33,7 +34,7 @@ async function serve(t: Parameters<typeof gateway>[0], c: Cluster): Promise<Gate
 
 const HTTP_CHECK: ActiveHealthCheck = {
   type: 'HTTP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 2, healthyThreshold: 1,
-  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null },
+  http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null, expectedResponse: null }, tcp: null,
 }
 
 t.test('active HTTP check: 500 on the health path takes the endpoint out, 200 brings it back', async (t) => {
@@ -67,7 +68,7 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
   // test's outgoing connection can take it as its local port before this one listens there
   // (a closedPort() released mid-run could be, and the listen then failed with EADDRINUSE).
   const deadPort = await freePort()
-  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
+  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 1, healthyThreshold: 1, http: null, tcp: null }
   const gw = await serve(t, cluster('tcp', live.port, { endpoints: [ep(deadPort), ep(live.port)], healthCheck: { active: check, passive: null } }))
   t.ok(await until(() => dumpOf(gw, 'tcp', deadPort)?.activeCheckHealthy === false), 'refused connect: unhealthy')
   t.equal(dumpOf(gw, 'tcp', deadPort).healthy, false)
@@ -84,6 +85,83 @@ t.test('active TCP check: a closed port is unhealthy until something listens the
   t.ok((countOf(await bodies(gw.port, 10)).revived ?? 0) >= 4, 'traffic returns')
 })
 
+t.test('active HTTP check with expectedResponse: the status and the body both decide', async (t) => {
+  let state = 'up'
+  const a = await upstream(t, 'a', (req, res) => {
+    if (req.url !== '/healthz') { res.end('a'); return }
+    // Chunked, the expected text split over two chunks: the check reads the body, not its framing.
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.write('{"status":"')
+    setTimeout(() => res.end(`${state}"}`), 5)
+  })
+  const b = await upstream(t, 'b', (req, res) => { res.end(req.url === '/healthz' ? '{"status":"up"}' : 'b') })
+  const check: ActiveHealthCheck = {
+    ...HTTP_CHECK, unhealthyThreshold: 1,
+    http: { ...HTTP_CHECK.http!, expectedResponse: { type: 'Text', text: '"status":"up"', binary: null } },
+  }
+  const gw = await serve(t, cluster('body', a.port, { endpoints: [ep(a.port), ep(b.port)], healthCheck: { active: check, passive: null } }))
+  await sleep(200)
+  t.equal(dumpOf(gw, 'body', a.port).activeCheckHealthy, true, 'a 200 carrying the text: healthy')
+  state = 'down'
+  t.ok(await until(() => dumpOf(gw, 'body', a.port)?.activeCheckHealthy === false), 'a 200 without it: unhealthy')
+  t.same(countOf(await bodies(gw.port, 6)), { b: 6 }, 'no traffic to it')
+  state = 'up'
+  t.ok(await until(() => dumpOf(gw, 'body', a.port)?.activeCheckHealthy === true), 'the text again: healthy')
+})
+
+t.test('active HTTP/2 check with a Binary expectedResponse', async (t) => {
+  let body = Buffer.from([0, 1, 2, 0xff, 9])
+  const server = http2.createServer()
+  server.on('stream', (stream) => {
+    stream.respond({ ':status': 200 })
+    stream.end(body)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  const port = (server.address() as AddressInfo).port
+  const check: ActiveHealthCheck = {
+    ...HTTP_CHECK, unhealthyThreshold: 1,
+    http: { ...HTTP_CHECK.http!, expectedResponse: { type: 'Binary', text: null, binary: Buffer.from([2, 0xff]).toString('base64') } },
+  }
+  const gw = await serve(t, cluster('h2body', port, { protocol: 'H2C', healthCheck: { active: check, passive: null } }))
+  await sleep(200)
+  t.equal(dumpOf(gw, 'h2body', port).activeCheckHealthy, true, 'the bytes are in the body: healthy')
+  body = Buffer.from([0, 1, 2, 0xfe, 9])
+  t.ok(await until(() => dumpOf(gw, 'h2body', port)?.activeCheckHealthy === false), 'they are not: unhealthy')
+})
+
+t.test('active TCP check with send and receive: the answer decides, not the connect', async (t) => {
+  let healthy = true
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((sock) => {
+    sockets.add(sock)
+    sock.on('close', () => sockets.delete(sock))
+    sock.on('error', () => {})
+    let got = ''
+    sock.setEncoding('latin1')
+    sock.on('data', (s: string) => {
+      got += s
+      // A redis-like PING, answered in two writes.
+      if (got.includes('PING\r\n')) { sock.write(healthy ? '+PO' : '-ERR loading'); setTimeout(() => sock.write(healthy ? 'NG\r\n' : '\r\n'), 5) }
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
+  const port = (server.address() as AddressInfo).port
+  const check: ActiveHealthCheck = {
+    type: 'TCP', intervalMs: 50, timeoutMs: 500, unhealthyThreshold: 1, healthyThreshold: 1, http: null,
+    tcp: { send: { type: 'Binary', text: null, binary: Buffer.from('PING\r\n').toString('base64') }, receive: { type: 'Text', text: '+PONG', binary: null } },
+  }
+  const gw = await serve(t, cluster('tcpio', port, { healthCheck: { active: check, passive: null } }))
+  await sleep(200)
+  t.equal(dumpOf(gw, 'tcpio', port).activeCheckHealthy, true, '+PONG: healthy')
+  healthy = false
+  t.ok(await until(() => dumpOf(gw, 'tcpio', port)?.activeCheckHealthy === false), 'connects, answers -ERR: unhealthy')
+  healthy = true
+  t.ok(await until(() => dumpOf(gw, 'tcpio', port)?.activeCheckHealthy === true), '+PONG again: healthy')
+  t.ok(await until(() => sockets.size === 0), 'each check closed its connection')
+})
+
 t.test('a backend removed while its active check is in a TLS handshake: the check\'s connection closes at once', async (t) => {
   // Accepts and never answers the ClientHello: the check waits in its handshake (timeout 30 s).
   const accepted: net.Socket[] = []
@@ -95,7 +173,7 @@ t.test('a backend removed while its active check is in a TLS handshake: the chec
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { for (const s of accepted) s.destroy(); silent.close() })
   const port = (silent.address() as AddressInfo).port
-  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 20, timeoutMs: 30_000, unhealthyThreshold: 1, healthyThreshold: 1, http: null }
+  const check: ActiveHealthCheck = { type: 'TCP', intervalMs: 20, timeoutMs: 30_000, unhealthyThreshold: 1, healthyThreshold: 1, http: null, tcp: null }
   const c = cluster('silent', port, { tls: clusterTls(), healthCheck: { active: check, passive: null } })
   const gw = await serve(t, c)
   t.ok(await until(() => accepted.length >= 1), 'the check connected')

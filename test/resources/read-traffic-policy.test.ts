@@ -44,14 +44,19 @@ t.test('retry, timeout, circuit breaker', async (t) => {
 t.test('health checks with Envoy Gateway defaults', async (t) => {
   const p = btp({ healthCheck: { active: { type: 'HTTP', http: { path: '/healthz' } }, passive: {} } })
   t.same(p.healthCheck, {
-    active: { type: 'HTTP', intervalMs: 3000, timeoutMs: 1000, unhealthyThreshold: 3, healthyThreshold: 1, http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null } },
+    active: { type: 'HTTP', intervalMs: 3000, timeoutMs: 1000, unhealthyThreshold: 3, healthyThreshold: 1, http: { path: '/healthz', method: 'GET', expectedStatuses: [200], hostname: null, expectedResponse: null }, tcp: null },
     passive: { consecutive5xxErrors: 5, consecutiveGatewayErrors: 0, consecutiveLocalOriginFailures: 5, splitExternalLocalOriginErrors: false, intervalMs: 3000, baseEjectionTimeMs: 30_000, maxEjectionPercent: 10 },
   })
   const q = btp({ healthCheck: { active: { type: 'TCP', interval: '5s', timeout: '2s', unhealthyThreshold: 2, healthyThreshold: 2, tcp: {} }, passive: { consecutive5XxErrors: 3, interval: '2s', baseEjectionTime: '1m', maxEjectionPercent: 50, splitExternalLocalOriginErrors: true } } })
-  t.same(q.healthCheck!.active, { type: 'TCP', intervalMs: 5000, timeoutMs: 2000, unhealthyThreshold: 2, healthyThreshold: 2, http: null })
+  t.same(q.healthCheck!.active, { type: 'TCP', intervalMs: 5000, timeoutMs: 2000, unhealthyThreshold: 2, healthyThreshold: 2, http: null, tcp: null })
   t.same(q.healthCheck!.passive, { consecutive5xxErrors: 3, consecutiveGatewayErrors: 0, consecutiveLocalOriginFailures: 5, splitExternalLocalOriginErrors: true, intervalMs: 2000, baseEjectionTimeMs: 60_000, maxEjectionPercent: 50 })
   t.equal(btp({ healthCheck: { passive: {} } }).healthCheck!.active, null)
   t.equal(btp({ healthCheck: { active: { type: 'GRPC', grpc: {} } } }).healthCheck!.active!.type, 'TCP')
+  // expectedResponse and TCP send/receive payloads (healthcheck_types.go ActiveHealthCheckPayload).
+  const r = btp({ healthCheck: { active: { type: 'HTTP', http: { path: '/h', expectedResponse: { type: 'Text', text: 'ok' } } } } })
+  t.same(r.healthCheck!.active!.http!.expectedResponse, { type: 'Text', text: 'ok', binary: null })
+  const s = btp({ healthCheck: { active: { type: 'TCP', tcp: { send: { type: 'Binary', binary: 'UElORw0K' }, receive: { type: 'Text', text: '+PONG' } } } } })
+  t.same(s.healthCheck!.active!.tcp, { send: { type: 'Binary', text: null, binary: 'UElORw0K' }, receive: { type: 'Text', text: '+PONG', binary: null } })
 })
 
 t.test('load balancer and rate limit', async (t) => {

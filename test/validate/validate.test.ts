@@ -340,3 +340,17 @@ t.test('sallyport annotations whose whole meaning is their value: an unreadable 
     'metadata.annotations[sallyport.io/backend-priority]: "=1" is not name=N (N a whole number, 0 first); the entry is ignored',
   ])
 })
+
+t.test('health check payloads: the field the type names is required, binary is base64; each an error naming its path', async (t) => {
+  const btp = (active: unknown): unknown => ({
+    apiVersion: 'gateway.envoyproxy.io/v1alpha1', kind: 'BackendTrafficPolicy', metadata: { name: 'hc', namespace: 'default' },
+    spec: { targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'r' }], healthCheck: { active } },
+  })
+  const problems = (active: unknown): Array<[string, string]> => validateDocument(btp(active), src).problems.map((p) => [p.severity, p.field])
+  t.same(problems({ type: 'HTTP', http: { path: '/h', expectedResponse: { type: 'Text', text: 'ok' } } }), [])
+  t.same(problems({ type: 'TCP', tcp: { send: { type: 'Binary', binary: 'UElORw0K' }, receive: { type: 'Text', text: '+PONG' } } }), [])
+  const noText = validateDocument(btp({ type: 'HTTP', http: { path: '/h', expectedResponse: { type: 'Text', binary: 'b2s=' } } }), src).problems
+  t.same(noText.map((p) => [p.severity, p.name, p.field]), [['error', 'hc', 'spec.healthCheck.active.http.expectedResponse.text']])
+  t.same(problems({ type: 'TCP', tcp: { send: { type: 'Binary', binary: 'not base64!' } } }), [['error', 'spec.healthCheck.active.tcp.send.binary']])
+  t.same(problems({ type: 'TCP', tcp: { receive: { type: 'Hex', text: 'ff' } } }), [['error', 'spec.healthCheck.active.tcp.receive.type']])
+})
