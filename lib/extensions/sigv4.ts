@@ -57,16 +57,62 @@ export function uriEncode(s: string): string {
   return encodeURIComponent(s).replace(/[!'()*]/g, c => '%' + c.charCodeAt(0).toString(16).toUpperCase())
 }
 
-function safeDecode(s: string): string {
-  try { return decodeURIComponent(s) } catch { return s }
+const HEX = /^[0-9A-Fa-f]{2}$/
+
+/** One octet as SigV4 writes it: unreserved characters as they are, the rest %XY. */
+function octet(b: number): string {
+  const unreserved = (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) || (b >= 0x30 && b <= 0x39) || b === 0x2d || b === 0x5f || b === 0x2e || b === 0x7e
+  return unreserved ? String.fromCharCode(b) : '%' + b.toString(16).toUpperCase().padStart(2, '0')
 }
 
-/** Each segment encoded; twice for every service but S3 (AWS: "URI-encoded twice"). */
+/**
+ * The octets a component stands for, each as SigV4 encodes it: a
+ * percent-escape is its octet (UTF-8 or not: `%FF` stays `%FF`), a `%` that
+ * escapes nothing is the octet `%`, other characters are their UTF-8 octets.
+ * Decoding the whole component as UTF-8 instead left it as sent when one
+ * escape was not UTF-8, and encoded its `%` again (`%FF` → `%25FF`).
+ */
+function canonicalComponent(s: string): string {
+  let out = ''
+  let i = 0
+  while (i < s.length) {
+    if (s[i] === '%' && HEX.test(s.slice(i + 1, i + 3))) {
+      out += octet(parseInt(s.slice(i + 1, i + 3), 16))
+      i += 3
+      continue
+    }
+    const ch = String.fromCodePoint(s.codePointAt(i) as number)
+    for (const b of Buffer.from(ch, 'utf8')) out += octet(b)
+    i += ch.length
+  }
+  return out
+}
+
+/**
+ * RFC 3986 §5.2.4 dot segments, and empty segments dropped (AWS test suite:
+ * `//example//` signs as `/example/`); the leading and a trailing `/` kept.
+ */
+function normalizePath(path: string): string {
+  const out: string[] = []
+  for (const seg of path.split('/')) {
+    if (seg === '' || seg === '.') continue
+    if (seg === '..') out.pop()
+    else out.push(seg)
+  }
+  if (out.length === 0) return '/'
+  return '/' + out.join('/') + (path.endsWith('/') || path.endsWith('/.') || path.endsWith('/..') ? '/' : '')
+}
+
+/**
+ * Each segment encoded; every service but S3 first normalizes the path and
+ * then encodes each segment twice (AWS: "URI-encoded twice"); S3 does neither.
+ */
 export function canonicalUri(path: string, service: string): string {
   if (path === '' || path === '/') return '/'
-  return path.split('/').map(seg => {
-    const once = uriEncode(safeDecode(seg))
-    return service === 's3' ? once : uriEncode(once)
+  const s3 = service === 's3'
+  return (s3 ? path : normalizePath(path)).split('/').map(seg => {
+    const once = canonicalComponent(seg)
+    return s3 ? once : uriEncode(once)
   }).join('/')
 }
 
@@ -76,7 +122,8 @@ export function canonicalQuery(query: string): string {
     const eq = p.indexOf('=')
     const k = eq === -1 ? p : p.slice(0, eq)
     const v = eq === -1 ? '' : p.slice(eq + 1)
-    return [uriEncode(safeDecode(k.replace(/\+/g, ' '))), uriEncode(safeDecode(v.replace(/\+/g, ' ')))] as const
+    // A form's `+` is a space (%20), as AWS reads a query.
+    return [canonicalComponent(k.replace(/\+/g, '%20')), canonicalComponent(v.replace(/\+/g, '%20'))] as const
   })
   pairs.sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0)
   return pairs.map(([k, v]) => `${k}=${v}`).join('&')
