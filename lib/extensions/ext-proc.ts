@@ -4,6 +4,7 @@
 //   → { phase, request: { method, path, authority, headers }, response?: { status, headers },
 //       client: { address, namespace, serviceAccount }, route, backend, body? }   (body: UTF-8 text, body phases)
 //   ← { action?: "continue" | "deny", status?, reason?, setHeaders?: { name: value }, removeHeaders?: [name], body? }
+//     (a deny's setHeaders go on its answer to the client)
 //
 // `timeoutMs` (default 1000) bounds each call in time, and twice maxBodyBytes
 // plus 64 KiB bounds the answer (a replacement body as a JSON string, its
@@ -34,6 +35,27 @@ interface Answer {
   body?: string
 }
 
+/**
+ * The answer in the shape it must have, else an error (the callout failed;
+ * failOpen decides). An action that is neither continue nor deny (`DENY`,
+ * `reject`) would otherwise have let the request through as allowed, and a
+ * `setHeaders` string set one header per character.
+ */
+function answerOf(v: unknown): Answer {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error('external processor answer is not an object')
+  const a = v as Record<string, unknown>
+  if (a.action !== undefined && a.action !== null && a.action !== 'continue' && a.action !== 'deny') {
+    throw new Error(`external processor answered action ${JSON.stringify(a.action)}; expected continue or deny`)
+  }
+  const set = a.setHeaders
+  if (set !== undefined && set !== null && (typeof set !== 'object' || Array.isArray(set))) throw new Error('external processor setHeaders is not an object of names and values')
+  const remove = a.removeHeaders
+  if (remove !== undefined && remove !== null && (!Array.isArray(remove) || !remove.every(n => typeof n === 'string'))) {
+    throw new Error('external processor removeHeaders is not a list of names')
+  }
+  return a as Answer
+}
+
 export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
   const url = spec.config.url
   if (typeof url !== 'string') throw new Error('url is required')
@@ -58,10 +80,9 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
       throw new Error(`external processor answered ${r.status}`)
     }
     const text = await readBounded(r, maxAnswer, 'external processor')
-    let a: Answer
-    try { a = text === '' ? {} : JSON.parse(text) as Answer } catch { throw new Error('external processor answered non-JSON') }
-    // Checked with every extension's deny (flow.ts denyProblem): a status that is not an integer 200-599 fails the callout.
-    if (a.action === 'deny') return { deny: { status: a.status ?? 403, reason: a.reason ?? 'denied by external processor' } }
+    let parsed: unknown
+    try { parsed = text === '' ? {} : JSON.parse(text) } catch { throw new Error('external processor answered non-JSON') }
+    const a = answerOf(parsed)
     const set = Object.entries(a.setHeaders ?? {})
     // Checked before any is applied: a field no upstream or client could be sent fails the callout
     // (failOpen decides), rather than the exchange after it.
@@ -69,7 +90,13 @@ export function externalProcessor(spec: CompiledExtension): ExtensionHooks {
       if (!writableField(name, value)) throw new Error(`external processor set an invalid header ${JSON.stringify(name)}`)
       if (isGatewayField(name)) throw new Error(`external processor set ${JSON.stringify(name)}, which is the gateway's (framing or connection)`)
     }
-    const remove = (a.removeHeaders ?? []).map((name) => String(name).toLowerCase())
+    // Checked with every extension's deny (flow.ts denyProblem): a status that is not an integer 200-599 fails the callout.
+    if (a.action === 'deny') {
+      const headers: Record<string, string> = {}
+      for (const [name, value] of set) headers[name.toLowerCase()] = String(value)
+      return { deny: { status: a.status ?? 403, reason: a.reason ?? 'denied by external processor', ...(set.length === 0 ? {} : { headers }) } }
+    }
+    const remove = (a.removeHeaders ?? []).map((name) => name.toLowerCase())
     for (const name of remove) {
       if (isGatewayField(name)) throw new Error(`external processor removed ${JSON.stringify(name)}, which is the gateway's (framing or connection)`)
     }

@@ -68,3 +68,45 @@ t.test('the default bound: twice 1 MiB plus 64 KiB', async (t) => {
   const hooks = externalProcessor(spec({ url: `http://127.0.0.1:${port}/` }))
   await t.rejects((hooks.requestHeaders as (r: RequestView) => Promise<HookResult>)(view()), /more than 2162688 bytes/)
 })
+
+// An answer is trusted only in the shape the README gives: an action other
+// than continue or deny (`DENY`, `reject`: a typo in a guardrail) let the
+// request through as if allowed, and a `setHeaders` that was a string set one
+// header per character ("abc" → `0: a`, `1: b`, `2: c`). Each fails the callout now.
+t.test('an answer of another shape fails the callout instead of passing the request', async (t) => {
+  let answer: unknown = {}
+  const port = await callout(t, (_url, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify(answer))
+  })
+  const hooks = externalProcessor(spec({ url: `http://127.0.0.1:${port}/` }))
+  const call = (a: unknown): Promise<HookResult> => {
+    answer = a
+    return (hooks.requestHeaders as (r: RequestView) => Promise<HookResult>)(view())
+  }
+  await t.rejects(call({ action: 'DENY' }), /action/, 'an action in another case')
+  await t.rejects(call({ action: 'reject', status: 403 }), /action/, 'an action that is not continue or deny')
+  await t.rejects(call({ setHeaders: 'abc' }), /setHeaders/, 'setHeaders a string')
+  await t.rejects(call({ setHeaders: ['x'] }), /setHeaders/, 'setHeaders an array')
+  await t.rejects(call({ removeHeaders: 'x-a' }), /removeHeaders/, 'removeHeaders a string')
+  await t.rejects(call({ removeHeaders: [1] }), /removeHeaders/, 'removeHeaders not names')
+  await t.rejects(call(null), /not an object/, 'null')
+  await t.rejects(call([]), /not an object/, 'an array')
+  t.equal(await call({}), undefined, 'an empty answer continues')
+  t.equal(await call({ action: 'continue' }), undefined, 'continue')
+  const v = view()
+  answer = { action: 'continue', setHeaders: { 'X-A': '1' }, removeHeaders: ['x-b'] }
+  v.headers['x-b'] = ['1', '2']
+  await (hooks.requestHeaders as (r: RequestView) => Promise<HookResult>)(v)
+  t.same(v.headers, { 'x-a': '1' }, 'set and removed (every value of a repeated field)')
+})
+
+t.test('a deny carries the setHeaders of its answer to the client', async (t) => {
+  const port = await callout(t, (_url, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ action: 'deny', status: 401, reason: 'no', setHeaders: { 'WWW-Authenticate': 'Bearer realm="x"' } }))
+  })
+  const hooks = externalProcessor(spec({ url: `http://127.0.0.1:${port}/` }))
+  const r = await (hooks.requestHeaders as (r: RequestView) => Promise<HookResult>)(view())
+  t.same(r, { deny: { status: 401, reason: 'no', headers: { 'www-authenticate': 'Bearer realm="x"' } } })
+})
