@@ -24,6 +24,8 @@ const MIN_REFRESH_MS = 1000
  * lifetime refetched every millisecond. A later refresh waits in steps.
  */
 const MAX_TIMER_MS = 2 ** 31 - 1
+/** The lifetime of a token whose answer gives none (or none that is usable). */
+const DEFAULT_LIFETIME_S = 300
 /** A token answer is a few hundred bytes to a few KiB (JWTs); more fails the fetch. */
 const MAX_ANSWER_BYTES = 64 * 1024
 
@@ -157,9 +159,8 @@ export class TokenSource {
     // RFC 6749 §A.12: visible characters. One with CR, LF or NUL could not be
     // sent: the fetch fails (failOpen decides), not every request it would go on.
     if (INVALID_VALUE.test(body.access_token)) throw new Error('token endpoint answer: access_token is not a valid field value')
-    const expiresIn = typeof body.expires_in === 'number' ? body.expires_in : Number(body.expires_in ?? 300)
     const now = this.#timers.now()
-    const lifetimeMs = (Number.isFinite(expiresIn) ? expiresIn : 300) * 1000
+    const lifetimeMs = lifetimeOf(body.expires_in) * 1000
     // A lead as long as the lifetime (expires_in 60, the default lead 60 s)
     // would make every token due at once: a fetch per request, and one a
     // second while idle. Refresh at half the lifetime then.
@@ -170,6 +171,17 @@ export class TokenSource {
       refreshAt: Math.max(now + MIN_REFRESH_MS, now + lifetimeMs - lead),
     }
   }
+}
+
+/**
+ * RFC 6749 §5.1 expires_in, in seconds (a number, or digits in a string as
+ * some providers send it). Absent, not a number, 0 or negative: unknown, the
+ * default lifetime. Taken as given, a lifetime of 0 or less made every token
+ * expired on arrival: a fetch per request, and one a second while idle.
+ */
+function lifetimeOf(expiresIn: unknown): number {
+  const n = typeof expiresIn === 'number' ? expiresIn : typeof expiresIn === 'string' && expiresIn.trim() !== '' ? Number(expiresIn) : NaN
+  return Number.isFinite(n) && n > 0 ? n : DEFAULT_LIFETIME_S
 }
 
 export function oauth2(spec: CompiledExtension): ExtensionHooks {

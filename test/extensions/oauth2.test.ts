@@ -97,3 +97,20 @@ t.test('an access_token that is not a field value (CR, LF, NUL) fails the fetch'
   await source.refresh()
   t.equal(source.current(), 'Bearer a.b-c_d~e+f/g=', 'a token of visible characters is used')
 })
+
+// expires_in 0, negative or empty made every token expired on arrival: each
+// request fetched a token of its own (and the refresh timer one a second while
+// idle). A lifetime that is not a positive number is unknown: the default 300 s.
+t.test('expires_in that is not a positive number is the default lifetime, not a fetch per request', async (t) => {
+  for (const expiresIn of [0, -30, '', '0', null, 'soon']) {
+    const ep = await tokenEndpoint(t, () => ({ access_token: 'tok', token_type: 'Bearer', expires_in: expiresIn }))
+    const timers = fakeTimers()
+    const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+    const source = new TokenSource(spec(config), config, 'secretRef', timers)
+    t.teardown(() => source.close())
+    await source.refresh()
+    for (let i = 0; i < 5; i++) t.equal(await source.current(), 'Bearer tok', `expires_in ${JSON.stringify(expiresIn)}: cached`)
+    t.equal(source.fetches, 1, `expires_in ${JSON.stringify(expiresIn)}: one fetch`)
+    t.equal(timers.armed[0]?.ms, 240_000, 'refreshed 60 s before the default 300 s')
+  }
+})
