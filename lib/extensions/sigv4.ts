@@ -162,8 +162,13 @@ export function amzDate(ms: number): string {
   return new Date(ms).toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '')
 }
 
+/**
+ * A field sent as several lines (an array) signs as AWS reads them: each
+ * value trimmed and its spaces collapsed, joined by a comma. Joined first, the
+ * spaces around each comma stayed (`a , b` signed, `a,b` verified).
+ */
 function first(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v.join(',') : v
+  return Array.isArray(v) ? v.map(one => one.trim().replace(/\s+/g, ' ')).join(',') : v
 }
 
 /** Headers worth signing besides host and x-amz-*: content-type (if any). */
