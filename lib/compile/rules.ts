@@ -112,7 +112,17 @@ export function backendPriorities(text: string | undefined): ReadonlyMap<string,
 const defaultMatch: HTTPRouteMatch = { path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [], method: null }
 
 function anchored(pattern: string): RegExp {
-  return new RegExp(`^(?:${pattern})$`)
+  return new RegExp(`^${group(pattern)}$`)
+}
+
+/**
+ * A Gateway API (RE2-flavoured) pattern as one JS group. A leading `(?i)`,
+ * which validate accepts and the README promises as the case-insensitive flag,
+ * is not JS syntax: it becomes a modifier group `(?i:...)`, which also keeps
+ * it to its own part of a composed pattern (a GRPCRoute service or method).
+ */
+function group(pattern: string): string {
+  return pattern.startsWith('(?i)') ? `(?i:${pattern.slice(4)})` : `(?:${pattern})`
 }
 
 /** Gateway API: of several entries with an equivalent name only the first is considered. */
@@ -157,7 +167,7 @@ function compileGrpcMatch(m: GRPCRouteMatch): Pick<MatchSpec, 'path' | 'method' 
     const svc = mm.service === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.service) : mm.service
     const method = mm.method === null ? '[^/]+' : mm.type === 'Exact' ? escapeRegex(mm.method) : mm.method
     // Each pattern grouped: an alternation in one (`Get|List`) must not split the whole path.
-    const value = `/(?:${svc})/(?:${method})`
+    const value = `/${group(svc)}/${group(method)}`
     path = { type: 'RegularExpression', value, regex: anchored(value) }
   }
   return { path, method: 'POST', headers, query: null }
