@@ -174,11 +174,21 @@ function compileGrpcMatch(m: GRPCRouteMatch): Pick<MatchSpec, 'path' | 'method' 
 }
 
 function headerEdits(mod: HeaderModifier): HeaderEdits {
-  return {
-    set: mod.set.map(h => [h.name.toLowerCase(), h.value] as const),
-    add: mod.add.map(h => [h.name.toLowerCase(), h.value] as const),
-    remove: mod.remove.map(n => n.toLowerCase()),
+  return { set: firstOfEachName(mod.set), add: firstOfEachName(mod.add), remove: mod.remove.map(n => n.toLowerCase()) }
+}
+
+/**
+ * Gateway API HTTPHeader.name: of entries with an equivalent name ("foo" and
+ * "Foo") the first counts and the others are ignored; the CRD's list-map key
+ * is case-sensitive, so the API server lets such lists through.
+ */
+function firstOfEachName(list: HeaderModifier['set']): Array<readonly [string, string]> {
+  const out: Array<readonly [string, string]> = []
+  for (const h of list) {
+    const name = h.name.toLowerCase()
+    if (!out.some(o => o[0] === name)) out.push([name, h.value])
   }
+  return out
 }
 
 function pathRewrite(p: HTTPPathModifier | null): PathRewrite | null {

@@ -104,6 +104,7 @@ function checkFilters(list: unknown, base: string, prefixOnly: boolean, f: Findi
     if (type === 'RequestMirror') checkMirror(objAt(flt, 'requestMirror'), child(at, 'requestMirror'), f)
     if (type === 'CORS') checkCors(objAt(flt, 'cors'), child(at, 'cors'), f)
     if (type === 'ResponseHeaderModifier') checkResponseFraming(objAt(flt, 'responseHeaderModifier'), child(at, 'responseHeaderModifier'), f)
+    if (type.endsWith('HeaderModifier')) checkRepeatedNames(objAt(flt, HTTP_FILTER_FIELD[type] ?? ''), child(at, HTTP_FILTER_FIELD[type] ?? ''), f)
   })
   if (redirect >= 0 && rewrite >= 0) f.error(item(base, Math.max(redirect, rewrite)), 'RequestRedirect and URLRewrite cannot both be used in one rule')
 }
@@ -122,6 +123,24 @@ function checkResponseFraming(mod: Obj | null, at: string, f: Findings): void {
       if (lower === 'content-length' || lower === 'transfer-encoding') {
         f.warn(item(child(at, op), i), `${name} frames the response and stays the upstream's; this edit is ignored`)
       }
+    })
+  }
+}
+
+/**
+ * Gateway API HTTPHeader.name: of `set` or `add` entries with an equivalent
+ * name ("foo", "Foo") only the first counts (compile/rules.ts keeps it).
+ */
+function checkRepeatedNames(mod: Obj | null, at: string, f: Findings): void {
+  if (mod === null) return
+  for (const op of ['set', 'add'] as const) {
+    const first = new Map<string, string>()
+    asArr(mod[op]).forEach((v, i) => {
+      const name = strAt(asObjOrNull(v), 'name')
+      if (name === null) return
+      const earlier = first.get(name.toLowerCase())
+      if (earlier === undefined) first.set(name.toLowerCase(), name)
+      else f.warn(child(item(child(at, op), i), 'name'), `"${name}" repeats "${earlier}" (header names compare case-insensitively); this entry is ignored`)
     })
   }
 }
@@ -231,6 +250,7 @@ export function checkGRPCRoute(doc: Obj, f: Findings): void {
         const type = strAt(flt, 'type') ?? ''
         checkFilterUnion(flt, type, item(base, i), GRPC_FILTER_FIELD, f)
         if (type.endsWith('HeaderModifier') && seen.has(type)) f.error(child(item(base, i), 'type'), `${type} filter cannot be repeated`)
+        if (type.endsWith('HeaderModifier')) checkRepeatedNames(objAt(flt, GRPC_FILTER_FIELD[type] ?? ''), child(item(base, i), GRPC_FILTER_FIELD[type] ?? ''), f)
         seen.add(type)
         if (type === 'RequestMirror') checkMirror(objAt(flt, 'requestMirror'), child(item(base, i), 'requestMirror'), f)
       })

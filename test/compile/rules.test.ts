@@ -85,3 +85,31 @@ spec:
   t.equal(hit(table, '/acme.v1.Store/getItem', {}, 'POST'), 'g/0')
   t.equal(hit(table, '/acme.v1.Store/ListItems', {}, 'POST'), null, 'the method pattern still applies')
 })
+
+t.test('header modifiers: of set or add entries with an equivalent (case-insensitive) name only the first counts', async t => {
+  // Gateway API HTTPHeader.name: "If multiple entries specify equivalent header
+  // names, the first entry with an equivalent name MUST be considered";
+  // "foo" and "Foo" are equivalent.
+  const { table, problems } = run(`apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Team, value: first}, {name: x-team, value: second}]
+        add: [{name: X-Tag, value: a}, {name: x-TAG, value: b}, {name: X-Other, value: c}]
+    - type: ResponseHeaderModifier
+      responseHeaderModifier:
+        set: [{name: Cache-Control, value: no-store}, {name: cache-control, value: max-age=60}]
+    backendRefs: [{name: echo, port: 80}]
+`)
+  t.same(problems, [])
+  const hosts = table.ports.get(8080)?.http
+  const m = hosts == null ? null : matchOnPort(hosts, 'example.org', { method: 'GET', path: '/', query: null, header: () => undefined })
+  t.same(m?.rule.requestHeaders?.set, [['x-team', 'first']])
+  t.same(m?.rule.requestHeaders?.add, [['x-tag', 'a'], ['x-other', 'c']])
+  t.same(m?.rule.responseHeaders?.set, [['cache-control', 'no-store']])
+})

@@ -354,3 +354,22 @@ t.test('health check payloads: the field the type names is required, binary is b
   t.same(problems({ type: 'TCP', tcp: { send: { type: 'Binary', binary: 'not base64!' } } }), [['error', 'spec.healthCheck.active.tcp.send.binary']])
   t.same(problems({ type: 'TCP', tcp: { receive: { type: 'Hex', text: 'ff' } } }), [['error', 'spec.healthCheck.active.tcp.receive.type']])
 })
+
+t.test('a header modifier entry repeating an earlier name (any case) is a warning: only the first counts', async (t) => {
+  const mod = { set: [{ name: 'X-Team', value: 'a' }, { name: 'x-team', value: 'b' }], add: [{ name: 'X-Tag', value: 'a' }, { name: 'X-TAG', value: 'b' }] }
+  const http = validateDocument({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r', namespace: 'a' },
+    spec: { rules: [{ filters: [{ type: 'RequestHeaderModifier', requestHeaderModifier: mod }] }] },
+  }, src)
+  t.same(http.problems.map((p) => [p.severity, p.field]), [
+    ['warning', 'spec.rules[0].filters[0].requestHeaderModifier.set[1].name'],
+    ['warning', 'spec.rules[0].filters[0].requestHeaderModifier.add[1].name'],
+  ])
+  const grpc = validateDocument({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'GRPCRoute', metadata: { name: 'g', namespace: 'a' },
+    spec: { rules: [{ filters: [{ type: 'ResponseHeaderModifier', responseHeaderModifier: { set: mod.set } }] }] },
+  }, src)
+  t.same(grpc.problems.map((p) => [p.severity, p.field, p.message]), [
+    ['warning', 'spec.rules[0].filters[0].responseHeaderModifier.set[1].name', '"x-team" repeats "X-Team" (header names compare case-insensitively); this entry is ignored'],
+  ])
+})
