@@ -11,6 +11,7 @@ import { certificateProblems, planGateways, DEFAULT_CONTROLLER } from './gateway
 import type { ServedGateway, ServedListener } from './gateways.ts'
 import { attachRoute } from './attach.ts'
 import type { AnyRoute, RouteAttachment } from './attach.ts'
+import { findKindConflicts, withoutConflicts } from './kind-conflicts.ts'
 import { BackendResolver } from './backends.ts'
 import { planTlsPolicies } from './tls.ts'
 import { DestinationPolicies, type DestinationDefaults } from './destination-policy.ts'
@@ -129,13 +130,16 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const sni = new Map<number, Array<{ hostname: string; route: L4Route }>>()
   const outcomes: RouteOutcome[] = []
 
-  const routes: AnyRoute[] = [
-    ...sortedValues<HTTPRoute>(snapshot.httpRoutes), ...sortedValues<GRPCRoute>(snapshot.grpcRoutes),
-    ...sortedValues<TCPRoute>(snapshot.tcpRoutes), ...sortedValues<TLSRoute>(snapshot.tlsRoutes),
-  ]
+  const httpRoutes = sortedValues<HTTPRoute>(snapshot.httpRoutes)
+  const grpcRoutes = sortedValues<GRPCRoute>(snapshot.grpcRoutes)
+  const routes: AnyRoute[] = [...httpRoutes, ...grpcRoutes, ...sortedValues<TCPRoute>(snapshot.tcpRoutes), ...sortedValues<TLSRoute>(snapshot.tlsRoutes)]
+  // An HTTPRoute and a GRPCRoute sharing a listener hostname: the younger is turned away there.
+  const kindConflicts = findKindConflicts(httpRoutes, grpcRoutes, r => attachRoute(snapshot, served, r))
   const listenerUse = new Map<string, Set<string>>()
   for (const route of routes) {
-    const reuse = memo?.get(route)
+    // A route turned away depends on the others: never reused, never kept for reuse.
+    const turnedAway = kindConflicts.get(route)
+    const reuse = turnedAway === undefined ? memo?.get(route) : undefined
     if (reuse !== undefined) {
       // Issue 11: unchanged route, unchanged environment: its compiled pieces
       // as they were, and the usage records its compile made, made again.
@@ -151,14 +155,15 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       routesReused++
       continue
     }
-    const attachment = attachRoute(snapshot, served, route)
+    const asAttached = attachRoute(snapshot, served, route)
+    const attachment = turnedAway === undefined ? asAttached : withoutConflicts(asAttached, turnedAway)
     const refProblems: RefProblem[] = []
     const invalidMatches: string[] = []
     const conflicts: string[] = []
     const compiledFor = new Map<string, CompiledRoute | L4Route>()
     const listeners: ListenerCompile[] = []
     const placements: Array<{ port: number; matches: PlacedMatch[] }> = []
-    let reusable = cache !== null && (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute')
+    let reusable = cache !== null && turnedAway === undefined && (route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute')
     countAttached(attached, attachment)
     for (const parent of attachment.parents) {
       const sg = served.get(parent.gatewayKey) as ServedGateway

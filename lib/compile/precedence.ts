@@ -40,8 +40,10 @@
 //   * GRPCRoute matches are compiled to paths ('/svc/m' Exact, '/svc/'
 //     PathPrefix, otherwise RegularExpression) with method POST and ranked by
 //     this same comparator; that keeps the GRPCRoute order "service characters,
-//     then method characters, then header matches" for Exact matches. Between
-//     an HTTPRoute and a GRPCRoute that tie on everything, HTTPRoute first.
+//     then method characters, then header matches" for Exact matches. An
+//     HTTPRoute and a GRPCRoute never share a hostname of a listener
+//     (kind-conflicts.ts turns the younger away); should they tie anyway,
+//     HTTPRoute first.
 
 import type { ObjectBase } from '../resources/meta.ts'
 import type { PathMatcher, HeaderMatcher, RouteRule } from './table.ts'

@@ -6,7 +6,7 @@ import t from 'tap'
 import { compile } from '../../lib/compile/compile.ts'
 import type { ObjectStatus } from '../../lib/compile/status.ts'
 import type { RouteTable } from '../../lib/compile/table.ts'
-import type { HTTPRoute, Listener, ParentRef } from '../../lib/resources/model.ts'
+import type { GRPCRoute, HTTPRoute, Listener, ParentRef } from '../../lib/resources/model.ts'
 import { findVirtualHost } from '../../lib/router/match.ts'
 import * as b from './builders.ts'
 
@@ -150,4 +150,37 @@ t.test('attachedRoutes counts routes on listeners that are not programmed (Gatew
   t.equal(listenerStatus(status, 'ok').attached, 1)
   t.equal(table.ports.has(8443), false, 'an unprogrammed listener serves nothing')
   t.equal(accepted(status, 'HTTPRoute/default/r'), 'True/Accepted')
+})
+
+t.test('an HTTPRoute and a GRPCRoute sharing a listener hostname: the older is accepted, the other is turned away there', async t => {
+  // GRPCRouteSpec.hostnames: with intersecting hostnames on one listener the
+  // implementation "MUST accept exactly one of these two routes" (oldest, then
+  // namespace/name); "Merging MUST not be done between GRPCRoutes and HTTPRoutes."
+  const grpc = (name: string, hostnames: string[], m: Partial<import('../../lib/resources/meta.ts').ObjectMeta>, parentRefs = [parent('a')]): GRPCRoute => ({
+    kind: 'GRPCRoute', apiVersion: `${b.G}/v1`, meta: b.meta(name, 'default', m), source: { file: 'test.yaml', doc: 0 }, parentRefs, hostnames,
+    rules: [{ name: null, matches: [], filters: [], backendRefs: [b.backendRef('svc', 80, { namespace: 'default' })], sessionPersistence: null }],
+  }) as unknown as GRPCRoute
+  const T1 = { creationTimestamp: '2024-01-01T00:00:00Z' }
+  const T2 = { creationTimestamp: '2024-02-01T00:00:00Z' }
+  const T3 = { creationTimestamp: '2024-03-01T00:00:00Z' }
+  const gw = b.gateway('gw', [b.listener('a', 8081), b.listener('b', 8082)])
+  const { table, status } = run([gw,
+    b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('svc', 80, { namespace: 'default' })])], { parentRefs: [parent('a')], hostnames: ['api.example.com'] }, T1),
+    // Younger, its *.example.com covers api.example.com: turned away on listener a only.
+    grpc('rpc', ['*.example.com'], T2, [parent('a'), parent('b')]),
+    // Younger than rpc, which is still attached to b: turned away there; rpc was turned away on a, so it takes nothing from it.
+    b.httpRoute('late', [b.rule([b.match('/')], [b.backendRef('svc', 80, { namespace: 'default' })])], { parentRefs: [parent('a'), parent('b')], hostnames: ['x.example.com'] }, T3),
+    // No overlap with anything on a: both kinds coexist.
+    grpc('other', ['rpc.other.org'], T3),
+  ])
+  t.equal(accepted(status, 'HTTPRoute/default/web'), 'True/Accepted')
+  t.equal(accepted(status, 'GRPCRoute/default/rpc', 0), 'False/HostnameConflict', 'turned away on listener a')
+  t.match(status.get('GRPCRoute/default/rpc')?.parents[0]?.conditions.find(c => c.type === 'Accepted')?.message, /HTTPRoute default\/web \(older\) serves hostname api\.example\.com on listener default\/gw\/a/)
+  t.equal(accepted(status, 'GRPCRoute/default/rpc', 1), 'True/Accepted', 'nothing of the other kind on listener b')
+  t.equal(accepted(status, 'HTTPRoute/default/late', 0), 'True/Accepted', 'rpc was turned away on a, so late is not')
+  t.equal(accepted(status, 'HTTPRoute/default/late', 1), 'False/HostnameConflict', 'rpc serves *.example.com on b')
+  t.equal(accepted(status, 'GRPCRoute/default/other'), 'True/Accepted')
+  t.same(servedHosts(table, 8081).sort(), ['api.example.com', 'rpc.other.org', 'x.example.com'], 'no *.example.com from the GRPCRoute on a')
+  t.same(servedHosts(table, 8082), ['*.example.com'], 'only the GRPCRoute on b')
+  t.equal(listenerStatus(status, 'a').attached, 4, 'attachedRoutes still counts the turned-away routes (allowedRoutes and parentRefs alone)')
 })
