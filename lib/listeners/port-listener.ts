@@ -354,6 +354,11 @@ export class PortListener {
   #onClientError = (err: NodeJS.ErrnoException, socket: Duplex): void => {
     // node's defaults would answer 400/431/408 only without a listener; keep them, and log them.
     if (!socket.writable) { socket.destroy(); return }
+    // The request was refused already (refuseResponse) and its answer says the
+    // connection closes: node's parser failing on the body it then read on (a
+    // transfer coding other than chunked last: it cannot tell where that body
+    // ends) is no second request, to be answered and logged a second time.
+    if (refusedSockets.has(socket)) { socket.end(); return }
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
     const refusal = closingResponse(status, '')
     const eof = err.code === 'HPE_INVALID_EOF_STATE'
@@ -621,8 +626,12 @@ function headerListOver(raw: readonly string[], maxSize: number, maxFields: numb
   return fields > maxFields ? 'fields' : null
 }
 
+/** Connections whose request refuseResponse answered: nothing more is answered on them. */
+const refusedSockets = new WeakSet<Duplex>()
+
 /** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400 or 501, then the connection closes, its body unread. */
 function refuseResponse(res: ServerResponse, refused: Refusal): void {
+  if (res.socket !== null) refusedSockets.add(res.socket)
   res.shouldKeepAlive = false
   res.writeHead(refused.status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(refused.body), connection: 'close' }).end(refused.body)
 }

@@ -1,0 +1,62 @@
+// What an HTTP/1.1 client sees, byte for byte, when the port listener refuses
+// its request before routing (lib/listeners/port-listener.ts, exchange-h1.ts
+// refusedHead): one answer per request, saying why, the connection closed
+// after it, and one access line for it.
+
+import t, { type Test } from 'tap'
+import net from 'node:net'
+import { PassThrough } from 'node:stream'
+import { buildTable, cluster, freePort } from '../helpers/table-builder.ts'
+import { configureLogger } from '../../lib/observe/log.ts'
+import { echoH1, startPlane } from './fixtures.ts'
+
+configureLogger({ level: 'silent' })
+
+/** Every byte the gateway sends back for `text` until it closes the connection (bounded: 3 s). */
+function exchange(port: number, text: string): Promise<{ data: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1')
+    let data = ''
+    const timer = setTimeout(() => { socket.destroy(); resolve({ data, closed: false }) }, 3000)
+    socket.setEncoding('latin1')
+    socket.on('data', (c: string) => { data += c })
+    socket.on('error', () => {})
+    socket.on('close', () => { clearTimeout(timer); resolve({ data, closed: true }) })
+    socket.write(text, 'latin1')
+  })
+}
+
+/** A gateway on one port with the access log captured; its parsed access records. */
+async function loggedGateway(t: Test): Promise<{ port: number; records: () => Array<Record<string, unknown>>; seen: () => number }> {
+  const lines: string[] = []
+  const sink = new PassThrough()
+  sink.on('data', (c: Buffer) => lines.push(...c.toString().split('\n').filter((l) => l.length > 0)))
+  configureLogger({ level: 'info', destination: sink })
+  t.teardown(() => configureLogger({ level: 'silent' }))
+  const up = await echoH1(t)
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  await startPlane(t, table, { accessLog: true })
+  const records = (): Array<Record<string, unknown>> => lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => r.component === 'access')
+  return { port, records, seen: () => up.seen.length }
+}
+
+const settle = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 100))
+const STATUS_LINES = /^HTTP\/1\.1 \d{3} /gm
+
+t.test('a transfer coding node cannot frame (not chunked last) gets one 501, not a 501 and then a 400', async (t) => {
+  const gw = await loggedGateway(t)
+  // (`chunked, gzip` never gets this far: node's parser refuses that head itself, one 400.)
+  for (const te of ['xchunked', 'gzip', 'identity']) {
+    const before = gw.records().length
+    const r = await exchange(gw.port, `POST /x HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: ${te}\r\n\r\n3\r\nabc\r\n0\r\n\r\n`)
+    t.match(r.data, /^HTTP\/1\.1 501 [^]*\r\n\r\nnot implemented: a transfer coding other than chunked\n$/, `${te}: the 501 and nothing after it`)
+    t.equal(r.data.match(STATUS_LINES)?.length, 1, `${te}: one response`)
+    t.ok(r.closed, `${te}: the connection closes`)
+    await settle()
+    const lines = gw.records().slice(before)
+    t.equal(lines.length, 1, `${te}: one access line`)
+    t.match(lines[0], { method: 'POST', path: '/x', status: 501, code: 'SP_ERR_NOT_IMPLEMENTED' })
+  }
+  t.equal(gw.seen(), 0, 'nothing forwarded')
+})
