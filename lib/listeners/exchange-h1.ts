@@ -33,6 +33,7 @@ function refusal(status: 400 | 501, reason: string): Refusal {
 }
 
 const TWO_HOSTS = refusal(400, 'more than one Host field')
+const NO_HOST = refusal(400, 'no Host field')
 const HTTP10_CODING = refusal(400, 'Transfer-Encoding in an HTTP/1.0 request')
 const OTHER_CODING = refusal(501, 'a transfer coding other than chunked')
 
@@ -43,9 +44,14 @@ const OTHER_CODING = refusal(501, 'a transfer coding other than chunked')
  * hosts), Transfer-Encoding in an HTTP/1.0 request (§6.1: faulty framing,
  * where node reads the chunks), and a transfer coding other than chunked
  * (§6.1: 501; node decodes only the chunking, so a `gzip, chunked` body would
- * reach the upstream still gzip-coded and no longer saying so). Null: the head
- * is fine. The fast path (h1-fast.ts) sends every such head here: it takes no
- * repeated field, no Transfer-Encoding and no HTTP/1.0.
+ * reach the upstream still gzip-coded and no longer saying so), and an
+ * HTTP/1.1 request without Host (§3.2). node's own Host check
+ * (requireHostHeader, off) answered an empty chunked 400 the listener never
+ * saw, so the request had no access line, and it skipped upgrades, which were
+ * routed by no host. CONNECT names its host in its target and is not held to
+ * it, as node never held it. Null: the head is fine. The fast path
+ * (h1-fast.ts) sends every such head here: it takes no repeated field, no
+ * Transfer-Encoding, no HTTP/1.0 and no head without Host.
  */
 export function refusedHead(req: IncomingMessage): Refusal | null {
   const te = req.headers['transfer-encoding']
@@ -59,6 +65,7 @@ export function refusedHead(req: IncomingMessage): Refusal | null {
     const name = raw[i]
     if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return TWO_HOSTS
   }
+  if (hosts === 0 && req.httpVersionMinor === 1 && req.method !== 'CONNECT') return NO_HOST
   return null
 }
 

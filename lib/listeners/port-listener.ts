@@ -141,6 +141,8 @@ export class PortListener {
       // How often heads (and whole requests) are checked against those bounds.
       connectionsCheckingInterval: Math.max(50, Math.min(5000, Math.floor(limits.headersTimeoutMs / 4))),
       noDelay: true,
+      // refusedHead answers a request without Host itself (a reason, an access line).
+      requireHostHeader: false,
       shouldUpgradeCallback: this.#shouldUpgrade,
     }, this.#onRequest)
     // node checks headersTimeout/requestTimeout from a timer its server starts on

@@ -60,3 +60,26 @@ t.test('a transfer coding node cannot frame (not chunked last) gets one 501, not
   }
   t.equal(gw.seen(), 0, 'nothing forwarded')
 })
+
+t.test('an HTTP/1.1 request without Host is a 400 saying so, with an access line', async (t) => {
+  const gw = await loggedGateway(t)
+  for (const [what, text] of [
+    ['GET', 'GET /x HTTP/1.1\r\nAccept: */*\r\n\r\n'],
+    ['a POST with a body', 'POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc'],
+    ['an upgrade', 'GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'],
+  ] as const) {
+    const before = gw.records().length
+    const r = await exchange(gw.port, text)
+    t.match(r.data, /^HTTP\/1\.1 400 [^]*\r\n\r\nbad request: no Host field\n$/, `${what}: 400, the body says why`)
+    t.equal(r.data.match(STATUS_LINES)?.length, 1, `${what}: one response`)
+    t.ok(r.closed, `${what}: the connection closes`)
+    await settle()
+    const lines = gw.records().slice(before)
+    t.equal(lines.length, 1, `${what}: one access line`)
+    t.match(lines[0], { path: text.includes('/ws') ? '/ws' : '/x', status: 400, code: 'SP_ERR_BAD_REQUEST', reason: 'bad request: no Host field' })
+  }
+  // HTTP/1.0 has no Host requirement: routed (here by no host, to the catch-all route).
+  const r10 = await exchange(gw.port, 'GET /old HTTP/1.0\r\n\r\n')
+  t.match(r10.data, /^HTTP\/1\.1 200 /, 'HTTP/1.0 without Host is served')
+  t.equal(gw.seen(), 1, 'only the HTTP/1.0 request forwarded')
+})
