@@ -380,8 +380,25 @@ export class PortListener {
 
   // hot path
   #onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const socket = req.socket as PipelinedSocket
+    // RFC 9112 §9.6: once an answer that closes the connection is on its way, the
+    // requests pipelined behind it are not processed. node's parser reads them on
+    // and hands them over all the same (it knows a close only from the client's
+    // own Connection: close), so the request behind a refusal, or behind an
+    // answer an HTTP/1.0 client can only get close-delimited, went upstream and
+    // its answer was then dropped with the connection.
+    if (refusedSockets.has(socket)) return
+    const before = socket[kAnswering]
+    socket[kAnswering] = res
+    res.once('close', () => { if (socket[kAnswering] === res) socket[kAnswering] = undefined })
     const refused = refusedHead(req)
     if (refused !== null) { this.#refusedHead(req, refused); refuseResponse(res, refused); return }
+    // Behind an answer still going out: served once it is whole, if the connection stays open.
+    if (before !== undefined) { before.once('close', () => { if (socket.writable) this.#answer(req, res) }); return }
+    this.#answer(req, res)
+  }
+
+  #answer(req: IncomingMessage, res: ServerResponse): void {
     if (this.#closing) res.shouldKeepAlive = false
     this.#serve(new H1Exchange(req, res, this.port, this.#scheme))
   }
@@ -630,6 +647,10 @@ function headerListOver(raw: readonly string[], maxSize: number, maxFields: numb
 
 /** Connections whose request refuseResponse answered: nothing more is answered on them. */
 const refusedSockets = new WeakSet<Duplex>()
+
+/** The last answer node's server began on a connection, until it closes (#onRequest). */
+const kAnswering = Symbol('sallyport.h1Answering')
+type PipelinedSocket = Socket & { [kAnswering]?: ServerResponse | undefined }
 
 /** A head RFC 9112 has refused (exchange-h1.ts refusedHead): 400 or 501, then the connection closes, its body unread. */
 function refuseResponse(res: ServerResponse, refused: Refusal): void {

@@ -42,7 +42,7 @@ async function loggedGateway(t: Test): Promise<{ port: number; records: () => Ar
 }
 
 const settle = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 100))
-const STATUS_LINES = /^HTTP\/1\.1 \d{3} /gm
+const STATUS_LINES = /HTTP\/1\.1 \d{3} /g
 
 t.test('a transfer coding node cannot frame (not chunked last) gets one 501, not a 501 and then a 400', async (t) => {
   const gw = await loggedGateway(t)
@@ -82,4 +82,56 @@ t.test('an HTTP/1.1 request without Host is a 400 saying so, with an access line
   const r10 = await exchange(gw.port, 'GET /old HTTP/1.0\r\n\r\n')
   t.match(r10.data, /^HTTP\/1\.1 200 /, 'HTTP/1.0 without Host is served')
   t.equal(gw.seen(), 1, 'only the HTTP/1.0 request forwarded')
+})
+
+t.test('a request pipelined behind an answer that closes the connection is never sent upstream (RFC 9112 §9.6)', async (t) => {
+  const seen: string[] = []
+  const up = await echoH1(t, 'h1', (req, res) => {
+    seen.push(`${req.method} ${req.url}`)
+    req.resume()
+    req.on('end', () => {
+      // A body without a length: to an HTTP/1.0 client the gateway can only end it by closing.
+      if (req.url === '/unframed') { res.write('o'); setTimeout(() => res.end('k'), 20); return }
+      res.end('ok')
+    })
+  })
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  await startPlane(t, table)
+  const HOST = 'Host: example.com\r\n'
+  // A warm upstream connection: what the gateway sends goes out at once, before the client connection closes.
+  const warm = (): Promise<unknown> => exchange(port, `GET /warm HTTP/1.1\r\n${HOST}Connection: close\r\n\r\n`)
+
+  // Refused (two Host fields): 400 and close; the POST behind it is the client's, never answered.
+  await warm()
+  seen.length = 0
+  let r = await exchange(port, `GET /two HTTP/1.1\r\n${HOST}Host: other.example\r\n\r\nPOST /after-refusal HTTP/1.1\r\n${HOST}Content-Length: 1\r\n\r\nx`)
+  t.match(r.data, /^HTTP\/1\.1 400 [^]*bad request: more than one Host field\n$/, 'the refusal, and nothing after it')
+  t.ok(r.closed, 'the connection closes')
+  await settle()
+  t.same(seen, [], 'the request behind the refusal was not sent upstream')
+
+  // HTTP/1.0 keep-alive, but the answer has no length: the gateway closes after it.
+  await warm()
+  seen.length = 0
+  r = await exchange(port, `GET /unframed HTTP/1.0\r\n${HOST}Connection: keep-alive\r\n\r\nPOST /after-close HTTP/1.0\r\n${HOST}Connection: keep-alive\r\nContent-Length: 1\r\n\r\nx`)
+  t.match(r.data, /^HTTP\/1\.1 200 [^]*\r\nConnection: close\r\n\r\nok$/i, 'the answer, close-delimited')
+  t.equal(r.data.match(STATUS_LINES)?.length, 1, 'one response')
+  t.ok(r.closed, 'the connection closes')
+  await settle()
+  t.same(seen, ['GET /unframed'], 'the request behind it was not sent upstream')
+
+  // Pipelined requests whose answers keep the connection are all served, in order.
+  seen.length = 0
+  const post = (p: string): string => `POST ${p} HTTP/1.1\r\n${HOST}Content-Length: 1\r\n\r\nx`
+  const socket = net.connect(port, '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  let data = ''
+  socket.setEncoding('latin1')
+  socket.on('data', (c: string) => { data += c })
+  socket.write(post('/1') + post('/unframed') + post('/3'))
+  for (let i = 0; i < 100 && (data.match(STATUS_LINES)?.length ?? 0) < 3; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+  t.equal(data.match(STATUS_LINES)?.length, 3, 'three answers')
+  t.same(seen, ['POST /1', 'POST /unframed', 'POST /3'], 'each sent upstream, in order')
+  t.ok(data.endsWith('\r\n\r\nok'), 'the last answer whole')
 })
