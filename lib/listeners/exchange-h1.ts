@@ -235,6 +235,11 @@ export class H1Exchange implements Exchange, BodySink {
     // that said it takes them (TE: trailers, RFC 9110 §10.1.4): drop the length so node chunks.
     const withTrailers = trailers !== null && body !== null && typeof body !== 'string' && acceptsTrailers(this.headers.te)
     if (withTrailers) delete headers['content-length']
+    // An answer before the whole request body (the gateway's refusal, an upstream's early
+    // answer) closes the connection after it, as nginx (400, 413) and Envoy do: kept alive,
+    // the client owes the rest of a body nobody reads (node discards it) before its next
+    // request, and one that stopped sending it waits while its next request is taken for body.
+    if (this.body !== null && !this.#req.complete) res.shouldKeepAlive = false
     try {
       // The reason phrase named: a first writeHead that threw left its own on `res` (a 502 went out as "502 OK").
       res.writeHead(status, STATUS_CODES[status] ?? 'unknown', headers)

@@ -12,12 +12,12 @@ import { echoH1, startPlane } from './fixtures.ts'
 
 configureLogger({ level: 'silent' })
 
-/** Every byte the gateway sends back for `text` until it closes the connection (bounded: 3 s). */
-function exchange(port: number, text: string): Promise<{ data: string; closed: boolean }> {
+/** Every byte the gateway sends back for `text` until it closes the connection (bounded: `ms`). */
+function exchange(port: number, text: string, ms = 3000): Promise<{ data: string; closed: boolean }> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1')
     let data = ''
-    const timer = setTimeout(() => { socket.destroy(); resolve({ data, closed: false }) }, 3000)
+    const timer = setTimeout(() => { socket.destroy(); resolve({ data, closed: false }) }, ms)
     socket.setEncoding('latin1')
     socket.on('data', (c: string) => { data += c })
     socket.on('error', () => {})
@@ -134,4 +134,30 @@ t.test('a request pipelined behind an answer that closes the connection is never
   t.equal(data.match(STATUS_LINES)?.length, 3, 'three answers')
   t.same(seen, ['POST /1', 'POST /unframed', 'POST /3'], 'each sent upstream, in order')
   t.ok(data.endsWith('\r\n\r\nok'), 'the last answer whole')
+})
+
+t.test('an answer given before the whole request body came closes the connection after it', async (t) => {
+  const up = await echoH1(t, 'h1', (req, res) => {
+    // Answers at once, reading nothing (an early 401), or after the whole body.
+    if (req.url === '/early') { res.writeHead(401, { 'content-length': '0' }); res.end(); return }
+    req.resume()
+    req.on('end', () => res.end('ok'))
+  })
+  const port = await freePort()
+  const table = buildTable({ [port]: { routes: [{ name: 'r', hostnames: ['example.com'], rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)])
+  await startPlane(t, table)
+  const owed = 'Content-Length: 100000\r\n\r\n0123456789'
+  for (const [what, text, status] of [
+    ['the gateway\'s own answer (no route)', `POST /x HTTP/1.1\r\nHost: nowhere.example\r\n${owed}`, 404],
+    ['the gateway\'s own answer (400)', `POST /x#f HTTP/1.1\r\nHost: example.com\r\n${owed}`, 400],
+    ['an upstream\'s early answer', `POST /early HTTP/1.1\r\nHost: example.com\r\n${owed}`, 401],
+  ] as const) {
+    const r = await exchange(port, text)
+    t.match(r.data, new RegExp(`^HTTP/1\\.1 ${status} [^]*\\r\\nConnection: close\\r\\n`, 'i'), `${what}: ${status}, saying the connection closes`)
+    t.ok(r.closed, `${what}: and it closes (99,990 body bytes were still owed)`)
+  }
+  // A body that was all there when the answer came: the connection stays.
+  const r = await exchange(port, 'POST /whole HTTP/1.1\r\nHost: example.com\r\nContent-Length: 3\r\n\r\nabc', 500)
+  t.match(r.data, /^HTTP\/1\.1 200 [^]*\r\nConnection: keep-alive\r\n/i, 'a whole body: kept alive')
+  t.notOk(r.closed, 'and open')
 })
