@@ -254,6 +254,9 @@ export class H1Exchange implements Exchange, BodySink {
     if (typeof body === 'string') { this.#bytesOut += Buffer.byteLength(body); res.end(body); return true }
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
+    // node sends the head with the first body write: a body not here by the end of this
+    // round of I/O (an SSE stream's, a long poll's) must not hold the head back.
+    queueMicrotask(this.#headPending)
     // Straight from an upstream pool: its chunks come here without the stream
     // machinery in between (upstream/exchange.ts BodySink).
     if (body instanceof ResponseBody && body.attachSink(this)) { this.#sunk = body; return true }
@@ -268,6 +271,15 @@ export class H1Exchange implements Exchange, BodySink {
     body.once('error', this.onBodyError)
     body.once('close', this.#onOutClose)
     return true
+  }
+
+  #headPending = (): void => {
+    if (this.#bytesOut === 0 && !this.#closed) setImmediate(this.#flushHead)
+  }
+
+  #flushHead = (): void => {
+    const res = this.#res
+    if (this.#bytesOut === 0 && !this.#closed && !res.destroyed && !res.writableEnded) res.flushHeaders()
   }
 
   #onOutData = (chunk: Buffer): void => {

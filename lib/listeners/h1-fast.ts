@@ -394,6 +394,10 @@ export class FastH1Exchange implements Exchange, BodySink {
       return true
     }
     this.#head = HEAD.take()
+    // Held for a body chunk that comes in this turn, or this round of I/O (an HTTP/2
+    // upstream's DATA): one write for both. A head whose body is not here by then (an SSE
+    // stream's, a long poll's) goes on its own, as it came.
+    queueMicrotask(this.#headPending)
     this.#out = body
     this.#trailers = withTrailers ? trailers : null
     // Straight from an upstream pool: its chunks come here without the stream
@@ -495,6 +499,18 @@ export class FastH1Exchange implements Exchange, BodySink {
     this.#draining = true
     this.#out?.pause()
     this.#socket.once('drain', () => this.#onDrain())
+  }
+
+  #headPending = (): void => {
+    if (this.#head !== null && !this.#over) setImmediate(this.#flushHead)
+  }
+
+  /** The head, if no body chunk took it along (respond). */
+  #flushHead = (): void => {
+    const head = this.#head
+    if (head === null || this.#over) return
+    this.#head = null
+    this.#socket.write(head)
   }
 
   /** Writes a body chunk (the head first, if not yet sent); false when the socket wants a drain first. */

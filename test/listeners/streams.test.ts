@@ -369,3 +369,40 @@ t.test('HTTP/2 sessions: an idle one closes after the keep-alive bound, a busy o
   const after = v8.queryObjects(Session, { format: 'count' })
   t.ok(after - before < 5, `sessions kept after 20 closed (client and server side): ${after - before}`)
 })
+
+t.test('a response head goes to the client when it comes, not with the first body byte (SSE, long polls)', async (t) => {
+  // The upstream sends its head and then nothing until the test has seen the head arrive.
+  const release: Array<() => void> = []
+  const up = await echoH1(t, 'sse', (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+    res.flushHeaders()
+    release.push(() => res.end('data: hello\n\n'))
+  })
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: oneRoute('sse') }, [cluster('sse', up.port)]))
+  const headThenBody = (headers: Record<string, string>, httpVersion: '1.0' | '1.1'): Promise<{ status: number; body: string }> => new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1')
+    let got = ''
+    let released = false
+    const timer = setTimeout(() => { socket.destroy(); reject(new Error(`no head within 10 s: ${JSON.stringify(got)}`)) }, 10_000)
+    socket.setEncoding('latin1')
+    socket.on('data', (s: string) => {
+      got += s
+      if (!released && got.includes('\r\n\r\n')) { released = true; release.shift()?.() }
+      if (/data: hello\n\n/.test(got)) { clearTimeout(timer); socket.destroy(); resolve({ status: Number(got.slice(9, 12)), body: got }) }
+    })
+    socket.on('error', reject)
+    const fields = Object.entries({ host: 'x', ...headers }).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+    socket.write(`GET /events HTTP/${httpVersion}\r\n${fields}\r\n`)
+  })
+  t.equal((await headThenBody({}, '1.1')).status, 200, 'HTTP/1.1 fast path: the head came before any event')
+  t.equal((await headThenBody({ accept: 'text/event-stream', 'Accept': 'text/plain' }, '1.1')).status, 200, 'HTTP/1.1 through node\'s server (a repeated field): the same')
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  t.teardown(() => session.close())
+  const stream = session.request({ ':path': '/events', ':authority': 'x' })
+  const status = await new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))))
+  t.equal(status, 200, 'HTTP/2: the head came before any event')
+  release.shift()?.()
+  stream.resume()
+  await new Promise((resolve) => stream.once('close', resolve))
+})
