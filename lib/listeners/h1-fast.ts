@@ -573,6 +573,21 @@ export class FastH1Exchange implements Exchange, BodySink {
 
   onBodyError(err: Error): void {
     if (this.#over) return
+    if (this.#head !== null) {
+      // Nothing of the response went out (its head waited for the body): the
+      // caller may answer instead (a 502 rather than an empty reply).
+      this.#head = null
+      this.#sent = false
+      this.#out = null
+      this.#sunk = null
+      this.#trailers = null
+      this.#chunked = false
+      this.#declared = -1
+      this.#bodiless = false
+      this.#observer.onBodyError(err)
+      if (!this.#sent) this.#socket.destroy()
+      return
+    }
     this.#socket.destroy()
     this.#observer.onBodyError(err)
   }

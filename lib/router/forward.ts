@@ -553,6 +553,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
       const code = err instanceof SallyportError && (err.code === ErrorCode.UPSTREAM_TIMEOUT || err.code === ErrorCode.UPSTREAM_PROTOCOL) ? err.code : ErrorCode.UPSTREAM_RESET
       this.code = code
       this.reason = reasonOf(code)
+      // Nothing of the response reached the client (h1-fast held its head for the body): answer the failure.
+      if (!this.ended && !this.ex.headersSent()) {
+        this.answered = false
+        this.fail(code)
+      }
     }
   }
 

@@ -191,6 +191,23 @@ t.test('upstream reset: 502 before headers; connection / stream reset after', as
   t.equal(earlyH2.status, 502)
 })
 
+t.test('an upstream whose body fails before any of it reached the client: a 502, not an empty reply', async (t) => {
+  // Head and a malformed first chunk in one write: the head is still held when the body fails.
+  const server = net.createServer((sock) => {
+    sock.on('error', () => {})
+    sock.once('data', () => sock.end('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n'))
+  })
+  const up = await listen(server)
+  t.teardown(() => server.close())
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: oneRoute('c') }, [cluster('c', up)]))
+  const r = await h1(port, { path: '/bad-chunk' })
+  t.equal(r.status, 502)
+  t.match(r.body, /upstream/)
+  const again = await h1(port, { path: '/bad-chunk' })
+  t.equal(again.status, 502, 'and again on the next connection')
+})
+
 /** An HTTP/1.1 WebSocket-ish upstream: answers the handshake, then echoes raw bytes. */
 async function wsEcho(t: Test): Promise<number> {
   const server = http.createServer((_req, res) => res.writeHead(426).end())
