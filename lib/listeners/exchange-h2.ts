@@ -176,11 +176,12 @@ export class H2Exchange implements Exchange, BodySink {
       if (!isGone(stream)) stream.close(constants.NGHTTP2_INTERNAL_ERROR)
       return true
     }
-    if (body === null) { this.#finished = true; return true }
+    if (body === null) { this.#finished = true; this.#stopUpload(); return true }
     if (typeof body === 'string') {
       this.#bytesOut += Buffer.byteLength(body)
       this.#finished = true
       stream.end(body)
+      this.#stopUpload()
       return true
     }
     this.#out = body
@@ -233,7 +234,23 @@ export class H2Exchange implements Exchange, BodySink {
 
   onBodyEnd = (): void => {
     this.#finished = true
-    if (!this.#stream.destroyed) this.#stream.end() // END_STREAM, or trailers first (wantTrailers)
+    if (this.#stream.destroyed) return
+    this.#stream.end() // END_STREAM, or trailers first (wantTrailers)
+    this.#stopUpload()
+  }
+
+  /**
+   * The answer is whole and the client is still sending its request body:
+   * RST_STREAM(NO_ERROR) once the answer is out (node waits for it), so the
+   * client stops uploading what nobody reads (RFC 9113 §8.1, as Envoy does).
+   * Without it a 404 or an upstream's early 401 to a large upload left the
+   * client sending it all, and the stream open until it had.
+   */
+  #stopUpload(): void {
+    const stream = this.#stream
+    if (this.body === null || this.upgrade !== null || stream.destroyed || stream.closed) return
+    if (stream.state.remoteClose !== 0) return
+    stream.close(constants.NGHTTP2_NO_ERROR)
   }
 
   onBodyError = (err: Error): void => {
@@ -256,6 +273,7 @@ export class H2Exchange implements Exchange, BodySink {
       ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(grpcStatus), 'grpc-message': encodeURIComponent(message),
     }, { endStream: true })
     this.#finished = true
+    this.#stopUpload()
   }
 
   tunnel(_status: number, headers: OutgoingHeaders, upstream: Duplex): number | null {

@@ -423,3 +423,25 @@ t.test('a response head goes to the client when it comes, not with the first bod
   stream.resume()
   await new Promise((resolve) => stream.once('close', resolve))
 })
+
+t.test('HTTP/2: a complete answer before the whole request body ends the stream with RST_STREAM(NO_ERROR) (RFC 9113 §8.1)', async (t) => {
+  const up = await echoH1(t, 'early', (_req, res) => { res.writeHead(401, { 'content-type': 'text/plain' }).end('who are you') })
+  const port = await freePort()
+  await startPlane(t, buildTable({ [port]: { routes: [{ name: 'r', hostnames: ['known'], rules: [{ backends: [{ cluster: 'early' }] }] }] } }, [cluster('early', up.port)]))
+  for (const [host, want, text] of [['nowhere', 404, /no route/], ['known', 401, /who are you/]] as const) {
+    const session = http2.connect(`http://127.0.0.1:${port}`)
+    t.teardown(() => session.destroy())
+    const stream = session.request({ ':method': 'POST', ':path': '/upload', ':authority': host })
+    stream.write(Buffer.alloc(1000)) // and never ends: an upload the answer does not need
+    const status = await new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))))
+    let body = ''
+    stream.setEncoding('utf8').on('data', (s: string) => { body += s })
+    const closed = await Promise.race([
+      new Promise<string>((resolve) => stream.once('close', () => resolve(`closed, code ${stream.rstCode}`))),
+      new Promise<string>((resolve) => setTimeout(() => resolve('still open after 10 s'), 10_000)),
+    ])
+    t.equal(status, want, `${host}: ${want}`)
+    t.match(body, text, 'the whole answer was read')
+    t.equal(closed, `closed, code ${http2.constants.NGHTTP2_NO_ERROR}`, 'then the stream was closed without an error: the client stops sending')
+  }
+})
