@@ -87,7 +87,11 @@ export interface AttemptPlan {
   readonly priorities: readonly number[]
   readonly retry: RetryPlan
   readonly routeLabel: string
-  /** Issue 7: the backends' extension chains differ, so an attempt may need another chain run. */
+  /**
+   * Issue 7: an attempt may need another chain run — the backends' extension
+   * chains differ, or one chain serves backends that differ in what it reads
+   * (chainInputsDiffer).
+   */
   readonly mixedChains: boolean
 }
 
@@ -158,9 +162,38 @@ function buildPlan(rule: RouteRule, table: RouteTable): AttemptPlan | null {
   if (priorities.length <= 1 && retry.retries === 0 && !parent) return null
   if (parent && retry.retries === 0) retry = { ...NO_RETRY, retries: PARENT_CONNECT_RETRIES, connect: true }
   const levels = priorities.map((p) => backends.filter((b) => levelOf.get(b) === p))
-  // Identical chains are shared objects (compile/extensions.ts), so identity tells them apart.
-  const chains = new Set([...levelOf.keys()].map((b) => b.extensions ?? null))
-  return { levels, priorities, retry, routeLabel: `${rule.route.namespace}/${rule.route.name}`, mixedChains: chains.size > 1 }
+  return { levels, priorities, retry, routeLabel: `${rule.route.namespace}/${rule.route.name}`, mixedChains: chainInputsDiffer(rule, [...levelOf.keys()], table) }
+}
+
+/**
+ * Whether two of the rule's backends need different chain runs. Identical
+ * chains are shared objects (compile/extensions.ts), so identity tells chains
+ * apart; but one chain (Route or Gateway scope) also runs on what differs per
+ * backend: the Host (Backend hostname; an AWSSigV4 signature covers it) and the
+ * backendRef header edits applied before it (a signature covers those too).
+ * The path is the rule's (URLRewrite), the same for every backend.
+ */
+function chainInputsDiffer(rule: RouteRule, backends: readonly WeightedCluster[], table: RouteTable): boolean {
+  const first = backends[0]
+  if (first === undefined) return false
+  const firstHost = staticAuthority(rule, first, table)
+  for (let i = 1; i < backends.length; i++) {
+    const b = backends[i] as WeightedCluster
+    if (!sameChainInput(first, firstHost, b, staticAuthority(rule, b, table))) return true
+  }
+  return false
+}
+
+/** The Host an attempt to `b` sends when it does not depend on the request; null: the client's. */
+function staticAuthority(rule: RouteRule, b: WeightedCluster, table: RouteTable): string | null {
+  return rule.rewriteHost ?? (b.cluster === null ? null : table.clusters.get(b.cluster)?.hostname ?? null)
+}
+
+/** The request `a`'s chain made for `aHost` is also the one `b`'s would make for `bHost`. */
+function sameChainInput(a: WeightedCluster, aHost: string | null, b: WeightedCluster, bHost: string | null): boolean {
+  const chain = a.extensions ?? null
+  if ((b.extensions ?? null) !== chain) return false
+  return chain === null || (aHost === bHost && a.requestHeaders === b.requestHeaders)
 }
 
 /** What the loop needs of the request context (forward.ts RequestContext). */
@@ -175,8 +208,9 @@ export interface AttemptOwner extends UpstreamHandler {
   retries: number
   /**
    * Issue 7: run `chain` (a backend's extensions; null: none) on `req`, the
-   * request as it was before any chain, then hand the result to
-   * `sink.forward`, or call `sink.abandon` when the chain answered itself.
+   * request as it was before any chain with the attempt's backendRef header
+   * edits, then hand the result to `sink.forward`, or call `sink.abandon` when
+   * the chain answered itself.
    */
   attemptChain?(chain: ExtensionChain | null, req: UpstreamRequest, sink: AttemptSink): void
 }
@@ -187,10 +221,13 @@ export interface AttemptSink {
   abandon(): void
 }
 
-/** Issue 7: the request before the first chain ran, and that chain (attempts to a backend with another chain start from it). */
+/**
+ * Issue 7: the request before any backendRef header edit and before the first
+ * chain ran; an attempt whose chain input differs from the first one's starts
+ * from it (sameChainInput).
+ */
 export interface PristineRequest {
   readonly request: UpstreamRequest
-  readonly chain: ExtensionChain | null
 }
 
 /** Weighted pick among a level's backends that `ok` accepts; null when none. */
@@ -285,9 +322,11 @@ function isUnsent(code: ErrorCode): boolean {
 
 // hot path
 /**
- * Start the attempts of one request; `req` is the request for `owner.cluster`
- * without backendRef header edits (after its extension chain, when it has one;
- * `pristine`: the request before it, given when the plan's chains differ).
+ * Start the attempts of one request; `req` is the request for `owner.cluster`:
+ * when its backend has a chain, the chain's output (its backendRef header edits
+ * applied before the chain ran); without one, the request without backendRef
+ * header edits (each attempt applies its own). `pristine`: the request before
+ * any edit or chain, given when the plan's chain inputs differ.
  */
 export function startAttempts(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null = null): void {
   new AttemptLoop(owner, req, plan, level, upstreams, pristine).send()
@@ -297,6 +336,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   readonly #owner: AttemptOwner
   readonly #base: UpstreamRequest
   readonly #pristine: PristineRequest | null
+  /** The backend `#base` was made for: its chain ran on the request with its backendRef edits. */
+  readonly #first: WeightedCluster
   readonly #plan: AttemptPlan
   readonly #upstreams: Upstreams
   readonly #resilience: ResilienceView | undefined
@@ -319,6 +360,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     this.#owner = owner
     this.#base = req
     this.#pristine = pristine
+    this.#first = owner.backend as WeightedCluster
     this.#plan = plan
     this.#level = level
     this.#upstreams = upstreams
@@ -360,27 +402,33 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     const authority = (rule !== null ? rule.rewriteHost : null) ?? cluster.hostname ?? owner.authority
     const connectFallback = !retry.connect || retry.retries === 0
     const body = this.#body === null ? base.body : this.#body.next()
-    // Issue 7: another backend's chain (e.g. its own CredentialInjector) runs on the request as it was
-    // before the first chain, so nothing the first backend's extensions set reaches this one.
+    // Issue 7: an attempt whose chain input differs from the first one's — another chain (e.g. its
+    // own CredentialInjector), or the same one for another Host or other backendRef edits (a SigV4
+    // signature covers both) — runs its chain on the request as it was before any edit or chain, its
+    // own edits applied first, so nothing made for the first backend reaches this one.
+    const first = this.#first
+    const firstChain = first.extensions ?? null
     const pristine = this.#pristine
-    const chain = backend.extensions ?? null
-    if (pristine !== null && chain !== pristine.chain && owner.attemptChain !== undefined) {
+    if (pristine !== null && owner.attemptChain !== undefined && !sameChainInput(first, base.authority, backend, authority)) {
       const p = pristine.request
-      const req: UpstreamRequest = { ...p, cluster, authority, headers: { ...p.headers }, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned }
-      return owner.attemptChain(chain, req, this)
+      const headers = { ...p.headers }
+      if (backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
+      const req: UpstreamRequest = { ...p, cluster, authority, headers, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned }
+      return owner.attemptChain(backend.extensions ?? null, req, this)
     }
-    this.forward({ ...base, cluster, authority, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned })
+    let headers = base.headers
+    // Without a chain the base request has no backendRef edits: each attempt applies its backend's.
+    // With one they were applied before it ran, and this backend's are the same (sameChainInput).
+    if (firstChain === null && backend.requestHeaders !== null) {
+      headers = { ...headers }
+      applyHeaderEdits(headers, backend.requestHeaders)
+    }
+    this.forward({ ...base, cluster, authority, headers, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned })
   }
 
-  /** The attempt's request, after its extension chain: backendRef header edits, then upstream. */
+  /** The attempt's request, ready (after its chain, which ran on its backendRef edits): upstream. */
   forward(req: UpstreamRequest): void {
     if (this.#done || this.#owner.ended) return
-    const edits = (this.#owner.backend as WeightedCluster).requestHeaders
-    if (edits !== null) {
-      const headers = { ...req.headers }
-      applyHeaderEdits(headers, edits)
-      req = { ...req, headers }
-    }
     this.#upstreams.forward(req, this)
   }
 

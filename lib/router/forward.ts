@@ -149,7 +149,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   #plan: ReturnType<typeof attemptPlanOf> = null
   #picked: ReturnType<typeof pickFailover> = null
   #attempt: AttemptSink | null = null
-  /** Issue 7: the request before any extension chain ran (kept when a retry may go to a backend with another chain). */
+  /** Issue 7: the request before any backendRef edit or extension chain (kept when a retry may need another chain run). */
   #pristine: UpstreamRequest | null = null
   /** RequestMirror copies waiting for the chain's go (dispatch); null: none, or sent. */
   #mirror: MirrorCopies | null = null
@@ -259,7 +259,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (markHop(headers, this.env.gatewayId)) return this.fail(ErrorCode.LOOP_DETECTED)
     addForwarded(headers, ex.clientAddress, ex.scheme)
     if (rule.requestHeaders !== null) applyHeaderEdits(headers, rule.requestHeaders)
-    if (plan === null && backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
+    // Issue 7: a retry may need another chain run (another chain, Host or backendRef edits: attempts.ts);
+    // it starts from the request as it was before any backendRef edit or chain.
+    const pristineHeaders = plan !== null && plan.mixedChains ? { ...headers } : null
+    // The backendRef's header edits come before its chain, on every try (a SigV4 signature covers
+    // them). With an attempt plan and no chain, each attempt applies its own backend's (attempts.ts).
+    if (backend.requestHeaders !== null && (plan === null || backend.extensions != null)) applyHeaderEdits(headers, backend.requestHeaders)
 
     const path = rule.rewritePath === null ? this.path : rewritePath(this.path, rule.rewritePath, match.path)
     const controller = new Cancel()
@@ -288,12 +293,11 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
         req = mirror.request
       }
     }
+    if (pristineHeaders !== null) this.#pristine = { ...req, headers: pristineHeaders }
     // Issue 7: the extension chain of this rule × backend runs first, then dispatches (extensions/flow.ts).
     if (backend.extensions != null) {
       this.#plan = plan
       this.#picked = picked
-      // A retry may go to a backend with another chain: it starts again from the request as it was (attempts.ts).
-      if (plan !== null && plan.mixedChains) this.#pristine = { ...req, headers: { ...headers } }
       return this.runExtensions(backend.extensions, req)
     }
     this.dispatch(req, plan, picked)
@@ -304,7 +308,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.upstreamMs = performance.now()
     // Issue 10: through the trace, each forward() (attempt) is a client span.
     const upstreams = this.trace === null ? this.env.upstreams : this.trace.upstreams(this.env.upstreams)
-    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine === null ? null : { request: this.#pristine, chain: this.backend?.extensions ?? null })
+    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine === null ? null : { request: this.#pristine })
     else upstreams.forward(req, this)
     // Once per request: a retry or failover (another chain's run included) is not mirrored again.
     const mirror = this.#mirror

@@ -96,6 +96,7 @@ function portEntry(port: number, spec: PortSpec): PortEntry {
 function makeRule(ns: string, route: RouteSpec, r: RuleSpec, i: number): RouteRule {
   const backends: WeightedCluster[] | null = r.backends === null ? null : (r.backends ?? []).map((b) => ({
     cluster: b.cluster, weight: b.weight ?? 1, priority: b.priority ?? 0, requestHeaders: b.requestHeaders ?? null, responseHeaders: b.responseHeaders ?? null,
+    ...(b.extensions === undefined ? {} : { extensions: b.extensions }),
   }))
   return {
     id: `httproute/${ns}/${route.name}/rule/${i}`, route: { kind: route.grpc === true ? 'GRPCRoute' : 'HTTPRoute', namespace: ns, name: route.name },
