@@ -63,6 +63,8 @@ export function defaultPhases(type: ExtensionType | null, config: Readonly<Recor
       return sig.payload === 'unsigned' ? ['request-headers'] : ['request-body']
     }
     case ExtensionType.AI_USAGE: return ['request-headers', 'response-body']
+    // response-headers: an upstream's 401 to the cached token drops it (extensions/oauth2.ts).
+    case ExtensionType.OAUTH2: return ['request-headers', 'response-headers']
     case ExtensionType.PAYLOAD_PROCESSOR: {
       const out: Phase[] = []
       if (config.request !== undefined) out.push('request-body')

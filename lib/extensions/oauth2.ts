@@ -4,11 +4,19 @@
 // expires (`refreshBeforeSeconds`, default 60, or half the token's lifetime if
 // that is shorter) — one fetch at a time (single-flight), never one per request. Requests wait only when there is no
 // valid token at all (the first one, or after the provider was unreachable).
+//
+// An upstream's 401 to a request that carried the cached token (RFC 6750
+// §3.1 invalid_token: revoked, or rotated at the provider before expires_in)
+// drops that token, if it is still the one cached, so the next request waits
+// for a new one instead of carrying a dead one until it expires. The 401
+// itself goes back to the client (retried only if the retry policy lists
+// 401). Not before MIN_REFRESH_MS after the token was fetched: an upstream
+// that refuses every token costs one fetch a second at most, not one per 401.
 
 import type { CompiledExtension } from '../compile/table.ts'
 import { logger } from '../observe/log.ts'
-import type { ExtensionHooks, RequestView } from './plugin-api.ts'
-import { place, placement, secretValue } from './credential-injector.ts'
+import type { ExtensionHooks, RequestView, ResponseView } from './plugin-api.ts'
+import { place, placement, secretValue, type Placement } from './credential-injector.ts'
 import { readBounded } from '../read-bounded.ts'
 import { INVALID_VALUE } from '../upstream/h1-parser.ts'
 
@@ -16,7 +24,7 @@ const log = logger('oauth2')
 
 /** After a failed fetch, requests fail fast for this long instead of hammering the endpoint. */
 const FAILURE_BACKOFF_MS = 1000
-/** The earliest a refresh follows the fetch it replaces, whatever the token's lifetime. */
+/** The earliest a refresh (or a 401's refetch) follows the fetch it replaces, whatever the token's lifetime. */
 const MIN_REFRESH_MS = 1000
 /**
  * The longest delay a node timer takes: above 2^31-1 ms (24.8 days) it fires
@@ -46,6 +54,8 @@ const realTimers: Timers = {
 
 interface Token {
   readonly rendered: string
+  /** When it was fetched (a 401 drops it only MIN_REFRESH_MS after). */
+  readonly fetchedAt: number
   readonly expiresAt: number
   /** When the background refresh is due: `refreshBeforeSeconds` ahead of expiry, or half the lifetime if that is shorter. */
   readonly refreshAt: number
@@ -89,6 +99,25 @@ export class TokenSource {
     }
     if (this.#failure !== null && now - this.#failedAt < FAILURE_BACKOFF_MS) return Promise.reject(this.#failure)
     return this.refresh().then(tok => tok.rendered)
+  }
+
+  /**
+   * An upstream answered 401 to a request carrying `rendered`: drop it if it
+   * is still the cached token and was fetched at least MIN_REFRESH_MS ago,
+   * and fetch a new one (requests wait for it). true: dropped.
+   */
+  refused(rendered: string): boolean {
+    const t = this.#token
+    if (t === null || t.rendered !== rendered || this.#timers.now() - t.fetchedAt < MIN_REFRESH_MS) return false
+    this.#token = null
+    log.info({ tokenUrl: this.#config.tokenUrl }, 'oauth2 token refused by the upstream (401): fetching a new one')
+    void this.refresh().catch(() => {})
+    return true
+  }
+
+  /** The rendered credential cached now (valid or not); null when none. */
+  cached(): string | null {
+    return this.#token === null ? null : this.#token.rendered
   }
 
   /** Single-flight fetch. */
@@ -167,6 +196,7 @@ export class TokenSource {
     const lead = Math.min(this.#refreshBeforeMs, lifetimeMs / 2)
     return {
       rendered: this.#format.split('{value}').join(body.access_token),
+      fetchedAt: now,
       expiresAt: now + lifetimeMs,
       refreshAt: Math.max(now + MIN_REFRESH_MS, now + lifetimeMs - lead),
     }
@@ -184,10 +214,17 @@ function lifetimeOf(expiresIn: unknown): number {
   return Number.isFinite(n) && n > 0 ? n : DEFAULT_LIFETIME_S
 }
 
-export function oauth2(spec: CompiledExtension): ExtensionHooks {
+/** Whether the request `req` went out with `rendered` where `p` places it. */
+function carries(req: RequestView, p: Placement, rendered: string): boolean {
+  if (p.query === null) return req.headers[p.header as string] === rendered
+  // setQueryParam puts the credential last.
+  return req.path.endsWith(`?${encodeURIComponent(p.query)}=${encodeURIComponent(rendered)}`) || req.path.endsWith(`&${encodeURIComponent(p.query)}=${encodeURIComponent(rendered)}`)
+}
+
+export function oauth2(spec: CompiledExtension, timers: Timers = realTimers): ExtensionHooks {
   const nested = spec.config.oauth2 !== undefined
   const block = (nested ? { ...spec.config, ...(spec.config.oauth2 as Record<string, unknown>) } : spec.config)
-  const source = new TokenSource(spec, block, nested ? 'oauth2.secretRef' : 'secretRef')
+  const source = new TokenSource(spec, block, nested ? 'oauth2.secretRef' : 'secretRef', timers)
   const p = placement(block)
   // Warm the cache at load: the first request need not wait.
   void source.refresh().catch(() => {})
@@ -196,6 +233,12 @@ export function oauth2(spec: CompiledExtension): ExtensionHooks {
       const v = source.current()
       if (typeof v === 'string') return place(req, p, v)
       return v.then(r => place(req, p, r))
+    },
+    // hot path (response-headers phase)
+    responseHeaders(req: RequestView, res: ResponseView) {
+      if (res.status !== 401) return
+      const cached = source.cached()
+      if (cached !== null && carries(req, p, cached)) source.refused(cached)
     },
     close() { source.close() },
   }

@@ -4,7 +4,8 @@
 import t from 'tap'
 import http from 'node:http'
 import type { CompiledExtension } from '../../lib/compile/table.ts'
-import { TokenSource, type Timers } from '../../lib/extensions/oauth2.ts'
+import { TokenSource, oauth2, type Timers } from '../../lib/extensions/oauth2.ts'
+import type { ClientInfo, RequestView } from '../../lib/extensions/plugin-api.ts'
 
 const MAX_TIMER_MS = 2 ** 31 - 1
 
@@ -113,4 +114,46 @@ t.test('expires_in that is not a positive number is the default lifetime, not a 
     t.equal(source.fetches, 1, `expires_in ${JSON.stringify(expiresIn)}: one fetch`)
     t.equal(timers.armed[0]?.ms, 240_000, 'refreshed 60 s before the default 300 s')
   }
+})
+
+// An upstream's 401 to a request carrying the cached token says the token is
+// no good (revoked, rotated at the provider): the cache drops it, if it is
+// still the one cached, so the next request fetches a new one instead of
+// using a dead one until it expires. An upstream that answers 401 to
+// everything makes at most one fetch per MIN_REFRESH_MS (1 s) of the last.
+t.test('a 401 to the cached token drops it once; the next request fetches a new one; refetches are bounded', async (t) => {
+  let n = 0
+  const ep = await tokenEndpoint(t, () => ({ access_token: `tok-${++n}`, expires_in: 3600 }))
+  const timers = fakeTimers()
+  const config = { tokenUrl: ep.url, secretRef: { name: 'c' } }
+  const hooks = oauth2(spec(config), timers)
+  t.teardown(() => hooks.close?.())
+  const client: ClientInfo = { address: '127.0.0.1', namespace: null, serviceAccount: null, pod: null, spiffeId: null }
+  const view = (): RequestView => ({ method: 'GET', path: '/', authority: 'api.example.test', headers: {}, client, route: 'r', rule: 'r/0', backend: 'b', gateway: 'g', scheme: 'https' })
+  const send = async (): Promise<RequestView> => { const v = view(); await hooks.requestHeaders?.(v); return v }
+  const answer = (v: RequestView, status: number): unknown => hooks.responseHeaders?.(v, { status, headers: {} })
+
+  const first = await send()
+  t.equal(first.headers.authorization, 'Bearer tok-1')
+  timers.advance(2000)
+  answer(first, 200)
+  answer(first, 403)
+  t.equal((await send()).headers.authorization, 'Bearer tok-1', 'a 200 or a 403 keeps the token')
+  answer(first, 401)
+  const second = await send()
+  t.equal(second.headers.authorization, 'Bearer tok-2', 'after a 401 the next request carries a new token')
+  t.equal(ep.fetches(), 2)
+  answer(first, 401)
+  t.equal((await send()).headers.authorization, 'Bearer tok-2', 'a late 401 to the old token does not drop the new one')
+  answer(second, 401)
+  t.equal((await send()).headers.authorization, 'Bearer tok-2', 'a 401 within 1 s of the fetch is not another fetch')
+  t.equal(ep.fetches(), 2)
+  // An upstream that answers 401 to everything for 5 s: at most one fetch per second.
+  for (let i = 0; i < 50; i++) {
+    timers.advance(100)
+    answer(await send(), 401)
+  }
+  await send()
+  t.ok(ep.fetches() <= 2 + 5, `bounded refetches (${ep.fetches() - 2} in 5 s)`)
+  t.ok(ep.fetches() > 2, 'but a refused token is replaced')
 })
