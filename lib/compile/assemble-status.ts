@@ -2,9 +2,11 @@
 // Routes per parent, Backends, policies per ancestor, and the objects the
 // source dropped as invalid (snapshot.problems).
 
-import type { BackendTrafficPolicy, EgressExtension } from '../resources/model.ts'
+import type { BackendTrafficPolicy, EgressExtension, GRPCRoute, HTTPRoute } from '../resources/model.ts'
+import { unsupportedFields } from './rules.ts'
 import { backendKey, keyOfBackend } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
+import { dropsObject } from '../resources/problem.ts'
 import type { Condition, ObjectStatus, ParentStatus, Status } from './status.ts'
 import type { RouteOutcome } from './compile.ts'
 import type { GatewayPlan, ServedListener } from './gateways.ts'
@@ -73,9 +75,20 @@ export function assembleStatus(input: StatusInput): Status {
       ? condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)
       // A reference named by several rules is reported once.
       : condition('ResolvedRefs', false, o.refProblems[0].reason, [...new Set(o.refProblems.map(p => p.message))].join('; '), gen)
+    const dropped = route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute' ? droppedRulesMessage(route, o) : null
+    const unsupported = route.kind === 'HTTPRoute' || route.kind === 'GRPCRoute' ? unsupportedFields(route) : []
     const parents: ParentStatus[] = o.attachment.parents.map(p => {
-      const conditions: Condition[] = [p.accepted, refs]
-      if (o.invalidMatches.length > 0) conditions.push(condition('PartiallyInvalid', true, 'UnsupportedValue', o.invalidMatches.join('; '), gen))
+      let accepted = p.accepted
+      if (accepted.status === 'True' && dropped?.none === true) {
+        // Every rule left after validation failed in compile: nothing of the route serves.
+        accepted = condition('Accepted', false, 'UnsupportedValue', `${dropped.message}: no valid rule left`, gen)
+      } else if (accepted.status === 'True' && unsupported.length > 0) {
+        accepted = condition('Accepted', true, accepted.reason, `served without what is not supported: ${unsupported.join(', ')} (see sallyport validate)`, gen)
+      }
+      const conditions: Condition[] = [accepted, refs]
+      // Gateway API RouteConditionPartiallyInvalid, "Dropped Rule" approach: the
+      // message starts with that prefix and names the rules, Accepted stays True.
+      if (dropped !== null && !dropped.none) conditions.push(condition('PartiallyInvalid', true, 'UnsupportedValue', dropped.message, gen))
       if (o.conflicts.includes(p.gatewayKey)) conditions.push(condition('Conflicted', true, 'Conflicted', 'an older route already serves this port', gen))
       return { parentRef: { ...p.parentRef }, controllerName, conditions }
     })
@@ -176,7 +189,7 @@ export function assembleStatus(input: StatusInput): Status {
   // Dropped objects: Accepted=False Invalid, naming the field.
   const problems = new Map<string, string[]>()
   for (const pr of snapshot.problems) {
-    if (pr.severity !== 'error' || pr.kind === '' || pr.name === '') continue
+    if (!dropsObject(pr) || pr.kind === '' || pr.name === '') continue
     const key = statusKey(pr.kind, pr.namespace, pr.name)
     const list = problems.get(key) ?? []
     list.push(pr.field === '' ? pr.message : `${pr.field}: ${pr.message}`)
@@ -192,6 +205,26 @@ export function assembleStatus(input: StatusInput): Status {
   if (input.secretRefs !== undefined) addSecretRefConditions(objects, input.secretRefs)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   return { objects: sorted, servedGateways: new Set(input.plan.served.map(sg => sg.key)) }
+}
+
+/**
+ * The PartiallyInvalid message of a route some of whose rules are not served
+ * (validation's droppedRules and compile's): `Dropped Rule(s) 0, 2 ("api"):
+ * FIELD: WHY; FIELD: WHY`; null when every rule serves. `none`: no rule is left.
+ */
+function droppedRulesMessage(route: HTTPRoute | GRPCRoute, o: RouteOutcome): { message: string; none: boolean } | null {
+  if (route.droppedRules.length === 0 && o.droppedRules.length === 0) return null
+  const rules = new Map<number, { name: string | null; reasons: string[] }>()
+  for (const d of route.droppedRules) rules.set(d.index, { name: d.name, reasons: [...d.reasons] })
+  for (const d of o.droppedRules) {
+    const entry = rules.get(d.index) ?? { name: d.name, reasons: [] }
+    entry.reasons.push(`${d.field}: ${d.message}`)
+    rules.set(d.index, entry)
+  }
+  const sorted = [...rules].sort((a, b) => a[0] - b[0])
+  const which = sorted.map(([i, r]) => r.name === null ? String(i) : `${i} (${JSON.stringify(r.name)})`).join(', ')
+  const why = sorted.flatMap(([, r]) => r.reasons).join('; ')
+  return { message: `Dropped Rule(s) ${which}: ${why}`, none: rules.size >= route.rules.length }
 }
 
 /** `sallyport.io/UpstreamProxy` for an object carrying sallyport.io/upstream-proxy; null for others. */

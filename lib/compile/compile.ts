@@ -17,7 +17,7 @@ import { planTlsPolicies } from './tls.ts'
 import { DestinationPolicies, type DestinationDefaults } from './destination-policy.ts'
 import { PolicyIndex } from './policies.ts'
 import { compileHttpLikeRoute, routePolicies } from './rules.ts'
-import type { CompiledRoute, RefProblem } from './rules.ts'
+import type { CompiledRoute, RefProblem, RuleDrop } from './rules.ts'
 import type { ResolverCall } from './backends.ts'
 import { sameSpecs, type CompileCache, type ListenerCompile, type RouteMemo, type VhostMemo } from './compile-cache.ts'
 import { buildHostIndex } from './vhosts.ts'
@@ -89,7 +89,8 @@ export interface CompileResult {
 export interface RouteOutcome {
   readonly attachment: RouteAttachment
   readonly refProblems: readonly RefProblem[]
-  readonly invalidMatches: readonly string[]
+  /** Rules compile dropped (validation's are the route's droppedRules). */
+  readonly droppedRules: readonly RuleDrop[]
   /** Gateway keys where another route already owns the TCP port / SNI name. */
   readonly conflicts: readonly string[]
 }
@@ -158,7 +159,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     const asAttached = attachRoute(snapshot, served, route)
     const attachment = turnedAway === undefined ? asAttached : withoutConflicts(asAttached, turnedAway)
     const refProblems: RefProblem[] = []
-    const invalidMatches: string[] = []
+    const droppedRules: RuleDrop[] = []
     const conflicts: string[] = []
     const compiledFor = new Map<string, CompiledRoute | L4Route>()
     const listeners: ListenerCompile[] = []
@@ -185,7 +186,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
             } finally {
               resolver.journal = null
             }
-            if (compiledFor.size === 0) { refProblems.push(...compiled.refProblems); invalidMatches.push(...compiled.invalidMatches) }
+            if (compiledFor.size === 0) { refProblems.push(...compiled.refProblems); droppedRules.push(...compiled.droppedRules) }
             compiledFor.set(listenerKey, compiled)
             noteListenerUse(listenerUse, listenerKey, compiled.rules)
             // A route that took extension chains is compiled every time: the ExtensionCompiler shares them across one compile's rules, and the table lists them.
@@ -217,7 +218,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
         }
       }
     }
-    const outcome: RouteOutcome = { attachment, refProblems, invalidMatches, conflicts }
+    const outcome: RouteOutcome = { attachment, refProblems, droppedRules, conflicts }
     outcomes.push(outcome)
     if (reusable) nextMemo.set(route, { attachment, listeners, placements, outcome })
   }

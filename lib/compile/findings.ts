@@ -19,7 +19,7 @@
 
 import type { Backend, BackendRef, BackendTLSPolicy, BackendTrafficPolicy, EgressExtension, Gateway, ModelObject, ObjectRef, PolicyTargetRef } from '../resources/model.ts'
 import { backendKey, groupKindOf, keyOfBackend } from '../resources/model.ts'
-import type { ConfigProblem } from '../resources/problem.ts'
+import { dropsObject, type ConfigProblem } from '../resources/problem.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
 import { MAP_OF_KIND } from '../resources/snapshot.ts'
 import type { AnyRoute } from './attach.ts'
@@ -68,9 +68,15 @@ export function statusFindings(snapshot: Snapshot, status: Status, outcomes: rea
   }
   for (const g of sortedValues(snapshot.gateways)) gatewayFindings(snapshot, status, g, gatewayClass, at)
   // A route attached to no listener was never resolved: its references are checked here instead.
-  const refs = new Map(outcomes.filter(o => o.attachment.parents.some(p => p.attachments.length > 0)).map(o => [o.attachment.route, o.refProblems]))
+  const compiled = outcomes.filter(o => o.attachment.parents.some(p => p.attachments.length > 0))
+  const refs = new Map(compiled.map(o => [o.attachment.route, o.refProblems]))
+  const drops = new Map(compiled.map(o => [o.attachment.route, o.droppedRules]))
   for (const map of ROUTE_MAPS) {
-    for (const r of sortedValues<AnyRoute>(snapshot[map] as ReadonlyMap<string, AnyRoute>)) routeFindings(snapshot, status, r, refs.get(r) ?? unattachedRefProblems(snapshot, r), at)
+    for (const r of sortedValues<AnyRoute>(snapshot[map] as ReadonlyMap<string, AnyRoute>)) {
+      routeFindings(snapshot, status, r, refs.get(r) ?? unattachedRefProblems(snapshot, r), at)
+      // Rules compile dropped (PartiallyInvalid); validation's have their own lines (validate/rules-route.ts).
+      for (const d of drops.get(r) ?? []) at(r, d.field, `${d.message}; rule ${d.index} is dropped (PartiallyInvalid=True: UnsupportedValue)`)
+    }
   }
   for (const b of sortedValues(snapshot.backends)) backendFindings(status, b, at)
   for (const p of sortedValues(snapshot.backendTLSPolicies)) tlsPolicyFindings(snapshot, status, p, at)
@@ -157,8 +163,9 @@ function routeFindings(snapshot: Snapshot, status: Status, route: AnyRoute, refP
     if (p === undefined) return
     for (const c of p.conditions) {
       // ResolvedRefs is the route's, the same on every parent: one line per reference, below.
-      if (!isBad(c) || c.type === 'ResolvedRefs') continue
-      at(route, `spec.parentRefs[${i}]`, text(c), null, c.type === 'PartiallyInvalid' ? 'warning' : 'error')
+      // PartiallyInvalid: one line per dropped rule, naming its field (validate's, or the caller's for compile's).
+      if (!isBad(c) || c.type === 'ResolvedRefs' || c.type === 'PartiallyInvalid') continue
+      at(route, `spec.parentRefs[${i}]`, text(c))
     }
   })
   const seen = new Set<string>()
@@ -198,6 +205,7 @@ function unattachedRefProblems(snapshot: Snapshot, route: AnyRoute): RefProblem[
     else out.push({ reason: 'BackendNotFound', message: `${what}${ref.group === '' ? '' : ` (${ref.group})`} not found`, field })
   }
   route.rules.forEach((rule, i) => {
+    if (route.kind !== 'TCPRoute' && route.kind !== 'TLSRoute' && route.droppedRules.some(d => d.index === i)) return // not served
     const filters = (rule as { readonly filters?: ReadonlyArray<import('../resources/model.ts').HTTPRouteFilter> }).filters ?? []
     filters.forEach((f, j) => {
       if (f.type === 'RequestMirror') check(f.requestMirror.backendRef, `spec.rules[${i}].filters[${j}].requestMirror.backendRef`)
@@ -226,7 +234,7 @@ function missingOf(snapshot: Snapshot, route: AnyRoute, field: string, reason: s
   if (reason === 'RefNotPermitted') return 'ReferenceGrant'
   const ref = refAt(route, field)
   if (ref === null) return null
-  const dropped = (kind: string): boolean => snapshot.problems.some(p => p.severity === 'error' && p.kind === kind && p.namespace === ref.namespace && p.name === ref.name)
+  const dropped = (kind: string): boolean => snapshot.problems.some(p => dropsObject(p) && p.kind === kind && p.namespace === ref.namespace && p.name === ref.name)
   if (ref.kind === 'EgressExtension') return snapshot.egressExtensions.has(`${ref.namespace}/${ref.name}`) ? null : dropped('EgressExtension') ? DROPPED : 'EgressExtension'
   if (ref.group === '' && ref.kind === 'Service') return snapshot.services.has(`${ref.namespace}/${ref.name}`) ? null : dropped('Service') ? DROPPED : 'Service'
   if (!isBackendKind(ref.group, ref.kind)) return null

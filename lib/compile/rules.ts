@@ -30,46 +30,97 @@ export interface RuleContext {
 /** `field`: where in the route the reference is, from the object root (`spec.rules[0].backendRefs[1]`), for `sallyport validate`. */
 export interface RefProblem { readonly reason: string; readonly message: string; readonly field: string }
 
+/** A rule compile could not build (a match whose regular expression does not compile), so does not serve. */
+export interface RuleDrop {
+  readonly index: number
+  readonly name: string | null
+  /** The field at fault, from the object root (`spec.rules[1].matches[0].path.value`). */
+  readonly field: string
+  readonly message: string
+}
+
 export interface CompiledRoute {
   readonly rules: readonly RouteRule[]
   /** Matches without hostname (the caller adds one per served hostname). */
   readonly matches: ReadonlyArray<Omit<MatchSpec, 'hostname'>>
   /** ResolvedRefs problems (first one per backendRef). */
   readonly refProblems: readonly RefProblem[]
-  /** Matches that could not be compiled (PartiallyInvalid). */
-  readonly invalidMatches: readonly string[]
+  /** Rules dropped here (PartiallyInvalid; validation's are the route's droppedRules). */
+  readonly droppedRules: readonly RuleDrop[]
 }
 
 export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleContext): CompiledRoute {
   const rules: RouteRule[] = []
   const matches: Array<Omit<MatchSpec, 'hostname'>> = []
   const refProblems: RefProblem[] = []
-  const invalidMatches: string[] = []
+  const droppedRules: RuleDrop[] = []
   const grpc = route.kind === 'GRPCRoute'
+  const dropped = route.droppedRules.length === 0 ? null : new Set(route.droppedRules.map(d => d.index))
   const { policy, routeExt } = routePolicies(route, ctx.traffic, ctx.extensions, ctx.gatewayKey, ctx.listenerName)
   const gatewayExt = ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
 
   route.rules.forEach((r, ruleIndex) => {
+    // Gateway API PartiallyInvalid: a rule validation found invalid is dropped, the others serve.
+    if (dropped?.has(ruleIndex) === true) return
+    // Every match first: a rule one of whose matches cannot be built is
+    // dropped whole (the spec's unit is the rule). Serving it with its other
+    // matches would send traffic the rule was written to leave alone — or to
+    // catch — somewhere else.
+    const list: ReadonlyArray<HTTPRouteMatch | GRPCRouteMatch> = r.matches.length > 0 ? r.matches : [grpc ? { method: null, headers: [] } : defaultMatch]
+    const built: Array<Pick<MatchSpec, 'path' | 'method' | 'headers' | 'query'>> = []
+    for (let matchIndex = 0; matchIndex < list.length; matchIndex++) {
+      const m = list[matchIndex] as HTTPRouteMatch | GRPCRouteMatch
+      try {
+        built.push(grpc ? compileGrpcMatch(m as GRPCRouteMatch) : compileHttpMatch(m as HTTPRouteMatch))
+      } catch (err) {
+        droppedRules.push({ index: ruleIndex, name: r.name, field: matchField(m, ruleIndex, matchIndex, grpc), message: (err as Error).message })
+        return
+      }
+    }
     const rule = compileRule(route, ruleIndex, r.name, r.filters, r.backendRefs, grpc ? null : (r as HTTPRoute['rules'][number]).timeouts,
       grpc ? null : (r as HTTPRoute['rules'][number]).retry, policy, [gatewayExt?.extensions ?? null, routeExt !== gatewayExt ? routeExt?.extensions ?? null : null], ctx, refProblems)
     rules.push(rule)
-    // Issue 6: Gateway API sessionPersistence is not implemented (a rule-level
-    // cookie/header affinity would need the gateway to issue the session
-    // cookie); the rule is served without it and the route status says so.
-    if (r.sessionPersistence !== null) {
-      invalidMatches.push(`rules[${ruleIndex}].sessionPersistence: not supported, served without session affinity (use a BackendTrafficPolicy loadBalancer ConsistentHash by Header or Cookie)`)
-    }
-    const list: ReadonlyArray<HTTPRouteMatch | GRPCRouteMatch> = r.matches.length > 0 ? r.matches : [grpc ? { method: null, headers: [] } : defaultMatch]
-    list.forEach((m, matchIndex) => {
-      try {
-        const compiled = grpc ? compileGrpcMatch(m as GRPCRouteMatch) : compileHttpMatch(m as HTTPRouteMatch)
-        matches.push({ ...compiled, rule, route, ruleIndex, matchIndex })
-      } catch (err) {
-        invalidMatches.push(`rules[${ruleIndex}].matches[${matchIndex}]: ${(err as Error).message}`)
-      }
-    })
+    built.forEach((compiled, matchIndex) => matches.push({ ...compiled, rule, route, ruleIndex, matchIndex }))
   })
-  return { rules, matches, refProblems, invalidMatches }
+  return { rules, matches, refProblems, droppedRules }
+}
+
+/** The field of a match that did not compile: its regular expression (the only thing that throws). */
+function matchField(m: HTTPRouteMatch | GRPCRouteMatch, ruleIndex: number, matchIndex: number, grpc: boolean): string {
+  const at = `spec.rules[${ruleIndex}].matches[${matchIndex}]`
+  if (grpc) return `${at}.method` // service and method are one pattern once composed
+  const hm = m as HTTPRouteMatch
+  if (hm.path.type === 'RegularExpression' && !compiles(hm.path.value)) return `${at}.path.value`
+  for (const key of ['headers', 'queryParams'] as const) {
+    const i = hm[key].findIndex(h => h.type === 'RegularExpression' && !compiles(h.value))
+    if (i >= 0) return `${at}.${key}[${i}].value`
+  }
+  return at
+}
+
+function compiles(pattern: string): boolean {
+  try {
+    anchored(pattern)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Issue 6: Gateway API sessionPersistence is not implemented (a rule-level
+ * cookie or header affinity needs the gateway to issue the session cookie).
+ * The rule serves all the same, balanced as without it: dropping it, as
+ * PartiallyInvalid would, turns a missing optimisation into an outage. The
+ * route's Accepted message names each such field (assemble-status.ts), and
+ * `validate` warns (validate/rules-route.ts). Empty for most routes.
+ */
+export function unsupportedFields(route: HTTPRoute | GRPCRoute): string[] {
+  const out: string[] = []
+  route.rules.forEach((r, i) => {
+    if (r.sessionPersistence !== null && !route.droppedRules.some(d => d.index === i)) out.push(`spec.rules[${i}].sessionPersistence`)
+  })
+  return out
 }
 
 /**

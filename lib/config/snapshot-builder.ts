@@ -8,7 +8,7 @@ import { validateDocument, isKnownKind, unreadKindProblem } from '../validate/va
 import { snapshotKeyOf } from '../resources/model.ts'
 import type { ModelObject } from '../resources/model.ts'
 import type { SourceRef } from '../resources/meta.ts'
-import type { ConfigProblem } from '../resources/problem.ts'
+import { dropsObject, type ConfigProblem } from '../resources/problem.ts'
 import { MAP_OF_KIND, type Snapshot, type SnapshotMapName } from '../resources/snapshot.ts'
 
 const log = logger('config')
@@ -115,13 +115,48 @@ export function buildSnapshot(docs: readonly SourcedDoc[], extraProblems: readon
 function check(doc: unknown, source: SourceRef, header: Header): Checked {
   try {
     const checked = validateDocument(doc, source)
-    if (checked.problems.some((p) => p.severity === 'error')) return { problems: checked.problems, object: null }
-    return { problems: checked.problems, object: readObject(doc as Record<string, unknown>, source) }
+    if (checked.problems.some(dropsObject)) return { problems: checked.problems, object: null }
+    const object = readObject(doc as Record<string, unknown>, source)
+    if (!checked.problems.some((p) => p.rule !== undefined)) return { problems: checked.problems, object }
+    return withDroppedRules(object, checked.problems)
   } catch (err) {
     // A reader bug on one odd manifest must not stop the others from loading.
     log.error({ file: source.file, doc: source.doc, kind: header.kind, err }, 'reading object failed')
     return { problems: [problem(source, header.kind, header.namespace, header.name, `could not read object: ${err instanceof Error ? err.message : String(err)}`)], object: null }
   }
+}
+
+/**
+ * Gateway API RouteConditionPartiallyInvalid, the "drop the invalid rules"
+ * reading: a route some of whose rules have errors of their own (validate's
+ * `rule` problems) is kept and marked to be served without them; one whose
+ * every rule has such an error is dropped like any invalid object (Accepted=False).
+ */
+function withDroppedRules(object: ModelObject | null, problems: readonly ConfigProblem[]): Checked {
+  if (object === null || (object.kind !== 'HTTPRoute' && object.kind !== 'GRPCRoute')) {
+    // Only route rules can be dropped: anything else with such an error goes whole.
+    return { problems: problems.map(asObjectError), object: null }
+  }
+  const reasons = new Map<number, string[]>()
+  for (const p of problems) {
+    if (p.rule === undefined) continue
+    const list = reasons.get(p.rule) ?? []
+    list.push(`${p.field}: ${p.message}`)
+    reasons.set(p.rule, list)
+  }
+  if (reasons.size >= object.rules.length) return { problems: problems.map(asObjectError), object: null }
+  const droppedRules = [...reasons].sort((a, b) => a[0] - b[0]).map(([index, list]) => ({ index, name: object.rules[index]?.name ?? null, reasons: list }))
+  return {
+    problems: problems.map((p) => p.rule === undefined ? p : { ...p, message: `${p.message}; rule ${p.rule} is dropped, the route's other rules are served` }),
+    object: { ...object, droppedRules },
+  }
+}
+
+/** A rule's error as its object's: the object is dropped whole. */
+function asObjectError(p: ConfigProblem): ConfigProblem {
+  if (p.rule === undefined) return p
+  const { rule: _rule, ...rest } = p
+  return rest
 }
 
 interface Header {

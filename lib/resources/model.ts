@@ -222,10 +222,25 @@ export interface HTTPRouteRule {
   readonly sessionPersistence: SessionPersistence | null
 }
 
+/**
+ * A rule validation found invalid while the rest of its route is valid
+ * (Gateway API RouteConditionPartiallyInvalid): it stays in `rules`, so every
+ * other rule keeps its index, and compile serves the route without it.
+ */
+export interface DroppedRule {
+  /** Index in spec.rules. */
+  readonly index: number
+  readonly name: string | null
+  /** `FIELD: MESSAGE` for each problem found in it. */
+  readonly reasons: readonly string[]
+}
+
 export interface HTTPRoute extends ObjectBase<'HTTPRoute'> {
   readonly parentRefs: readonly ParentRef[]
   readonly hostnames: readonly string[]
   readonly rules: readonly HTTPRouteRule[]
+  /** Rules not served (in index order); empty for most routes. */
+  readonly droppedRules: readonly DroppedRule[]
 }
 
 export interface GRPCMethodMatch {
@@ -252,6 +267,8 @@ export interface GRPCRoute extends ObjectBase<'GRPCRoute'> {
   readonly parentRefs: readonly ParentRef[]
   readonly hostnames: readonly string[]
   readonly rules: readonly GRPCRouteRule[]
+  /** Rules not served (in index order); empty for most routes. */
+  readonly droppedRules: readonly DroppedRule[]
 }
 
 // ───────────────────────────── TCPRoute / TLSRoute ─────────────────────────────

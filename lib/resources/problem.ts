@@ -21,6 +21,17 @@ export interface ConfigProblem {
    * keeps it working (e.g. insecureSkipVerify).
    */
   readonly severity: 'error' | 'warning'
+  /**
+   * On an error that drops one rule of an HTTPRoute or GRPCRoute and not the
+   * object: the rule's index in spec.rules (Gateway API PartiallyInvalid: the
+   * route is served without it). Absent: an error drops the object.
+   */
+  readonly rule?: number
+}
+
+/** Whether `p` is an error that takes its whole object out of the snapshot (not only one route rule). */
+export function dropsObject(p: ConfigProblem): boolean {
+  return p.severity === 'error' && p.rule === undefined
 }
 
 /**

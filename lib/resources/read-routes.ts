@@ -41,7 +41,8 @@ export function readHTTPRoute(doc: Fields, source: SourceRef): HTTPRoute {
   // "/" (with no backendRefs, which the API answers with 404/500 at compile).
   const ruleDocs = listAt(spec, 'rules')
   const rules = (ruleDocs.length > 0 ? ruleDocs : [{}]).map((r) => readHTTPRule(r, ns))
-  return { kind: 'HTTPRoute', apiVersion, meta, source, parentRefs, hostnames: hostnamesOf(spec), rules }
+  // Rules validation found invalid are marked by the snapshot builder (config/snapshot-builder.ts withDroppedRules).
+  return { kind: 'HTTPRoute', apiVersion, meta, source, parentRefs, hostnames: hostnamesOf(spec), rules, droppedRules: [] }
 }
 
 const MATCH_ALL: HTTPRouteMatch = { path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [], method: null }
@@ -102,7 +103,7 @@ export function readGRPCRoute(doc: Fields, source: SourceRef): GRPCRoute {
     backendRefs: listAt(r, 'backendRefs').map((b) => readBackendRef(b, ns)),
     sessionPersistence: readSessionPersistence(objectAt(r, 'sessionPersistence')),
   }))
-  return { kind: 'GRPCRoute', apiVersion, meta, source, parentRefs, hostnames: hostnamesOf(spec), rules }
+  return { kind: 'GRPCRoute', apiVersion, meta, source, parentRefs, hostnames: hostnamesOf(spec), rules, droppedRules: [] }
 }
 
 /** GRPCMethodMatch type default Exact. */

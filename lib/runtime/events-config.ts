@@ -33,7 +33,7 @@ export class ConfigEvents {
 }
 
 function reasonOf(p: ConfigProblem): string {
-  if (p.severity === 'error') return 'Invalid'
+  if (p.severity === 'error') return p.rule === undefined ? 'Invalid' : 'RuleDropped'
   if (p.field.endsWith('insecureSkipVerify')) return 'InsecureSkipVerify'
   if (p.message.startsWith('shadowed by')) return 'Shadowed'
   return 'ConfigWarning'

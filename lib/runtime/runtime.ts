@@ -20,7 +20,7 @@ import { createUpstreams } from '../upstream/registry.ts'
 import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
 import type { Http1Client } from '../upstream/pool.ts'
-import { formatProblem } from '../resources/problem.ts'
+import { dropsObject, formatProblem } from '../resources/problem.ts'
 import { RemovedSeries } from '../observe/series-retention.ts'
 import { StatusLog } from './status-log.ts'
 import { listenersOnPort, withBindFailures, type BindFailure } from './bind-status.ts'
@@ -363,7 +363,7 @@ function errorText(err: unknown): string {
 function setInvalidObjects(problems: readonly ConfigProblem[]): void {
   const seen = new Map<string, Set<string>>()
   for (const p of problems) {
-    if (p.severity !== 'error') continue
+    if (!dropsObject(p)) continue // a dropped route rule leaves its route in
     const kind = p.kind === '' ? '<none>' : p.kind
     let set = seen.get(kind)
     if (set === undefined) seen.set(kind, set = new Set())

@@ -34,6 +34,7 @@ export class StatusLog {
     for (const p of problems) {
       const fields = { file: p.source.file, doc: p.source.doc, kind: p.kind, namespace: p.namespace, name: p.name, field: p.field, problem: formatProblem(p) }
       if (!this.#loud) log.debug(fields, 'config problem')
+      else if (p.severity === 'error' && p.rule !== undefined) log.error({ ...fields, rule: p.rule }, 'config problem: route rule dropped')
       else if (p.severity === 'error') log.error(fields, 'config problem: object ignored')
       else log.warn(fields, 'config warning')
     }

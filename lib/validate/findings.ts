@@ -7,6 +7,13 @@ export interface Finding {
   readonly field: string
   readonly message: string
   readonly severity: 'error' | 'warning'
+  /**
+   * On an error that invalidates one rule of an HTTPRoute or GRPCRoute and
+   * nothing else: that rule's index in spec.rules. The rule is dropped and the
+   * route keeps the others (Gateway API RouteConditionPartiallyInvalid).
+   * Absent: the error is the whole object's.
+   */
+  readonly rule?: number
 }
 
 export class Findings {
@@ -14,6 +21,17 @@ export class Findings {
 
   error(field: string, message: string): void {
     this.list.push({ field, message, severity: 'error' })
+  }
+
+  /**
+   * An error that drops only rule `rule` of a route. Reserved for what the
+   * API server admits (the CRD's schema and CEL do not check it, as the
+   * RE2-versus-JavaScript dialect of a regular expression): what the CRD
+   * refuses never reaches a controller from the cluster, so files are held to
+   * the same bar and lose the whole object (rules-route.ts).
+   */
+  ruleError(rule: number, field: string, message: string): void {
+    this.list.push({ field, message, severity: 'error', rule })
   }
 
   warn(field: string, message: string): void {

@@ -1,6 +1,20 @@
 // HTTPRoute, GRPCRoute, TCPRoute and TLSRoute rules beyond the schema: the CEL
 // of apis/v1/httproute_types.go and grpcroute_types.go, plus regexes that must
 // compile as JS RegExp because that is what compile/ will build.
+//
+// What one error takes down (Gateway API RouteConditionPartiallyInvalid: a
+// route with valid and invalid rules drops the invalid rules, Accepted=True,
+// PartiallyInvalid=True "Dropped Rule ..."):
+// - the whole object: what the CRD's schema and CEL refuse (path values, filter
+//   unions and repeats, a redirect with backendRefs, ReplacePrefixMatch without
+//   one PathPrefix match, timeouts, mirror fractions, gRPC method names, a
+//   Service ref without port, parentRefs, hostnames, rule names). The API
+//   server never admits such an object, so a controller never sees one from
+//   the cluster; files are held to the same bar, as `kubectl apply` would be.
+// - one rule (Findings.ruleError): what the API server admits and only the
+//   gateway can judge — a RegularExpression (path, header, query parameter,
+//   gRPC service or method) that JavaScript cannot compile, such as RE2's
+//   `(?P<name>...)`. The rule is dropped, the route's other rules serve.
 
 import { asArr, asNum, asStr, has, objAt, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
@@ -28,7 +42,7 @@ export function checkHTTPRoute(doc: Obj, f: Findings): void {
   checkRuleNames(spec, f)
   for (const [rule, r] of objsAt(spec, 'rules')) {
     const at = item('spec.rules', r)
-    objsAt(rule, 'matches').forEach(([m, i]) => checkHTTPMatch(m, item(child(at, 'matches'), i), f))
+    objsAt(rule, 'matches').forEach(([m, i]) => checkHTTPMatch(m, item(child(at, 'matches'), i), r, f))
     const prefixOnly = isSinglePrefixMatch(rule)
     checkFilters(rule.filters, child(at, 'filters'), prefixOnly, f)
     const backends = objsAt(rule, 'backendRefs')
@@ -49,13 +63,18 @@ function asObjOrNull(v: unknown): Obj | null {
   return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : null
 }
 
-function checkHTTPMatch(m: Obj, at: string, f: Findings): void {
+function checkHTTPMatch(m: Obj, at: string, rule: number, f: Findings): void {
   const path = objAt(m, 'path')
   if (path !== null) {
     const type = strAt(path, 'type') ?? 'PathPrefix'
     const value = strAt(path, 'value') ?? '/'
-    const p = type === 'RegularExpression' ? regexProblem(value) : pathValueProblem(value)
-    if (p !== null) f.error(child(at, 'path.value'), p)
+    if (type === 'RegularExpression') {
+      const p = regexProblem(value)
+      if (p !== null) f.ruleError(rule, child(at, 'path.value'), p)
+    } else {
+      const p = pathValueProblem(value) // the CRD's CEL (HTTPPathMatch)
+      if (p !== null) f.error(child(at, 'path.value'), p)
+    }
   }
   for (const key of ['headers', 'queryParams']) {
     const names = new Set<string>()
@@ -68,7 +87,7 @@ function checkHTTPMatch(m: Obj, at: string, f: Findings): void {
       names.add(norm)
       if (strAt(h, 'type') === 'RegularExpression') {
         const p = regexProblem(strAt(h, 'value') ?? '')
-        if (p !== null) f.error(child(hAt, 'value'), p)
+        if (p !== null) f.ruleError(rule, child(hAt, 'value'), p)
       }
     }
   }
@@ -202,6 +221,9 @@ function checkTimeouts(t: Obj | null, at: string, f: Findings): void {
 
 function checkSessionPersistence(sp: Obj | null, at: string, f: Findings): void {
   if (sp === null) return
+  // Not implemented: the rule serves, balanced as it would be without it
+  // (compile/rules.ts unsupportedFields; the Accepted condition says so too).
+  f.warn(at, 'not supported: the rule is served without session affinity (use a BackendTrafficPolicy loadBalancer ConsistentHash by Header or Cookie)')
   const type = strAt(sp, 'type') ?? 'Cookie'
   if (has(sp, 'header') && type !== 'Header') f.error(child(at, 'header'), `must not be set when type is ${type}`)
   if (has(sp, 'cookie') && type !== 'Cookie') f.error(child(at, 'cookie'), `must not be set when type is ${type}`)
@@ -229,11 +251,11 @@ export function checkGRPCRoute(doc: Obj, f: Findings): void {
     for (const [m, i] of objsAt(rule, 'matches')) {
       const mAt = item(child(at, 'matches'), i)
       const method = objAt(m, 'method')
-      if (method !== null) checkGRPCMethod(method, child(mAt, 'method'), f)
+      if (method !== null) checkGRPCMethod(method, child(mAt, 'method'), r, f)
       for (const [h, j] of objsAt(m, 'headers')) {
         if (strAt(h, 'type') !== 'RegularExpression') continue
         const p = regexProblem(strAt(h, 'value') ?? '')
-        if (p !== null) f.error(child(item(child(mAt, 'headers'), j), 'value'), p)
+        if (p !== null) f.ruleError(r, child(item(child(mAt, 'headers'), j), 'value'), p)
       }
     }
     const lists: Array<[unknown, string]> = [[rule.filters, child(at, 'filters')]]
@@ -259,7 +281,7 @@ export function checkGRPCRoute(doc: Obj, f: Findings): void {
   }
 }
 
-function checkGRPCMethod(method: Obj, at: string, f: Findings): void {
+function checkGRPCMethod(method: Obj, at: string, rule: number, f: Findings): void {
   const type = strAt(method, 'type') ?? 'Exact'
   const service = asStr(method.service)
   const name = asStr(method.method)
@@ -275,7 +297,7 @@ function checkGRPCMethod(method: Obj, at: string, f: Findings): void {
   for (const [key, value] of [['service', service], ['method', name]] as const) {
     if (value === null) continue
     const p = regexProblem(value)
-    if (p !== null) f.error(child(at, key), p)
+    if (p !== null) f.ruleError(rule, child(at, key), p)
   }
 }
 

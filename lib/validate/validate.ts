@@ -1,7 +1,8 @@
 // Validation of one parsed manifest document: the kind's JSON Schema (ajv,
 // compiled once on first use), then the semantic rules the specs write as CEL.
 // The result is a list of ConfigProblems: any 'error' means the caller drops
-// the object; 'warning's (unknown fields, insecureSkipVerify) keep it.
+// the object, but for one that names a route rule (`rule`), which drops that
+// rule alone; 'warning's (unknown fields, insecureSkipVerify) keep it.
 
 import type { SourceRef } from '../resources/meta.ts'
 import type { ConfigProblem } from '../resources/problem.ts'
@@ -42,8 +43,10 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
   const kind = asStr(obj?.kind) ?? ''
   const meta = asObj(obj?.metadata)
   const info: DocumentInfo = { apiVersion, kind, namespace: asStr(meta?.namespace) ?? '', name: asStr(meta?.name) ?? '' }
-  const problem = (field: string, message: string, severity: 'error' | 'warning'): ConfigProblem =>
-    ({ source, kind, namespace: info.namespace, name: info.name, field, message, severity })
+  const problem = (field: string, message: string, severity: 'error' | 'warning', rule?: number): ConfigProblem =>
+    rule === undefined
+      ? { source, kind, namespace: info.namespace, name: info.name, field, message, severity }
+      : { source, kind, namespace: info.namespace, name: info.name, field, message, severity, rule }
 
   if (obj === null) {
     const what = Array.isArray(doc) ? 'a list' : doc === null || doc === undefined ? 'empty' : `a ${typeof doc}`
@@ -75,7 +78,7 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
   // they would mostly repeat it, so they run once the schema is satisfied.
   if (!f.hasErrors()) shape.rules(obj, f)
   checkAnnotations(kind, obj, f)
-  return { info, problems: f.list.map((x) => problem(x.field, x.message, x.severity)) }
+  return { info, problems: f.list.map((x) => problem(x.field, x.message, x.severity, x.rule)) }
 }
 
 function checkMeta(obj: Obj, entry: KindEntry, f: Findings): void {

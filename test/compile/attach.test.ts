@@ -158,7 +158,7 @@ t.test('an HTTPRoute and a GRPCRoute sharing a listener hostname: the older is a
   // namespace/name); "Merging MUST not be done between GRPCRoutes and HTTPRoutes."
   const grpc = (name: string, hostnames: string[], m: Partial<import('../../lib/resources/meta.ts').ObjectMeta>, parentRefs = [parent('a')]): GRPCRoute => ({
     kind: 'GRPCRoute', apiVersion: `${b.G}/v1`, meta: b.meta(name, 'default', m), source: { file: 'test.yaml', doc: 0 }, parentRefs, hostnames,
-    rules: [{ name: null, matches: [], filters: [], backendRefs: [b.backendRef('svc', 80, { namespace: 'default' })], sessionPersistence: null }],
+    rules: [{ name: null, matches: [], filters: [], backendRefs: [b.backendRef('svc', 80, { namespace: 'default' })], sessionPersistence: null }], droppedRules: [],
   }) as unknown as GRPCRoute
   const T1 = { creationTimestamp: '2024-01-01T00:00:00Z' }
   const T2 = { creationTimestamp: '2024-02-01T00:00:00Z' }

@@ -46,7 +46,7 @@ export function rule(matches: HTTPRouteMatch[], backendRefs: BackendRef[] = [bac
 export function httpRoute(name: string, rules: HTTPRouteRule[], extra: Partial<HTTPRoute> = {}, m: Partial<ObjectMeta> = {}): HTTPRoute {
   return {
     kind: 'HTTPRoute', apiVersion: `${G}/v1`, meta: meta(name, m.namespace ?? 'default', m), source,
-    parentRefs: [{ group: G, kind: 'Gateway', namespace: 'default', name: 'gw', sectionName: null, port: null }], hostnames: [], rules, ...extra,
+    parentRefs: [{ group: G, kind: 'Gateway', namespace: 'default', name: 'gw', sectionName: null, port: null }], hostnames: [], rules, droppedRules: [], ...extra,
   }
 }
 

@@ -139,7 +139,7 @@ const policy = b.tlsPolicy('api-tls', 'Service', 'api', null, b.upstreamTls({ ho
 // never originates TLS, decided in the data plane (lib/upstream/l4-dial.ts).
 t.test('GEP-1897 "How a client behaves": HTTPRoute and GRPCRoute to a targeted Service use TLS', async t => {
   const http = b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('api', 443)])])
-  const grpc: GRPCRoute = { kind: 'GRPCRoute', apiVersion: `${b.G}/v1`, meta: b.meta('rpc'), source, parentRefs: http.parentRefs, hostnames: ['rpc.test'], rules: [{ name: null, matches: [], filters: [], backendRefs: [b.backendRef('api', 443)], timeouts: null, retry: null, sessionPersistence: null }] } as unknown as GRPCRoute
+  const grpc: GRPCRoute = { kind: 'GRPCRoute', apiVersion: `${b.G}/v1`, meta: b.meta('rpc'), source, parentRefs: http.parentRefs, hostnames: ['rpc.test'], rules: [{ name: null, matches: [], filters: [], backendRefs: [b.backendRef('api', 443)], timeouts: null, retry: null, sessionPersistence: null }], droppedRules: [] } as unknown as GRPCRoute
 
   const h = run([svc, eps, cm, policy, http]).table
   const c = h.clusters.get('Service/default/api:443')

@@ -154,3 +154,49 @@ spec:
   t.same([...snapshot.backends.values()].map((b) => b.apiVersion).sort(),
     ['gateway.envoyproxy.io/v1alpha1', 'gateway.networking.k8s.io/v1alpha1', 'gateway.networking.x-k8s.io/v1alpha1'])
 })
+
+const twoRules = (name: string, first: string, second: string): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: apps
+spec:
+  parentRefs:
+    - name: egress
+  rules:
+    - name: first
+      matches:
+        - path: { type: RegularExpression, value: '${first}' }
+    - matches:
+        - path: { type: RegularExpression, value: '${second}' }
+`
+
+t.test('a rule whose regular expression does not compile is dropped; the route and its other rules are kept (Gateway API PartiallyInvalid)', async (t) => {
+  const { docs } = parseManifests('r.yaml', twoRules('partial', '/(?P<x>y)', '/ok/.*'))
+  const snapshot = buildSnapshot(docs)
+  const route = snapshot.httpRoutes.get('apps/partial')
+  t.ok(route, 'the route is kept')
+  t.equal(route?.rules.length, 2, 'rule indexes are kept')
+  t.same(route?.droppedRules.map((d) => [d.index, d.name]), [[0, 'first']])
+  t.match(route?.droppedRules[0]?.reasons, [/^spec\.rules\[0\]\.matches\[0\]\.path\.value: regular expression "\/\(\?P<x>y\)" does not compile/])
+  const errors = snapshot.problems.filter((p) => p.severity === 'error')
+  t.equal(errors.length, 1, 'still an error (the rule does not serve)')
+  t.equal(errors[0]?.rule, 0)
+  t.match(formatProblem(errors[0]!), /^r\.yaml:0: HTTPRoute apps\/partial: spec\.rules\[0\]\.matches\[0\]\.path\.value: regular expression .* does not compile: .*; rule 0 is dropped, the route's other rules are served$/)
+})
+
+t.test('a route whose every rule is invalid is dropped, as before', async (t) => {
+  const { docs } = parseManifests('r.yaml', twoRules('bad', '/(?P<x>y)', '/(z'))
+  const snapshot = buildSnapshot(docs)
+  t.notOk(snapshot.httpRoutes.has('apps/bad'))
+  const errors = snapshot.problems.filter((p) => p.severity === 'error')
+  t.equal(errors.length, 2)
+  t.ok(errors.every((p) => p.rule === undefined), 'errors of the object, not of one rule')
+  t.ok(errors.every((p) => !p.message.includes('dropped')))
+})
+
+t.test('an error the CRD itself refuses (an Exact path without "/") still drops the whole route', async (t) => {
+  const doc = twoRules('crd', '/ok', '/ok').replace("{ type: RegularExpression, value: '/ok' }", '{ type: Exact, value: nope }')
+  const snapshot = buildSnapshot(parseManifests('r.yaml', doc).docs)
+  t.notOk(snapshot.httpRoutes.has('apps/crd'))
+})
