@@ -101,6 +101,15 @@ export interface FileRead {
 export const EMPTY_SETTLE_MS = 1000
 
 /**
+ * The largest configuration file read: eight times what one ConfigMap (or any
+ * Kubernetes object) may hold, so no real manifest file comes near it. A file
+ * past it is a read problem (its last good objects keep serving), never read:
+ * a log or dump saved as .yaml, a link to a device without end (/dev/zero),
+ * would otherwise fill the heap and stall the event loop at each reload.
+ */
+export const MAX_FILE_BYTES = 8 * 1024 * 1024
+
+/**
  * Read every manifest under `paths` (files, or directories searched
  * recursively for .yaml/.yml/.json, hidden entries skipped), in sorted order.
  */
@@ -131,7 +140,7 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
   for (const file of files) {
     let text: string
     try {
-      text = await fsp.readFile(file, 'utf8')
+      text = await readManifestText(file)
     } catch (err) {
       // A file renamed away between listing and reading: the watcher fires again.
       const problem = readProblem(file, err)
@@ -148,6 +157,53 @@ export async function readConfigSet(paths: readonly string[]): Promise<ConfigSet
   }
   for (const p of problems) hash.update(formatProblem(p))
   return { docs, problems, hash: hash.digest('hex'), files, reads, unlisted, warnings }
+}
+
+/** Why a file is not read at all (a read problem: `cannot read: REASON`). */
+class UnreadableFile extends Error {}
+
+/**
+ * A manifest file's text, read within MAX_FILE_BYTES. Only regular files are
+ * read: a FIFO (opened without waiting for a writer, which would hold this
+ * reload and every later one for ever) or a device is refused.
+ */
+async function readManifestText(file: string): Promise<string> {
+  const handle = await fsp.open(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK)
+  try {
+    const st = await handle.stat()
+    if (!st.isFile()) throw new UnreadableFile('not a regular file')
+    const tooLarge = `larger than ${MAX_FILE_BYTES / (1024 * 1024)} MiB; not read`
+    if (st.size > MAX_FILE_BYTES) throw new UnreadableFile(tooLarge)
+    // The file may grow between stat and read: read at most one byte past the bound.
+    const buf = Buffer.allocUnsafe(Math.min(st.size + 1, MAX_FILE_BYTES + 1))
+    let filled = 0
+    for (;;) {
+      if (filled === buf.length) {
+        if (filled > MAX_FILE_BYTES) throw new UnreadableFile(tooLarge)
+        return Buffer.concat([buf, await readRest(handle, filled, tooLarge)]).toString('utf8')
+      }
+      const { bytesRead } = await handle.read(buf, filled, buf.length - filled, null)
+      if (bytesRead === 0) return buf.toString('utf8', 0, filled)
+      filled += bytesRead
+    }
+  } finally {
+    await handle.close()
+  }
+}
+
+/** What a file grown since its stat holds past `offset`, within MAX_FILE_BYTES in all. */
+async function readRest(handle: fsp.FileHandle, offset: number, tooLarge: string): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let total = offset
+  for (;;) {
+    const chunk = Buffer.allocUnsafe(64 * 1024)
+    const { bytesRead } = await handle.read(chunk, 0, chunk.length, null)
+    if (bytesRead === 0) break
+    total += bytesRead
+    if (total > MAX_FILE_BYTES) throw new UnreadableFile(tooLarge)
+    chunks.push(chunk.subarray(0, bytesRead))
+  }
+  return Buffer.concat(chunks)
 }
 
 async function listManifests(p: string): Promise<{ files: string[]; failed: Array<{ dir: string; err: unknown }> }> {
@@ -208,7 +264,7 @@ function walk(root: string): { files: string[]; dirs: string[]; failed: Array<{ 
 }
 
 function readProblem(file: string, err: unknown): ConfigProblem {
-  const code = (err as NodeJS.ErrnoException).code
+  const code = err instanceof UnreadableFile ? undefined : (err as NodeJS.ErrnoException).code
   return {
     source: { file, doc: 0 }, kind: '', namespace: '', name: '', field: '',
     message: `cannot read: ${code ?? (err instanceof Error ? err.message : String(err))}`, severity: 'error',

@@ -1,8 +1,9 @@
 import t, { type Test } from 'tap'
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { EMPTY_SETTLE_MS, FileSource, readConfigSet } from '../../lib/config/file-source.ts'
+import { EMPTY_SETTLE_MS, FileSource, MAX_FILE_BYTES, readConfigSet } from '../../lib/config/file-source.ts'
 import { configReloadFailures } from '../../lib/observe/metrics.ts'
 import { compile } from '../../lib/compile/compile.ts'
 import type { Snapshot } from '../../lib/resources/snapshot.ts'
@@ -386,4 +387,31 @@ t.test('a directory with no configuration file in it is a warning, until one is 
   fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
   await source.reload()
   t.same(c.snapshots.at(-1)?.problems, [])
+})
+
+t.test('a file too large, a FIFO or a device named like a manifest is a problem, never read whole or waited on', async (t) => {
+  const dir = tempDir(t)
+  const outside = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'a.yaml'), cm('a', '1'))
+  // A sparse file one byte past the bound: costs no disk, and its size alone refuses it.
+  fs.closeSync(fs.openSync(path.join(dir, 'big.yaml'), 'w'))
+  fs.truncateSync(path.join(dir, 'big.yaml'), MAX_FILE_BYTES + 1)
+  // A FIFO nobody writes: opening it to read would wait for a writer for ever (and every reload after it).
+  const fifo = path.join(outside, 'fifo')
+  execFileSync('mkfifo', [fifo])
+  fs.symlinkSync(fifo, path.join(dir, 'fifo.yaml'))
+  // A device without end: reading it whole would fill the heap.
+  fs.symlinkSync('/dev/zero', path.join(dir, 'zero.yaml'))
+  t.teardown(() => {
+    // Should a read be waiting on the FIFO, a writer that comes and goes lets it end.
+    try { fs.closeSync(fs.openSync(fifo, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK)) } catch { /* no reader waiting */ }
+  })
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error('reading the set did not end')), 5000) })
+  const set = await Promise.race([readConfigSet([dir]), timeout]).finally(() => clearTimeout(timer))
+  t.same(set.docs.map((d) => d.source.file), [path.join(dir, 'a.yaml')], 'the manifest beside them is read')
+  const byFile = new Map(set.problems.map((p) => [path.basename(p.source.file), p.message]))
+  t.match(byFile.get('big.yaml'), /^cannot read: larger than 8 MiB/)
+  t.match(byFile.get('fifo.yaml'), /^cannot read: not a regular file/)
+  t.match(byFile.get('zero.yaml'), /^cannot read: not a regular file/)
 })
