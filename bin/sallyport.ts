@@ -16,6 +16,7 @@ Commands:
   routes       Print the route table the manifests compile to
   quickstart   Run a demo upstream and a gateway in front of it (what npm start runs)
   version      Print the version
+  help         Print this text (also --help or -h after any command)
 
 serve [options]
   --config PATH            Manifest file or directory, searched recursively for .yaml/.yml/.json, watched (repeatable; required without --kubernetes)
@@ -57,6 +58,9 @@ const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'
 
 class UsageError extends Error {}
 
+/** `--help` (or `-h`) after a command: the usage, on stdout, exit 0. */
+class HelpRequested extends Error {}
+
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 
 function version(): string {
@@ -65,11 +69,14 @@ function version(): string {
 }
 
 function parse(args: string[], options: ParseArgsConfig['options'], positionals: boolean): ReturnType<typeof parseArgs> {
+  let parsed: ReturnType<typeof parseArgs>
   try {
-    return parseArgs({ args, options, allowPositionals: positionals, strict: true })
+    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals, strict: true })
   } catch (err) {
     throw new UsageError(err instanceof Error ? err.message : String(err))
   }
+  if (parsed.values.help === true) throw new HelpRequested()
+  return parsed
 }
 
 function str(values: Record<string, unknown>, name: string, fallback: string): string {
@@ -296,6 +303,11 @@ async function main(argv: string[]): Promise<number | null> {
 main(process.argv.slice(2)).then((code) => {
   if (code !== null) process.exitCode = code
 }, (err: unknown) => {
+  if (err instanceof HelpRequested) {
+    process.stdout.write(USAGE)
+    process.exitCode = 0
+    return
+  }
   if (err instanceof UsageError) {
     process.stderr.write(`sallyport: ${err.message}\n\n${USAGE}`)
     process.exitCode = 2

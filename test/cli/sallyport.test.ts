@@ -173,3 +173,12 @@ t.test('argument errors print usage and exit 2', async (t) => {
     t.match(r.stderr, /Usage: sallyport <command>/)
   }
 })
+
+t.test('--help and -h after any command print usage on stdout and exit 0', async (t) => {
+  for (const args of [['--help'], ['serve', '--help'], ['serve', '--config', '.', '-h'], ['validate', '--help'], ['routes', '-h'], ['quickstart', '--help'], ['version', '--help']]) {
+    const r = await runCli(t, args)
+    t.equal(r.code, 0, args.join(' '))
+    t.match(r.stdout, /^Usage: sallyport <command>/, args.join(' '))
+    t.equal(r.stderr, '', args.join(' '))
+  }
+})
