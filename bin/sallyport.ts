@@ -313,7 +313,10 @@ main(process.argv.slice(2)).then((code) => {
     process.exitCode = 2
     return
   }
-  process.stderr.write(`sallyport: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
+  // A failure sallyport names (a stable SP_ERR_ code: an address it cannot listen on) is one line; anything else, a stack.
+  const code = err instanceof Error ? (err as { code?: unknown }).code : undefined
+  const named = typeof code === 'string' && code.startsWith('SP_ERR_')
+  process.stderr.write(`sallyport: ${err instanceof Error ? (named ? err.message : (err.stack ?? err.message)) : String(err)}\n`)
   // A failed start may leave servers open (admin, listeners): do not linger half-started.
   process.exit(1)
 })

@@ -22,6 +22,7 @@ import type { AddressInfo } from 'node:net'
 import { logger } from './log.ts'
 import { ANY_ADDRESS, bindServer, capConnections } from '../bind.ts'
 import { matchCidr, parseCidrList } from '../address-ranges.ts'
+import { ErrorCode, SallyportError } from '../errors.ts'
 
 const log = logger('admin')
 
@@ -93,7 +94,13 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
   // No byte either way for idleMs: a connection that never sent a head, or stopped reading its answer.
   server.timeout = limits.idleMs
   server.on('timeout', (socket: import('node:net').Socket) => { socket.destroy() })
-  await bindServer(server, options.host, options.port, log)
+  try {
+    await bindServer(server, options.host, options.port, log)
+  } catch (err) {
+    // The process cannot start without it (probes, metrics): say which flag names it, not a stack.
+    const where = options.host.includes(':') ? `[${options.host}]:${options.port}` : `${options.host}:${options.port}`
+    throw new SallyportError(ErrorCode.LISTEN, `cannot listen on the admin address ${where} (--admin): ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+  }
   const address = server.address() as AddressInfo
   log.info({ address: address.address, port: address.port }, 'admin server listening')
   return {

@@ -4,10 +4,10 @@
 // the listener is not programmed and why, until the bind retry gets the port.
 import t from 'tap'
 import fs from 'node:fs'
-import net from 'node:net'
+import net, { type AddressInfo } from 'node:net'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir } from './harness.ts'
 
 interface Condition { type: string; status: string; reason: string; message: string }
 interface ObjectStatus { kind: string; namespace: string; name: string; conditions: Condition[]; listeners: Array<{ name: string; conditions: Condition[] }> }
@@ -76,4 +76,17 @@ t.test('a listener whose port is taken is Programmed=False until the port frees 
 
   cli.child.kill('SIGTERM')
   t.equal(await cli.exited, 0)
+})
+
+t.test('an admin address that cannot be bound: one line naming it and --admin, no stack, exit 1', async (t) => {
+  const held = net.createServer()
+  await new Promise<void>((resolve) => held.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => held.close())
+  const port = (held.address() as AddressInfo).port
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(await freePort()))
+  const r = await runCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${port}`])
+  t.equal(r.code, 1)
+  t.match(r.stderr, new RegExp(`^sallyport: cannot listen on the admin address 127\\.0\\.0\\.1:${port} \\(--admin\\): .*EADDRINUSE`))
+  t.notMatch(r.stderr, /\n\s+at /, 'no stack trace')
 })
