@@ -26,7 +26,7 @@ serve [options]
   --label-selector SEL     Watch only objects matching this label selector (e.g. egress=sallyport)
   --gateway-class NAME     Serve the Gateways of this GatewayClass (default: sallyport)
   --publish-service NS/NAME  The Service in front of sallyport: its addresses are each served Gateway's status.addresses (default: none; any there are removed)
-  --bind ADDR              Address the Gateway listeners bind (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
+  --bind ADDR              Address the Gateway listeners bind, one of this host's (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
   --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
@@ -179,6 +179,30 @@ async function destinationFlags(values: Record<string, unknown>): Promise<{
   }
 }
 
+/**
+ * `--bind ADDR` must be an address of this host: a listener's bind error is
+ * retried (a port another process holds may free up), so a mistyped or foreign
+ * address would leave every listener unbound and /readyz 503 for good. A socket
+ * bound to port 0 there, and closed, tells. `::` (the default) is left to
+ * lib/bind.ts, which falls back to 0.0.0.0 on a kernel without IPv6.
+ */
+async function checkBindAddress(bind: string): Promise<void> {
+  if (bind === '::') return
+  const net = await import('node:net')
+  const server = net.createServer()
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen({ host: bind, port: 0, exclusive: true }, resolve)
+    })
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message : String(err))
+    throw new UsageError(`--bind ${bind}: not an address of this host (${code})`)
+  } finally {
+    server.close()
+  }
+}
+
 const out = {
   stdout: (line: string): void => { process.stdout.write(`${line}\n`) },
   stderr: (line: string): void => { process.stderr.write(`${line}\n`) },
@@ -249,9 +273,11 @@ async function main(argv: string[]): Promise<number | null> {
       const publish = publishService(values)
       logLevel(values, 'info')
       const adminAddress = await admin(values, ':9901')
+      const bind = str(values, 'bind', '::')
+      await checkBindAddress(bind)
       const { serve } = await import('../lib/runtime/serve.ts')
       await serve({
-        configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind: str(values, 'bind', '::'),
+        configPaths, gatewayClass: str(values, 'gateway-class', 'sallyport'), bind,
         kubernetes: kubernetes ? { kubeconfig, namespaces: (values.namespace ?? []) as string[], labelSelector: typeof values['label-selector'] === 'string' ? values['label-selector'] : null } : null,
         admin: adminAddress, configDump, workers, workerWatchdogSeconds, accessLog: accessLog === 'on', drainSeconds, removedSeriesSeconds, maxConnections, ...destination, tracing, http1Client,
         publishService: publish,

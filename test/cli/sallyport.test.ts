@@ -182,3 +182,11 @@ t.test('--help and -h after any command print usage on stdout and exit 0', async
     t.equal(r.stderr, '', args.join(' '))
   }
 })
+
+t.test('serve --bind an address this host does not have is a usage error naming it, not a listener retried for ever', async (t) => {
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), good)
+  const r = await runCli(t, ['serve', '--config', dir, '--bind', '192.0.2.77', '--admin', 'off'])
+  t.equal(r.code, 2)
+  t.match(r.stderr, /^sallyport: --bind 192\.0\.2\.77: not an address of this host \(EADDRNOTAVAIL\)/)
+})
