@@ -10,6 +10,7 @@ import { CRD_DIR, generateCrds } from '../../scripts/gen-crds.ts'
 import { KUBE_RESOURCES } from '../../lib/config/kube-resources.ts'
 import { readConfigSet } from '../../lib/config/file-source.ts'
 import { buildSnapshot } from '../../lib/config/snapshot-builder.ts'
+import { parseManifests } from '../../lib/config/parse.ts'
 import { ROOT } from '../e2e/harness.ts'
 
 type Json = Record<string, unknown>
@@ -164,4 +165,19 @@ t.test('the worked example validates and compiles its references', async (t) => 
   const route = snap.httpRoutes.get('team-a/ai')
   t.ok(route, 'the route')
   t.ok(set.docs.some((d) => JSON.stringify(d.doc).includes('CredentialInjector')), 'credential injection extension')
+})
+
+t.test('sallyport validate reads every deploy directory without an error; file mode\'s ConfigMap holds manifests that validate too', async (t) => {
+  for (const dir of ['file-mode', 'kubernetes', 'examples', 'crds']) {
+    const set = await readConfigSet([path.join(DEPLOY, dir)])
+    const snap = buildSnapshot(set.docs, set.problems)
+    t.same(snap.problems.filter((p) => p.severity === 'error').map((p) => `${path.relative(DEPLOY, p.source.file)}:${p.source.doc}: ${p.message}`), [], dir)
+  }
+  // The configuration the file-mode Deployment serves, as sallyport reads it from the mounted ConfigMap.
+  const configMap = docsOf(path.join(DEPLOY, 'file-mode', 'config.yaml')).find((d) => d.kind === 'ConfigMap') as { data: Record<string, string> }
+  const docs = Object.entries(configMap.data).flatMap(([name, text]) => parseManifests(path.join('/etc/sallyport', name), text).docs)
+  const snap = buildSnapshot(docs, [])
+  t.same(snap.problems, [], 'the mounted manifests are valid')
+  t.equal(snap.gateways.size, 1)
+  t.equal(snap.httpRoutes.size, 1)
 })
