@@ -238,13 +238,12 @@ t.test('JSON: a key twice in one object is an error at the second, as in YAML; t
   t.equal(fine.docs.length, 1)
 })
 
-t.test('a map with 50,000 keys parses in linear time; a key given twice among them is still found', async (t) => {
+t.test('a map with 50,000 keys parses; a key given twice among them is still found', async (t) => {
+  // The library's own check compares each key with every earlier one (~40 s here, the event
+  // loop stopped); checkUniqueKeys uses a set. No clock is asserted: a regression shows as a slow test.
   const keys = Array.from({ length: 50_000 }, (_, i) => `  k${i}: v\n`).join('')
   const head = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big, namespace: default}\ndata:\n'
-  const started = Date.now()
   const r = parseManifests('big.yaml', head + keys)
-  // The library's own check compares each key with every earlier one: ~40 s here, the event loop stopped.
-  t.ok(Date.now() - started < 10_000, `parsed in ${Date.now() - started} ms`)
   t.same(r.problems, [])
   const dup = parseManifests('big.yaml', head + keys + '  k49999: again\n')
   t.equal(dup.problems[0]?.message, 'line 50005, column 3: Map keys must be unique')
