@@ -8,6 +8,16 @@
 // below every layer. A wildcard `*.example.com` covers one or more labels in
 // place of the `*` (a.example.com, a.b.example.com), never example.com itself.
 
+/**
+ * A fully qualified name's one trailing dot dropped (`api.example.com.`, how
+ * workloads skip the search domains under ndots:5, is api.example.com), as
+ * nginx and Envoy's strip_trailing_host_dot do: SNI, allow-list entries (the
+ * Host's own form, with its port, is router/headers.ts hostOf).
+ */
+export function withoutTrailingDot(name: string): string {
+  return name.length > 0 && name.charCodeAt(name.length - 1) === 46 /* '.' */ ? name.slice(0, -1) : name
+}
+
 /** The pattern of an entry that takes any hostname (compile/hostnames.ts ANY_HOST). Never a valid hostname itself. */
 export const ANY_HOST = '*'
 

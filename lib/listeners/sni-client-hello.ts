@@ -11,6 +11,8 @@
 // trailing dot. The parser is a pure function over the bytes seen so far:
 // callers buffer (bounded by MAX_CLIENT_HELLO_BYTES) and call again on more.
 
+import { withoutTrailingDot } from '../hostname-index.ts'
+
 /** Buffered bytes at most: records of one ClientHello, headers included (≈16 KiB, one maximal record). */
 export const MAX_CLIENT_HELLO_BYTES = 16 * 1024
 
@@ -144,7 +146,7 @@ function hostName(raw: Buffer): string | null {
     if (!ok) return null
   }
   const written = raw.toString('latin1').toLowerCase()
-  const name = written.endsWith('.') ? written.slice(0, -1) : written
+  const name = withoutTrailingDot(written)
   if (name.length === 0 || name.startsWith('.') || name.endsWith('.') || name.includes('..')) return null
   return name
 }

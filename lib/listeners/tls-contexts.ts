@@ -10,7 +10,7 @@ import { constants } from 'node:crypto'
 import { isIP } from 'node:net'
 import { createSecureContext, type SecureContext, type Server, type TLSSocket } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
-import { lookupHostname } from '../hostname-index.ts'
+import { lookupHostname, withoutTrailingDot } from '../hostname-index.ts'
 import { logger } from '../observe/log.ts'
 import { BELOW_MIN_VERSION, NO_CERTIFICATE, handshakeFailed } from './tls-handshake-errors.ts'
 
@@ -47,7 +47,7 @@ export const LISTENER_CIPHERS = [
 export function serverNameOf(servername: unknown): string {
   if (typeof servername !== 'string' || servername.length === 0 || isIP(servername) !== 0) return ''
   // RFC 6066 forbids the trailing dot of a fully qualified name, yet clients send the name as written.
-  return (servername.charCodeAt(servername.length - 1) === 46 /* '.' */ ? servername.slice(0, -1) : servername).toLowerCase()
+  return withoutTrailingDot(servername).toLowerCase()
 }
 
 /** The certificate for an SNI name (serverNameOf); null when none covers it. */

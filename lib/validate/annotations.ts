@@ -8,6 +8,7 @@
 import { asObj, asStr } from './access.ts'
 import { parseRedisAddress } from '../redis-address.ts'
 import { parseCidr, type Cidr } from '../address-ranges.ts'
+import { withoutTrailingDot } from '../hostname-index.ts'
 import type { Obj } from './access.ts'
 import { Findings, key } from './findings.ts'
 
@@ -148,7 +149,7 @@ export function parseHostList(list: readonly string[]): { readonly list: HostLis
       if (c === null) problems.push(`${JSON.stringify(raw)} is not a CIDR`)
       else cidrs.push(c)
     } else if (HOSTNAME.test(e)) {
-      const name = e.endsWith('.') ? e.slice(0, -1) : e
+      const name = withoutTrailingDot(e)
       if (name.startsWith('*.')) suffixes.push(name.slice(1))
       else exact.add(name)
     } else {
