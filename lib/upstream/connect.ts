@@ -184,13 +184,25 @@ export class Connector {
       this.#sessionUntil = validity.until
     }
     if (tls !== null) {
-      const tlsSocket: TLSSocket = tlsConnect({
-        ...tls.options,
-        ...(tunnel !== undefined ? { socket: tunnel } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
-        servername: tls.servername,
-        ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
-        session: offered,
-      })
+      let tlsSocket: TLSSocket
+      try {
+        tlsSocket = tlsConnect({
+          ...tls.options,
+          ...(tunnel !== undefined ? { socket: tunnel } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
+          servername: tls.servername,
+          ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
+          session: offered,
+        })
+      } catch (err) {
+        // TLS material OpenSSL refuses (buildClientTls could make no context of it): this
+        // connection fails as a TLS failure of the backend, never an exception out of the pool.
+        tunnel?.destroy()
+        const failure = err instanceof Error ? err : new Error(String(err))
+        const code = codeOf(failure)
+        this.#countTlsFailure(failure, tlsFailureReason(code) ?? 'handshake', code, address)
+        queueMicrotask(() => { if (!opening.done) opening.finish(failure, null) })
+        return
+      }
       if (this.#resume) tlsSocket.on('session', (session: Buffer) => { if (accepted) keep(session); else issued = session })
       if (tls.verifier !== null && tls.verifier.requestOCSP) tlsSocket.once('OCSPResponse', (response: Buffer) => { staple = response })
       socket = tlsSocket

@@ -3,6 +3,7 @@ import https from 'node:https'
 import http2 from 'node:http2'
 import type { TLSSocket } from 'node:tls'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
+import { buildClientTls } from '../../lib/upstream/tls.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
 import { createCa, issue } from '../helpers/pki.ts'
 
@@ -135,4 +136,16 @@ t.test('a server that asks to renegotiate (TLS 1.2) is refused: the chain and na
   const out = await forward(up, request(c))
   t.equal(out.kind, 'error', `no answer over a renegotiated session`)
   if (out.kind === 'error') t.equal(out.err.code, 'SP_ERR_UPSTREAM_TLS')
+})
+
+t.test('TLS material OpenSSL refuses (a key that is not its certificate\'s) fails each connection as a TLS failure, never an exception out of the pool', async (t) => {
+  const s = h1TlsServer()
+  const port = await listen(s)
+  const up = createUpstreams()
+  t.teardown(async () => { await up.close(); await closeServer(s) })
+  const mismatched = clusterTls({ caPem: ca.certPem, certPem: client.certPem, keyPem: server.keyPem })
+  for (let i = 0; i < 2; i++) {
+    const err = expectError(await forward(up, request(cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: mismatched }))))
+    t.equal(err.code, 'SP_ERR_UPSTREAM_TLS', `connection ${i + 1}: refused as a TLS failure`)
+  }
 })
