@@ -235,7 +235,7 @@ export class Connector {
       // for its verdict — a session ticket (accepted), an alert or a close — so a
       // rejected client certificate is a handshake failure of its own reason
       // (client_cert_rejected) and not a reset of the first request.
-      if (tls === null || tls.options.cert === undefined || (socket as TLSSocket).getProtocol() !== 'TLSv1.3') return accept()
+      if (tls === null || !tls.clientCert || (socket as TLSSocket).getProtocol() !== 'TLSv1.3') return accept()
       const waited = setTimeout(accept, CLIENT_CERT_VERDICT_MS)
       // Out of the 'session' callback: it runs inside OpenSSL's read of the ticket.
       socket.once('session', () => { clearTimeout(waited); setImmediate(accept) })

@@ -149,3 +149,14 @@ t.test('TLS material OpenSSL refuses (a key that is not its certificate\'s) fail
     t.equal(err.code, 'SP_ERR_UPSTREAM_TLS', `connection ${i + 1}: refused as a TLS failure`)
   }
 })
+
+t.test('TLS material is made into one SecureContext per cluster, not parsed again by each connection', async (t) => {
+  const made = buildClientTls(clusterTls({ caPem: ca.certPem, certPem: client.certPem, keyPem: client.keyPem }))
+  t.ok(made.options.secureContext !== undefined, 'one context, given to every connection')
+  t.equal(made.options.ca, undefined, 'no PEM left for tls.connect to parse again')
+  t.equal(made.options.key, undefined)
+  t.equal(made.clientCert, true)
+  t.equal(buildClientTls(clusterTls({ caPem: ca.certPem })).clientCert, false)
+  const mismatched = buildClientTls(clusterTls({ caPem: ca.certPem, certPem: client.certPem, keyPem: server.keyPem }))
+  t.equal(mismatched.options.secureContext, undefined, 'material OpenSSL refuses: no context, each connection fails (test above)')
+})
