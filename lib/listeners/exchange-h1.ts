@@ -72,6 +72,9 @@ export function refusedHead(req: IncomingMessage): Refusal | null {
 /** RFC 9113 §8.3.1: an HTTP/2 request whose Host names another host than its :authority. */
 export const HOST_DIFFERS = refusal(400, 'Host differs from :authority')
 
+/** An HTTP/2 extended CONNECT for h2c (RFC 8441 :protocol): never tunnelled (router/headers.ts namesH2c). */
+export const H2C_TUNNEL = refusal(501, 'h2c is not tunnelled')
+
 /**
  * A whole response as raw bytes, for a socket no ServerResponse writes to (one
  * node handed over, or one its parser gave up on), the connection closing after it.

@@ -19,11 +19,11 @@ import type { Duplex } from 'node:stream'
 import type { PortEntry, RouteTable } from '../compile/table.ts'
 import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward.ts'
 import { markCut, type Exchange } from '../router/exchange.ts'
-import { hostOf } from '../router/headers.ts'
+import { hostOf, namesH2c } from '../router/headers.ts'
 import { downstreamActiveConnections, downstreamConnectionsClosed } from '../observe/http-metrics.ts'
 import { bindServer } from '../bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
+import { H1Exchange, H2C_TUNNEL, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
 import { ErrorCode } from '../errors.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange, type H2Connection } from './exchange-h2.ts'
@@ -416,6 +416,9 @@ export class PortListener {
     if (upgrade === undefined) return false
     const token = upgrade.toLowerCase()
     if (token === 'h2c') return this.protocol === 'HTTP' && canUpgradeH2c(req)
+    // An h2c upgrade the gateway does not take itself (a TLS listener, a body, h2c in a list)
+    // is served as a plain request, its Upgrade dropped: never a tunnel (h2c smuggling).
+    if (namesH2c(token)) return false
     return token.length > 0
   }
 
@@ -529,9 +532,20 @@ export class PortListener {
       return
     }
     // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
-    if (headers[':method'] === 'CONNECT' && headers[':protocol'] === undefined) {
-      openTunnel(h2Client(stream, info.address), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
-      return
+    if (headers[':method'] === 'CONNECT') {
+      const protocol = headers[':protocol']
+      if (protocol === undefined) {
+        openTunnel(h2Client(stream, info.address), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
+        return
+      }
+      // h2c is never tunnelled (h2c smuggling, router/headers.ts namesH2c): an HTTP/1.1 upstream
+      // would get it as `Upgrade: h2c`.
+      if (namesH2c(protocol)) {
+        this.#refusedStream(info, headers, H2C_TUNNEL.status, ErrorCode.NOT_IMPLEMENTED, H2C_TUNNEL.body.slice(0, -1))
+        stream.respond({ ':status': H2C_TUNNEL.status, 'content-type': 'text/plain; charset=utf-8' })
+        stream.end(H2C_TUNNEL.body)
+        return
+      }
     }
     handleExchange(new H2Exchange(stream, headers, flags, this.port, this.#scheme, info), table, this.#plane.env)
   }

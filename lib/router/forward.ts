@@ -19,7 +19,7 @@ import { flushLogs } from '../observe/log.ts'
 import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLabels } from '../observe/http-metrics.ts'
 import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { matchOnPort, type MatchInput } from './match.ts'
-import { addForwarded, addReplyHeaders, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, keepFraming, markHop, stripResponseHopByHop } from './headers.ts'
+import { addForwarded, addReplyHeaders, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, keepFraming, markHop, namesH2c, stripResponseHopByHop } from './headers.ts'
 import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
 import { mirrorRequest, type MirrorCopies } from './mirror.ts'
 import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
@@ -480,6 +480,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // key. For an HTTP/2 client that client is the gateway (its client never sees
     // the 101, RFC 8441 §5). An HTTP/2 upstream's 200 (RFC 8441) has neither to
     // check; an HTTP/1.1 client's own upgrade is its client's to check.
+    // An upstream switching to h2c, whatever it was asked for, would give the client its own
+    // HTTP/2 connection past the route (h2c smuggling): no tunnel.
+    if (tunnel.status === 101 && headers.upgrade !== undefined && namesH2c(headers.upgrade)) {
+      tunnel.stream.destroy()
+      return this.fail(ErrorCode.UPSTREAM_PROTOCOL, 'an upgrade to h2c is not tunnelled')
+    }
     const key = this.websocketKey
     if (key !== null && tunnel.status === 101) {
       const problem = websocketHandshakeProblem(headers, key)

@@ -54,6 +54,27 @@ export function forwardableHeaders(incoming: IncomingHttpHeaders, tunnel: boolea
   return out
 }
 
+/**
+ * Whether an Upgrade value (or an extended CONNECT's :protocol) names h2c
+ * anywhere in its list, in any case, with or without a version (`h2c`,
+ * `websocket, H2C`, `h2c/1.0`). The gateway upgrades to h2c itself and never
+ * tunnels it: an upstream that took the upgrade would give the client its own
+ * HTTP/2 connection, on which any request reaches any path past the route's
+ * matches, filters and extensions (h2c smuggling). Only upgrade requests and
+ * 101 answers are read, never the common path.
+ */
+export function namesH2c(upgrade: string | readonly string[]): boolean {
+  if (typeof upgrade !== 'string') return upgrade.some(namesH2c)
+  if (upgrade.length < 3) return false
+  const parts = upgrade.split(',')
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i].trim()
+    const slash = part.indexOf('/')
+    if ((slash === -1 ? part : part.slice(0, slash)).trim().toLowerCase() === 'h2c') return true
+  }
+  return false
+}
+
 // hot path
 /** Removes hop-by-hop headers from an upstream response (the upstream layer should already have). */
 export function stripResponseHopByHop(headers: OutgoingHeaders): void {
