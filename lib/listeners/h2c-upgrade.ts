@@ -17,9 +17,18 @@ const MAX_FRAME = 16384 // SETTINGS_MAX_FRAME_SIZE initial value
 const LITERAL_NEW_NAME = Buffer.from([0x00]) // RFC 7541 §6.2.2, index 0: the name follows as a string
 const SKIP = new Set(['connection', 'upgrade', 'http2-settings', 'host', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te'])
 
-/** shouldUpgradeCallback: upgrade only body-less requests whose headers fit one frame. */
+/**
+ * HTTP2-Settings (RFC 7540 §3.2.1): a SETTINGS payload (6 bytes a setting) in
+ * base64url without padding, so 8 characters a setting. Two fields reach us
+ * joined by `, ` (node's HTTP/1.1 parser), which fails it too: a server must
+ * not upgrade on either.
+ */
+const SETTINGS_VALUE = /^(?:[A-Za-z0-9_-]{8})*$/
+
+/** shouldUpgradeCallback: upgrade only body-less requests with one well-formed HTTP2-Settings whose headers fit one frame. */
 export function canUpgradeH2c(req: IncomingMessage): boolean {
-  if (req.headers['http2-settings'] === undefined || hasBody(req)) return false
+  const settings = req.headers['http2-settings']
+  if (typeof settings !== 'string' || !SETTINGS_VALUE.test(settings) || hasBody(req)) return false
   let size = 0
   const raw = req.rawHeaders
   for (let i = 0; i < raw.length; i++) size += raw[i].length + 2
