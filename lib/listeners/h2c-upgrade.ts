@@ -14,6 +14,8 @@ import { hasBody } from './exchange-h1.ts'
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1')
 const MAX_FRAME = 16384 // SETTINGS_MAX_FRAME_SIZE initial value
+const SETTINGS = 0x4 // frame type
+const ACK = 0x1 // SETTINGS flag
 const LITERAL_NEW_NAME = Buffer.from([0x00]) // RFC 7541 §6.2.2, index 0: the name follows as a string
 const SKIP = new Set(['connection', 'upgrade', 'http2-settings', 'host', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te'])
 
@@ -114,9 +116,18 @@ class UpgradedSocket extends Duplex {
     if (buf.compare(PREFACE, 0, n, 0, n) !== 0) { this.destroy(new Error('h2c upgrade: bad client preface')); return }
     // The preface is followed by the client's SETTINGS frame (RFC 9113 §3.4).
     if (buf.length < PREFACE.length + 9) { this.#pending = buf; return }
-    const end = PREFACE.length + 9 + buf.readUIntBE(PREFACE.length, 3)
-    if (buf.length < end) { this.#pending = buf; return }
+    const length = buf.readUIntBE(PREFACE.length, 3)
     this.#pending = null
+    // Anything else first (another type, an ACK, a frame over the initial SETTINGS_MAX_FRAME_SIZE)
+    // goes to the session as it came, which refuses it with a connection error, as on a
+    // prior-knowledge connection: waiting for such a frame whole buffered up to 16 MiB a
+    // connection, copied again at every read.
+    if (buf[PREFACE.length + 3] !== SETTINGS || (buf[PREFACE.length + 4] & ACK) !== 0 || length > MAX_FRAME) {
+      if (!this.push(buf)) this.#socket.pause()
+      return
+    }
+    const end = PREFACE.length + 9 + length
+    if (buf.length < end) { this.#pending = buf; return }
     this.push(buf.subarray(0, end))
     this.push(this.#frame)
     if (buf.length > end && !this.push(buf.subarray(end))) this.#socket.pause()
