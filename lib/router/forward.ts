@@ -480,12 +480,6 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     // key. For an HTTP/2 client that client is the gateway (its client never sees
     // the 101, RFC 8441 §5). An HTTP/2 upstream's 200 (RFC 8441) has neither to
     // check; an HTTP/1.1 client's own upgrade is its client's to check.
-    // An upstream switching to h2c, whatever it was asked for, would give the client its own
-    // HTTP/2 connection past the route (h2c smuggling): no tunnel.
-    if (tunnel.status === 101 && headers.upgrade !== undefined && namesH2c(headers.upgrade)) {
-      tunnel.stream.destroy()
-      return this.fail(ErrorCode.UPSTREAM_PROTOCOL, 'an upgrade to h2c is not tunnelled')
-    }
     const key = this.websocketKey
     if (key !== null && tunnel.status === 101) {
       const problem = websocketHandshakeProblem(headers, key)
@@ -493,6 +487,12 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
         tunnel.stream.destroy()
         return this.fail(ErrorCode.UPSTREAM_PROTOCOL, `WebSocket handshake: ${problem}`)
       }
+    }
+    // An upstream switching to h2c, whatever an HTTP/1.1 client asked for, would give the client its own
+    // HTTP/2 connection past the route (h2c smuggling): no tunnel.
+    if (tunnel.status === 101 && headers.upgrade !== undefined && namesH2c(headers.upgrade)) {
+      tunnel.stream.destroy()
+      return this.fail(ErrorCode.UPSTREAM_PROTOCOL, 'an upgrade to h2c is not tunnelled')
     }
     this.clearTimer() // a tunnel lives as long as both sides want
     // The route's and the backend's response edits, and the fields extensions add,
