@@ -213,10 +213,21 @@ export class Flow {
    * extensions (a RateLimit took its token) carry over instead of running twice.
    */
   inherit(prev: Flow): void {
-    const decided = prev.chain.requestHeaders.filter(i => i.decisionOnly)
-    if (prev.decided !== null) for (const i of prev.decided) if (!decided.includes(i)) decided.push(i)
-    this.decided = decided.length === 0 ? null : decided
+    this.keepDecisions(prev)
     if (prev.replyHeaders !== null) this.addReplyHeaders(prev.replyHeaders)
+  }
+
+  /**
+   * The decision-only instances `other` ran or carried count as decided here
+   * too (a later run skips them), without its reply headers: an attempt back
+   * to this flow's backend answers with this run's own (router/forward.ts
+   * resumeFirstChain).
+   */
+  keepDecisions(other: Flow): void {
+    const decided = this.decided === null ? [] : [...this.decided]
+    for (const i of other.chain.requestHeaders) if (i.decisionOnly && !decided.includes(i)) decided.push(i)
+    if (other.decided !== null) for (const i of other.decided) if (!decided.includes(i)) decided.push(i)
+    this.decided = decided.length === 0 ? null : decided
   }
 
   /** true: continue with the next hook. */

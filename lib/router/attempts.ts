@@ -213,6 +213,12 @@ export interface AttemptOwner extends UpstreamHandler {
    * the chain answered itself.
    */
   attemptChain?(chain: ExtensionChain | null, req: UpstreamRequest, sink: AttemptSink): void
+  /**
+   * An attempt goes back to a backend of the first chain run after another run
+   * (A → B → A): the request's response hooks and reply headers are the first
+   * run's again, since the attempt sends the request that run made.
+   */
+  resumeFirstChain?(): void
 }
 
 /** Issue 7: what an attempt's extension chain run continues with. */
@@ -355,6 +361,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   #done = false
   /** An attempt failed to connect: later ones do not follow an MCP session's tag back to its endpoint (UpstreamRequest.pinSession). */
   #unpinned = false
+  /** The owner's chain run is not the first one (an attempt ran another backend's chain). */
+  #otherRun = false
 
   constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null) {
     this.#owner = owner
@@ -414,7 +422,14 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
       const headers = { ...p.headers }
       if (backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
       const req: UpstreamRequest = { ...p, cluster, authority, headers, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned }
+      this.#otherRun = true
       return owner.attemptChain(backend.extensions ?? null, req, this)
+    }
+    // Back to the first run's input after another run (A → B → A): this attempt sends the first
+    // run's request, so its answer goes through that run's response hooks, with its reply headers.
+    if (this.#otherRun) {
+      this.#otherRun = false
+      owner.resumeFirstChain?.()
     }
     let headers = base.headers
     // Without a chain the base request has no backendRef edits: each attempt applies its backend's.

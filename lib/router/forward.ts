@@ -149,6 +149,10 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   #plan: ReturnType<typeof attemptPlanOf> = null
   #picked: ReturnType<typeof pickFailover> = null
   #attempt: AttemptSink | null = null
+  /** Issue 7: the first chain run (null: the first backend had none) once an attempt ran another; undefined: none did. */
+  #firstFlow: Flow | null | undefined = undefined
+  /** Issue 7: the run left when an attempt went back to a first backend without a chain (its decisions stay made). */
+  #leftRun: Flow | null = null
   /** Issue 7: the request before any backendRef edit or extension chain (kept when a retry may need another chain run). */
   #pristine: UpstreamRequest | null = null
   /** RequestMirror copies waiting for the chain's go (dispatch); null: none, or sent. */
@@ -342,6 +346,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
    */
   attemptChain(chain: ExtensionChain | null, req: UpstreamRequest, sink: AttemptSink): void {
     const prev = this.flow
+    if (this.#firstFlow === undefined) this.#firstFlow = prev
     const original = prev === null ? null : prev.original
     if (original !== null) {
       req.body?.destroy() // the replay of the first chain's output, unused
@@ -356,9 +361,27 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     flow.keepOriginal = true
     if (original !== null) flow.original = original
     if (prev !== null) flow.inherit(prev)
+    else if (this.#leftRun !== null) flow.keepDecisions(this.#leftRun)
     this.flow = flow
     this.#attempt = sink
     flow.start()
+  }
+
+  /**
+   * Issue 7: an attempt sends the first chain run's request again (A → B → A):
+   * that run is the request's flow again, its response hooks and reply headers
+   * A's own. What the runs in between decided (a RateLimit's token) stays
+   * decided for any later run.
+   */
+  resumeFirstChain(): void {
+    const first = this.#firstFlow
+    if (first === undefined) return
+    const current = this.flow
+    if (current !== null && current !== first) {
+      if (first !== null) first.keepDecisions(current)
+      else this.#leftRun = current
+    }
+    this.flow = first
   }
 
   /** Where this request goes, for its extensions' view: the rule × backend, through the Gateway it came by. */
