@@ -41,6 +41,11 @@ export class Findings {
   hasErrors(): boolean {
     return this.list.some((f) => f.severity === 'error')
   }
+
+  /** An error of the whole object (not one of a single rule). */
+  hasObjectErrors(): boolean {
+    return this.list.some((f) => f.severity === 'error' && f.rule === undefined)
+  }
 }
 
 const SIMPLE_KEY = /^[A-Za-z_$][A-Za-z0-9_$]*$/

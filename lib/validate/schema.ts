@@ -1,6 +1,12 @@
 // ajv against schemas/*.json, compiled once on first use (all schema files are
 // added together so `common.json#/$defs/...` references resolve), and ajv's
 // errors turned into findings with our dotted field paths.
+//
+// A schema may list, under `x-crd-admits`, keywords of its own that are
+// stricter than the upstream CRD (a header value's RFC 9110 pattern, where the
+// Gateway API CRD only bounds the length): the API server admits what fails
+// them, so under `spec.rules[N]` of a route such an error drops rule N alone
+// (Findings.ruleError, Gateway API PartiallyInvalid), not the whole object.
 
 import { readdirSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -11,6 +17,10 @@ import { Findings, item, key, show } from './findings.ts'
 
 const SCHEMA_DIR = fileURLToPath(new URL('../../schemas/', import.meta.url))
 const BASE = 'https://sallyport.io/schemas/'
+/** Annotation: the keywords of this schema the upstream CRD does not have (see the top). */
+const ADMITS = 'x-crd-admits'
+/** `/spec/rules/N/...`: an error within rule N. */
+const IN_RULE = /^\/spec\/rules\/(\d+)\//
 
 let ajv: Ajv2020 | null = null
 const compiled = new Map<string, ValidateFunction>()
@@ -18,6 +28,7 @@ const compiled = new Map<string, ValidateFunction>()
 function instance(): Ajv2020 {
   if (ajv !== null) return ajv
   const a = new Ajv2020({ allErrors: true, verbose: true, strict: true, strictTypes: false, strictRequired: false })
+  a.addKeyword({ keyword: ADMITS, schemaType: 'array' })
   for (const file of readdirSync(SCHEMA_DIR).filter((f) => f.endsWith('.json')).sort()) {
     a.addSchema(JSON.parse(readFileSync(join(SCHEMA_DIR, file), 'utf8')) as object)
   }
@@ -57,9 +68,17 @@ export function checkSchema(ref: string, doc: unknown, options: SchemaOptions, o
     const key = `${f.severity}|${f.field}|${f.message}`
     if (seen.has(key)) continue
     seen.add(key)
-    if (f.severity === 'error') out.error(f.field, f.message)
+    const rule = f.severity === 'error' && admitted(e) ? IN_RULE.exec(e.instancePath) : null
+    if (rule !== null) out.ruleError(Number(rule[1]), f.field, f.message)
+    else if (f.severity === 'error') out.error(f.field, f.message)
     else out.warn(f.field, f.message)
   }
+}
+
+/** The failed keyword is one the upstream CRD does not have (`x-crd-admits`). */
+function admitted(e: ErrorObject): boolean {
+  const list = (e.parentSchema as Record<string, unknown> | undefined)?.[ADMITS]
+  return Array.isArray(list) && list.includes(e.keyword)
 }
 
 /** JSON pointer of the instance → `spec.rules[0].matches[1]`, using the document to tell list indexes from keys. */

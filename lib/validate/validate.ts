@@ -75,8 +75,10 @@ export function validateDocument(doc: unknown, source: SourceRef): { info: Docum
     f.list.push(...kept)
   }
   // Semantic rules assume the shapes the schema guarantees; on a schema error
-  // they would mostly repeat it, so they run once the schema is satisfied.
-  if (!f.hasErrors()) shape.rules(obj, f)
+  // they would mostly repeat it, so they run once the schema is satisfied. An
+  // error of one route rule (schema.ts x-crd-admits) leaves the shapes whole:
+  // the rules run, so the route's other errors are found too.
+  if (!f.hasObjectErrors()) shape.rules(obj, f)
   checkAnnotations(kind, obj, f)
   return { info, problems: f.list.map((x) => problem(x.field, x.message, x.severity, x.rule)) }
 }

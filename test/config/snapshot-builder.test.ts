@@ -200,3 +200,73 @@ t.test('an error the CRD itself refuses (an Exact path without "/") still drops 
   const snapshot = buildSnapshot(parseManifests('r.yaml', doc).docs)
   t.notOk(snapshot.httpRoutes.has('apps/crd'))
 })
+
+const filtered = (name: string, filters: string, matches = ''): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: apps
+spec:
+  parentRefs:
+    - name: egress
+  rules:
+    - matches:
+        - path: { type: PathPrefix, value: /bad }
+${matches}      backendRefs: [{ name: svc, port: 80 }]
+      filters:
+${filters}
+    - matches:
+        - path: { type: PathPrefix, value: /good }
+      backendRefs: [{ name: svc, port: 80 }]
+`
+
+t.test('what only sallyport refuses in a filter (a CR/LF header value, a redirect path with a space) drops that rule alone: the Gateway API CRD admits it', async (t) => {
+  const cases: Array<[string, string, RegExp]> = [
+    ['hdr', `        - type: RequestHeaderModifier
+          requestHeaderModifier: { set: [{ name: x-a, value: "a\\r\\nX-Injected: 1" }] }`, /^spec\.rules\[0\]\.filters\[0\]\.requestHeaderModifier\.set\[0\]\.value: "a\\r\\nX-Injected: 1" is not a valid header value/],
+    ['resp', `        - type: ResponseHeaderModifier
+          responseHeaderModifier: { add: [{ name: x-c, value: "c\\nd" }] }`, /^spec\.rules\[0\]\.filters\[0\]\.responseHeaderModifier\.add\[0\]\.value: .* is not a valid header value/],
+    ['rewrite', `        - type: URLRewrite
+          urlRewrite: { path: { type: ReplaceFullPath, replaceFullPath: "/a b" } }`, /^spec\.rules\[0\]\.filters\[0\]\.urlRewrite\.path\.replaceFullPath: "\/a b" is not a valid path/],
+    ['noslash', `        - type: URLRewrite
+          urlRewrite: { path: { type: ReplacePrefixMatch, replacePrefixMatch: "v2" } }`, /^spec\.rules\[0\]\.filters\[0\]\.urlRewrite\.path\.replacePrefixMatch: "v2" is not a valid path/],
+  ]
+  for (const [name, filters, reason] of cases) {
+    const snapshot = buildSnapshot(parseManifests('r.yaml', filtered(name, filters)).docs)
+    const route = snapshot.httpRoutes.get(`apps/${name}`)
+    t.ok(route, `${name}: the route is kept`)
+    t.same(route?.droppedRules.map((d) => d.index), [0], `${name}: rule 0 is dropped`)
+    t.match(route?.droppedRules[0]?.reasons, [reason], name)
+    const errors = snapshot.problems.filter((p) => p.severity === 'error')
+    t.same(errors.map((p) => p.rule), [0], `${name}: one error, of rule 0`)
+  }
+  // On a backendRef's filter too: the backendRef belongs to the rule.
+  const onRef = filtered('ref', '        - type: RequestHeaderModifier\n          requestHeaderModifier: { set: [{ name: x-a, value: ok }] }')
+    .replace('backendRefs: [{ name: svc, port: 80 }]\n      filters:', 'backendRefs: [{ name: svc, port: 80, filters: [{ type: RequestHeaderModifier, requestHeaderModifier: { add: [{ name: x-d, value: " padded" }] } }] }]\n      filters:')
+  const s2 = buildSnapshot(parseManifests('r.yaml', onRef).docs)
+  t.same(s2.httpRoutes.get('apps/ref')?.droppedRules.map((d) => d.index), [0])
+})
+
+t.test('what the CRD refuses in a filter (a header name that is no token, a value past 4096 characters) still drops the whole route', async (t) => {
+  const badName = filtered('name', '        - type: RequestHeaderModifier\n          requestHeaderModifier: { set: [{ name: "x a", value: ok }] }')
+  t.notOk(buildSnapshot(parseManifests('r.yaml', badName).docs).httpRoutes.has('apps/name'))
+  const long = filtered('long', `        - type: RequestHeaderModifier\n          requestHeaderModifier: { set: [{ name: x-a, value: "${'v'.repeat(4097)}" }] }`)
+  t.notOk(buildSnapshot(parseManifests('r.yaml', long).docs).httpRoutes.has('apps/long'))
+})
+
+t.test('header names of one match that differ only in case: the first is used, the later one is a warning naming it (Gateway API HTTPHeaderMatch)', async (t) => {
+  const matches = '          headers: [{ name: X-Tenant, value: a }, { name: x-tenant, value: b }]\n'
+  const doc = filtered('case', '        - type: RequestHeaderModifier\n          requestHeaderModifier: { set: [{ name: x-a, value: ok }] }', matches)
+  const snapshot = buildSnapshot(parseManifests('r.yaml', doc).docs)
+  const route = snapshot.httpRoutes.get('apps/case')
+  t.ok(route, 'the route is kept')
+  t.same(route?.droppedRules, [], 'no rule is dropped')
+  t.same(snapshot.problems.filter((p) => p.severity === 'error'), [])
+  const warnings = snapshot.problems.filter((p) => p.severity === 'warning')
+  t.equal(warnings.length, 1)
+  t.equal(warnings[0]?.field, 'spec.rules[0].matches[0].headers[1].name')
+  t.match(warnings[0]?.message, /"x-tenant" repeats "X-Tenant".*this entry is ignored/)
+  // The same name twice is what the CRD's list map refuses: the whole route.
+  const same = filtered('same', '        - type: RequestHeaderModifier\n          requestHeaderModifier: { set: [{ name: x-a, value: ok }] }', '          headers: [{ name: x-tenant, value: a }, { name: x-tenant, value: b }]\n')
+  t.notOk(buildSnapshot(parseManifests('r.yaml', same).docs).httpRoutes.has('apps/same'))
+})
