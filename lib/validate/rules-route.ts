@@ -14,7 +14,9 @@
 // - one rule (Findings.ruleError): what the API server admits and only the
 //   gateway can judge — a RegularExpression (path, header, query parameter,
 //   gRPC service or method) that JavaScript cannot compile, such as RE2's
-//   `(?P<name>...)`. The rule is dropped, the route's other rules serve.
+//   `(?P<name>...)`; and the schema's own patterns the CRD does not have (a
+//   header modifier value, a redirect or rewrite path: schema.ts
+//   x-crd-admits). The rule is dropped, the route's other rules serve.
 
 import { asArr, asNum, asStr, has, objAt, objsAt, strAt } from './access.ts'
 import type { Obj } from './access.ts'
