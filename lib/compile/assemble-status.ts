@@ -80,8 +80,9 @@ export function assembleStatus(input: StatusInput): Status {
     const parents: ParentStatus[] = o.attachment.parents.map(p => {
       let accepted = p.accepted
       if (accepted.status === 'True' && dropped?.none === true) {
-        // Every rule left after validation failed in compile: nothing of the route serves.
-        accepted = condition('Accepted', false, 'UnsupportedValue', `${dropped.message}: no valid rule left`, gen)
+        // Every rule left after validation failed in compile: nothing of the route serves. The
+        // reason is the one of a route validation found no valid rule in (dropped whole: Invalid).
+        accepted = condition('Accepted', false, 'Invalid', `${dropped.message}: no valid rule left`, gen)
       } else if (accepted.status === 'True' && unsupported.length > 0) {
         accepted = condition('Accepted', true, accepted.reason, `served without what is not supported: ${unsupported.join(', ')} (see sallyport validate)`, gen)
       }

@@ -51,12 +51,12 @@ t.test('a rule one of whose matches does not compile is dropped whole, not serve
   t.equal(conditionsOf(out).find(c => c.type === 'Accepted')?.status, 'True')
 })
 
-t.test('a route none of whose rules compile is not Accepted', async t => {
+t.test('a route none of whose rules compile is not Accepted, reason Invalid as when validation finds every rule invalid (README)', async t => {
   const route = b.httpRoute('r', [b.rule([b.match('/(?<a>x)(?<a>y)', 'RegularExpression')])], { hostnames: ['r.example'] })
   const out = compile(world(route), b.opts)
   t.same(served(out), [])
   const accepted = conditionsOf(out).find(c => c.type === 'Accepted')
   t.equal(accepted?.status, 'False')
-  t.equal(accepted?.reason, 'UnsupportedValue')
+  t.equal(accepted?.reason, 'Invalid')
   t.match(accepted?.message, /^Dropped Rule\(s\) 0: .*: no valid rule left/)
 })
