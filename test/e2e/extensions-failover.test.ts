@@ -143,3 +143,83 @@ t.test('CLI: failover from provider A to B sends B\'s credential, never A\'s (50
   }
   for (const s of b.seen) t.notOk(JSON.stringify(s.headers).includes('sk-provider-a'), 'no request to B ever held A\'s key')
 })
+
+function fallbackManifests(a: number, b: number): string {
+  return `apiVersion: v1
+kind: Secret
+metadata: { name: provider-b-key, namespace: default }
+stringData: { token: sk-provider-b }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
+metadata: { name: primary, namespace: default }
+spec:
+  endpoints:
+    - ip: { address: 127.0.0.1, port: ${a} }
+---
+${egressBackend('fallback', b, `  - name: key
+    type: CredentialInjector
+    config: { secretRef: { name: provider-b-key } }
+`)}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: llm
+  namespace: default
+  annotations:
+    sallyport.io/backend-priority: "primary=0,fallback=1"
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [llm.example.test]
+  rules:
+    - backendRefs:
+        - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${a} }
+        - { group: gateway.envoyproxy.io, kind: Backend, name: fallback, port: ${b} }
+---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: llm-retry, namespace: default }
+spec:
+  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm }]
+  retry:
+    numRetries: 1
+    perRetry: { backOff: { baseInterval: 10ms, maxInterval: 20ms } }
+    retryOn: { triggers: [5xx, connect-failure] }
+`
+}
+
+t.test('CLI: a primary without extensions fails over to a fallback with a CredentialInjector, which adds its credential (503 and refused connections)', async (t) => {
+  const a = await provider(t, 'primary')
+  const b = await provider(t, 'fallback')
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'llm.yaml'), fallbackManifests(a.port, b.port))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
+  await eventually(() => send(adminPort, { host: 'x', path: '/readyz' }), (r) => r.status === 200, 20_000, 'readyz')
+  const host = 'llm.example.test'
+  const ask = { host, path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: 'Bearer client-own' }, body: '{"model":"m","messages":[]}' }
+  await eventually(() => send(port, { host, path: '/' }), (r) => r.status !== 404, 20_000, 'route served')
+
+  let r = await send(port, ask)
+  t.same([r.status, r.body], [200, 'primary'])
+  t.equal(a.seen.at(-1)?.headers.authorization, 'Bearer client-own', 'the primary has no chain: the client\'s own field passes')
+
+  a.mode = '503'
+  for (let i = 0; i < 2; i++) {
+    const before = a.seen.length
+    r = await send(port, ask)
+    t.same([r.status, r.body], [200, 'fallback'], `503 from the primary → fallback (${i})`)
+    t.equal(a.seen.length, before + 1, 'the primary was tried first')
+    t.equal(b.seen.at(-1)?.headers.authorization, 'Bearer sk-provider-b', 'the fallback gets its credential')
+    t.equal(b.seen.at(-1)?.body, ask.body, 'the body is replayed whole')
+  }
+
+  await stop(a)
+  for (let i = 0; i < 2; i++) {
+    r = await send(port, ask)
+    t.same([r.status, r.body], [200, 'fallback'], `refused by the primary → fallback (${i})`)
+    t.equal(b.seen.at(-1)?.headers.authorization, 'Bearer sk-provider-b')
+    t.equal(b.seen.at(-1)?.body, ask.body)
+  }
+})

@@ -66,3 +66,31 @@ t.test('A (no chain) → B → A: the answer goes through no response hook of B\
   t.equal(r.headers['x-answered-through'], undefined, 'B\'s response hook did not see A\'s answer')
   t.equal(r.headers['ratelimit-policy'], undefined, 'nor do B\'s RateLimit fields reach it')
 })
+
+const KEY_B: ExtensionChain = {
+  id: 'backend/test/b',
+  extensions: [ext('b', 'key', 'CredentialInjector', ['request-headers'], { secretRef: { name: 'b-key' } }, { secretRef: { token: 'sk-b' } })],
+}
+
+t.test('a primary without extensions fails over to a fallback with a CredentialInjector: the failover carries the fallback\'s credential (503, then a refused connection)', async (t) => {
+  const a = await upstream(t, 'a', (_req, res) => { res.writeHead(503).end('a') })
+  const atB: Array<string | undefined> = []
+  const b = await upstream(t, 'b', (req, res) => { atB.push(req.headers.authorization); res.end('b') })
+  const backends = [{ cluster: 'a', priority: 0 }, { cluster: 'b', priority: 1, extensions: KEY_B }]
+  const retry: RouteRule['retry'] = { attempts: 1, codes: [503], backoffMs: 1, policy: null }
+  const port = await freePort()
+  const gw = await gateway(t, buildTable({ [port]: { routes: [{ name: 'r', rules: [{ retry, backends }] }] } }, [cluster('a', a.port), cluster('b', b.port)]))
+  const r = await ask(gw.port, { headers: { authorization: 'Bearer client-own' }, body: '{"q":1}' })
+  t.same([r.status, r.body], [200, 'b'])
+  t.equal(a.hits, 1, 'A was tried first')
+  t.same(atB, ['Bearer sk-b'], 'B got its own credential, not the client\'s')
+  t.same(b.bodies, ['{"q":1}'], 'and the body whole')
+
+  // No retry policy: a refused connection moves the request to the fallback level (nothing was sent).
+  const dead = await closedPort()
+  const port2 = await freePort()
+  const gw2 = await gateway(t, buildTable({ [port2]: { routes: [{ name: 'r', rules: [{ backends }] }] } }, [cluster('a', dead), cluster('b', b.port)]))
+  const r2 = await ask(gw2.port, { headers: { authorization: 'Bearer client-own' } })
+  t.same([r2.status, r2.body], [200, 'b'])
+  t.same(atB, ['Bearer sk-b', 'Bearer sk-b'], 'the failover after a refused connection carries B\'s credential')
+})
