@@ -274,6 +274,8 @@ export interface WatcherOptions {
   readonly transform?: ((obj: KubernetesObject) => KubernetesObject) | null
   /** Told when a watch is refused with 401 (KubeClient: read the token file again). */
   readonly onUnauthorized?: () => void
+  /** Told of the resourceVersion of every event received (BOOKMARKs too): the newest state seen. */
+  readonly onResourceVersion?: ((resourceVersion: string) => void) | null
 }
 
 /**
@@ -302,6 +304,7 @@ export class BookmarkWatch extends Watch {
   readonly #onSilent: ((watch: SilentWatch) => void) | null
   readonly #transform: ((obj: KubernetesObject) => KubernetesObject) | null
   readonly #onUnauthorized: (() => void) | null
+  readonly #onResourceVersion: ((resourceVersion: string) => void) | null
   /** A BOOKMARK arrived on one of this watcher's watches: its server sends them, so silence means a dead connection. */
   #bookmarked = false
 
@@ -311,6 +314,7 @@ export class BookmarkWatch extends Watch {
     this.#onSilent = options.onSilent ?? null
     this.#transform = options.transform ?? null
     this.#onUnauthorized = options.onUnauthorized ?? null
+    this.#onResourceVersion = options.onResourceVersion ?? null
     ;(this as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#silenceMs
   }
 
@@ -350,6 +354,8 @@ export class BookmarkWatch extends Watch {
           }
           events++
           if (phase === 'BOOKMARK') this.#bookmarked = true
+          const rv = (obj as KubernetesObject | null)?.metadata?.resourceVersion
+          if (rv !== undefined && rv !== '') this.#onResourceVersion?.(rv)
           const transform = this.#transform
           callback(phase, transform !== null && (phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED') ? transform(obj as KubernetesObject) : obj, watchObj)
         },
@@ -376,6 +382,20 @@ function watchFailure(path: string, obj: unknown): KubeApiError | null {
   const message = typeof s.message === 'string' ? s.message.slice(0, 500) : reason
   const after = s.details?.retryAfterSeconds
   return new KubeApiError(code, reason, `watch ${path}: ERROR event ${code} ${message}`, { retryAfterMs: typeof after === 'number' && after > 0 ? Math.min(after * 1000, MAX_RETRY_AFTER_MS) : null })
+}
+
+/**
+ * Whether a list failed because the resourceVersion it asked for is not
+ * available on the server that answered: compacted away (410 Expired), or
+ * ahead of its watch cache (504, "Too large resource version": another API
+ * server of the control plane that has not caught up, an etcd restored from a
+ * backup). client-go's reflector then lists again at once with none (a quorum
+ * read); apimachinery's IsTooLargeResourceVersionError reads the same cause.
+ */
+export function isResourceVersionUnavailable(err: unknown): boolean {
+  if (!(err instanceof KubeApiError)) return false
+  if (err.statusCode === 410) return true
+  return err.statusCode === 504 && /too large resource version/i.test(err.message)
 }
 
 export function errorText(err: unknown): string {

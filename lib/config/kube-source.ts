@@ -12,7 +12,8 @@
 // unseen for up to 30 s. Ours (reconnectDelay): a watch that was open a while
 // or delivered anything resumes at once; one that ended at once with nothing is
 // treated as a failure and backs off like one.
-// What we add: chunked lists (limit/continue, 410 on an expired token restarts
+// What we add: the resourceVersion each list asks for, as client-go's reflector
+// chooses it (#listFrom), chunked lists (limit/continue, 410 on an expired token restarts
 // the list), bookmarks (kube-client.ts), exponential backoff with jitter after
 // any other error (ListWatch stops on those and waits for start()), trying the
 // next served version on 404 and treating "no version served" as "CRD not
@@ -37,7 +38,7 @@ import { MAP_OF_KIND, emptySnapshot } from '../resources/snapshot.ts'
 import { snapshotKeyOf } from '../resources/model.ts'
 import { fieldsReadOf, statusRead } from '../resources/read-core.ts'
 import type { Fields } from '../resources/read-fields.ts'
-import { KubeApiError, WATCH_SILENCE_MS, errorText, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
+import { KubeApiError, WATCH_SILENCE_MS, errorText, isResourceVersionUnavailable, type KubeClient, type SilentWatch, type WatchOutcome } from './kube-client.ts'
 import { KUBE_RESOURCES, apiVersion, resourcePath, type KubeResource } from './kube-resources.ts'
 import { buildSnapshot } from './snapshot-builder.ts'
 import type { ModelObject } from '../resources/model.ts'
@@ -117,6 +118,10 @@ interface Informer {
    * otherwise.
    */
   unlisted: Set<string> | null
+  /** The newest resourceVersion seen (the last list's, or a later watch event's); null before the first list. */
+  lastResourceVersion: string | null
+  /** The last list from lastResourceVersion was refused as unavailable: the next list is a quorum read. */
+  resourceVersionUnavailable: boolean
 }
 
 export class KubeSource {
@@ -169,7 +174,7 @@ export class KubeSource {
     for (const resource of options.resources ?? KUBE_RESOURCES) {
       const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
       for (const namespace of scopes) {
-        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set(), unlisted: null })
+        this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set(), unlisted: null, lastResourceVersion: null, resourceVersionUnavailable: false })
       }
     }
   }
@@ -288,14 +293,31 @@ export class KubeSource {
     const cut = fieldsReadOf(res.modelKind)
     const slim = cut === null ? null : (o: KubernetesObject): KubernetesObject => cut(o as unknown as Fields) as KubernetesObject
     const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
-      const list = await this.#listAll(path, res.fieldSelector)
+      const from = listFrom(inf)
+      let list: KubernetesListObject<KubernetesObject>
+      try {
+        list = await this.#listAll(path, res.fieldSelector, from)
+      } catch (err) {
+        if (from === '' || !isResourceVersionUnavailable(err)) throw err
+        // client-go's reflector: the version is gone (410) or this server's cache is behind it
+        // (504 too large); list again at once from etcd, which has everything up to now.
+        log.info({ resource: res.plural, group: res.group, namespace: inf.namespace ?? '*', resourceVersion: from, err: errorText(err) }, 'resourceVersion unavailable for the list; listing the latest (a quorum read)')
+        inf.resourceVersionUnavailable = true
+        list = await this.#listAll(path, res.fieldSelector, '')
+      }
+      inf.resourceVersionUnavailable = false
+      const rv = list.metadata?.resourceVersion ?? ''
+      if (rv !== '') inf.lastResourceVersion = rv
       if (slim !== null) list.items = list.items.map(slim)
       // ListWatch processes the items right after this promise settles (same
       // microtask chain); the immediate runs once they are in the store.
       setImmediate(() => this.#listed(inf))
       return list
     }
-    const watcher = this.#client.watcher({ silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) }, transform: slim })
+    const watcher = this.#client.watcher({
+      silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) }, transform: slim,
+      onResourceVersion: (rv) => { if (inf.lw === lw) inf.lastResourceVersion = rv },
+    })
     const lw = new ListWatch<KubernetesObject>(path, watcher, listFn, false, this.#labelSelector, res.fieldSelector ?? undefined, {
       delayFn: () => this.#reconnectDelay(inf, watcher.lastWatch()),
     })
@@ -350,7 +372,15 @@ export class KubeSource {
     configReloadFailures.inc({ source: 'kubernetes', reason: 'watch' })
   }
 
-  async #listAll(path: string, fieldSelector: string | null): Promise<KubernetesListObject<KubernetesObject>> {
+  /**
+   * Every page of a list from `resourceVersion` (listFrom: '' is a quorum read).
+   * "0" and '' are paged; a list not older than a given version is not: with a
+   * limit (and no resourceVersionMatch) the API server reads etcd at exactly
+   * that version, 410 once compacted, where without one its watch cache answers
+   * (client-go's reflector turns paging off for it too).
+   */
+  async #listAll(path: string, fieldSelector: string | null, from: string): Promise<KubernetesListObject<KubernetesObject>> {
+    const limit = from === '' || from === '0' ? String(this.#pageSize) : undefined
     for (let attempt = 0; ; attempt++) {
       const items: KubernetesObject[] = []
       let resourceVersion = ''
@@ -358,7 +388,8 @@ export class KubeSource {
       try {
         do {
           const page = await this.#client.request<KubernetesListObject<KubernetesObject>>('GET', path, {
-            query: { limit: String(this.#pageSize), continue: token, labelSelector: this.#labelSelector, fieldSelector: fieldSelector ?? undefined },
+            // A continued page carries the token alone: it pins the list's version.
+            query: { limit, continue: token, resourceVersion: token === undefined ? from : undefined, labelSelector: this.#labelSelector, fieldSelector: fieldSelector ?? undefined },
           })
           items.push(...page.items)
           if (token === undefined) resourceVersion = page.metadata?.resourceVersion ?? ''
@@ -544,6 +575,21 @@ export class KubeSource {
   }
 }
 
+
+/**
+ * The resourceVersion an informer lists from (client-go reflector's
+ * relistResourceVersion). Its first list: "0", any version, which the API
+ * server answers from its watch cache instead of a quorum read of etcd (what
+ * every controller does; possibly a little stale, which is fine: the watch
+ * that follows starts from the list's version and brings the rest). A relist
+ * (the watch's history expired: 410): the last version seen, "not older than",
+ * so the store never goes back in time, as "0" could on another API server
+ * whose cache is behind. That refused as unavailable: '' (a quorum read).
+ */
+function listFrom(inf: Informer): string {
+  if (inf.resourceVersionUnavailable) return ''
+  return inf.lastResourceVersion ?? '0'
+}
 
 /** One object through the file path's validate + read (SourceRef `kube:<apiVersion>/<kind>`, doc 0). */
 function buildOne(o: KubeObject): Built {

@@ -3,6 +3,12 @@
 // real one behaves:
 // - one global resourceVersion counter; every write bumps it and stamps the object;
 // - list with `limit`/`continue` (chunked lists served from a consistent snapshot),
+//   `resourceVersion` as the API server reads it: unset (a quorum read) and "0" ("any":
+//   the watch cache) both serve the current state here (the fake's cache is never
+//   behind); any other value, without `limit`, is "not older than" (the current state),
+//   with `limit` and no `resourceVersionMatch` (or with `Exact`) "exactly that one", 410
+//   Expired once compacted; a value ahead of the server's gets 504 "Too large resource
+//   version" (what the watch cache answers once it gave up waiting to catch up);
 //   `labelSelector` (equality and existence forms), `fieldSelector` (metadata.name,
 //   metadata.namespace, and a Secret's type; 400 for any other field, as the real
 //   server answers), 410 Gone for an expired token;
@@ -76,7 +82,7 @@ export interface PolicyRule {
 }
 
 /** What `hang` matches on: the request's method, path and Authorization header (each test client can have its own token). */
-export interface HangMatch { readonly method: string; readonly path: string; readonly authorization: string }
+export interface HangMatch { readonly method: string; readonly path: string; readonly authorization: string; readonly query: URLSearchParams }
 
 const clone = <T>(v: T): T => structuredClone(v)
 
@@ -394,7 +400,7 @@ export class FakeApiServer {
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x')
     this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.search, authorization: req.headers.authorization ?? '' })
-    const seen: HangMatch = { method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '' }
+    const seen: HangMatch = { method: req.method ?? 'GET', path: url.pathname, authorization: req.headers.authorization ?? '', query: url.searchParams }
     const tokens = this.#tokens
     if (tokens !== null && !tokens.has(/^Bearer (.*)$/.exec(seen.authorization)?.[1] ?? '')) {
       req.resume()
@@ -548,7 +554,11 @@ export class FakeApiServer {
       offset = Number(off)
     } else {
       const rv = url.searchParams.get('resourceVersion')
-      if (rv !== null && rv !== '' && rv !== '0' && url.searchParams.get('resourceVersionMatch') === 'Exact' && Number(rv) < this.#compactedRv) {
+      const match = url.searchParams.get('resourceVersionMatch')
+      // An unset match with a limit is the legacy "Exact" (read from etcd at that revision).
+      const exact = match === 'Exact' || ((match === null || match === '') && limit > 0)
+      if (rv !== null && rv !== '' && rv !== '0' && Number(rv) > this.#rv) return tooLarge(res, rv, this.#rv)
+      if (rv !== null && rv !== '' && rv !== '0' && exact && Number(rv) < this.#compactedRv) {
         return status(res, 410, 'Expired', `too old resource version: ${rv} (${this.#compactedRv})`)
       }
       const selector = parseSelector(url.searchParams.get('labelSelector'))
@@ -683,7 +693,19 @@ function refused(res: http.ServerResponse, code: number, r: HangMatch): void {
   if (code === 409) return status(res, 409, 'Conflict', `Operation cannot be fulfilled on ${qualified} "${name}": the object has been modified; please apply your changes to the latest version and try again`)
   if (code === 422) return status(res, 422, 'Invalid', `${qualified} "${name}" is invalid: status: Invalid value: "object": the status was refused by validation`)
   if (code === 503) return status(res, 503, 'ServiceUnavailable', 'the server is currently unable to handle the request')
+  if (code === 410) return status(res, 410, 'Expired', `too old resource version: ${r.query.get('resourceVersion') ?? ''}`)
+  // An API server whose watch cache is behind the resourceVersion asked for (another replica of an HA control plane, an etcd restored from a backup).
+  if (code === 504) return tooLarge(res, r.query.get('resourceVersion') ?? '', 0)
   return status(res, code, 'InternalError', `Internal error occurred: failed calling webhook "validate.example.com": connection refused`)
+}
+
+/** kube-apiserver's answer to a resourceVersion its watch cache has not reached (apimachinery NewTooLargeResourceVersionError). */
+function tooLarge(res: http.ServerResponse, asked: string, current: number): void {
+  json(res, 504, {
+    kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason: 'Timeout', code: 504,
+    message: `Timeout: Too large resource version: ${asked}, current: ${current}`,
+    details: { causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 },
+  })
 }
 
 function gone(message: string): Record<string, unknown> {
