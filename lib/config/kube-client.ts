@@ -17,9 +17,10 @@
 import type { KubernetesObject, User } from '@kubernetes/client-node'
 import { HttpMethod, KubeConfig, RequestContext, Watch } from '@kubernetes/client-node'
 import fs from 'node:fs'
-import { STATUS_CODES } from 'node:http'
+import { STATUS_CODES, type IncomingHttpHeaders } from 'node:http'
 import path from 'node:path'
 import { parse as parseYaml } from 'yaml'
+import type { Duplex } from 'node:stream'
 import { getGlobalDispatcher, type Dispatcher } from 'undici'
 import { ErrorCode, SallyportError } from '../errors.ts'
 
@@ -300,6 +301,8 @@ export const WATCH_SILENCE_MS = 3 * 60_000
 // (kube-source.ts).
 export class BookmarkWatch extends Watch {
   #last: WatchOutcome | null = null
+  /** What refused the watch request in flight, if anything did (RefusalRecorder fills it in). */
+  readonly #refusal: { current: Refusal | null }
   readonly #silenceMs: number
   readonly #onSilent: ((watch: SilentWatch) => void) | null
   readonly #transform: ((obj: KubernetesObject) => KubernetesObject) | null
@@ -309,7 +312,9 @@ export class BookmarkWatch extends Watch {
   #bookmarked = false
 
   constructor(config: KubeConfig, options: WatcherOptions = {}) {
-    super(config)
+    const refusal: { current: Refusal | null } = { current: null }
+    super(recordingRefusals(config, refusal))
+    this.#refusal = refusal
     this.#silenceMs = options.silenceMs ?? WATCH_SILENCE_MS
     this.#onSilent = options.onSilent ?? null
     this.#transform = options.transform ?? null
@@ -330,9 +335,17 @@ export class BookmarkWatch extends Watch {
     /** An ERROR event other than 410 (which ListWatch answers by relisting): the watch failed. */
     let failure: KubeApiError | null = null
     let ended = false
+    const refusal = this.#refusal
+    refusal.current = null
     const end = (err: unknown): void => {
       if (ended) return
       ended = true
+      // client-node's Error carries the status code alone: the answer's Retry-After and Status
+      // message (a 429 from API Priority and Fairness, a 503) come from what the recorder kept.
+      const refused = refusal.current
+      refusal.current = null
+      const code = (err as { statusCode?: unknown } | null)?.statusCode
+      if (refused !== null && typeof code === 'number' && refused.status === code) err = refusalError(path, refused)
       const last = { lastedMs: performance.now() - started, events }
       this.#last = last
       // client-node reports its inactivity timeout as a TimeoutError (and ListWatch resumes at once).
@@ -368,6 +381,97 @@ export class BookmarkWatch extends Watch {
       return new AbortController()
     }
   }
+}
+
+/** The answer that refused a watch request: its status, Retry-After and (the start of) its body. */
+interface Refusal { readonly status: number; readonly retryAfter: string | string[] | undefined; readonly body: string }
+
+/** The most of a refusal's body kept: a Status is a few hundred bytes. */
+const REFUSAL_BODY_MAX = 16 * 1024
+
+/**
+ * The KubeConfig a BookmarkWatch hands client-node's Watch: the same, but each
+ * watch request's dispatcher (the one authentication chose, or undici's global
+ * one) goes through a RefusalRecorder, so a refused request's headers and body
+ * are kept in `slot` before client-node reduces the answer to its status code.
+ */
+function recordingRefusals(config: KubeConfig, slot: { current: Refusal | null }): KubeConfig {
+  const interceptor: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, handler) => dispatch(opts, new RefusalRecorder(handler, slot))
+  return new Proxy(config, {
+    get(target, prop) {
+      if (prop === 'applySecurityAuthentication') {
+        return async (ctx: RequestContext): Promise<void> => {
+          await target.applySecurityAuthentication(ctx)
+          ctx.setDispatcher(((ctx.getDispatcher() as Dispatcher | undefined) ?? getGlobalDispatcher()).compose(interceptor))
+        }
+      }
+      const value: unknown = Reflect.get(target, prop, target)
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value
+    },
+  })
+}
+
+/**
+ * Passes a 2xx answer (a watch stream) straight through. Any other final
+ * answer is held until its body has arrived (at most REFUSAL_BODY_MAX of it is
+ * kept), recorded, then handed on whole: client-node aborts the request as
+ * soon as it sees the status, which would otherwise cut the body off unread.
+ */
+class RefusalRecorder implements Dispatcher.DispatchHandler {
+  readonly #handler: Dispatcher.DispatchHandler
+  readonly #slot: { current: Refusal | null }
+  #held: { readonly status: number; readonly headers: IncomingHttpHeaders; readonly statusMessage: string | undefined; readonly chunks: Buffer[]; size: number } | null = null
+
+  constructor(handler: Dispatcher.DispatchHandler, slot: { current: Refusal | null }) {
+    this.#handler = handler
+    this.#slot = slot
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void { this.#handler.onRequestStart?.(controller, context) }
+  onRequestUpgrade(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, socket: Duplex): void {
+    this.#handler.onRequestUpgrade?.(controller, statusCode, headers, socket)
+  }
+  onResponseStarted(): void { (this.#handler as { onResponseStarted?: () => void }).onResponseStarted?.() }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string): void {
+    if (statusCode < 300 || this.#held !== null) { this.#handler.onResponseStart?.(controller, statusCode, headers, statusMessage); return }
+    this.#held = { status: statusCode, headers, statusMessage, chunks: [], size: 0 }
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const held = this.#held
+    if (held === null) { this.#handler.onResponseData?.(controller, chunk); return }
+    if (held.size < REFUSAL_BODY_MAX) { held.chunks.push(chunk); held.size += chunk.length }
+  }
+
+  onResponseEnd(controller: Dispatcher.DispatchController, trailers: IncomingHttpHeaders): void {
+    const held = this.#held
+    if (held !== null) {
+      const body = Buffer.concat(held.chunks)
+      this.#slot.current = { status: held.status, retryAfter: held.headers['retry-after'], body: body.subarray(0, REFUSAL_BODY_MAX).toString('utf8') }
+      this.#handler.onResponseStart?.(controller, held.status, held.headers, held.statusMessage)
+      if (body.length > 0) this.#handler.onResponseData?.(controller, body)
+    }
+    this.#handler.onResponseEnd?.(controller, trailers)
+  }
+
+  onResponseError(controller: Dispatcher.DispatchController, error: Error): void {
+    const held = this.#held
+    if (held !== null) this.#slot.current = { status: held.status, retryAfter: held.headers['retry-after'], body: '' }
+    this.#handler.onResponseError?.(controller, error)
+  }
+}
+
+/** A refused watch request as an error like a refused list's: the Status's reason and message, and the Retry-After of a 429 or 503. */
+function refusalError(path: string, r: Refusal): KubeApiError {
+  let reason = STATUS_CODES[r.status] ?? String(r.status)
+  let message = r.body.slice(0, 500)
+  try {
+    const s = JSON.parse(r.body) as { reason?: unknown; message?: unknown }
+    if (typeof s.reason === 'string' && s.reason !== '') reason = s.reason
+    if (typeof s.message === 'string') message = s.message.slice(0, 500)
+  } catch { /* not a Status object */ }
+  return new KubeApiError(r.status, reason, `watch ${path}: ${r.status} ${message}`, { retryAfterMs: r.status === 429 || r.status === 503 ? retryAfterMs(r.retryAfter) : null })
 }
 
 /**

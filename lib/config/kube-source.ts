@@ -465,13 +465,16 @@ export class KubeSource {
       } else if (status === 401) {
         log.error({ ...fields, status, err: errorText(err) }, 'unauthorized: the API server refused our credentials (an expired or revoked token, a deleted service account, a kubeconfig without credentials); retrying with backoff')
       } else {
-        log.warn({ ...fields, status, err: errorText(err) }, 'watch failed; retrying with backoff')
+        // A 429 or 503 (API Priority and Fairness, a server starting or stopping): the server's Status message and the wait it asked for.
+        const asked = err instanceof KubeApiError ? err.retryAfterMs : null
+        log.warn({ ...fields, status, err: errorText(err), ...(asked === null ? {} : { retryAfterMs: asked }) }, 'watch failed; retrying with backoff')
       }
       configReloadFailures.inc({ source: 'kubernetes', reason: status === 403 ? 'forbidden' : 'watch' })
       delay = this.#backoffMs(inf.failures)
-      // An API server shedding load (429, 503) says how long to wait: never sooner.
+      // An API server shedding load (429, 503) says how long to wait: never sooner, and up
+      // to a fifth later (jitter: replicas refused together do not come back together).
       const asked = err instanceof KubeApiError ? err.retryAfterMs : null
-      if (asked !== null) delay = Math.max(delay, asked)
+      if (asked !== null) delay = Math.max(delay, Math.round(asked * (1 + 0.2 * Math.random())))
       inf.failures++
     }
     this.#checkFirstSync()

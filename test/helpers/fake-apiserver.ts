@@ -104,7 +104,7 @@ export class FakeApiServer {
   #nextListing = 1
   #bookmarkTimer: NodeJS.Timeout | null = null
   #hang: ((r: HangMatch) => boolean) | null = null
-  #throttle: { readonly match: (r: HangMatch) => boolean; readonly retryAfter: string | null; left: number } | null = null
+  #throttle: { readonly match: (r: HangMatch) => boolean; readonly retryAfter: string | null; readonly code: 429 | 503; left: number } | null = null
   #refuse: { readonly match: (r: HangMatch) => boolean; readonly code: number } | null = null
   readonly #held = new Set<http.ServerResponse>()
   /** How a watch from a compacted resourceVersion is refused: an ERROR event (kube-apiserver's usual answer) or an HTTP 410. */
@@ -274,10 +274,11 @@ export class FakeApiServer {
   /**
    * The next `times` requests `match` accepts are refused as an overloaded API
    * server refuses them (API Priority and Fairness): 429 TooManyRequests, with
-   * `Retry-After: retryAfter` unless null.
+   * `Retry-After: retryAfter` unless null; with `code` 503, as a server that is
+   * starting or shutting down answers (ServiceUnavailable, with its Retry-After).
    */
-  throttle(match: (r: HangMatch) => boolean, retryAfter: string | null, times: number): void {
-    this.#throttle = { match, retryAfter, left: times }
+  throttle(match: (r: HangMatch) => boolean, retryAfter: string | null, times: number, code: 429 | 503 = 429): void {
+    this.#throttle = { match, retryAfter, code, left: times }
   }
   /**
    * Requests `match` accepts are answered with `code` until `refuse(null)`, the
@@ -411,6 +412,7 @@ export class FakeApiServer {
       throttle.left--
       req.resume()
       if (throttle.retryAfter !== null) res.setHeader('retry-after', throttle.retryAfter)
+      if (throttle.code === 503) return status(res, 503, 'ServiceUnavailable', 'the apiserver is shutting down, please try again later')
       return status(res, 429, 'TooManyRequests', 'Too many requests, please try again later.')
     }
     const refuse = this.#refuse

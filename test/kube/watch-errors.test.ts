@@ -78,3 +78,25 @@ t.test("an ERROR event's retryAfterSeconds is waited for, whatever the backoff",
   fake.watchErrors.clear()
   await until('watching again after it', () => watches(fake) === 3)
 })
+
+for (const code of [429, 503] as const) {
+  t.test(`a watch request refused with ${code} and Retry-After waits for it, and the log has the server's message`, async (t) => {
+    const fake = await startFake(t)
+    fake.apply(route('r0', 'a.example.test', 'a', 9000))
+    const source = new KubeSource({ client: clientFor(fake), resources, debounceMs: 10, backoffMs: { base: 5, max: 10 } })
+    t.teardown(() => source.close())
+    await source.start(() => {})
+    await until('watching', () => watches(fake) === 1)
+    clearLogs()
+    fake.throttle((r) => r.path.endsWith('/httproutes') && r.query.get('watch') === 'true', '1', 1, code)
+    fake.endWatches()
+    await until('refused once', () => watches(fake) >= 2)
+    await new Promise((r) => setTimeout(r, 400))
+    t.equal(watches(fake), 2, 'not watched again within the second asked for (the backoff alone is 5-10 ms)')
+    await until('watching again after it', () => watches(fake) === 3)
+    const warned = linesWith(/^watch failed/)
+    t.equal(warned.length, 1, 'logged once')
+    const message = code === 429 ? /Too many requests, please try again later/ : /the apiserver is shutting down/
+    t.match(warned[0], { resource: 'httproutes', status: code, err: message, retryAfterMs: 1000 })
+  })
+}
