@@ -15,7 +15,7 @@ import { logger } from '../observe/log.ts'
 import { ConfigEvents } from './events-config.ts'
 import { KubeEventRecorder, type EventRecorder, type InvolvedObject } from './events.ts'
 import { defaultExtensionRuntime } from '../extensions/chain.ts'
-import { LeaderElector, RELEASE_TIMEOUT_MS, podIdentity } from './leader-election.ts'
+import { LeaderElector, RELEASE_TIMEOUT_MS, leaseNameFor, podIdentity } from './leader-election.ts'
 import { CONTROLLER_NAME } from './runtime.ts'
 import { StatusWriter } from './status-writer.ts'
 import type { RuntimeOptions } from './runtime.ts'
@@ -91,7 +91,7 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
   if (options.writeStatus ?? true) {
     elector = new LeaderElector({
       client, namespace: leaseNamespace, identity,
-      name: options.lease?.name ?? `sallyport-${options.gatewayClass ?? 'sallyport'}`,
+      name: options.lease?.name ?? leaseNameFor(options.gatewayClass ?? 'sallyport'),
       leaseDurationMs: options.lease?.durationMs, renewDeadlineMs: options.lease?.renewDeadlineMs, retryPeriodMs: options.lease?.retryPeriodMs,
       // A new term writes everything due at once: what failed in an earlier one (an API server outage) is not left backing off.
       onChange: (leader) => { if (leader) { statusWriter?.resetBackoff(); void statusWriter?.sync() } },

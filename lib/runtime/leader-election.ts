@@ -24,6 +24,7 @@
 //   (a Role without Leases logged a line every 2 s forever); a success after
 //   failures is logged once.
 
+import { createHash } from 'node:crypto'
 import os from 'node:os'
 import { logger } from '../observe/log.ts'
 import { RepeatThrottle } from '../observe/repeat-throttle.ts'
@@ -333,4 +334,24 @@ export class LeaderElector {
  */
 export function microTime(date: Date): string {
   return date.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z')
+}
+
+/** A Lease's name is a DNS subdomain: at most 253 characters. */
+const MAX_LEASE_NAME = 253
+
+/**
+ * The Lease the replicas serving `gatewayClass` elect their leader on:
+ * `sallyport-<class>`. A class name is itself a DNS subdomain of up to 253
+ * characters, so past 243 the prefix would make a name the API server refuses
+ * (422) and no replica could lead. Such a name is cut and ends with `-` and 10
+ * hex digits of the class name's SHA-256: the same in every replica and across
+ * restarts, distinct for class names sharing a long prefix, and still a DNS
+ * subdomain (the cut never leaves a label ending in `-` or `.`).
+ */
+export function leaseNameFor(gatewayClass: string): string {
+  const name = `sallyport-${gatewayClass}`
+  if (name.length <= MAX_LEASE_NAME) return name
+  const hash = createHash('sha256').update(gatewayClass).digest('hex').slice(0, 10)
+  const head = name.slice(0, MAX_LEASE_NAME - hash.length - 1).replace(/[-.]+$/, '')
+  return `${head}-${hash}`
 }

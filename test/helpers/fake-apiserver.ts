@@ -86,6 +86,9 @@ export interface HangMatch { readonly method: string; readonly path: string; rea
 
 const clone = <T>(v: T): T => structuredClone(v)
 
+/** RFC 1123 subdomain, as Kubernetes names most objects: at most 253 characters, dot-separated lowercase alphanumeric labels with inner dashes. */
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
+
 export class FakeApiServer {
   #server: http.Server | null = null
   #port = 0
@@ -487,6 +490,10 @@ export class FakeApiServer {
         if (obj?.metadata === undefined) return status(res, 400, 'BadRequest', 'metadata required')
         if (def.namespaced) obj.metadata.namespace = namespace ?? obj.metadata.namespace
         if (obj.metadata.name === undefined && typeof obj.metadata.generateName === 'string') obj.metadata.name = `${obj.metadata.generateName}${this.#rv.toString(36)}`
+        // A Lease's name is a DNS subdomain (apimachinery ValidateObjectMeta, NameIsDNSSubdomain): 422 otherwise.
+        if (def.kind === 'Lease' && !DNS_SUBDOMAIN.test(String(obj.metadata.name ?? ''))) {
+          return status(res, 422, 'Invalid', `Lease.coordination.k8s.io ${JSON.stringify(String(obj.metadata.name))} is invalid: metadata.name: Invalid value: ${JSON.stringify(String(obj.metadata.name))}: must be no more than 253 characters, and a lowercase RFC 1123 subdomain`)
+        }
         const key = this.#key(def, obj.metadata.namespace as string, String(obj.metadata.name))
         if (store.objects.has(key)) return status(res, 409, 'AlreadyExists', `${plural} "${String(obj.metadata.name)}" already exists`)
         obj.apiVersion = apiVersionOf(def); obj.kind = def.kind
