@@ -86,7 +86,10 @@ export function assembleStatus(input: StatusInput): Status {
       } else if (accepted.status === 'True' && unsupported.length > 0) {
         accepted = condition('Accepted', true, accepted.reason, `served without what is not supported: ${unsupported.join(', ')} (see sallyport validate)`, gen)
       }
-      const conditions: Condition[] = [accepted, refs]
+      // A reference failed through this parent only (a BackendTLSPolicy's ancestors list full).
+      const own = o.parentRefProblems?.get(p.gatewayKey)
+      const problems = own === undefined ? null : [...o.refProblems, ...own]
+      const conditions: Condition[] = [accepted, problems === null ? refs : condition('ResolvedRefs', false, problems[0].reason, [...new Set(problems.map(q => q.message))].join('; '), gen)]
       // Gateway API RouteConditionPartiallyInvalid, "Dropped Rule" approach: the
       // message starts with that prefix and names the rules, Accepted stays True.
       if (dropped !== null && !dropped.none) conditions.push(condition('PartiallyInvalid', true, 'UnsupportedValue', dropped.message, gen))

@@ -16,6 +16,7 @@ import { fail, isReferenceAllowed, refNotPermitted } from './refs.ts'
 import type { TlsPolicyPlan } from './tls.ts'
 import { DestinationPolicies, type Denial } from './destination-policy.ts'
 import { buildClusterTls, buildMeshTls, tlsPolicyFor } from './tls.ts'
+import { ANCESTORS_FULL, MAX_POLICY_ANCESTORS, NO_LIMITS, type TlsAncestorLimits } from './ancestor-limit.ts'
 
 export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
 
@@ -54,6 +55,16 @@ export class BackendResolver {
   readonly users = new Map<string, ClusterUser[]>()
   /** BackendTLSPolicy key → Gateways whose routes use it (its ancestors), and its resolution error. */
   readonly tlsPolicyUse = new Map<string, Set<string>>()
+  /**
+   * BackendTLSPolicy key → Gateways whose routes reached a backend it applies
+   * to but may not use it: its status.ancestors is full (ancestor-limit.ts).
+   * Those references fail (500), never plaintext.
+   */
+  readonly tlsPolicyRefused = new Map<string, Set<string>>()
+  /** BackendTLSPolicy key → the Gateways this compile leaves it out of (decided from a first pass's use). */
+  readonly #tlsLimits: TlsAncestorLimits
+  /** Cluster id → the BackendTLSPolicy its TLS comes from (a Service port, or a Backend wrapping one). */
+  readonly #clusterPolicy = new Map<string, string>()
   readonly tlsPolicyErrors = new Map<string, { reason: string; message: string }>()
   /** Backend key → Gateways whose routes use it. */
   readonly backendUse = new Map<string, Set<string>>()
@@ -63,9 +74,10 @@ export class BackendResolver {
   /** Upstream CONNECT proxies of Backends and Gateways (issue 9). */
   readonly proxies: UpstreamProxies
 
-  constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan, destinations: DestinationPolicies = new DestinationPolicies(snapshot, undefined)) {
+  constructor(snapshot: Snapshot, tlsPlan: TlsPolicyPlan, destinations: DestinationPolicies = new DestinationPolicies(snapshot, undefined), tlsLimits: TlsAncestorLimits = NO_LIMITS) {
     this.#snapshot = snapshot
     this.tlsPlan = tlsPlan
+    this.#tlsLimits = tlsLimits
     this.destinations = destinations
     this.proxies = new UpstreamProxies(snapshot)
   }
@@ -124,6 +136,18 @@ export class BackendResolver {
     }
     let r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
     if (!r.ok) return r
+    const policy = this.#clusterPolicy.get(r.value)
+    if (policy !== undefined) {
+      // Gateway API PolicyStatus.ancestors: once the list is full the policy is
+      // unimplementable for further ancestors. Its backend is then unusable
+      // through them (500, ResolvedRefs=False) — sent without TLS it would
+      // go out in plaintext.
+      const limited = this.#tlsLimits.get(policy)
+      noteGateway(limited?.refused.has(gatewayKey) === true ? this.tlsPolicyRefused : this.tlsPolicyUse, policy, gatewayKey)
+      if (limited !== undefined && limited.refused.has(gatewayKey)) {
+        return fail(ANCESTORS_FULL, `BackendTLSPolicy ${policy} cannot be used through Gateway ${gatewayKey}: its status.ancestors is full (${limited.budget} of ${MAX_POLICY_ANCESTORS} entries left to sallyport, taken by Gateways that sort first); requests to ${ref.kind} ${ref.namespace}/${ref.name} answer 500 rather than go without TLS`)
+      }
+    }
     if (meshed) {
       r = this.#meshed(r.value, gatewayKey)
       if (!r.ok) return r
@@ -131,7 +155,6 @@ export class BackendResolver {
     const users = this.users.get(r.value) ?? []
     users.push({ routeKind, routeKey: `${from.namespace}/${from.name}`, gatewayKey })
     this.users.set(r.value, users)
-    if (isService) this.#noteTlsPolicy(ref, gatewayKey)
     return r
   }
 
@@ -165,18 +188,6 @@ export class BackendResolver {
     })
   }
 
-  #noteTlsPolicy(ref: BackendRef, gatewayKey: string): void {
-    const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
-    const port = svc?.ports.find(p => p.port === ref.port)
-    if (svc === undefined || port === undefined) return
-    const policy = tlsPolicyFor(this.tlsPlan, ref.namespace, ref.name, port.name)
-    if (policy === null) return
-    const key = `${policy.meta.namespace}/${policy.meta.name}`
-    const use = this.tlsPolicyUse.get(key) ?? new Set()
-    use.add(gatewayKey)
-    this.tlsPolicyUse.set(key, use)
-  }
-
   #service(ref: BackendRef, routeKind: RouteKind): Resolved<string> {
     const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
     if (svc === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} not found`)
@@ -185,7 +196,7 @@ export class BackendResolver {
     if (port === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} has no port ${ref.port}`)
     const id = `Service/${ref.namespace}/${ref.name}:${port.port}${l4Suffix(routeKind)}`
     if (svc.type !== 'ExternalName') this.#inCluster.add(id)
-    return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind))
+    return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind, id))
   }
 
   /** TLS of a BackendTLSPolicy for a Service port; a failure is recorded for the policy's status and fails the ref. */
@@ -197,7 +208,7 @@ export class BackendResolver {
     return fail('InvalidBackendTLS', `BackendTLSPolicy ${policy.meta.namespace}/${policy.meta.name}: ${r.message}`)
   }
 
-  #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind): Resolved<Cluster> {
+  #serviceCluster(svc: Service, port: ServicePort, routeKind: RouteKind, id: string): Resolved<Cluster> {
     const ns = svc.meta.namespace
     // GEP-1897 "How a client behaves": HTTPRoute (and, our choice, GRPCRoute) to a
     // targeted Service connects with TLS. Our choice for the implementation-dependent
@@ -211,6 +222,7 @@ export class BackendResolver {
       const r = this.#policyTls(policy, protocol)
       if (!r.ok) return r
       tls = r.value
+      this.#clusterPolicy.set(id, `${policy.meta.namespace}/${policy.meta.name}`)
       if (protocol === 'H2C') protocol = 'HTTP2'
     }
     const endpoints = svc.type === 'ExternalName' && svc.externalName !== null
@@ -235,10 +247,10 @@ export class BackendResolver {
     const id = `${key}:${port.port}${l4Suffix(routeKind)}`
     const d = backend.destination
     if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
-    return this.#cache(id, () => this.#backendCluster(backend, port, routeKind))
+    return this.#cache(id, () => this.#backendCluster(backend, port, routeKind, id))
   }
 
-  #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind): Resolved<Cluster> {
+  #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind, id: string): Resolved<Cluster> {
     const ns = backend.meta.namespace
     const d = backend.destination
     // The egress proposal's example writes `protocol: TLS` on the port of an HTTP API: for HTTP
@@ -312,6 +324,7 @@ export class BackendResolver {
         const r = this.#policyTls(policy, protocol)
         if (!r.ok) return r
         tls = r.value
+        this.#clusterPolicy.set(id, `${policy.meta.namespace}/${policy.meta.name}`)
         if (protocol === 'H2C') protocol = 'HTTP2'
       }
     }
@@ -328,6 +341,12 @@ export class BackendResolver {
       },
     }
   }
+}
+
+function noteGateway(map: Map<string, Set<string>>, policy: string, gatewayKey: string): void {
+  const set = map.get(policy)
+  if (set === undefined) map.set(policy, new Set([gatewayKey]))
+  else set.add(gatewayKey)
 }
 
 /** The cluster field for a Backend's own proxy choice (absent unless it names one). */

@@ -35,6 +35,7 @@ import type { RouteOutcome } from './compile.ts'
 import type { MatchSpec } from './precedence.ts'
 import type { VirtualHost } from './table.ts'
 import { untracked } from './references.ts'
+import { NO_LIMITS, type TlsAncestorLimits } from './ancestor-limit.ts'
 import type { PlacedMatch } from './vhosts.ts'
 
 /** The snapshot maps a compiled route depends on besides its own object. */
@@ -87,6 +88,8 @@ export class CompileCache {
   #routes = new Map<AnyRoute, RouteMemo>()
   /** Port → host pattern → vhost. */
   #vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>> = new Map()
+  /** The BackendTLSPolicy ancestor limits the last compile applied: the next one starts from them (ancestor-limit.ts). */
+  tlsLimits: TlsAncestorLimits = NO_LIMITS
   /** What the last compile reused; for logs and tests. */
   stats: CompileCacheStats = { routesReused: 0, routesCompiled: 0, vhostsReused: 0, vhostsBuilt: 0 }
   /**
@@ -130,7 +133,7 @@ export class CompileCache {
   commit(next: {
     readonly snapshot: Snapshot; readonly optionsKey: string; readonly plan: GatewayPlan; readonly winners: ReadonlyArray<ReadonlyMap<string, unknown>>
     readonly routes: Map<AnyRoute, RouteMemo>; readonly vhosts: ReadonlyMap<number, ReadonlyMap<string, VhostMemo>>
-    readonly stats: CompileCacheStats
+    readonly stats: CompileCacheStats; readonly tlsLimits: TlsAncestorLimits
   }): void {
     // The maps as the source made them, not as references.ts wraps them for one compile.
     this.#environment = ENVIRONMENT.map((name) => untracked(next.snapshot[name] as ReadonlyMap<string, ModelObject>))
@@ -140,6 +143,7 @@ export class CompileCache {
     this.#routes = next.routes
     this.#vhosts = next.vhosts
     this.stats = next.stats
+    this.tlsLimits = next.tlsLimits
   }
 }
 

@@ -33,6 +33,7 @@ import type { ConfigProblem } from '../resources/problem.ts'
 import { PROCESS_KEY } from '../process-key.ts'
 import { publishedAddresses } from './addresses.ts'
 import { statusFindings, type Finding } from './findings.ts'
+import { ANCESTORS_FULL, NO_LIMITS, limitProblems, limitsFingerprint, sameLimits, tlsAncestorLimits, type TlsAncestorLimits } from './ancestor-limit.ts'
 
 export { DEFAULT_CONTROLLER }
 
@@ -89,6 +90,12 @@ export interface CompileResult {
 export interface RouteOutcome {
   readonly attachment: RouteAttachment
   readonly refProblems: readonly RefProblem[]
+  /**
+   * Gateway key → reference problems through that Gateway only: a
+   * BackendTLSPolicy whose ancestors list is full (ancestor-limit.ts) fails
+   * the references of some parents and not others. Absent: none.
+   */
+  readonly parentRefProblems?: ReadonlyMap<string, readonly RefProblem[]>
   /** Rules compile dropped (validation's are the route's droppedRules). */
   readonly droppedRules: readonly RuleDrop[]
   /** Gateway keys where another route already owns the TCP port / SNI name. */
@@ -107,6 +114,18 @@ function isMeshed(snapshot: Snapshot, sg: ServedGateway, route: AnyRoute): boole
 }
 
 export function compile(snapshot: Snapshot, options: CompileOptions): CompileResult {
+  // PolicyStatus.ancestors (ancestor-limit.ts): which Gateways use a
+  // BackendTLSPolicy is known once every route is compiled. The first pass
+  // runs with the limits the last compile found (none without a cache); when
+  // the use it saw calls for others, a second pass applies those.
+  const guess = options.cache?.tlsLimits ?? NO_LIMITS
+  const first = compilePass(snapshot, options, guess)
+  if (snapshot.backendTLSPolicies.size === 0) return first.result
+  const needed = tlsAncestorLimits(snapshot, options.controllerName ?? DEFAULT_CONTROLLER, first.served, first.resolver.tlsPolicyUse, first.resolver.tlsPolicyRefused)
+  return sameLimits(needed, guess) ? first.result : compilePass(snapshot, options, needed).result
+}
+
+function compilePass(snapshot: Snapshot, options: CompileOptions, tlsLimits: TlsAncestorLimits): { result: CompileResult; resolver: BackendResolver; served: ReadonlySet<string> } {
   const controllerName = options.controllerName ?? DEFAULT_CONTROLLER
   const cache = options.cache ?? null
   // The watched namespaces word RefNotPermitted messages: routes compiled under other ones are not reused.
@@ -114,13 +133,14 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const reusedPlan = cache?.plan(snapshot, optionsKey) ?? null
   const plan = reusedPlan ?? planGateways(snapshot, options.gatewayClass, controllerName)
   const served = new Map(plan.served.map(g => [g.key, g]))
-  const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot), new DestinationPolicies(snapshot, options.destination))
+  const resolver = new BackendResolver(snapshot, planTlsPolicies(snapshot), new DestinationPolicies(snapshot, options.destination), tlsLimits)
   const traffic = new PolicyIndex(snapshot, snapshot.backendTrafficPolicies)
   const extensions = new PolicyIndex(snapshot, snapshot.egressExtensions)
   const extensionCompiler = new ExtensionCompiler(snapshot, options.extensionKeySecret ?? PROCESS_KEY)
   // Read in every compile (a reused plan reads no Services): this lookup is what makes a change to that Service recompile (references.ts).
   const published = publishedAddresses(snapshot, options.publishService ?? null)
-  const winners = [traffic.winners, extensions.winners]
+  // A route compiled under other ancestor limits resolved its references differently: not reused.
+  const winners = [traffic.winners, extensions.winners, limitsFingerprint(tlsLimits)]
   const memo = cache === null ? null : cache.routes(reusedPlan !== null, winners)
   const nextMemo = new Map<AnyRoute, RouteMemo>()
   let routesReused = 0
@@ -161,6 +181,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
     const refProblems: RefProblem[] = []
     const droppedRules: RuleDrop[] = []
     const conflicts: string[] = []
+    const parentRefProblems = new Map<string, RefProblem[]>()
     const compiledFor = new Map<string, CompiledRoute | L4Route>()
     const listeners: ListenerCompile[] = []
     const placements: Array<{ port: number; matches: PlacedMatch[] }> = []
@@ -186,7 +207,8 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
             } finally {
               resolver.journal = null
             }
-            if (compiledFor.size === 0) { refProblems.push(...compiled.refProblems); droppedRules.push(...compiled.droppedRules) }
+            if (compiledFor.size === 0) { refProblems.push(...compiled.refProblems.filter(p => p.reason !== ANCESTORS_FULL)); droppedRules.push(...compiled.droppedRules) }
+            noteParentProblems(parentRefProblems, parent.gatewayKey, compiled.refProblems)
             compiledFor.set(listenerKey, compiled)
             noteListenerUse(listenerUse, listenerKey, compiled.rules)
             // A route that took extension chains is compiled every time: the ExtensionCompiler shares them across one compile's rules, and the table lists them.
@@ -202,7 +224,10 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
         } else {
           let l4 = compiledFor.get(listenerKey) as L4Route | undefined
           if (l4 === undefined) {
-            l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, compiledFor.size === 0 ? refProblems : [])
+            const found: RefProblem[] = []
+            l4 = compileL4Route(route, resolver, traffic, parent.gatewayKey, l.listener.name, found)
+            if (compiledFor.size === 0) refProblems.push(...found.filter(p => p.reason !== ANCESTORS_FULL))
+            noteParentProblems(parentRefProblems, parent.gatewayKey, found)
             compiledFor.set(listenerKey, l4)
             noteListenerUse(listenerUse, listenerKey, [l4])
           }
@@ -218,7 +243,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
         }
       }
     }
-    const outcome: RouteOutcome = { attachment, refProblems, droppedRules, conflicts }
+    const outcome: RouteOutcome = { attachment, refProblems, droppedRules, conflicts, ...(parentRefProblems.size > 0 ? { parentRefProblems } : {}) }
     outcomes.push(outcome)
     if (reusable) nextMemo.set(route, { attachment, listeners, placements, outcome })
   }
@@ -230,7 +255,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   const chains = extensionCompiler.chains()
   if (vhosts !== null) {
     vhosts.cache.commit({
-      snapshot, optionsKey, plan, winners, routes: nextMemo, vhosts: vhosts.next,
+      snapshot, optionsKey, plan, winners, routes: nextMemo, vhosts: vhosts.next, tlsLimits,
       stats: { routesReused, routesCompiled: routes.length - routesReused, vhostsReused: vhosts.reused, vhostsBuilt: vhosts.built },
     })
   }
@@ -245,7 +270,7 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
   let findings: Finding[] | null = null
   let secretRefs: SecretRefProblem[] | null = null
   const refs = (): SecretRefProblem[] => (secretRefs ??= secretRefProblems(snapshot))
-  return {
+  const result: CompileResult = {
     table: options.freeze === false ? table : deepFreeze(table),
     get status(): Status {
       status ??= assembleStatus({ snapshot, controllerName, plan, attached, outcomes, resolver, traffic, extensions, extensionVerdicts: extensionCompiler.verdicts, secretRefs: refs(), published })
@@ -259,8 +284,20 @@ export function compile(snapshot: Snapshot, options: CompileOptions): CompileRes
       return [
         ...refs().map(r => r.problem), ...certificateProblems(snapshot, plan.served.map(sg => sg.gateway), options.now),
         ...(published?.problem == null ? [] : [published.problem]),
+        ...limitProblems(snapshot, tlsLimits),
       ]
     },
+  }
+  return { result, resolver, served: new Set(served.keys()) }
+}
+
+/** The problems of one listener's compile that hold for its Gateway only (a BackendTLSPolicy's ancestors list full). */
+function noteParentProblems(into: Map<string, RefProblem[]>, gatewayKey: string, problems: readonly RefProblem[]): void {
+  for (const p of problems) {
+    if (p.reason !== ANCESTORS_FULL) continue
+    const list = into.get(gatewayKey)
+    if (list === undefined) into.set(gatewayKey, [p])
+    else if (!list.some(q => q.field === p.field && q.message === p.message)) list.push(p)
   }
 }
 

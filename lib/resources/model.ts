@@ -401,6 +401,19 @@ export interface BackendTLSPolicy extends ObjectBase<'BackendTLSPolicy'> {
   readonly targetRefs: readonly PolicyTargetRef[]
   /** Normalized from v1 validation.* or v1alpha2 tls.*; mode is ServerOnly unless a client cert is given. */
   readonly tls: UpstreamTLS
+  /**
+   * status.ancestors as read from the API server (empty for a file document):
+   * who holds each entry. PolicyStatus takes 16 entries; compile leaves the
+   * policy to as many Gateways as the other controllers' entries leave room for.
+   */
+  readonly statusAncestors: readonly StatusAncestor[]
+}
+
+/** One status.ancestors entry of a policy: its controllerName and the Gateway it names (namespace defaulted to the policy's); other ancestor kinds are not kept. */
+export interface StatusAncestor {
+  readonly controllerName: string
+  readonly namespace: string
+  readonly name: string
 }
 
 // ───────────────────────────── BackendTrafficPolicy (Envoy Gateway) ─────────────────────────────

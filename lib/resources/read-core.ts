@@ -7,6 +7,7 @@ import {
   type Fields, boolAt, isFields, listAt, nonEmptyAt, numberAt, objectAt, stringMapAt, stringsAt, textAt,
 } from './read-fields.ts'
 import { apiVersionOf, readMeta } from './read-meta.ts'
+import { readStatusAncestors } from './read-policies.ts'
 
 type CoreObject = Secret | ConfigMap | Service | EndpointSlice | Namespace | Pod | ClusterTrustBundle
 
@@ -174,8 +175,15 @@ function readyCondition(status: Fields | null): string | null {
  * that changes only status is handed on when this changes: a Pod's addresses
  * are written by the kubelet, in status, after the Pod is created; a
  * LoadBalancer Service's by its load balancer controller, once it has one.
+ * A BackendTLSPolicy's ancestor entries (who holds which slot): compile leaves
+ * the policy to as many Gateways as the slots other controllers hold allow.
  */
 export function statusRead(kind: string, doc: Fields): unknown {
+  if (kind === 'BackendTLSPolicy') {
+    const meta = objectAt(doc, 'metadata')
+    const ancestors = readStatusAncestors(doc, textAt(meta, 'namespace') ?? 'default')
+    return ancestors.length === 0 ? null : ancestors.map((a) => [a.controllerName, a.namespace, a.name])
+  }
   if (kind === 'Service') {
     const ingress = loadBalancerIngress(doc)
     return ingress.length === 0 ? null : ingress.map((i) => [i.ip, i.hostname])

@@ -14,7 +14,7 @@
 // documented in read-tls.ts.
 
 import type { SourceRef } from './meta.ts'
-import type { BackendTLSPolicy, EgressExtension, UpstreamTLS } from './model.ts'
+import type { BackendTLSPolicy, EgressExtension, StatusAncestor, UpstreamTLS } from './model.ts'
 import { type Fields, listAt, objectAt, readDataRef, readTargetRefs, textAt } from './read-fields.ts'
 import { apiVersionOf, readMeta } from './read-meta.ts'
 import { readExtension } from './read-backend.ts'
@@ -29,8 +29,28 @@ export function readBackendTLSPolicy(doc: Fields, source: SourceRef): BackendTLS
   const tls = validation !== null || legacy === null
     ? readCurrent(validation, meta.namespace, ann)
     : readGep1897(legacy, meta.namespace, ann)
-  return { kind: 'BackendTLSPolicy', apiVersion: apiVersionOf(doc), meta, source, targetRefs: readTargetRefs(spec), tls }
+  const statusAncestors = source.file.startsWith('kube:') ? readStatusAncestors(doc, meta.namespace) : []
+  return { kind: 'BackendTLSPolicy', apiVersion: apiVersionOf(doc), meta, source, targetRefs: readTargetRefs(spec), tls, statusAncestors }
 }
+
+/**
+ * The Gateway entries of a policy's status.ancestors with their controllerName
+ * (compile counts the slots other controllers hold). Only for objects read from
+ * the API server (SourceRef `kube:...`): nobody writes the status of a file
+ * document, so one copied into a file says nothing about who holds slots.
+ */
+export function readStatusAncestors(doc: Fields, namespace: string): StatusAncestor[] {
+  const out: StatusAncestor[] = []
+  for (const e of listAt(objectAt(doc, 'status'), 'ancestors')) {
+    const ref = objectAt(e, 'ancestorRef')
+    const name = textAt(ref, 'name')
+    if (name === null || (textAt(ref, 'group') ?? GATEWAY_GROUP) !== GATEWAY_GROUP || (textAt(ref, 'kind') ?? 'Gateway') !== 'Gateway') continue
+    out.push({ controllerName: textAt(e, 'controllerName') ?? '', namespace: textAt(ref, 'namespace') || namespace, name })
+  }
+  return out
+}
+
+const GATEWAY_GROUP = 'gateway.networking.k8s.io'
 
 function readCurrent(validation: Fields | null, ns: string, ann: TlsAnnotations): UpstreamTLS {
   const v = readValidation(validation, ns)

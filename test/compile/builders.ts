@@ -80,10 +80,10 @@ export function externalBackend(name: string, hostname: string, port = 443, tls:
   }
 }
 
-export function tlsPolicy(name: string, targetKind: string, targetName: string, sectionName: string | null, tls: UpstreamTLS, m: Partial<ObjectMeta> = {}): BackendTLSPolicy {
+export function tlsPolicy(name: string, targetKind: string, targetName: string, sectionName: string | null, tls: UpstreamTLS, m: Partial<ObjectMeta> = {}, extra: Partial<BackendTLSPolicy> = {}): BackendTLSPolicy {
   return {
     kind: 'BackendTLSPolicy', apiVersion: `${G}/v1`, meta: meta(name, 'default', m), source,
-    targetRefs: [{ group: targetKind === 'Service' ? '' : 'gateway.networking.x-k8s.io', kind: targetKind, name: targetName, sectionName }], tls,
+    targetRefs: [{ group: targetKind === 'Service' ? '' : 'gateway.networking.x-k8s.io', kind: targetKind, name: targetName, sectionName }], tls, statusAncestors: [], ...extra,
   }
 }
 
