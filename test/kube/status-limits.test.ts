@@ -1,7 +1,8 @@
 // Status that the CRDs' schemas would refuse: a condition message longer than
 // metav1.Condition allows (32768 characters) is cut to fit, and a policy's
 // ancestors beyond PolicyStatus's 16 are not added, so the rest of the status
-// still reaches the object.
+// still reaches the object. A BackendTLSPolicy is limited in compile: the
+// ancestors written are the Gateways it leaves the policy to.
 import './quiet.ts'
 import t from 'tap'
 import { Runtime } from '../../lib/runtime/runtime.ts'
@@ -73,6 +74,47 @@ t.test('a policy used through 17 Gateways lists 16 of them as ancestors (PolicyS
   t.same(ancestors().map((a) => a.ancestorRef.name), gateways.slice(0, 16), 'the first 16 Gateways')
   const parents = (): unknown[] => (fake.get(HTTP_ROUTE, 'HTTPRoute', 'default', 'shared')?.status as { parents?: unknown[] } | undefined)?.parents ?? []
   await until('the route has all its parents (RouteStatus holds 32)', () => parents().length === 17)
+})
+
+t.test('a BackendTLSPolicy used through 17 Gateways, 2 of its entries another controller\'s: 14 ancestors written, the rest fail closed', async (t) => {
+  const fake = await startFake(t)
+  fake.apply(gatewayClass())
+  const gateways = Array.from({ length: 17 }, (_, i) => `egress-${String(i).padStart(2, '0')}`)
+  for (const name of gateways) {
+    const g = gateway(await freePort()) as { metadata: { name: string } }
+    fake.apply({ ...g, metadata: { ...g.metadata, name } })
+  }
+  fake.apply({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'api', namespace: 'default' }, spec: { ports: [{ name: 'https', port: 443 }] } })
+  fake.apply({
+    apiVersion: HTTP_ROUTE, kind: 'HTTPRoute', metadata: { name: 'shared', namespace: 'default' },
+    spec: { parentRefs: gateways.map((name) => ({ name })), hostnames: ['shared.example.test'], rules: [{ backendRefs: [{ name: 'api', port: 443 }] }] },
+  })
+  const foreign = ['theirs-1', 'theirs-2'].map((name) => ({
+    ancestorRef: { group: 'gateway.networking.k8s.io', kind: 'Gateway', name }, controllerName: 'example.com/other',
+    conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: '', lastTransitionTime: '2024-01-01T00:00:00Z' }],
+  }))
+  fake.apply({
+    apiVersion: 'gateway.networking.k8s.io/v1', kind: 'BackendTLSPolicy', metadata: { name: 'api-tls', namespace: 'default' },
+    spec: { targetRefs: [{ group: '', kind: 'Service', name: 'api' }], validation: { hostname: 'api.internal', wellKnownCACertificates: 'System' } },
+    status: { ancestors: foreign },
+  })
+  const kube = createKubeMode({ client: clientFor(fake), debounceMs: 10, backoffMs: { base: 50, max: 200 }, lease: { ...LEASE, identity: 'only', namespace: 'sallyport-system' } })
+  const runtime = new Runtime({ configPaths: [], gatewayClass: 'sallyport', bind: '127.0.0.1', accessLog: false, ...kube.runtimeOptions })
+  t.teardown(async () => { await kube.stop(); await runtime.stop(100) })
+  await runtime.start()
+  kube.start()
+
+  const ancestors = (): Array<{ ancestorRef: { name: string }; controllerName: string }> =>
+    ((fake.get('gateway.networking.k8s.io/v1', 'BackendTLSPolicy', 'default', 'api-tls')?.status as { ancestors?: Array<{ ancestorRef: { name: string }; controllerName: string }> } | undefined)?.ancestors ?? [])
+  await until('the policy status written', () => ancestors().length > 2)
+  t.same(ancestors().map((a) => a.ancestorRef.name), ['theirs-1', 'theirs-2', ...gateways.slice(0, 14)], 'the other controller\'s entries kept, then the first 14 Gateways')
+  const parents = (): Array<{ parentRef: { name: string }; conditions: Cond[] }> =>
+    (fake.get(HTTP_ROUTE, 'HTTPRoute', 'default', 'shared')?.status as { parents?: Array<{ parentRef: { name: string }; conditions: Cond[] }> } | undefined)?.parents ?? []
+  await until('the route has all its parents', () => parents().length === 17)
+  for (const p of parents()) {
+    const refs = p.conditions.find((c) => c.type === 'ResolvedRefs')
+    t.match(refs, gateways.indexOf(p.parentRef.name) < 14 ? { status: 'True' } : { status: 'False', reason: 'PolicyAncestorsFull' }, p.parentRef.name)
+  }
 })
 
 t.test('fitMessage: short messages as they are; long ones cut on a character boundary', async (t) => {
