@@ -294,21 +294,23 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
   const rules = rl.rules.map((r) => {
     const key: unknown[] = ['route']
     const headers: Array<Record<string, unknown>> = []
-    let sourceCIDR: string | undefined
+    // Every selector's range must hold (AND), as its headers do: none is dropped for the next.
+    const ranges: string[] = []
     for (const sel of r.clientSelectors) {
       for (const h of Array.isArray(sel.headers) ? sel.headers as Array<Record<string, unknown>> : []) {
         const name = String(h.name ?? '')
         // Distinct: a bucket per value, for requests that carry the header at all (Envoy's descriptor is absent otherwise).
         if (h.type === 'Distinct') { key.push({ header: name }); headers.push({ name }) }
-        else headers.push({ name, ...(typeof h.value === 'string' ? { value: h.value } : {}), type: h.type === 'RegularExpression' ? 'RegularExpression' : 'Exact' })
+        else headers.push({ name, ...(typeof h.value === 'string' ? { value: h.value } : {}), type: h.type === 'RegularExpression' ? 'RegularExpression' : 'Exact', ...(h.invert === true ? { invert: true } : {}) })
       }
       const cidr = sel.sourceCIDR as Record<string, unknown> | undefined
       if (cidr !== undefined && cidr !== null && typeof cidr.value === 'string') {
-        sourceCIDR = cidr.value
-        if (cidr.type === 'Distinct') key.push('client')
+        ranges.push(cidr.value)
+        if (cidr.type === 'Distinct' && !key.includes('client')) key.push('client')
       }
     }
-    const match = headers.length + (sourceCIDR === undefined ? 0 : 1) === 0 ? undefined : { ...(headers.length > 0 ? { headers } : {}), ...(sourceCIDR === undefined ? {} : { sourceCIDR }) }
+    const sourceCIDR = ranges.length === 0 ? undefined : ranges.length === 1 ? ranges[0] : ranges
+    const match = headers.length + ranges.length === 0 ? undefined : { ...(headers.length > 0 ? { headers } : {}), ...(sourceCIDR === undefined ? {} : { sourceCIDR }) }
     return { requests: r.requests, unit: r.unit, key, ...(match === undefined ? {} : { match }) }
   })
   const config: Record<string, unknown> = { rules }

@@ -17,6 +17,7 @@ import { RepeatThrottle } from '../observe/repeat-throttle.ts'
 import type { ExtensionHooks, HookResult, RequestView } from './plugin-api.ts'
 import { RedisError, type RedisPool } from './redis-client.ts'
 import { parseRedisAddress } from '../redis-address.ts'
+import { matchCidr, parseCidr } from '../address-ranges.ts'
 import { LocalBuckets, decideGlobal, type BucketFamily, type BucketLimit, type BucketMode, type Decision } from './token-bucket.ts'
 
 const log = logger('rate-limit')
@@ -334,8 +335,11 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
 export type RequestMatch = (req: RequestView) => boolean
 
 /**
- * `match: { headers: [{ name, value?, type?: Exact | RegularExpression }], sourceCIDR: "10.0.0.0/8" }`:
- * every header condition and the source range must hold (Envoy Gateway clientSelectors).
+ * `match: { headers: [{ name, value?, type?: Exact | RegularExpression, invert? }], sourceCIDR: "10.0.0.0/8" }`:
+ * every header condition and the source range must hold (Envoy Gateway
+ * clientSelectors); `invert` selects the requests whose header does not match
+ * (a header left out included, as Envoy's invert_match). `sourceCIDR` may be a
+ * list (several BackendTrafficPolicy selectors, each must hold).
  */
 export function compileMatch(m: unknown): RequestMatch | null {
   if (m === undefined || m === null || typeof m !== 'object') return null
@@ -345,30 +349,18 @@ export function compileMatch(m: unknown): RequestMatch | null {
     const name = String(h.name ?? '').toLowerCase()
     const value = typeof h.value === 'string' ? h.value : null
     const read = (req: RequestView): string | undefined => { const v = req.headers[name]; return Array.isArray(v) ? v.join(',') : v }
-    if (value === null) tests.push(req => read(req) !== undefined)
-    else if (h.type === 'RegularExpression') { const re = new RegExp(`^(?:${value})$`); tests.push(req => { const v = read(req); return v !== undefined && re.test(v) }) }
-    else tests.push(req => read(req) === value)
+    let test: RequestMatch
+    if (value === null) test = req => read(req) !== undefined
+    else if (h.type === 'RegularExpression') { const re = new RegExp(`^(?:${value})$`); test = req => { const v = read(req); return v !== undefined && re.test(v) } }
+    else test = req => read(req) === value
+    tests.push(h.invert === true ? req => !test(req) : test)
   }
-  if (typeof o.sourceCIDR === 'string') {
-    const inRange = cidrTest(o.sourceCIDR)
-    tests.push(req => inRange(req.client.address))
+  const ranges = typeof o.sourceCIDR === 'string' ? [o.sourceCIDR] : Array.isArray(o.sourceCIDR) ? o.sourceCIDR.filter((c): c is string => typeof c === 'string') : []
+  for (const text of ranges) {
+    const cidr = parseCidr(text)
+    // Validate refuses a range that does not parse; one here matches nobody, never everybody.
+    if (cidr === null) tests.push(() => false)
+    else { const list = [cidr]; tests.push(req => matchCidr(list, req.client.address) !== null) }
   }
   return tests.length === 0 ? null : (req) => tests.every(f => f(req))
-}
-
-/** IPv4 CIDR (or an IPv6 one, compared by prefix text when it ends at a group boundary). */
-function cidrTest(cidr: string): (address: string) => boolean {
-  const [base, bitsText] = cidr.split('/') as [string, string?]
-  const bits = bitsText === undefined ? 32 : Number(bitsText)
-  const v4 = (a: string): number | null => {
-    const s = a.startsWith('::ffff:') ? a.slice(7) : a
-    const p = s.split('.')
-    if (p.length !== 4) return null
-    return p.reduce((n, x) => n * 256 + Number(x), 0)
-  }
-  const b = v4(base)
-  if (b === null) { const prefix = base.replace(/::$/, ':'); return (a) => a.startsWith(prefix) }
-  const size = 2 ** (32 - bits)
-  const net = Math.floor(b / size)
-  return (a) => { const n = v4(a); return n !== null && Math.floor(n / size) === net }
 }

@@ -228,7 +228,8 @@ function matchBlock(v: unknown, at: string, f: Findings): void {
     const o = asObj(h)
     const p = item(child(at, 'headers'), i)
     if (o === null || typeof o.name !== 'string' || o.name === '') { f.error(child(p, 'name'), 'required: the header name'); return }
-    known(o, p, ['name', 'value', 'type'], f)
+    known(o, p, ['name', 'value', 'type', 'invert'], f)
+    if (o.invert !== undefined && typeof o.invert !== 'boolean') f.error(child(p, 'invert'), `must be true or false, got ${show(o.invert)}`)
     headerName(o.name, child(p, 'name'), f)
     oneOf(o, p, 'type', ['Exact', 'RegularExpression'], f)
     const value = asStr(o.value)

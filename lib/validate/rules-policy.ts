@@ -113,6 +113,8 @@ export function checkBackendTrafficPolicy(doc: Obj, f: Findings): void {
             const nameProblem = name === null ? null : headerNameProblem(name)
             if (nameProblem !== null) f.error(`${item(`${at}.headers`, i)}.name`, nameProblem)
             const value = strAt(h, 'value')
+            // Envoy Gateway refuses it too: a Distinct header has no value to invert.
+            if (h.invert === true && strAt(h, 'type') === 'Distinct') f.error(`${item(`${at}.headers`, i)}.invert`, 'must not be set when type is Distinct')
             const problem = strAt(h, 'type') === 'RegularExpression' && value !== null ? wholeRegexProblem(value) : null
             if (problem !== null) f.error(`${item(`${at}.headers`, i)}.value`, problem)
           }

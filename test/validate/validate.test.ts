@@ -190,6 +190,8 @@ t.test('BackendTrafficPolicy rateLimit clientSelectors: an invalid regular expre
   ])
   t.equal(bad.length, 2)
   t.same(errorsOf(policy({ headers: [{ name: 'x-plan', type: 'RegularExpression', value: 'free-(a|b)' }], sourceCIDR: { type: 'Distinct', value: '10.0.0.0/8' } })), [])
+  t.same(errorsOf(policy({ headers: [{ name: 'x-plan', value: 'paid', invert: true }] })), [], 'invert on an Exact header')
+  t.match(errorsOf(policy({ headers: [{ name: 'x-plan', type: 'Distinct', invert: true }] })), [/^spec\.rateLimit\.global\.rules\[1\]\.clientSelectors\[0\]\.headers\[0\]\.invert: must not be set when type is Distinct/])
 })
 
 t.test('RateLimit requests and burst are whole numbers of requests, at least 1 (a bucket of 0.5 never holds one request)', async (t) => {
