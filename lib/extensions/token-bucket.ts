@@ -207,7 +207,8 @@ else
   if tokens > 0 then allowed = 1 end
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate) + 1000)
+-- Kept until full again (a charge may leave it in debt, down to -cap): gone earlier, it would start full.
+redis.call('PEXPIRE', KEYS[1], math.ceil((cap - tokens) / rate) + 1000)
 local wait = 0
 if allowed == 0 then wait = math.ceil(math.max(0, need - tokens) / rate) end
 local remaining = math.floor(tokens)
