@@ -26,6 +26,24 @@ const MAX_MODEL_LABEL = 64
 
 export interface Usage { model: string; input: number; output: number }
 
+/** Distinct model label values per process; the models seen after these count as `other`. */
+const MAX_MODELS = 100
+const models = new Set<string>()
+
+/** The model label: the name (cut to MAX_MODEL_LABEL), one of the first MAX_MODELS, else `other` (upstreams choose the names). */
+function modelLabel(model: string): string {
+  const name = model.slice(0, MAX_MODEL_LABEL)
+  if (models.has(name)) return name
+  if (models.size >= MAX_MODELS) return 'other'
+  models.add(name)
+  return name
+}
+
+/** A token count: a finite number, not negative; anything else (a string, -600, 1e400) is no count. */
+function tokenCount(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null
+}
+
 function usageOf(obj: unknown, into: Usage): boolean {
   if (obj === null || typeof obj !== 'object') return false
   const o = obj as Record<string, unknown>
@@ -33,11 +51,13 @@ function usageOf(obj: unknown, into: Usage): boolean {
   const u = o.usage as Record<string, unknown> | null | undefined
   if (u === null || u === undefined || typeof u !== 'object') return false
   // OpenAI chat/completions: prompt/completion; the Responses API: input/output.
-  const input = u.prompt_tokens ?? u.input_tokens
-  const output = u.completion_tokens ?? u.output_tokens
-  if (typeof input !== 'number' && typeof output !== 'number') return false
-  into.input = typeof input === 'number' ? input : 0
-  into.output = typeof output === 'number' ? output : 0
+  // A count that is not one never lowers the other's charge nor throws; an
+  // event without one keeps what an earlier event said.
+  const input = tokenCount(u.prompt_tokens ?? u.input_tokens)
+  const output = tokenCount(u.completion_tokens ?? u.output_tokens)
+  if (input === null && output === null) return false
+  if (input !== null) into.input = input
+  if (output !== null) into.output = output
   return true
 }
 
@@ -111,7 +131,7 @@ export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHoo
 
   const record = (req: RequestView, u: Usage): void => {
     const labels = {
-      model: u.model.slice(0, MAX_MODEL_LABEL), namespace: req.client.namespace ?? '', service_account: req.client.serviceAccount ?? '',
+      model: modelLabel(u.model), namespace: req.client.namespace ?? '', service_account: req.client.serviceAccount ?? '',
     }
     if (u.input > 0) aiTokens.inc({ ...labels, direction: 'input' }, u.input)
     if (u.output > 0) aiTokens.inc({ ...labels, direction: 'output' }, u.output)

@@ -1,0 +1,64 @@
+// AIUsage through its hooks with a local budget: usage values an upstream may
+// send malformed or hostile (negative, not finite, strings) never give tokens
+// back nor throw, and the model label of sallyport_ai_tokens_total takes a
+// bounded number of values whatever model names upstreams answer with.
+import t from 'tap'
+import type { CompiledExtension } from '../../lib/compile/table.ts'
+import type { ClientInfo, HookResult, RequestView, ResponseView } from '../../lib/extensions/plugin-api.ts'
+import { aiUsage } from '../../lib/extensions/ai-usage.ts'
+import { RedisPool } from '../../lib/extensions/redis-client.ts'
+import { registry } from '../../lib/observe/metrics.ts'
+
+function spec(name: string, config: Record<string, unknown>): CompiledExtension {
+  return {
+    key: `Backend default/${name}/${name}`, name, type: 'AIUsage', phases: ['request-headers', 'response-body'], priority: 0, failOpen: false,
+    scope: 'Backend', source: `Backend default/${name}`, namespace: 'default', config, secrets: {}, error: null,
+  }
+}
+
+function view(namespace: string): RequestView {
+  const client: ClientInfo = { address: '127.0.0.1', namespace, serviceAccount: 'sa', pod: null, spiffeId: null }
+  return { method: 'POST', path: '/v1/chat/completions', authority: 'api', headers: {}, client, route: 'default/api', rule: 'default/api/rule/0', backend: 'Backend/default/api:80', gateway: 'default/egress', scheme: 'http' }
+}
+
+const json: ResponseView = { status: 200, headers: { 'content-type': 'application/json' } } as ResponseView
+
+type Hooks = ReturnType<typeof aiUsage>
+
+function answer(h: Hooks, req: RequestView, body: string): void {
+  const o = h.responseStream?.(req, json)
+  if (o === null || o === undefined) throw new Error('not observed')
+  o.chunk(Buffer.from(body))
+  o.end()
+}
+
+async function remaining(h: Hooks, req: RequestView): Promise<number | 'denied'> {
+  const r: HookResult = await (h.requestHeaders as (r: RequestView) => HookResult | Promise<HookResult>)(req)
+  if (r !== undefined && r !== null && 'deny' in r) return 'denied'
+  return -1
+}
+
+t.test('a negative, non-finite or non-numeric count never lowers the charge', async (t) => {
+  const h = aiUsage(spec('hostile', { budget: { tokens: 1000, unit: 'Hour', key: ['namespace'] } }), new RedisPool())
+  t.teardown(() => h.close?.())
+  // 1500 output tokens, and a negative prompt count that cancelled 600 of them.
+  answer(h, view('team-neg'), JSON.stringify({ model: 'm', usage: { prompt_tokens: -600, completion_tokens: 1500 } }))
+  t.equal(await remaining(h, view('team-neg')), 'denied', '1500 tokens spend a 1000-token budget')
+  // Infinity (1e400 in JSON), strings: no throw, and the finite count is charged.
+  t.doesNotThrow(() => answer(h, view('team-inf'), '{"model":"m","usage":{"prompt_tokens":1e400,"completion_tokens":1200}}'))
+  t.equal(await remaining(h, view('team-inf')), 'denied', 'the 1200 finite tokens are charged')
+  t.doesNotThrow(() => answer(h, view('team-str'), '{"model":"m","usage":{"prompt_tokens":"5000","completion_tokens":null}}'))
+  t.equal(await remaining(h, view('team-str')), -1, 'nothing countable: nothing charged')
+})
+
+t.test('the model label takes at most a bounded number of values', async (t) => {
+  const h = aiUsage(spec('models', {}), new RedisPool())
+  t.teardown(() => h.close?.())
+  for (let i = 0; i < 500; i++) answer(h, view('team-models'), JSON.stringify({ model: `model-${i}`, usage: { prompt_tokens: 1, completion_tokens: 1 } }))
+  const metric = (await registry.getSingleMetric('sallyport_ai_tokens_total')?.get())
+  const models = new Set((metric?.values ?? []).filter(v => v.labels.namespace === 'team-models').map(v => String(v.labels.model)))
+  t.ok(models.size <= 101, `${models.size} model label values`)
+  t.ok(models.has('model-0'), 'the first models keep their name')
+  const total = (metric?.values ?? []).filter(v => v.labels.namespace === 'team-models').reduce((n, v) => n + v.value, 0)
+  t.equal(total, 1000, 'every token still counted')
+})
