@@ -219,6 +219,21 @@ function limitBlock(o: Obj, at: string, amount: 'requests' | 'tokens', extra: re
  * does not compile, or a range that does not parse, would fail or never match
  * every request, so it is an error here.
  */
+/**
+ * Rule names (a rule's `name`, else `<extension>-<index>`, as
+ * extensions/rate-limit.ts names them) key the buckets: two rules of one name
+ * would count in one bucket, each taking its tokens there.
+ */
+function duplicateRuleNames(rules: readonly unknown[], extension: string, at: string, f: Findings): void {
+  const seen = new Map<string, number>()
+  rules.forEach((r, i) => {
+    const name = asStr(asObj(r)?.name) ?? `${extension}-${i}`
+    const first = seen.get(name)
+    if (first === undefined) seen.set(name, i)
+    else f.error(child(item(at, i), 'name'), `"${name}" is the name of rules[${first}] too: each rule counts in buckets of its own name`)
+  })
+}
+
 function matchBlock(v: unknown, at: string, f: Findings): void {
   if (v === undefined) return
   const m = asObj(v)
@@ -323,6 +338,7 @@ export function checkExtensionConfig(ext: Obj, at: string, f: Findings): void {
         globalBlock(config.global, child(c, 'global'), f)
         oneOf(config, c, 'failureMode', ['open', 'closed'], f)
         config.rules.forEach((r, i) => { const o = asObj(r); if (o !== null) { limitBlock(o, item(child(c, 'rules'), i), 'requests', [], f); required(o, item(child(c, 'rules'), i), ['requests'], f) } })
+        duplicateRuleNames(config.rules, asStr(ext.name) ?? '', child(c, 'rules'), f)
       } else {
         limitBlock(config, c, 'requests', ['responseHeaders', ...common], f)
         required(config, c, ['requests'], f)

@@ -207,6 +207,9 @@ t.test('RateLimit requests and burst are whole numbers of requests, at least 1 (
   t.match(errorsOf(backend({ rules: [{ requests: 2.5, unit: 'Minute' }] })), [/^spec\.extensions\[0\]\.config\.rules\[0\]\.requests: must be a whole number/])
   t.same(errorsOf(backend({ requests: 1 })), [])
   t.same(errorsOf(backend({ requests: 3, burst: 6 })), [])
+  // rules[0] named as rules[1] is by default (rl-1): both would count in one bucket.
+  t.match(errorsOf(backend({ rules: [{ name: 'rl-1', requests: 5, unit: 'Minute' }, { requests: 100, unit: 'Hour' }] })), [/^spec\.extensions\[0\]\.config\.rules\[1\]\.name: "rl-1" is the name of rules\[0\] too/])
+  t.same(errorsOf(backend({ rules: [{ name: 'a', requests: 5, unit: 'Minute' }, { requests: 100, unit: 'Hour' }] })), [])
 })
 
 t.test('a number too large for a document (YAML 1e400 reads as Infinity) is out of range, not "null"', async (t) => {
