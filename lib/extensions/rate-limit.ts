@@ -162,6 +162,8 @@ export class Limiter {
   #lastAllow: HookResult = undefined
   #lastRemaining = -1
   #lastReset = -1
+  /** `requests: 0`: every decision is this refusal (no bucket is kept). */
+  readonly #nothing: Decision | null
   /** The success fields when the count is unknown (Redis down, failureMode open). */
   #policyOnly: HookResult = undefined
 
@@ -174,9 +176,12 @@ export class Limiter {
     const buckets = options.buckets ?? local
     this.#pool = redis
     const amount = Number(block[amountField])
-    if (!(amount > 0)) throw new Error(`${amountField} must be a positive number`)
     const unitMs = UNIT_MS[String(block.unit ?? 'Minute')]
     if (unitMs === undefined) throw new Error('unit must be Second, Minute, Hour or Day')
+    // A BackendTrafficPolicy rule of `requests: 0` (its schema allows it; a RateLimit's own
+    // needs 1) admits nothing it selects, as Envoy's rate limit service reads 0 per unit.
+    this.#nothing = amount === 0 && amountField === 'requests' ? Object.freeze({ allowed: false, remaining: 0, waitMs: unitMs }) : null
+    if (!(amount > 0) && this.#nothing === null) throw new Error(`${amountField} must be a positive number`)
     const burst = typeof block.burst === 'number' && block.burst > 0 ? block.burst : amount
     const name = typeof block.name === 'string' ? block.name : spec.name
     this.config = { limit: { capacity: burst, perMs: amount / unitMs }, quota: amount, windowSeconds: unitMs / 1000, name, policy: `"${name}";q=${amount};w=${unitMs / 1000}` }
@@ -242,6 +247,7 @@ export class Limiter {
 
   // hot path
   decide(key: string, mode: BucketMode, cost: number): Decision | Promise<Decision> {
+    if (this.#nothing !== null) return this.#nothing
     if (this.#redis === null) return this.#local.decide(this.#family, key, this.config.limit, mode, cost)
     return decideGlobal(this.#redis, key, this.config.limit, mode, cost).catch((err: unknown) => {
       rateLimitBackendErrors.inc({ outcome: this.#failOpen ? 'open' : 'closed' })

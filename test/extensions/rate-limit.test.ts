@@ -116,3 +116,20 @@ t.test('a decision on a limit closed while a request still held it stores nothin
   t.equal(buckets.size, 0, 'and kept nowhere')
   t.equal(buckets.families, 0)
 })
+
+t.test('a BackendTrafficPolicy rule of requests: 0 refuses every request it selects (429, Retry-After one unit); the others pass', async (t) => {
+  const redis = new RedisPool()
+  const rl = rateLimit(spec('block-free', { rules: [
+    { requests: 0, unit: 'Minute', match: { headers: [{ name: 'x-plan', value: 'free' }] } },
+    { requests: 100, unit: 'Minute' },
+  ] }), redis)
+  const hook = (v: RequestView): HookResult | Promise<HookResult> => (rl.requestHeaders as (r: RequestView) => HookResult | Promise<HookResult>)(v)
+  for (let i = 0; i < 3; i++) {
+    const refused = await hook(view('default/r', { 'x-plan': 'free' }))
+    t.equal(await status(refused), 429, `free request ${i + 1}: refused`)
+    t.equal((refused as { deny: { headers: Record<string, string> } }).deny.headers['retry-after'], '60')
+  }
+  t.equal(await status(hook(view('default/r', { 'x-plan': 'paid' }))), 200, 'a request the rule does not select passes')
+  rl.close?.()
+  redis.close()
+})
