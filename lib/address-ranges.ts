@@ -116,6 +116,25 @@ export function matchCidr(list: readonly Cidr[], address: string): Cidr | null {
   return null
 }
 
+/**
+ * matchCidr for a deny-list: an IPv6 address that carries an IPv4 one (NAT64,
+ * 6to4, IPv4-translated, IPv4-compatible; see embeddedIpv4) matches the IPv4
+ * ranges its IPv4 address is in too. A DNS64 resolver answers every IPv4-only
+ * name with 64:ff9b::<IPv4>, and the NAT64 gateway reaches that IPv4 address:
+ * a denied 203.0.113.0/24 must not be reachable as 64:ff9b::cb00:7107.
+ */
+export function matchCidrCarried(list: readonly Cidr[], address: string): Cidr | null {
+  const ip = parseIp(address)
+  if (ip === null) return null
+  for (const c of list) if (cidrContains(c, ip)) return c
+  if (ip.family === 4) return null
+  const v4 = embeddedIpv4(ip.value)
+  if (v4 === null) return null
+  const carried = { family: 4 as const, value: v4 }
+  for (const c of list) if (cidrContains(c, carried)) return c
+  return null
+}
+
 /** Parse a list; unparsable entries are returned in `invalid`. */
 export function parseCidrList(entries: readonly string[]): { readonly cidrs: Cidr[]; readonly invalid: string[] } {
   const cidrs: Cidr[] = []

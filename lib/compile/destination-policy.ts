@@ -24,7 +24,7 @@
 
 import type { Backend, Gateway } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
-import { guardedRangeOf, matchCidr, parseCidr, type Cidr } from '../address-ranges.ts'
+import { guardedRangeOf, matchCidr, matchCidrCarried, parseCidr, type Cidr } from '../address-ranges.ts'
 import { ErrorCode } from '../errors.ts'
 import { DESTINATION, type HostList, listEntries, parseDnsSuffixes, parseHostList } from '../validate/annotations.ts'
 import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy, HostPatterns, RequestedDestination } from './table.ts'
@@ -222,7 +222,7 @@ export class DestinationPolicies {
   }
 
   #addressVerdict(address: string, policy: GatewayPolicy): Denial | null {
-    if (policy.denylist !== null && matchCidr(policy.denylist.cidrs, address) !== null) return denial('DestinationDenied', `${address} is on the Gateway's destination deny-list`)
+    if (policy.denylist !== null && matchCidrCarried(policy.denylist.cidrs, address) !== null) return denial('DestinationDenied', `${address} is on the Gateway's destination deny-list`)
     if (policy.allowlist !== null && matchCidr(policy.allowlist.cidrs, address) === null) return denial('DestinationNotAllowed', `${address} is not on the Gateway's destination allow-list`)
     const range = matchCidr(this.#clusterCidrs, address) !== null ? 'cluster' : guardedRangeOf(address)
     if (range === null) return null

@@ -9,7 +9,7 @@
 // Cluster.destination) are applied here too. Services are in-cluster
 // destinations and are not guarded. Checked once per DNS answer, not per request.
 
-import { guardedRangeOf, matchCidr, parseCidr, type Cidr } from '../address-ranges.ts'
+import { guardedRangeOf, matchCidr, matchCidrCarried, parseCidr, type Cidr } from '../address-ranges.ts'
 import type { Cluster, ClusterDestination } from '../compile/table.ts'
 
 export interface GuardOptions {
@@ -55,7 +55,8 @@ export class DestinationGuard {
     if (!this.applies(cluster)) return null
     const gateways = this.#gatewaysOf(cluster.destination ?? null)
     for (const g of gateways) {
-      if (matchCidr(g.deny, address) !== null) return RefusalReason.DENIED
+      // An IPv6 address carrying a denied IPv4 one (DNS64/NAT64, 6to4) is denied too.
+      if (matchCidrCarried(g.deny, address) !== null) return RefusalReason.DENIED
       if (g.only !== null && matchCidr(g.only, address) === null) return RefusalReason.NOT_ALLOWED
     }
     const range = matchCidr(this.#cluster, address) !== null ? RefusalReason.CLUSTER : guardedRangeOf(address)

@@ -1,7 +1,7 @@
 // CIDR parsing and the guarded ranges (lib/address-ranges.ts): the tables the
 // confused-deputy guard and the destination annotations rest on.
 import t from 'tap'
-import { guardedRangeOf, matchCidr, parseCidr, parseCidrList, parseIp } from '../../lib/address-ranges.ts'
+import { guardedRangeOf, matchCidr, matchCidrCarried, parseCidr, parseCidrList, parseIp } from '../../lib/address-ranges.ts'
 
 t.test('addresses and CIDRs parse, normalize, and reject garbage', async t => {
   t.same(parseCidr('10.1.2.3/8')?.text, '10.0.0.0/8', 'host bits cleared')
@@ -61,4 +61,13 @@ t.test('the IPv6 discard-only prefix is reserved', async t => {
   t.equal(guardedRangeOf('100::1'), 'reserved')
   t.equal(guardedRangeOf('100::ffff:ffff:ffff:ffff'), 'reserved')
   t.equal(guardedRangeOf('100:0:0:1::1'), null, 'outside the /64')
+})
+
+t.test('matchCidrCarried: an IPv6 address carrying an IPv4 one matches that IPv4 address\'s ranges too', async t => {
+  const list = [parseCidr('203.0.113.0/24'), parseCidr('2001:db8::/32')].filter(c => c !== null)
+  for (const a of ['203.0.113.7', '::ffff:203.0.113.7', '64:ff9b::cb00:7107', '64:ff9b:1::cb00:7107', '2002:cb00:7107::1', '::ffff:0:cb00:7107', '::203.0.113.7', '2001:db8::1']) {
+    t.ok(matchCidrCarried(list, a), a)
+  }
+  for (const a of ['198.51.100.1', '64:ff9b::c633:6401', '2001:db9::1', 'not-an-ip']) t.equal(matchCidrCarried(list, a), null, a)
+  t.equal(matchCidr(list, '64:ff9b::cb00:7107'), null, 'matchCidr itself stays literal')
 })

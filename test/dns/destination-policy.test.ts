@@ -202,6 +202,10 @@ t.test('static Ip backends need an explicit allowance for guarded ranges; CIDR l
   const only = run([gateway({ 'sallyport.io/destination-allowlist': '192.0.2.0/24' }), ...docs])
   t.equal(ruleFor(only.table, 'public.test').direct, null)
   t.equal(backendParent(only.status, 'pod'), 'Accepted=False DestinationNotAllowed')
+
+  // A NAT64 address carrying a denied IPv4 one is denied too (a NAT64 gateway reaches 192.0.2.10).
+  const nat64 = run([gateway({ 'sallyport.io/destination-denylist': '192.0.2.0/24' }), ipBackend('nat64', '64:ff9b::c000:20a'), route('nat64', 'nat64.test', [{ kind: 'Backend', name: 'nat64' }])])
+  t.equal(backendParent(nat64.status, 'nat64'), 'Accepted=False DestinationDenied', 'deny-list CIDR through NAT64')
 })
 
 t.test('what upstream/ enforces on resolved addresses travels on the Cluster', async t => {

@@ -247,3 +247,18 @@ t.test('enableIPv6: an AAAA query that times out does not hold up the A answer t
   t.same(v6.addresses, ['2001:db8::33'], 'the AAAA answer while the A query is out')
   t.ok(Date.now() - started < 1500, `served within 1.5 s although the A query waits 3 s (took ${Date.now() - started} ms)`)
 })
+
+t.test('a Gateway deny-list CIDR also refuses IPv6 addresses carrying a denied IPv4 one (DNS64/NAT64, 6to4, IPv4-compatible)', { skip: skip ?? false }, async (t) => {
+  // An IPv6-only cluster's DNS64 answers every IPv4-only name with 64:ff9b::<IPv4>;
+  // its NAT64 gateway then reaches the IPv4 address the deny-list names.
+  const dns = await startDnsmasq(t, { hosts: ['64:ff9b::cb00:7107 api.dns64.test', '2002:cb00:7108::1 api.6to4.test', '2001:db8::40 api.plain6.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const denied = (host: string): Cluster => hostCluster(host, { enableIPv6: true, destination: destination([gateway({ denyCidrs: ['203.0.113.0/24'] })]) })
+  t.match((await r.resolve(denied('api.dns64.test'), 'api.dns64.test')).error?.message, /64:ff9b::cb00:7107 \(denied\)/, 'NAT64 answer carrying a denied address')
+  t.match((await r.resolve(denied('api.6to4.test'), 'api.6to4.test')).error?.message, /\(denied\)/, '6to4 answer carrying a denied address')
+  for (const literal of ['64:ff9b::cb00:7107', '::203.0.113.7', '::ffff:0:203.0.113.7', '::ffff:203.0.113.7']) {
+    t.match((await r.resolve(denied(literal), literal)).error?.message, /\(denied\)/, `a requested IP literal ${literal}`)
+  }
+  t.same((await r.resolve(denied('api.plain6.test'), 'api.plain6.test')).addresses, ['2001:db8::40'], 'an ordinary IPv6 address is not affected')
+})
