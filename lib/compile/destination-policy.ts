@@ -173,7 +173,7 @@ export class DestinationPolicies {
    * this cluster and Gateway).
    */
   check(cluster: Cluster, gatewayKey: string, proxied = false): Denial | null {
-    if (cluster.kind !== 'Backend') return null
+    if (cluster.kind !== 'Backend') return isExternalName(cluster) ? this.#externalNameVerdict(cluster, gatewayKey, proxied) : null
     // Issue 11: every rule asks for each of its backends; a verdict depends
     // only on (cluster, Gateway), so it is decided once per compile.
     let byGateway = this.#verdicts.get(cluster)
@@ -194,6 +194,17 @@ export class DestinationPolicies {
     return d
   }
 
+  /** An ExternalName Service (its endpoint a name anyone with a Service may choose): the Gateway's hostname lists, as for a Backend. */
+  #externalNameVerdict(cluster: Cluster, gatewayKey: string, proxied: boolean): Denial | null {
+    let byGateway = this.#verdicts.get(cluster)
+    if (byGateway === undefined) this.#verdicts.set(cluster, byGateway = new Map())
+    const known = byGateway.get(gatewayKey)
+    if (known !== undefined) return known
+    const d = hostnameVerdict(cluster, this.gatewayPolicy(gatewayKey), proxied)
+    byGateway.set(gatewayKey, d)
+    return d
+  }
+
   #verdict(backend: Backend, cluster: Cluster, policy: GatewayPolicy, proxied: boolean): Denial | null {
     const dest = backend.destination
     if (dest.type === 'EndpointSelector' || dest.type === 'Service') return null // in-cluster
@@ -202,21 +213,12 @@ export class DestinationPolicies {
       if (backend.region === null) return denial('RegionNotAllowed', `Backend has no sallyport.io/region label; the Gateway allows regions ${allowed}`)
       if (!policy.regions.has(backend.region)) return denial('RegionNotAllowed', `region ${backend.region} is not among the Gateway's allowed regions (${allowed})`)
     }
+    const named = hostnameVerdict(cluster, policy, proxied)
+    if (named !== null) return named
     for (const e of cluster.endpoints) {
-      if (e.kind === 'hostname') {
-        const host = e.host.toLowerCase()
-        if (policy.denylist !== null && hostListed(policy.denylist, host)) return denial('DestinationDenied', `${host} is on the Gateway's destination deny-list`)
-        // An allow-list without CIDRs decides names here; with CIDRs, the resolved addresses may still qualify (upstream/),
-        // unless an upstream proxy resolves the name: its addresses are never seen, so only the names can admit it.
-        const allow = policy.allowlist
-        if (allow !== null && !hostListed(allow, host)) {
-          if (allow.cidrs.length === 0) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list`)
-          if (proxied) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list, and through the upstream proxy its addresses are never seen to match the list's CIDRs`)
-        }
-      } else if (e.kind === 'ip') {
-        const r = this.#addressVerdict(e.host, policy)
-        if (r !== null) return r
-      }
+      if (e.kind !== 'ip') continue
+      const r = this.#addressVerdict(e.host, policy)
+      if (r !== null) return r
     }
     return null
   }
@@ -237,6 +239,7 @@ export class DestinationPolicies {
    * or that are not Backends (nothing resolved, or in-cluster).
    */
   clusterDestination(cluster: Cluster, gatewayKeys: readonly string[]): ClusterDestination | null {
+    if (isExternalName(cluster)) return { gateways: [...new Set(gatewayKeys)].sort().filter(g => this.#verdicts.get(cluster)?.get(g) == null).map(g => this.#addressPolicy(g, cluster)), reverseDnsSuffixes: null }
     if (cluster.kind !== 'Backend' || !cluster.endpoints.some(e => e.kind === 'hostname')) return null
     const key = cluster.backendKey
     if (key === undefined) return null
@@ -249,16 +252,43 @@ export class DestinationPolicies {
     for (const g of [...new Set(gatewayKeys)].sort()) {
       // A Gateway that denies the Backend outright never sends to it: its lists do not narrow the others.
       if (this.denials.get(key)?.has(g) === true) continue
-      const p = this.gatewayPolicy(g)
-      const hostsOnList = p.allowlist !== null && cluster.endpoints.every(e => e.kind !== 'hostname' || hostListed(p.allowlist as HostList, e.host.toLowerCase()))
-      gateways.push({
-        gateway: g,
-        allowCidrs: p.allowCidrs.map(c => c.text),
-        denyCidrs: p.denylist === null ? [] : p.denylist.cidrs.map(c => c.text),
-        onlyCidrs: p.allowlist === null || hostsOnList ? null : p.allowlist.cidrs.map(c => c.text),
-        reverseDnsSuffixes: p.reverseDnsSuffixes,
-      })
+      gateways.push(this.#addressPolicy(g, cluster))
     }
     return { gateways, reverseDnsSuffixes: own }
   }
+
+  /** What Gateway `g` requires of the addresses `cluster`'s names resolve to. */
+  #addressPolicy(g: string, cluster: Cluster): GatewayAddressPolicy {
+    const p = this.gatewayPolicy(g)
+    const hostsOnList = p.allowlist !== null && cluster.endpoints.every(e => e.kind !== 'hostname' || hostListed(p.allowlist as HostList, e.host.toLowerCase()))
+    return {
+      gateway: g,
+      allowCidrs: p.allowCidrs.map(c => c.text),
+      denyCidrs: p.denylist === null ? [] : p.denylist.cidrs.map(c => c.text),
+      onlyCidrs: p.allowlist === null || hostsOnList ? null : p.allowlist.cidrs.map(c => c.text),
+      reverseDnsSuffixes: p.reverseDnsSuffixes,
+    }
+  }
+}
+
+/** A Service cluster whose endpoint is a name: an ExternalName Service (the others have addresses). */
+function isExternalName(cluster: Cluster): boolean {
+  return cluster.kind === 'Service' && cluster.endpoints.some(e => e.kind === 'hostname')
+}
+
+/** The Gateway's hostname deny- and allow-lists on a cluster's names; null: allowed by them. */
+function hostnameVerdict(cluster: Cluster, policy: GatewayPolicy, proxied: boolean): Denial | null {
+  for (const e of cluster.endpoints) {
+    if (e.kind !== 'hostname') continue
+    const host = e.host.toLowerCase()
+    if (policy.denylist !== null && hostListed(policy.denylist, host)) return denial('DestinationDenied', `${host} is on the Gateway's destination deny-list`)
+    // An allow-list without CIDRs decides names here; with CIDRs, the resolved addresses may still qualify (upstream/),
+    // unless an upstream proxy resolves the name: its addresses are never seen, so only the names can admit it.
+    const allow = policy.allowlist
+    if (allow !== null && !hostListed(allow, host)) {
+      if (allow.cidrs.length === 0) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list`)
+      if (proxied) return denial('DestinationNotAllowed', `${host} is not on the Gateway's destination allow-list, and through the upstream proxy its addresses are never seen to match the list's CIDRs`)
+    }
+  }
+  return null
 }

@@ -45,9 +45,16 @@ export class DestinationGuard {
     if (this.#allow.length !== allow.length || this.#cluster.length !== cluster.length) throw new Error('destination guard: a CIDR does not parse')
   }
 
-  /** Whether addresses of this cluster are checked at all: Backends (external destinations) only. */
+  /**
+   * Whether addresses of this cluster are checked at all: Backends (external
+   * destinations), and a Service whose endpoints are names: an ExternalName
+   * Service, whose name any route author may point at 169.254.169.254 or
+   * 127.0.0.1 (the confused deputy Kubernetes' own ExternalName warning is about).
+   */
   applies(cluster: Cluster): boolean {
-    return cluster.kind === 'Backend'
+    if (cluster.kind === 'Backend') return true
+    for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
+    return false
   }
 
   /** null: the address may be used for `cluster`; else the refusal reason. */

@@ -174,6 +174,39 @@ t.test('hostname deny-list and allow-list (exact and wildcard)', async t => {
   t.equal(ruleFor(table, 'partner.test').direct, null, 'exact allow-list entry')
 })
 
+t.test('an ExternalName Service names an external host: the Gateway\'s hostname lists apply to it too', async t => {
+  const svc = (name: string, externalName: string): string => `apiVersion: v1
+kind: Service
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  type: ExternalName
+  externalName: ${externalName}
+  ports: [{ name: http, port: 80 }]
+`
+  const svcRoute = (name: string, host: string): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules: [{ backendRefs: [{ name: ${name}, port: 80 }] }]
+`
+  const { table } = run([
+    gateway({ 'sallyport.io/destination-allowlist': 'api.example.com', 'sallyport.io/destination-denylist': 'evil.example.com' }),
+    svc('ok', 'api.example.com'), svc('other', 'other.example.net'), svc('evil', 'evil.example.com'),
+    svcRoute('ok', 'ok.test'), svcRoute('other', 'other.test'), svcRoute('evil', 'evil.test'),
+  ])
+  t.equal(ruleFor(table, 'ok.test').direct, null, 'a listed name')
+  t.equal(ruleFor(table, 'other.test').direct?.status, 403, 'a name the allow-list does not list')
+  t.equal(ruleFor(table, 'evil.test').direct?.status, 403, 'a denied name')
+  const c = table.clusters.get('Service/default/ok:80')
+  t.same(c?.destination?.gateways.map(g => g.gateway), ['default/egress'], 'its resolved addresses are checked for the Gateway (upstream/)')
+})
+
 t.test('static Ip backends need an explicit allowance for guarded ranges; CIDR lists apply', async t => {
   const docs = [
     ipBackend('loop', '127.0.0.1'), ipBackend('meta', '169.254.169.254'), ipBackend('public', '192.0.2.10'), ipBackend('pod', '198.51.100.7'),

@@ -147,9 +147,12 @@ t.test('a name rebinding to the metadata service or loopback is refused (confuse
   t.match(m, new RegExp(`backend="${c.id.replace(/[/.]/g, '.')}",reason="link-local"`))
   t.match(m, /reason="loopback"/)
 
-  // Services are in-cluster destinations: not guarded.
+  // A Service with a name for an endpoint is an ExternalName Service: guarded like a Backend
+  // (Services with addresses are in-cluster destinations and resolve nothing).
   const svc = hostCluster('api.rebind.test', { kind: 'Service' })
-  t.same((await r.resolve(svc, 'api.rebind.test')).addresses, ['127.0.0.1'])
+  t.match((await r.resolve(svc, 'api.rebind.test')).error?.message, /127\.0\.0\.1 \(loopback\)/)
+  const svcAllowed = hostCluster('api.rebind.test', { kind: 'Service', destination: destination([gateway({ allowCidrs: ['127.0.0.0/8'] })]) })
+  t.same((await r.resolve(svcAllowed, 'api.rebind.test')).addresses, ['127.0.0.1'], 'an ExternalName Service allowed by its Gateway')
   // Allowed explicitly by the Gateway (annotation) or globally (flag).
   const allowed = hostCluster('api.rebind.test', { destination: destination([gateway({ allowCidrs: ['127.0.0.0/8'] })]) })
   t.same((await r.resolve(allowed, 'api.rebind.test')).addresses, ['127.0.0.1'], 'allowed by the Gateway')
@@ -261,4 +264,14 @@ t.test('a Gateway deny-list CIDR also refuses IPv6 addresses carrying a denied I
     t.match((await r.resolve(denied(literal), literal)).error?.message, /\(denied\)/, `a requested IP literal ${literal}`)
   }
   t.same((await r.resolve(denied('api.plain6.test'), 'api.plain6.test')).addresses, ['2001:db8::40'], 'an ordinary IPv6 address is not affected')
+})
+
+t.test('an ExternalName Service\'s name is guarded like a Backend\'s: it must not resolve to loopback or metadata', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['127.0.0.1 lo.extname.test', '169.254.169.254 meta.extname.test', '203.0.113.50 pub.extname.test'] })
+  const r = new DestinationResolver({ dns: { servers: [dns.server], timeoutMs: 500, tries: 1 } })
+  t.teardown(() => r.close())
+  const extName = (host: string): Cluster => hostCluster(host, { kind: 'Service', id: `Service/ns/${host}:80` })
+  t.match((await r.resolve(extName('lo.extname.test'), 'lo.extname.test')).error?.message, /127\.0\.0\.1 \(loopback\)/)
+  t.match((await r.resolve(extName('meta.extname.test'), 'meta.extname.test')).error?.message, /169\.254\.169\.254 \(link-local\)/)
+  t.same((await r.resolve(extName('pub.extname.test'), 'pub.extname.test')).addresses, ['203.0.113.50'])
 })
