@@ -226,7 +226,7 @@ export class BackendResolver {
       if (protocol === 'H2C') protocol = 'HTTP2'
     }
     const endpoints = svc.type === 'ExternalName' && svc.externalName !== null
-      ? [hostEndpoint(svc.externalName, port.port)]
+      ? [externalNameEndpoint(svc.externalName, port.port)]
       : serviceEndpoints(this.#snapshot, ns, svc.meta.name, port)
     return { ok: true, value: cluster('Service', ns, svc.meta.name, port.port, protocol, null, endpoints, tls, null) }
   }
@@ -294,7 +294,7 @@ export class BackendResolver {
         const sp = svc.ports.find(p => p.port === port.port) ?? svc.ports[0]
         if (sp === undefined) return fail('BackendNotFound', `Backend ${ns}/${backend.meta.name}: Service ${svc.meta.name} has no ports`)
         endpoints = svc.type === 'ExternalName' && svc.externalName !== null
-          ? [hostEndpoint(svc.externalName, sp.port)]
+          ? [externalNameEndpoint(svc.externalName, sp.port)]
           : serviceEndpoints(this.#snapshot, svc.meta.namespace, svc.meta.name, sp)
         wrapped = { svc, port: sp }
         break
@@ -362,6 +362,17 @@ function cluster(
     id: `${kind}/${namespace}/${name}:${port}`, kind, namespace, name, port, protocol, hostname, endpoints, tls, mcpPath,
     extensions: null, lb: null, circuitBreaker: null, healthCheck: null, fallback: false, region: null, enableIPv6: false, destination: null,
   }
+}
+
+/**
+ * An ExternalName Service's endpoint is always a name to resolve, even when it
+ * is an address (`externalName: 169.254.169.254` is a valid DNS-1123
+ * subdomain): whoever may create a Service chose it, so the destination guard
+ * judges it when it is dialled (upstream/resolve.ts takes an address in a
+ * name's place without DNS).
+ */
+function externalNameEndpoint(host: string, port: number): Endpoint {
+  return { host, port, kind: 'hostname', weight: 1, zone: null }
 }
 
 function hostEndpoint(host: string, port: number): Endpoint {

@@ -9,6 +9,7 @@
 // request that has not started sending moves to the next endpoint, each
 // endpoint at most once; anything later is the resilience layer's business.
 
+import { isIP } from 'node:net'
 import { performance } from 'node:perf_hooks'
 import { ErrorCode, SallyportError } from '../errors.ts'
 import type { Cluster, Endpoint, RouteTable } from '../compile/table.ts'
@@ -101,10 +102,15 @@ interface DynamicCluster {
 }
 
 function hasHostnames(cluster: Cluster): boolean {
-  // Issue 9: through an upstream proxy, names are the proxy's to resolve (connect.ts).
-  if (cluster.upstreamProxy != null) return false
-  for (const e of cluster.endpoints) if (e.kind === 'hostname') return true
+  // Issue 9: through an upstream proxy, names are the proxy's to resolve (connect.ts);
+  // an address in a name's place (an ExternalName Service's) is judged by the guard all the same.
+  for (const e of cluster.endpoints) if (resolvedHere(cluster, e)) return true
   return false
+}
+
+/** A hostname endpoint resolved and guarded here (not left to the upstream proxy). */
+function resolvedHere(cluster: Cluster, e: Endpoint): boolean {
+  return e.kind === 'hostname' && (cluster.upstreamProxy == null || isIP(e.host) !== 0)
 }
 
 function clusterState(cluster: Cluster, endpoints: readonly Endpoint[], error: SallyportError | null, resilience: Resilience): ClusterState {
@@ -230,7 +236,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
   /** DNS (or a check) must be waited for: forward once the cluster's names are resolved. */
   #resolveThenForward(req: UpstreamRequest, handler: UpstreamHandler): void {
     const cluster = req.cluster
-    const lookups = cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.resolve(cluster, e.host) : null)
+    const lookups = cluster.endpoints.map((e) => resolvedHere(cluster, e) ? this.#destinations.resolve(cluster, e.host) : null)
     Promise.all(lookups).then((resolutions) => {
       if (this.#closed) return handler.onError(new SallyportError(ErrorCode.SHUTTING_DOWN, 'upstreams are closed'))
       if (req.signal.aborted) return handler.onError(new SallyportError(ErrorCode.CLIENT_ABORTED, 'request aborted while resolving'))
@@ -252,13 +258,13 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     let changed = false
     for (let i = 0; i < endpoints.length; i++) {
       const e = endpoints[i]
-      if (e.kind !== 'hostname') continue
+      if (!resolvedHere(cluster, e)) continue
       const r = this.#destinations.peek(cluster, e.host)
       if (r === null) return null
       if (r !== d.resolutions[i]) changed = true
     }
     if (!changed) return d.state
-    return this.#rebuild(cluster, endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.peek(cluster, e.host) : null))
+    return this.#rebuild(cluster, endpoints.map((e) => resolvedHere(cluster, e) ? this.#destinations.peek(cluster, e.host) : null))
   }
 
   #rebuild(cluster: Cluster, resolutions: ReadonlyArray<Resolution | null>): ClusterState {
@@ -299,7 +305,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     if (now - (this.#refreshedAt.get(cluster) ?? -Infinity) < REFRESH_FLOOR_MS) return
     this.#refreshedAt.set(cluster, now)
     this.#refreshing.add(cluster)
-    const lookups = cluster.endpoints.map((e) => e.kind === 'hostname' ? this.#destinations.resolve(cluster, e.host) : null)
+    const lookups = cluster.endpoints.map((e) => resolvedHere(cluster, e) ? this.#destinations.resolve(cluster, e.host) : null)
     Promise.all(lookups).then((resolutions) => {
       this.#refreshing.delete(cluster)
       if (!this.#closed && this.#table?.clusters.get(cluster.id) === cluster) this.#rebuild(cluster, resolutions)

@@ -205,6 +205,10 @@ spec:
   t.equal(ruleFor(table, 'evil.test').direct?.status, 403, 'a denied name')
   const c = table.clusters.get('Service/default/ok:80')
   t.same(c?.destination?.gateways.map(g => g.gateway), ['default/egress'], 'its resolved addresses are checked for the Gateway (upstream/)')
+  // externalName: 169.254.169.254 is a valid DNS-1123 subdomain: an address in a name's place, guarded when dialled.
+  const meta = run([gateway({}), svc('meta', '169.254.169.254'), svcRoute('meta', 'meta.test')])
+  t.same(meta.table.clusters.get('Service/default/meta:80')?.endpoints.map(e => e.kind), ['hostname'], 'an address externalName is resolved (and guarded) like a name')
+  t.ok(meta.table.clusters.get('Service/default/meta:80')?.destination !== null, 'with its Gateway\'s address policy')
 })
 
 t.test('static Ip backends need an explicit allowance for guarded ranges; CIDR lists apply', async t => {

@@ -274,4 +274,5 @@ t.test('an ExternalName Service\'s name is guarded like a Backend\'s: it must no
   t.match((await r.resolve(extName('lo.extname.test'), 'lo.extname.test')).error?.message, /127\.0\.0\.1 \(loopback\)/)
   t.match((await r.resolve(extName('meta.extname.test'), 'meta.extname.test')).error?.message, /169\.254\.169\.254 \(link-local\)/)
   t.same((await r.resolve(extName('pub.extname.test'), 'pub.extname.test')).addresses, ['203.0.113.50'])
+  t.match((await r.resolve(extName('169.254.169.254'), '169.254.169.254')).error?.message, /\(link-local\)/, 'externalName: 169.254.169.254')
 })
