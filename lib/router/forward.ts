@@ -190,7 +190,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (target.charCodeAt(0) !== 47 /* '/' */) {
       // absolute-form (clients configured with the gateway as HTTP proxy): RFC 9112 §3.2.2 — its authority wins over Host.
       const scheme = target.indexOf('://')
-      if (scheme !== -1) {
+      if (scheme !== -1 && isHttpScheme(target, scheme)) {
         // RFC 3986 §3.2: the authority ends at the first '/', '?' or '#' (`http://host?q` is `/?q` on host).
         const end = authorityEnd(target, scheme + 3)
         authority = target.slice(scheme + 3, end)
@@ -866,4 +866,15 @@ export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: Refus
     protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
     code: r.code, reason: r.reason, grpcStatus: null,
   })
+}
+
+/**
+ * An absolute-form target begins with its scheme, http or https in any case
+ * (RFC 9112 §3.2.2): a `://` further in (`x?u=http://evil/`, `ftp://host/`)
+ * is no authority to route by.
+ */
+function isHttpScheme(target: string, end: number): boolean {
+  if (end !== 4 && end !== 5) return false
+  const s = target.slice(0, end).toLowerCase()
+  return s === 'http' || s === 'https'
 }

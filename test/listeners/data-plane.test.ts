@@ -131,7 +131,14 @@ t.test('a request target neither origin-form nor absolute-form is a 400 (asteris
   // Node's parser refuses these itself.
   for (const path of ['some/path', 'example.com:80']) t.equal((await h1(port, { path })).status, 400, `GET ${path}`)
   t.equal((await h2(port, { path: '*', method: 'GET' }).catch(() => ({ status: -1 }))).status !== 200, true, 'HTTP/2 :path * with GET is not forwarded')
+  // An absolute URI starts with its scheme (http or https, RFC 9112 §3.2.2): `://` further in is not one.
+  // (Node's parser refuses some of these itself, with its own body.)
+  for (const path of ['x?u=http://evil.example/', 'ftp://evil.example/', '1http://evil.example/', 'xhttp://evil.example/']) {
+    t.equal((await h1(port, { path })).status, 400, `GET ${path}`)
+  }
+  t.equal((await h1(port, { path: 'ftp://evil.example/' })).body, 'bad request: the request target is neither a path (/...) nor an absolute URI\n')
   t.equal(up.seen.length, 0, 'nothing forwarded')
+  t.equal((await h1(port, { path: 'HTTP://any.example/a' })).status, 200, 'the scheme in any case')
   const options = await h1(port, { path: '*', method: 'OPTIONS' })
   t.equal(options.status, 200, 'OPTIONS * (RFC 9112 §3.2.4) is forwarded')
   t.equal(up.seen.at(-1)?.url, '*')
