@@ -293,6 +293,10 @@ function planListener(
         refs = condition('ResolvedRefs', false, r.reason, r.message, gen)
         break
       }
+      // Gateway API leaves more than one ref implementation-specific. Only the first is
+      // served: node's SNI callback puts only a context's last-set certificate on the
+      // connection, so an RSA and an ECDSA one side by side (Envoy's way) cannot be
+      // chosen by the client's signature algorithms. certificateProblems warns of the rest.
       if (cert === null) {
         const id = createHash('sha256').update(r.value.certPem).update('\0').update(r.value.keyPem).digest('hex').slice(0, 16)
         cert = { id, hostname, certPem: r.value.certPem, keyPem: r.value.keyPem, minVersion: tlsVersions.min }
@@ -348,10 +352,10 @@ function listenerVersions(options: Readonly<Record<string, string>>): { readonly
  * InvalidCACertificateRef).
  */
 export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gateway>, now: number): ConfigProblem[] {
-  const found = new Map<ModelObject, { field: string; message: string; listeners: string[]; served: boolean }>()
-  const note = (object: ModelObject, field: string, message: string, listener: string, served = false): void => {
+  const found = new Map<ModelObject, { field: string; message: string; listeners: string[]; served: boolean; severity: ConfigProblem['severity'] }>()
+  const note = (object: ModelObject, field: string, message: string, listener: string, served = false, severity: ConfigProblem['severity'] = served ? 'warning' : 'error'): void => {
     const seen = found.get(object)
-    if (seen === undefined) found.set(object, { field, message, listeners: [listener], served })
+    if (seen === undefined) found.set(object, { field, message, listeners: [listener], served, severity })
     else if (!seen.listeners.includes(listener)) seen.listeners.push(listener)
   }
   for (const g of gateways) {
@@ -359,18 +363,24 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
     for (const l of g.listeners) {
       const name = `${g.meta.namespace}/${g.meta.name}/${l.name}`
       if (l.tls !== null && (l.protocol === 'HTTPS' || (l.protocol === 'TLS' && l.tls.mode === 'Terminate'))) {
-        for (const ref of l.tls.certificateRefs) {
-          if (ref.group !== '' || ref.kind !== 'Secret') continue
+        l.tls.certificateRefs.forEach((ref, i) => {
+          if (ref.group !== '' || ref.kind !== 'Secret') return
           const secret = snapshot.secrets.get(`${ref.namespace}/${ref.name}`)
           const fault = secret === undefined || secret.type !== 'kubernetes.io/tls' ? null : tlsSecretFault(secret)
           if (fault !== null) note(secret as Secret, fault.field, fault.message, name)
+          // Only a listener's first certificateRef is served (planListener): the others were
+          // ignored without a word, an ECDSA one beside an RSA one included.
+          if (i > 0 && secret !== undefined && secret.type === 'kubernetes.io/tls' && fault === null) {
+            note(secret, 'data[tls.crt]', `certificateRefs[${i}]: only a listener's first certificateRef is served`, name, false, 'warning')
+            return
+          }
           // Outside its dates: served all the same. Clients that check dates refuse it either
           // way (another listener's certificate would not name the host), and one not valid
           // yet by some clock skew becomes valid by itself, which a refused listener would
           // not until the configuration changes again.
           const dates = secret === undefined || secret.type !== 'kubernetes.io/tls' || fault !== null ? null : tlsSecretDates(secret, now)
           if (dates !== null) note(secret as Secret, 'data[tls.crt]', dates, name, true)
-        }
+        })
       }
       if (fv !== null && l.protocol === 'HTTPS') {
         for (const ref of frontendSettings(fv, l.port).caRefs) {
@@ -382,10 +392,10 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
     }
   }
   const out: ConfigProblem[] = []
-  for (const [object, { field, message, listeners, served }] of found) {
+  for (const [object, { field, message, listeners, served, severity }] of found) {
     out.push({
       source: object.source, kind: object.kind, namespace: object.meta.namespace, name: object.meta.name, field,
-      message: `${message}; ${served ? 'served all the same' : 'not served'}: listener ${listeners.join(', ')}`, severity: served ? 'warning' : 'error',
+      message: `${message}; ${served ? 'served all the same' : 'not served'}: listener ${listeners.join(', ')}`, severity,
     })
   }
   return out

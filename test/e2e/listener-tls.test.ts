@@ -8,19 +8,18 @@ import https from 'node:https'
 import tls from 'node:tls'
 import path from 'node:path'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
-import { createCa, expiredCert, notYetValidCert, serverCert } from '../helpers/pki.ts'
+import { createCa, expiredCert, notYetValidCert, serverCert, serverCertWithKey } from '../helpers/pki.ts'
 import { backendYaml, eventually, freePort, gatewayYaml, metricSum, request, routeYaml, runCli, startCli, tempDir, tlsSecretYaml } from './harness.ts'
 
 const ca = createCa('listener CA')
 
-function httpsListener(name: string, port: number, secret: string, hostname: string | null): string {
+function httpsListener(name: string, port: number, secret: string | readonly string[], hostname: string | null): string {
   return `    - name: ${name}
       protocol: HTTPS
       port: ${port}
 ${hostname === null ? '' : `      hostname: ${hostname}\n`}      tls:
         certificateRefs:
-          - name: ${secret}
-`
+${(typeof secret === 'string' ? [secret] : secret).map(s => `          - name: ${s}\n`).join('')}`
 }
 
 /** GET https://127.0.0.1:port/ with SNI and Host `servername`, the test CA trusted. */
@@ -219,4 +218,42 @@ t.test('a client\'s request to renegotiate (TLS 1.2) is refused (a no_renegotiat
   })
   t.not(renegotiated, null, 'refused')
   t.equal((await get(httpsPort, 'a.example.test')).status, 200, 'the listener serves new connections')
+})
+
+t.test('a listener\'s certificateRefs past the first are not served, and validate, /config_dump and the log say so', async (t) => {
+  // Only the first was served and the others were ignored without a word: an ECDSA
+  // certificate beside an RSA one looked configured, yet a client of ECDSA signatures only
+  // got no handshake. (node's SNI callback puts one certificate of a context on the connection.)
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const rsa = serverCert(ca, ['a.example.test'])
+  const ec = serverCertWithKey(ca, ['a.example.test'], 'ec')
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('a', httpsPort, ['rsa', 'ec'], 'a.example.test')))
+  const secrets = path.join(dir, 'secrets.yaml')
+  fs.writeFileSync(secrets, [tlsSecretYaml('rsa', rsa.certPem, rsa.keyPem), tlsSecretYaml('ec', ec.certPem, ec.keyPem)].join('---\n'))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port)].join('---\n'))
+
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 0, 'a warning, not an error')
+  t.match(v.stdout, `${secrets}:1: Secret default/ec: data[tls.crt]: certificateRefs[1]: only a listener's first certificateRef is served; not served: listener default/egress/a`)
+  t.notMatch(v.stdout, /Secret default\/rsa/)
+
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--log-level', 'info'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const served = await new Promise<string>((resolve, reject) => {
+    const socket = tls.connect({ host: '127.0.0.1', port: httpsPort, servername: 'a.example.test', ca: ca.certPem }, () => {
+      const raw = socket.getPeerX509Certificate()?.raw ?? Buffer.alloc(0)
+      socket.destroy()
+      resolve(new X509Certificate(raw).fingerprint256)
+    })
+    socket.on('error', reject)
+  })
+  t.equal(served, new X509Certificate(rsa.certPem).fingerprint256, 'the first certificateRef is served')
+  t.equal((await get(httpsPort, 'a.example.test')).status, 200, 'requests are served')
+  const dump = await eventually(async () => JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as Dump,
+    (d) => d.problems.length > 0, 10000, 'problems in /config_dump')
+  t.same(dump.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['Secret default/ec data[tls.crt]'])
+  await cli.waitFor(/"msg":"config warning"[^\n]*"name":"ec"|"name":"ec"[^\n]*"msg":"config warning"/)
 })
