@@ -291,3 +291,28 @@ t.test('TLS 1.2 clients get ECDHE with an AEAD cipher or no handshake (RFC 9113 
   t.equal(await counted(port, 'no_shared_cipher', 1), 1, 'counted as no_shared_cipher')
   await t.rejects(cipherOf({ ciphers: 'AES128-GCM-SHA256' }), 'RSA key exchange only: refused')
 })
+
+t.test('plain HTTP sent to an HTTPS port is answered 400 in plain text (as nginx does), not a silent close; other bytes are closed', async (t) => {
+  // The client (curl http://gateway:443/) got "Empty reply from server" and nothing to tell
+  // it why; counted as not_tls all the same.
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [] } }, []))
+  const exchange = (bytes: string): Promise<string> => new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(bytes))
+    let got = ''
+    s.setEncoding('latin1')
+    s.on('data', (d: string) => { got += d })
+    s.on('error', () => {})
+    s.on('close', () => resolve(got))
+  })
+  const plain = await exchange('GET / HTTP/1.1\r\nhost: a.example.com\r\n\r\n')
+  t.match(plain, /^HTTP\/1\.1 400 Bad Request\r\n/, 'a 400')
+  t.match(plain, /\r\nconnection: close\r\n/i)
+  t.match(plain, /\r\n\r\nplain HTTP request sent to an HTTPS port: use https:\/\/\n$/, 'saying why')
+  t.equal(await counted(port, 'not_tls', 1), 1, 'counted as not_tls')
+  const proxy = await exchange('CONNECT a.example.com:443 HTTP/1.1\r\nhost: a.example.com:443\r\n\r\n')
+  t.match(proxy, /^HTTP\/1\.1 400 Bad Request\r\n/, 'a plain CONNECT too')
+  t.equal(await exchange('\x00\x01garbage that is no TLS record at all\r\n\r\n'), '', 'other bytes: closed without an answer')
+  t.equal((await h1s(port, ca.certPem, 'a.example.com')).status, 404, 'TLS clients are served')
+})
