@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks'
 import { compile } from '../compile/compile.ts'
 import { CompileCache } from '../compile/compile-cache.ts'
 import { References, onlyPodsChanged } from '../compile/references.ts'
+import { keepLastValidTls } from './last-valid-tls.ts'
 import { dumpTable } from '../compile/print.ts'
 import { FileSource } from '../config/file-source.ts'
 import type { ConfigSource } from '../config/kube-combined-source.ts'
@@ -196,9 +197,11 @@ export class Runtime {
     return next
   }
 
-  async #load(snapshot: Snapshot): Promise<void> {
+  async #load(loaded: Snapshot): Promise<void> {
     if (this.#draining) return
     const previous = this.#compiled
+    // A listener's certificate rotated to material TLS cannot use keeps its last valid version (warned).
+    const snapshot = previous === null ? loaded : keepLastValidTls(previous.snapshot, (key) => previous.references.referenced('secrets', key), loaded)
     if (previous !== null && previous.references.onlyUnreferenced(previous.snapshot, snapshot)) {
       // F4: only Secrets, ConfigMaps, Services, EndpointSlices or
       // ClusterTrustBundles that no compile read changed (Kubernetes mode

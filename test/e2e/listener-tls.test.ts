@@ -257,3 +257,76 @@ t.test('a listener\'s certificateRefs past the first are not served, and validat
   t.same(dump.problems.map(p => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['Secret default/ec data[tls.crt]'])
   await cli.waitFor(/"msg":"config warning"[^\n]*"name":"ec"|"name":"ec"[^\n]*"msg":"config warning"/)
 })
+
+t.test('rotation in file mode: a new certificate serves new handshakes, established connections stay; an invalid one keeps the last valid serving, and says so', async (t) => {
+  // A Secret rewritten with a key of another certificate took the listener down (no handshake
+  // for its hostname) until someone fixed the file: a bad rotation was an outage.
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const first = serverCert(ca, ['a.example.test'])
+  const second = serverCert(ca, ['a.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('a', httpsPort, 'a', 'a.example.test')))
+  const secrets = path.join(dir, 'secrets.yaml')
+  fs.writeFileSync(secrets, tlsSecretYaml('a', first.certPem, first.keyPem))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port)].join('---\n'))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--log-level', 'info'])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  const fingerprint = (pem: string): string => new X509Certificate(pem).fingerprint256
+  const served = (): Promise<string> => new Promise((resolve, reject) => {
+    const socket = tls.connect({ host: '127.0.0.1', port: httpsPort, servername: 'a.example.test', ca: ca.certPem }, () => {
+      const raw = socket.getPeerX509Certificate()?.raw ?? Buffer.alloc(0)
+      socket.destroy()
+      resolve(new X509Certificate(raw).fingerprint256)
+    })
+    socket.on('error', reject)
+  })
+  const version = async (): Promise<number> => Number(/"version":\s*(\d+)/.exec((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body)?.[1] ?? 0)
+  t.equal(await served(), fingerprint(first.certPem))
+  const agent = new https.Agent({ keepAlive: true, maxSockets: 1 })
+  t.teardown(() => agent.destroy())
+  const viaAgent = (): Promise<number> => new Promise((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port: httpsPort, servername: 'a.example.test', path: '/', headers: { host: 'a.example.test' }, ca: ca.certPem, agent }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  let connections = 0
+  agent.on('free', () => {})
+  const countConnections = (): void => { connections++ }
+  // Every new TLS connection of the agent; one is expected for the whole test.
+  const createConnection = agent.createConnection.bind(agent)
+  agent.createConnection = ((...args: Parameters<typeof createConnection>) => { countConnections(); return createConnection(...args) }) as typeof agent.createConnection
+  t.equal(await viaAgent(), 200, 'a keep-alive connection before the rotation')
+
+  // Invalid: the key of another certificate.
+  const before = await version()
+  fs.writeFileSync(secrets, tlsSecretYaml('a', second.certPem, first.keyPem))
+  await eventually(version, (v) => v > before, 10000, 'a reload')
+  t.equal(await served(), fingerprint(first.certPem), 'an invalid update: the last valid certificate keeps serving')
+  t.equal((await get(httpsPort, 'a.example.test')).status, 200, 'and the listener serves requests')
+  await cli.waitFor(/"msg":"config warning"[^\n]*last valid version keeps serving|last valid version keeps serving[^\n]*"msg":"config warning"/)
+  const dump = await eventually(async () => JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as Dump,
+    (d) => d.problems.length > 0, 10000, 'problems in /config_dump')
+  t.match(dump.problems, [{ kind: 'Secret', name: 'a', field: 'data[tls.key]', line: /the private key does not match the certificate in tls\.crt \(its first certificate\); the last valid version keeps serving/ }])
+  t.match(dump.status.find(s => s.kind === 'Gateway')?.listeners.find(l => l.name === 'a')?.conditions.find(c => c.type === 'Programmed'), { status: 'True' })
+
+  // Valid again, a new certificate: new handshakes get it, the established connection stays.
+  const invalid = await version()
+  fs.writeFileSync(secrets, tlsSecretYaml('a', second.certPem, second.keyPem))
+  await eventually(version, (v) => v > invalid, 10000, 'a reload')
+  t.equal(await served(), fingerprint(second.certPem), 'the new certificate serves new handshakes')
+  t.equal(await viaAgent(), 200, 'the connection made before still serves')
+  t.equal(connections, 1, 'on the same connection')
+  await eventually(async () => JSON.parse((await request(`http://127.0.0.1:${adminPort}/config_dump`)).body) as Dump,
+    (d) => d.problems.length === 0, 10000, 'the problem gone from /config_dump')
+
+  // Deleted: a deliberate removal is not papered over.
+  const valid = await version()
+  fs.writeFileSync(secrets, '')
+  await eventually(version, (v) => v > valid, 10000, 'a reload')
+  await t.rejects(served(), 'a deleted Secret is not served')
+})
