@@ -13,7 +13,7 @@ import type { PortProtocol, ServerCert } from './table.ts'
 import { GATEWAY_GROUP, condition, sortedValues, statusKey } from './conditions.ts'
 import { dataRefSource, resolveBundle, resolveTlsSecret } from './refs.ts'
 import { ANY_HOST, covers } from './hostnames.ts'
-import { checkCertificates, tlsSecretDates, tlsSecretFault } from './tls-material.ts'
+import { checkCertificates, tlsSecretDates, tlsSecretFault, tlsSecretNameProblem } from './tls-material.ts'
 import { TLS_OPTIONS, parseTlsVersion, type TlsVersion } from '../validate/annotations.ts'
 import { listenerConflicts, type ListenerConflict } from '../validate/listener-conflicts.ts'
 import type { GatewayAddressing } from './addresses.ts'
@@ -380,6 +380,9 @@ export function certificateProblems(snapshot: Snapshot, gateways: Iterable<Gatew
           // not until the configuration changes again.
           const dates = secret === undefined || secret.type !== 'kubernetes.io/tls' || fault !== null ? null : tlsSecretDates(secret, now)
           if (dates !== null) note(secret as Secret, 'data[tls.crt]', dates, name, true)
+          // A hostname its certificate does not name: served all the same, as for the dates.
+          const unnamed = dates !== null || fault !== null || secret === undefined || secret.type !== 'kubernetes.io/tls' || l.hostname === null ? null : tlsSecretNameProblem(secret, l.hostname.toLowerCase())
+          if (unnamed !== null) note(secret as Secret, 'data[tls.crt]', unnamed, name, true)
         })
       }
       if (fv !== null && l.protocol === 'HTTPS') {

@@ -92,6 +92,35 @@ export function tlsSecretDates(secret: Secret, now: number): string | null {
   return null
 }
 
+// Per Secret object: listener hostname → whether its leaf names it.
+const NAMES = new WeakMap<Secret, Map<string, boolean>>()
+
+/**
+ * Why the leaf of a Secret TLS can use does not serve `hostname` (a listener's,
+ * exact or `*.suffix`): its DNS names (the subject's CN is not read, as
+ * browsers and Go do not) cover no name the listener takes; null when they do.
+ * Served all the same (a warning): another listener's certificate would not
+ * name the host either.
+ */
+export function tlsSecretNameProblem(secret: Secret, hostname: string): string | null {
+  let byName = NAMES.get(secret)
+  if (byName === undefined) NAMES.set(secret, byName = new Map())
+  let names = byName.get(hostname)
+  if (names === undefined) {
+    names = true
+    const block = (secret.data['tls.crt']?.toString('utf8') ?? '').match(CERT_BLOCK)?.[0]
+    if (block !== undefined) {
+      try {
+        // A wildcard listener takes one label more: a name of that form stands for them.
+        const probe = hostname.startsWith('*.') ? `sallyport-probe${hostname.slice(1)}` : hostname
+        names = new X509Certificate(block).checkHost(probe, { subject: 'never' }) !== undefined
+      } catch { /* tlsSecretFault says so */ }
+    }
+    byName.set(hostname, names)
+  }
+  return names ? null : `the certificate does not name the listener's hostname ${hostname}`
+}
+
 // CA bundles are read for every listener or backend naming them, at every
 // compile: the verdict is kept per bundle text (a few bundles in practice).
 const BUNDLES = new Map<string, string | null>()

@@ -17,7 +17,7 @@ function httpsListener(name: string, port: number, secret: string | readonly str
   return `    - name: ${name}
       protocol: HTTPS
       port: ${port}
-${hostname === null ? '' : `      hostname: ${hostname}\n`}      tls:
+${hostname === null ? '' : `      hostname: "${hostname}"\n`}      tls:
         certificateRefs:
 ${(typeof secret === 'string' ? [secret] : secret).map(s => `          - name: ${s}\n`).join('')}`
 }
@@ -329,4 +329,25 @@ t.test('rotation in file mode: a new certificate serves new handshakes, establis
   fs.writeFileSync(secrets, '')
   await eventually(version, (v) => v > valid, 10000, 'a reload')
   await t.rejects(served(), 'a deleted Secret is not served')
+})
+
+t.test('a listener certificate that does not name the listener\'s hostname is a warning; served all the same', async (t) => {
+  // It was served without a word: only clients that check names failed, each with its own error.
+  const dir = tempDir(t)
+  const [httpPort, httpsPort] = [await freePort(), await freePort()]
+  const other = serverCert(ca, ['other.example.test'])
+  const wild = serverCert(ca, ['*.example.test'])
+  const exact = serverCert(ca, ['a.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('wrong', httpsPort, 'other', 'a.example.test') +
+    httpsListener('by-wildcard', httpsPort, 'wild', 'b.example.test') + httpsListener('wild-listener', httpsPort, 'exact', '*.x.example.test') +
+    httpsListener('any', httpsPort, 'exact2', null)))
+  const secrets = path.join(dir, 'secrets.yaml')
+  fs.writeFileSync(secrets, [tlsSecretYaml('other', other.certPem, other.keyPem), tlsSecretYaml('wild', wild.certPem, wild.keyPem),
+    tlsSecretYaml('exact', exact.certPem, exact.keyPem), tlsSecretYaml('exact2', exact.certPem, exact.keyPem)].join('---\n'))
+  const v = await runCli(t, ['validate', dir])
+  t.equal(v.code, 0, `warnings only: ${v.stdout}${v.stderr}`)
+  t.match(v.stdout, `${secrets}:0: Secret default/other: data[tls.crt]: the certificate does not name the listener's hostname a.example.test; served all the same: listener default/egress/wrong`)
+  t.match(v.stdout, `${secrets}:2: Secret default/exact: data[tls.crt]: the certificate does not name the listener's hostname *.x.example.test; served all the same: listener default/egress/wild-listener`)
+  t.notMatch(v.stdout, /Secret default\/wild:/, 'a wildcard certificate names b.example.test')
+  t.notMatch(v.stdout, /Secret default\/exact2/, 'a listener without hostname names nothing to check')
 })
