@@ -123,8 +123,16 @@ export function applyHeaderEdits(headers: OutgoingHeaders, edits: HeaderEdits): 
 }
 
 // hot path
-/** Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto. */
+/**
+ * Appends the client address to X-Forwarded-For and sets X-Forwarded-Proto.
+ * Drops the client's X-Forwarded-Client-Cert, as Envoy's default (SANITIZE):
+ * the field states what a proxy verified of the client's certificate, and a
+ * client's own says nothing verified, yet an upstream or a chained gateway
+ * could take it as the gateway's word. A route's RequestHeaderModifier,
+ * applied after, may still set one.
+ */
 export function addForwarded(headers: OutgoingHeaders, clientAddress: string, scheme: string): void {
+  if (headers['x-forwarded-client-cert'] !== undefined) delete headers['x-forwarded-client-cert']
   const prev = headers['x-forwarded-for']
   headers['x-forwarded-for'] = prev === undefined ? clientAddress
     : (Array.isArray(prev) ? prev.join(', ') : prev) + ', ' + clientAddress

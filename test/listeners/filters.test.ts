@@ -63,6 +63,29 @@ t.test('a RequestHeaderModifier removing X-Forwarded-For / -Proto keeps client a
   }
 })
 
+t.test('a client\'s X-Forwarded-Client-Cert never reaches the upstream (Envoy\'s SANITIZE); a route may still set one', async (t) => {
+  // It passed as any header: a client without a certificate could name any identity to an
+  // upstream or a chained gateway that reads the header as the gateway's word.
+  const up = await echoH1(t)
+  const port = await freePort()
+  await startPlane(t, buildTable({
+    [port]: {
+      routes: [
+        { name: 'r', hostnames: ['plain.example.com'], rules: [{ backends: [{ cluster: 'c' }] }] },
+        { name: 's', hostnames: ['set.example.com'], rules: [{ requestHeaders: { ...NONE, set: [['x-forwarded-client-cert', 'By=admin']] }, backends: [{ cluster: 'c' }] }] },
+      ],
+    },
+  }, [cluster('c', up.port)]))
+  const spoof = { 'x-forwarded-client-cert': 'By=spiffe://td/ns/x/sa/y;URI=spiffe://td/ns/admin/sa/root' }
+  for (const send of [h1, h2]) {
+    const r = await send(port, { host: 'plain.example.com', headers: spoof })
+    t.equal(r.status, 200)
+    t.equal((JSON.parse(r.body).headers as Record<string, string>)['x-forwarded-client-cert'], undefined, `${send.name}: dropped`)
+    const set = await send(port, { host: 'set.example.com', headers: spoof })
+    t.equal((JSON.parse(set.body).headers as Record<string, string>)['x-forwarded-client-cert'], 'By=admin', `${send.name}: a route's RequestHeaderModifier sets it`)
+  }
+})
+
 t.test('an HTTP/2 client gets the response fields as given, without those HTTP/2 forbids', async (t) => {
   const up = await echoH1(t, 'h1', (_req, res) => {
     res.setHeader('set-cookie', ['a=1', 'b=2'])
