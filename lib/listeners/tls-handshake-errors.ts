@@ -9,7 +9,8 @@
 //   client_cert_expired, client_cert_not_yet_valid
 //   client_cert_invalid        refused for another reason (bad signature, purpose...)
 //   protocol_version           no TLS version both sides accept, or one below the listener's min-version
-//   no_shared_cipher, no_application_protocol (ALPN)
+//   no_shared_cipher           no cipher suite in common, or (TLS 1.3) none of the client's signature algorithms suits the certificate
+//   no_application_protocol    no ALPN protocol in common
 //   no_certificate             no listener of the port has a certificate for the server name
 //   server_certificate         a listener certificate TLS refused (compile lets none through)
 //   not_tls                    not a TLS ClientHello (plain HTTP to a TLS port...)
@@ -36,6 +37,8 @@ const BY_CODE: Readonly<Record<string, string>> = {
   ERR_SSL_VERSION_TOO_LOW: 'protocol_version',
   ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION: 'protocol_version',
   ERR_SSL_NO_SHARED_CIPHER: 'no_shared_cipher',
+  // TLS 1.3's form of the same refusal (an ECDSA-only client of an RSA certificate): TLS 1.2 says NO_SHARED_CIPHER.
+  ERR_SSL_NO_SUITABLE_SIGNATURE_ALGORITHM: 'no_shared_cipher',
   ERR_SSL_NO_APPLICATION_PROTOCOL: 'no_application_protocol',
   ERR_SSL_HTTP_REQUEST: 'not_tls',
   ERR_SSL_HTTPS_PROXY_REQUEST: 'not_tls',

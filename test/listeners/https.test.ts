@@ -226,6 +226,8 @@ t.test('failed handshakes are counted by port and reason: client certificates re
     { reason: 'no_application_protocol', options: { ...base, cert: good.certPem, key: good.keyPem, ALPNProtocols: ['spdy/3'] } },
     { reason: 'no_certificate', options: { ...base, servername: 'nobody.example.com', cert: good.certPem, key: good.keyPem } },
     { reason: 'protocol_version', options: { ...base, cert: good.certPem, key: good.keyPem, minVersion: 'TLSv1', maxVersion: 'TLSv1.1', ciphers: 'DEFAULT@SECLEVEL=0' } },
+    // TLS 1.3: no signature algorithm of the client's for the (RSA) certificate; TLS 1.2 says no_shared_cipher itself.
+    { reason: 'no_shared_cipher', options: { ...base, cert: good.certPem, key: good.keyPem, sigalgs: 'ECDSA+SHA256', minVersion: 'TLSv1.3' } },
   ]
   for (const c of cases) {
     await handshake(port, c.options)
