@@ -43,13 +43,22 @@ export function clientInfo(address: string, identity: ClientIdentity | null, spi
   }
 }
 
-/** The first spiffe:// URI SAN of a peer certificate's `subjectaltname` text, or null. */
+/**
+ * The spiffe:// URI SAN of a peer certificate's `subjectaltname` text, or
+ * null. X.509-SVID: exactly one URI SAN names the workload, so a certificate
+ * with two spiffe:// ones names no one (the first was taken: the identity hung
+ * on the order its CA wrote them in). node quotes a value holding a comma or
+ * a quote (`URI:"spiffe://a\u002c URI:spiffe://b"`): never a SPIFFE ID.
+ */
 export function spiffeIdOf(subjectAltName: string | undefined): string | null {
   if (subjectAltName === undefined) return null
+  let id: string | null = null
   for (const part of subjectAltName.split(', ')) {
-    if (part.startsWith('URI:spiffe://')) return part.slice(4)
+    if (!part.startsWith('URI:spiffe://')) continue
+    if (id !== null) return null
+    id = part.slice(4)
   }
-  return null
+  return id
 }
 
 const peerIds = new WeakMap<object, string | null>()
