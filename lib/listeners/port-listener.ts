@@ -278,6 +278,15 @@ export class PortListener {
 
   /** Plain port: the HTTP/2 preface means prior-knowledge h2c; anything else is HTTP/1.1. */
   #onPlain = (socket: Socket): void => {
+    socket.on('error', noop)
+    this.#sniff(socket, (first) => { this.#toH1(socket, first) }, () => { this.#toH2(socket, clientIp(socket.remoteAddress)) })
+  }
+
+  /**
+   * Reads the connection's first bytes: the HTTP/2 preface (prior knowledge)
+   * goes to `h2` with the bytes put back, anything else to `h1` with them.
+   */
+  #sniff(socket: Socket, h1: (first: Buffer) => void, h2: () => void): void {
     let buffered: Buffer | null = null
     const silent = (): void => { socket.destroy() }
     socket.setTimeout(this.#plane.limits.headersTimeoutMs, silent)
@@ -289,13 +298,12 @@ export class PortListener {
       socket.removeListener('data', onData)
       // Off, and its listener gone: whoever serves the connection arms its own timeouts.
       socket.setTimeout(0, silent)
-      if (!isPreface) { this.#toH1(socket, buf); return }
+      if (!isPreface) { h1(buf); return }
       socket.pause()
       socket.unshift(buf)
-      this.#toH2(socket, clientIp(socket.remoteAddress))
+      h2()
     }
     socket.on('data', onData)
-    socket.on('error', noop)
   }
 
   #onSecure = (socket: TLSSocket): void => {
@@ -312,12 +320,21 @@ export class PortListener {
     // GEP-3567: the server name the connection was made for, which selects its listener (router/misdirected.ts).
     const servername = serverNameOf(socket.servername)
     const sni = servername.length > 0 ? new ConnectionSni(servername) : null
-    if (socket.alpnProtocol === 'h2') this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni)
-    else {
+    if (socket.alpnProtocol === 'h2') { this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni); return }
+    const h1 = (first: Buffer | null): void => {
       if (sni !== null) setConnectionSni(socket, sni)
       socket.setNoDelay(true) // node's server did this for its connections; this one may never reach it
-      this.#toH1(socket, null)
+      this.#toH1(socket, first)
     }
+    if (socket.alpnProtocol === 'http/1.1') { h1(null); return }
+    // No ALPN at all: a client may speak HTTP/2 with prior knowledge (RFC 9113 §3.3), as
+    // on the plain port; Envoy's codec detection serves it too. Its preface tells.
+    this.#sniff(socket, h1, () => {
+      // node's HTTP/2 server answers a TLS socket without ALPN h2 "403 Missing ALPN Protocol";
+      // the preface settled what this connection speaks.
+      socket.alpnProtocol = 'h2'
+      this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni)
+    })
   }
 
   #toH2(socket: Duplex, address: string, spiffeId: string | null = null, sni: ConnectionSni | null = null): void {

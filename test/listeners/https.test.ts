@@ -5,6 +5,7 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import http from 'node:http'
 import http2 from 'node:http2'
+import type https from 'node:https'
 import tls from 'node:tls'
 import { buildTable, cluster, freePort, serverTls } from '../helpers/table-builder.ts'
 import { clientCert, createCa, serverCert } from '../helpers/pki.ts'
@@ -317,4 +318,23 @@ t.test('plain HTTP sent to an HTTPS port is answered 400 in plain text (as nginx
   t.match(proxy, /^HTTP\/1\.1 400 Bad Request\r\n/, 'a plain CONNECT too')
   t.equal(await exchange('\x00\x01garbage that is no TLS record at all\r\n\r\n'), '', 'other bytes: closed without an answer')
   t.equal((await h1s(port, ca.certPem, 'a.example.com')).status, 404, 'TLS clients are served')
+})
+
+t.test('a TLS client that negotiates no ALPN protocol and speaks HTTP/2 (prior knowledge) is served HTTP/2, as on a plain port and by Envoy', async (t) => {
+  // Its connection preface went to the HTTP/1.1 parser: a 400 and a protocol error, where the
+  // plain port (and Envoy's codec detection) served it.
+  const up = await echoH1(t)
+  const port = await freePort()
+  const conf = serverTls([{ hostname: 'a.example.com', ...certA }])
+  await startPlane(t, buildTable({ [port]: { protocol: 'HTTPS', tls: conf, routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'c' }] }] }] } }, [cluster('c', up.port)]))
+  const session = http2.connect(`https://a.example.com:${port}`, {
+    createConnection: () => tls.connect({ host: '127.0.0.1', port, servername: 'a.example.com', ca: ca.certPem, ALPNProtocols: [] }),
+  })
+  session.on('error', () => {})
+  t.teardown(() => { session.destroy() })
+  const r = await h2On(session, { host: 'a.example.com', path: '/prior' })
+  t.equal(r.status, 200, 'HTTP/2 without ALPN')
+  t.equal(JSON.parse(r.body).url, '/prior')
+  const h1 = await h1s(port, ca.certPem, 'a.example.com', {}, { ALPNProtocols: [] } as https.RequestOptions)
+  t.equal(h1.status, 200, 'and HTTP/1.1 without ALPN as before')
 })
