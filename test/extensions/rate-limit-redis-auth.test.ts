@@ -104,7 +104,7 @@ t.test('an extension that leaves the table gives its Redis client back: the last
   await budget.close?.()
   t.equal(pool.size, 0, 'no connection left behind')
   // A rule that cannot run fails the extension; the rules built before it give their clients back.
-  t.throws(() => rateLimit(spec('broken', 'RateLimit', { global, rules: [{ requests: 5 }, { requests: 0 }] }, secrets), pool), /requests must be a positive number/)
+  t.throws(() => rateLimit(spec('broken', 'RateLimit', { global, rules: [{ requests: 5 }, { requests: -1 }] }, secrets), pool), /requests must be a positive number/)
   t.equal(pool.size, 0)
 })
 
