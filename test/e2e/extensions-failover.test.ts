@@ -81,7 +81,11 @@ spec:
   - name: per-route
     type: RateLimit
     config: { requests: 12, unit: Hour, key: [route] }
----
+${RETRY_POLICY}`
+}
+
+
+const RETRY_POLICY = `---
 apiVersion: gateway.envoyproxy.io/v1alpha1
 kind: BackendTrafficPolicy
 metadata: { name: llm-retry, namespace: default }
@@ -92,20 +96,24 @@ spec:
     perRetry: { backOff: { baseInterval: 10ms, maxInterval: 20ms } }
     retryOn: { triggers: [5xx, connect-failure] }
 `
+
+/** The CLI serving `llm` (an HTTPRoute for llm.example.test) once ready; the request every test sends. */
+async function serveLlm(t: Test, llm: string): Promise<{ port: number; ask: { host: string; path: string; headers: Record<string, string>; body: string } }> {
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'llm.yaml'), llm)
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
+  await eventually(() => send(adminPort, { host: 'x', path: '/readyz' }), (r) => r.status === 200, 20_000, 'readyz')
+  const host = 'llm.example.test'
+  await eventually(() => send(port, { host, path: '/' }), (r) => r.status !== 404, 20_000, 'route served')
+  return { port, ask: { host, path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: 'Bearer client-own' }, body: '{"model":"m","messages":[]}' } }
 }
 
 t.test('CLI: failover from provider A to B sends B\'s credential, never A\'s (503 and refused connections)', async (t) => {
   const a = await provider(t, 'provider-a')
   const b = await provider(t, 'provider-b')
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
-  fs.writeFileSync(path.join(dir, 'llm.yaml'), manifests(a.port, b.port))
-  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
-  await eventually(() => send(adminPort, { host: 'x', path: '/readyz' }), (r) => r.status === 200, 20_000, 'readyz')
-  const host = 'llm.example.test'
-  const ask = { host, path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: 'Bearer client-own' }, body: '{"model":"m","messages":[]}' }
-  await eventually(() => send(port, { host, path: '/' }), (r) => r.status !== 404, 20_000, 'route served')
+  const { port, ask } = await serveLlm(t, manifests(a.port, b.port))
   const used = a.seen.length // the probe above went to A and took one token
 
   // Healthy A: A's key in x-api-key; the client's own Authorization passes (A's chain does not set it).
@@ -175,31 +183,13 @@ spec:
     - backendRefs:
         - { group: gateway.envoyproxy.io, kind: Backend, name: primary, port: ${a} }
         - { group: gateway.envoyproxy.io, kind: Backend, name: fallback, port: ${b} }
----
-apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: BackendTrafficPolicy
-metadata: { name: llm-retry, namespace: default }
-spec:
-  targetRefs: [{ group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm }]
-  retry:
-    numRetries: 1
-    perRetry: { backOff: { baseInterval: 10ms, maxInterval: 20ms } }
-    retryOn: { triggers: [5xx, connect-failure] }
-`
+${RETRY_POLICY}`
 }
 
 t.test('CLI: a primary without extensions fails over to a fallback with a CredentialInjector, which adds its credential (503 and refused connections)', async (t) => {
   const a = await provider(t, 'primary')
   const b = await provider(t, 'fallback')
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const dir = tempDir(t)
-  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
-  fs.writeFileSync(path.join(dir, 'llm.yaml'), fallbackManifests(a.port, b.port))
-  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`, '--drain-seconds', '1', '--log-level', 'warn'])
-  await eventually(() => send(adminPort, { host: 'x', path: '/readyz' }), (r) => r.status === 200, 20_000, 'readyz')
-  const host = 'llm.example.test'
-  const ask = { host, path: '/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: 'Bearer client-own' }, body: '{"model":"m","messages":[]}' }
-  await eventually(() => send(port, { host, path: '/' }), (r) => r.status !== 404, 20_000, 'route served')
+  const { port, ask } = await serveLlm(t, fallbackManifests(a.port, b.port))
 
   let r = await send(port, ask)
   t.same([r.status, r.body], [200, 'primary'])
