@@ -227,15 +227,6 @@ export interface AttemptSink {
   abandon(): void
 }
 
-/**
- * Issue 7: the request before any backendRef header edit and before the first
- * chain ran; an attempt whose chain input differs from the first one's starts
- * from it (sameChainInput).
- */
-export interface PristineRequest {
-  readonly request: UpstreamRequest
-}
-
 /** Weighted pick among a level's backends that `ok` accepts; null when none. */
 function pickIn(level: readonly WeightedCluster[], table: RouteTable, ok: (c: Cluster) => boolean, rnd: number): WeightedCluster | null {
   let total = 0
@@ -332,16 +323,18 @@ function isUnsent(code: ErrorCode): boolean {
  * when its backend has a chain, the chain's output (its backendRef header edits
  * applied before the chain ran); without one, the request without backendRef
  * header edits (each attempt applies its own). `pristine`: the request before
- * any edit or chain, given when the plan's chain inputs differ.
+ * any backendRef edit or chain, given when the plan's chain inputs differ; an
+ * attempt whose chain input differs from the first one's starts from it
+ * (sameChainInput).
  */
-export function startAttempts(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null = null): void {
+export function startAttempts(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: UpstreamRequest | null = null): void {
   new AttemptLoop(owner, req, plan, level, upstreams, pristine).send()
 }
 
 class AttemptLoop implements UpstreamHandler, AttemptSink {
   readonly #owner: AttemptOwner
   readonly #base: UpstreamRequest
-  readonly #pristine: PristineRequest | null
+  readonly #pristine: UpstreamRequest | null
   /** The backend `#base` was made for: its chain ran on the request with its backendRef edits. */
   readonly #first: WeightedCluster
   readonly #plan: AttemptPlan
@@ -364,7 +357,7 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
   /** The owner's chain run is not the first one (an attempt ran another backend's chain). */
   #otherRun = false
 
-  constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: PristineRequest | null) {
+  constructor(owner: AttemptOwner, req: UpstreamRequest, plan: AttemptPlan, level: number, upstreams: Upstreams, pristine: UpstreamRequest | null) {
     this.#owner = owner
     this.#base = req
     this.#pristine = pristine
@@ -416,9 +409,8 @@ class AttemptLoop implements UpstreamHandler, AttemptSink {
     // own edits applied first, so nothing made for the first backend reaches this one.
     const first = this.#first
     const firstChain = first.extensions ?? null
-    const pristine = this.#pristine
-    if (pristine !== null && owner.attemptChain !== undefined && !sameChainInput(first, base.authority, backend, authority)) {
-      const p = pristine.request
+    const p = this.#pristine
+    if (p !== null && owner.attemptChain !== undefined && !sameChainInput(first, base.authority, backend, authority)) {
       const headers = { ...p.headers }
       if (backend.requestHeaders !== null) applyHeaderEdits(headers, backend.requestHeaders)
       const req: UpstreamRequest = { ...p, cluster, authority, headers, body, signal, connectFallback, avoid: this.#endpoints, pinSession: !this.#unpinned }

@@ -312,7 +312,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     this.upstreamMs = performance.now()
     // Issue 10: through the trace, each forward() (attempt) is a client span.
     const upstreams = this.trace === null ? this.env.upstreams : this.trace.upstreams(this.env.upstreams)
-    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine === null ? null : { request: this.#pristine })
+    if (plan !== null && picked !== null) startAttempts(this, req, plan, picked.level, upstreams, this.#pristine)
     else upstreams.forward(req, this)
     // Once per request: a retry or failover (another chain's run included) is not mirrored again.
     const mirror = this.#mirror
