@@ -698,20 +698,11 @@ function refuse(socket: Socket, refused: Refusal): void {
 }
 
 /**
- * A handshake that failed or stalled past `handshakeTimeout` (reason `timeout`):
- * counted and logged (tls-handshake-errors.ts), then closed. With this listener
- * attached node leaves the socket open (it destroys it only when nobody
- * listens): a client that sent nothing, or half a ClientHello, held it for good.
- */
-/**
  * What a client that spoke plain HTTP to an HTTPS port is told (as nginx's 400
  * "The plain HTTP request was sent to HTTPS port"), in plain text: a bare close
  * left `curl http://gateway:8443/` with "Empty reply from server".
  */
-const PLAIN_HTTP_ANSWER = (() => {
-  const body = 'plain HTTP request sent to an HTTPS port: use https://\n'
-  return `HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
-})()
+const PLAIN_HTTP_ANSWER = closingResponse(400, 'plain HTTP request sent to an HTTPS port: use https://\n')
 
 /** OpenSSL's codes for a first record that reads as an HTTP request line (GET, POST, HEAD, PUT; CONNECT). */
 const PLAIN_HTTP_CODES: ReadonlySet<string> = new Set(['ERR_SSL_HTTP_REQUEST', 'ERR_SSL_HTTPS_PROXY_REQUEST'])
@@ -719,6 +710,12 @@ const PLAIN_HTTP_CODES: ReadonlySet<string> = new Set(['ERR_SSL_HTTP_REQUEST', '
 /** The longest a plain-HTTP answer may take to leave before its connection is cut. */
 const PLAIN_HTTP_ANSWER_MS = 1000
 
+/**
+ * A handshake that failed or stalled past `handshakeTimeout` (reason `timeout`):
+ * counted and logged (tls-handshake-errors.ts), then closed. With this listener
+ * attached node leaves the socket open (it destroys it only when nobody
+ * listens): a client that sent nothing, or half a ClientHello, held it for good.
+ */
 function onTlsError(port: number, err: Error, socket: TLSSocket): void {
   handshakeFailed(port, err, socket) // first: it reads the socket's server name, client and verdict
   // The TCP socket under the TLS one (node's TLSSocket keeps it as _parent): writes to it
