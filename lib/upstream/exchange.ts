@@ -212,9 +212,8 @@ export class Exchange {
     this.#attempt = null
     // An open tunnel is a request in flight until it closes, as Envoy counts an upgraded
     // stream: LeastRequest sees WebSocket load, maxParallelRequests bounds it, the gauge shows it.
-    this.#tunnelOpen = true
-    if (stream.destroyed) this.#tunnelOpen = false
-    else stream.once('close', () => this.#release())
+    this.#tunnelOpen = !stream.destroyed
+    if (this.#tunnelOpen) stream.once('close', () => this.#release())
     this.finish(String(status))
     this.#handler.onTunnel({ status, headers, stream, endpoint: this.endpoint })
   }
