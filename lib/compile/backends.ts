@@ -143,8 +143,9 @@ export class BackendResolver {
       // through them (500, ResolvedRefs=False) — sent without TLS it would
       // go out in plaintext.
       const limited = this.#tlsLimits.get(policy)
-      noteGateway(limited?.refused.has(gatewayKey) === true ? this.tlsPolicyRefused : this.tlsPolicyUse, policy, gatewayKey)
-      if (limited !== undefined && limited.refused.has(gatewayKey)) {
+      const refused = limited !== undefined && limited.refused.has(gatewayKey)
+      noteGateway(refused ? this.tlsPolicyRefused : this.tlsPolicyUse, policy, gatewayKey)
+      if (refused) {
         return fail(ANCESTORS_FULL, `BackendTLSPolicy ${policy} cannot be used through Gateway ${gatewayKey}: its status.ancestors is full (${limited.budget} of ${MAX_POLICY_ANCESTORS} entries left to sallyport, taken by Gateways that sort first); requests to ${ref.kind} ${ref.namespace}/${ref.name} answer 500 rather than go without TLS`)
       }
     }
@@ -241,9 +242,7 @@ export class BackendResolver {
     if (backend === undefined) return fail('BackendNotFound', `${what} not found`)
     const port = ref.port === null ? backend.ports[0] : backend.ports.find(p => p.port === ref.port)
     if (port === undefined) return fail('BackendNotFound', `${what} has no port ${ref.port}`)
-    const use = this.backendUse.get(key) ?? new Set()
-    use.add(gatewayKey)
-    this.backendUse.set(key, use)
+    noteGateway(this.backendUse, key, gatewayKey)
     const id = `${key}:${port.port}${l4Suffix(routeKind)}`
     const d = backend.destination
     if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
@@ -343,9 +342,10 @@ export class BackendResolver {
   }
 }
 
-function noteGateway(map: Map<string, Set<string>>, policy: string, gatewayKey: string): void {
-  const set = map.get(policy)
-  if (set === undefined) map.set(policy, new Set([gatewayKey]))
+/** Records that Gateway `gatewayKey` uses what `key` names (a BackendTLSPolicy, a Backend). */
+function noteGateway(map: Map<string, Set<string>>, key: string, gatewayKey: string): void {
+  const set = map.get(key)
+  if (set === undefined) map.set(key, new Set([gatewayKey]))
   else set.add(gatewayKey)
 }
 
