@@ -173,13 +173,21 @@ export class DestinationPolicies {
    * this cluster and Gateway).
    */
   check(cluster: Cluster, gatewayKey: string, proxied = false): Denial | null {
-    if (cluster.kind !== 'Backend') return isExternalName(cluster) ? this.#externalNameVerdict(cluster, gatewayKey, proxied) : null
+    // An ExternalName Service: its endpoint a name anyone with a Service may
+    // choose, so the Gateway's hostname lists hold for it as for a Backend's.
+    const externalName = isExternalName(cluster)
+    if (cluster.kind !== 'Backend' && !externalName) return null
     // Issue 11: every rule asks for each of its backends; a verdict depends
     // only on (cluster, Gateway), so it is decided once per compile.
     let byGateway = this.#verdicts.get(cluster)
     if (byGateway === undefined) this.#verdicts.set(cluster, byGateway = new Map())
     const known = byGateway.get(gatewayKey)
     if (known !== undefined) return known
+    if (externalName) {
+      const d = hostnameVerdict(cluster, this.gatewayPolicy(gatewayKey), proxied)
+      byGateway.set(gatewayKey, d)
+      return d
+    }
     const key = cluster.backendKey
     if (key === undefined) return null
     const backend = this.#snapshot.backends.get(key)
@@ -191,17 +199,6 @@ export class DestinationPolicies {
       m.set(gatewayKey, d)
       this.denials.set(key, m)
     }
-    return d
-  }
-
-  /** An ExternalName Service (its endpoint a name anyone with a Service may choose): the Gateway's hostname lists, as for a Backend. */
-  #externalNameVerdict(cluster: Cluster, gatewayKey: string, proxied: boolean): Denial | null {
-    let byGateway = this.#verdicts.get(cluster)
-    if (byGateway === undefined) this.#verdicts.set(cluster, byGateway = new Map())
-    const known = byGateway.get(gatewayKey)
-    if (known !== undefined) return known
-    const d = hostnameVerdict(cluster, this.gatewayPolicy(gatewayKey), proxied)
-    byGateway.set(gatewayKey, d)
     return d
   }
 
