@@ -381,9 +381,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     if (!this.#buildHead(status, headers, body === null ? 'none' : typeof body === 'string' ? 'known' : 'stream')) {
       // A field node would refuse to write (invalid name or characters): nothing
       // sent, the caller answers instead, as with H1Exchange.
-      this.#sent = false
-      this.#chunked = false
-      this.#declared = -1
+      this.#unsend()
       return false
     }
     if (body === null) { this.#finish(HEAD.take(), ''); return true }
@@ -409,6 +407,18 @@ export class FastH1Exchange implements Exchange, BodySink {
     body.once('error', (err: Error) => this.onBodyError(err))
     body.once('close', () => this.#onOutClose())
     return true
+  }
+
+  /** Back to no response begun: nothing of one went out, so another may be given (respond). */
+  #unsend(): void {
+    this.#sent = false
+    this.#head = null
+    this.#out = null
+    this.#sunk = null
+    this.#trailers = null
+    this.#chunked = false
+    this.#declared = -1
+    this.#bodiless = false
   }
 
   informational(status: number, headers: OutgoingHeaders): void {
@@ -576,14 +586,7 @@ export class FastH1Exchange implements Exchange, BodySink {
     if (this.#head !== null) {
       // Nothing of the response went out (its head waited for the body): the
       // caller may answer instead (a 502 rather than an empty reply).
-      this.#head = null
-      this.#sent = false
-      this.#out = null
-      this.#sunk = null
-      this.#trailers = null
-      this.#chunked = false
-      this.#declared = -1
-      this.#bodiless = false
+      this.#unsend()
       this.#observer.onBodyError(err)
       if (!this.#sent) this.#socket.destroy()
       return
