@@ -32,6 +32,7 @@ import { logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code } from '../observe/l4-metrics.ts'
 import { tracer } from '../observe/tracing.ts'
 import { forwardProxyRefusals } from '../observe/forward-proxy-metrics.ts'
+import type { ConnectionSni } from '../router/misdirected.ts'
 import { connectDestination, routeConnect, type ConnectAllowed, type ConnectRefusal } from '../router/forward-proxy.ts'
 import type { UpstreamRequest, Upstreams } from '../upstream/types.ts'
 import { relay } from '../upstream/relay.ts'
@@ -88,6 +89,7 @@ export interface TunnelEnv {
 const REASON_TEXT: Record<ConnectRefusal, string> = {
   bad_authority: 'CONNECT target must be host:port',
   no_route: 'no route for this destination',
+  misdirected: 'this connection serves another listener: connect again with this destination as TLS server name',
   connect_not_allowed: 'CONNECT not allowed by the route for this destination',
   port_not_allowed: 'CONNECT to this port not allowed by the route',
   no_backend: 'no backend for this destination',
@@ -155,9 +157,9 @@ export function h2Client(stream: http2.ServerHttp2Stream, address: string): Clie
 }
 
 /** Runs one CONNECT to `authority` arriving on `port`, on the table it arrived with. */
-export function openTunnel(client: ClientSide, authority: string, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv): void {
+export function openTunnel(client: ClientSide, authority: string, head: Buffer | null, table: RouteTable, port: number, env: TunnelEnv, sni: ConnectionSni | null): void {
   const startedAt = performance.now()
-  const decision = routeConnect(table, port, authority)
+  const decision = routeConnect(table, port, authority, sni)
   if (!decision.ok) {
     refuse(client, decision.status, decision.reason, decision.destination, decision.rule, table, port, env)
     return

@@ -23,7 +23,7 @@ import { hostOf, namesH2c } from '../router/headers.ts'
 import { downstreamActiveConnections, downstreamConnectionsClosed } from '../observe/http-metrics.ts'
 import { bindServer } from '../bind.ts'
 import { logger } from '../observe/log.ts'
-import { H1Exchange, H2C_TUNNEL, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
+import { H1Exchange, H2C_TUNNEL, HOST_DIFFERS, UpgradeExchange, clientIp, closingResponse, connectionSni, inFlightExchange, refusedHead, setConnectionSni, type Refusal } from './exchange-h1.ts'
 import { ErrorCode } from '../errors.ts'
 import { FastH1Connection, type FastH1Host } from './h1-fast.ts'
 import { H2Exchange, type H2Connection } from './exchange-h2.ts'
@@ -477,7 +477,7 @@ export class PortListener {
     const table = this.#plane.current()
     socket.on('error', noop)
     if (table === null) { socket.destroy(); return }
-    openTunnel(h1Client(socket, clientIp(socket.remoteAddress)), req.url ?? '', head, table, this.port, this.#tunnelEnv())
+    openTunnel(h1Client(socket, clientIp(socket.remoteAddress)), req.url ?? '', head, table, this.port, this.#tunnelEnv(), connectionSni(socket))
   }
 
   // ── HTTP/2 ──
@@ -552,7 +552,7 @@ export class PortListener {
     if (headers[':method'] === 'CONNECT') {
       const protocol = headers[':protocol']
       if (protocol === undefined) {
-        openTunnel(h2Client(stream, info.address), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv())
+        openTunnel(h2Client(stream, info.address), headers[':authority'] ?? '', null, table, this.port, this.#tunnelEnv(), info.sni)
         return
       }
       // h2c is never tunnelled (h2c smuggling, router/headers.ts namesH2c): an HTTP/1.1 upstream

@@ -27,11 +27,13 @@ import { isIP, isIPv4, isIPv6 } from 'node:net'
 import type { MatchInput } from './match.ts'
 import { matchOnPort } from './match.ts'
 import { pickBackend } from './filters.ts'
+import type { ConnectionSni } from './misdirected.ts'
 
 /** Why a CONNECT was refused (metric label, access-log field); bounded. */
 export type ConnectRefusal =
   | 'bad_authority' // not host:port
   | 'no_route' // no route for the host on this port
+  | 'misdirected' // an HTTPS connection whose SNI selected another listener of the port than the host's (421)
   | 'connect_not_allowed' // the matching route does not allow CONNECT (no sallyport.io/connect-ports)
   | 'port_not_allowed' // the requested port is not among the route's connect-ports
   | 'no_backend' // the rule answers by itself (invalid backends, redirect) or has no weight
@@ -112,13 +114,19 @@ function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null,
   return { ok: false, status, reason, rule, destination }
 }
 
-/** The verdict on `CONNECT authority` arriving on `port`, from the table the request arrived with. */
-export function routeConnect(table: RouteTable, port: number, authority: string): ConnectDecision {
+/**
+ * The verdict on `CONNECT authority` arriving on `port`, from the table the
+ * request arrived with; `sni`: the server name of the HTTPS connection it came
+ * on (GEP-3567: a host another listener of the port takes is 421, as a request is).
+ */
+export function routeConnect(table: RouteTable, port: number, authority: string, sni: ConnectionSni | null = null): ConnectDecision {
   const target = parseAuthority(authority)
   if (target === null) return refused(400, 'bad_authority', null, authority)
   const dest = connectDestination(target.host, target.port)
   const entry = table.ports.get(port)
   if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, dest)
+  const names = entry.serverTls?.listenerNames ?? null
+  if (sni !== null && names !== null && sni.misdirects(names, target.host)) return refused(421, 'misdirected', null, dest)
   const match = matchOnPort(entry.http, target.host, CONNECT_INPUT)
   if (match === null) return refused(403, 'no_route', null, dest)
   const rule = match.rule
