@@ -27,6 +27,7 @@ import type { Snapshot } from '../resources/snapshot.ts'
 import { guardedRangeOf, matchCidr, matchCidrCarried, parseCidr, type Cidr } from '../address-ranges.ts'
 import { ErrorCode } from '../errors.ts'
 import { DESTINATION, type HostList, listEntries, parseDnsSuffixes, parseHostList } from '../validate/annotations.ts'
+import { REGION_LABEL } from '../resources/read-backend.ts'
 import type { Cluster, ClusterDestination, DirectResponse, GatewayAddressPolicy, HostPatterns, RequestedDestination } from './table.ts'
 
 export const ANNOTATION = DESTINATION
@@ -184,7 +185,9 @@ export class DestinationPolicies {
     const known = byGateway.get(gatewayKey)
     if (known !== undefined) return known
     if (externalName) {
-      const d = hostnameVerdict(cluster, this.gatewayPolicy(gatewayKey), proxied)
+      // A region lock holds for it as for a Backend: its region is the Service's own label.
+      const policy = this.gatewayPolicy(gatewayKey)
+      const d = regionVerdict('Service', this.#serviceRegion(cluster), policy) ?? hostnameVerdict(cluster, policy, proxied)
       byGateway.set(gatewayKey, d)
       return d
     }
@@ -204,12 +207,11 @@ export class DestinationPolicies {
 
   #verdict(backend: Backend, cluster: Cluster, policy: GatewayPolicy, proxied: boolean): Denial | null {
     const dest = backend.destination
-    if (dest.type === 'EndpointSelector' || dest.type === 'Service') return null // in-cluster
-    if (policy.regions !== null) {
-      const allowed = [...policy.regions].join(', ')
-      if (backend.region === null) return denial('RegionNotAllowed', `Backend has no sallyport.io/region label; the Gateway allows regions ${allowed}`)
-      if (!policy.regions.has(backend.region)) return denial('RegionNotAllowed', `region ${backend.region} is not among the Gateway's allowed regions (${allowed})`)
-    }
+    if (dest.type === 'EndpointSelector') return null // in-cluster
+    // A Service is in-cluster, unless it is an ExternalName one: its endpoint is then that name.
+    if (dest.type === 'Service' && !cluster.endpoints.some(e => e.kind === 'hostname')) return null
+    const region = regionVerdict('Backend', backend.region, policy)
+    if (region !== null) return region
     const named = hostnameVerdict(cluster, policy, proxied)
     if (named !== null) return named
     for (const e of cluster.endpoints) {
@@ -218,6 +220,13 @@ export class DestinationPolicies {
       if (r !== null) return r
     }
     return null
+  }
+
+  /** The sallyport.io/region label of the ExternalName Service behind `cluster` (`Service/ns/name:port…`); null: none. */
+  #serviceRegion(cluster: Cluster): string | null {
+    const m = /^Service\/([^/]+)\/([^:]+):/.exec(cluster.id)
+    if (m === null) return null
+    return this.#snapshot.services.get(`${m[1]}/${m[2]}`)?.meta.labels[REGION_LABEL] ?? null
   }
 
   #addressVerdict(address: string, policy: GatewayPolicy): Denial | null {
@@ -266,6 +275,15 @@ export class DestinationPolicies {
       reverseDnsSuffixes: p.reverseDnsSuffixes,
     }
   }
+}
+
+/** A Gateway's region lock on a destination labelled `region` (null: unlabelled); null: allowed. */
+function regionVerdict(kind: 'Backend' | 'Service', region: string | null, policy: GatewayPolicy): Denial | null {
+  if (policy.regions === null) return null
+  const allowed = [...policy.regions].join(', ')
+  if (region === null) return denial('RegionNotAllowed', `${kind} has no ${REGION_LABEL} label; the Gateway allows regions ${allowed}`)
+  if (!policy.regions.has(region)) return denial('RegionNotAllowed', `region ${region} is not among the Gateway's allowed regions (${allowed})`)
+  return null
 }
 
 /** A Service cluster whose endpoint is a name: an ExternalName Service (the others have addresses). */

@@ -278,3 +278,69 @@ t.test('bad annotation entries are reported on the Gateway and ignored', async t
   t.match(c?.message, /"10\.0\.0\.0\/33" is not a CIDR/)
   t.match(c?.message, /"bad_name!" is neither a hostname nor a CIDR/)
 })
+
+t.test('an ExternalName Service behind a Backend, or under a region lock, is judged as the external name it is', async t => {
+  const svc = (name: string, externalName: string, labels = ''): string => `apiVersion: v1
+kind: Service
+metadata:
+  name: ${name}
+  namespace: default
+${labels === '' ? '' : `  labels: { ${labels} }\n`}spec:
+  type: ExternalName
+  externalName: ${externalName}
+  ports: [{ name: http, port: 80 }]
+`
+  const svcRoute = (name: string, host: string): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules: [{ backendRefs: [{ name: ${name}, port: 80 }] }]
+`
+  // The egress proposal's Backend of type KubernetesService naming an ExternalName Service.
+  const wrapper = (name: string, service: string): string => `apiVersion: gateway.networking.k8s.io/v1alpha1
+kind: Backend
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  destination:
+    type: KubernetesService
+    service: { name: ${service}, namespace: default }
+    ports:
+    - number: 80
+      protocol: HTTP
+`
+  const wrapperRoute = (name: string, host: string): string => `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules: [{ backendRefs: [{ group: gateway.networking.k8s.io, kind: Backend, name: ${name}, port: 80 }] }]
+`
+  const lists = run([
+    gateway({ 'sallyport.io/destination-denylist': 'evil.example.com' }),
+    svc('evil', 'evil.example.com'), wrapper('evil-wrapped', 'evil'), wrapperRoute('evil-wrapped', 'wrapped.test'),
+    svc('fine', 'api.example.com'), wrapper('fine-wrapped', 'fine'), wrapperRoute('fine-wrapped', 'fine.test'),
+  ])
+  t.equal(ruleFor(lists.table, 'wrapped.test').direct?.status, 403, 'a Backend wrapping an ExternalName Service of a denied name is denied')
+  t.equal(ruleFor(lists.table, 'fine.test').direct, null, 'one wrapping an allowed name is not')
+
+  const regions = run([
+    gateway({ 'sallyport.io/allowed-regions': 'eu-west-1' }),
+    svc('unlabelled', 'api.us.example.com'), svcRoute('unlabelled', 'unlabelled.test'),
+    svc('us', 'api.us.example.com', '"sallyport.io/region": us-east-1'), svcRoute('us', 'us.test'),
+    svc('eu', 'api.eu.example.com', '"sallyport.io/region": eu-west-1'), svcRoute('eu', 'eu.test'),
+    svc('wrapped', 'api.us.example.com'), wrapper('wrapper', 'wrapped'), wrapperRoute('wrapper', 'wrapper.test'),
+  ])
+  t.equal(ruleFor(regions.table, 'unlabelled.test').direct?.status, 403, 'an unlabelled ExternalName Service is outside every allowed region')
+  t.equal(ruleFor(regions.table, 'us.test').direct?.status, 403, 'one labelled with another region is refused')
+  t.equal(ruleFor(regions.table, 'eu.test').direct, null, 'one labelled with an allowed region is served')
+  t.equal(ruleFor(regions.table, 'wrapper.test').direct?.status, 403, 'through a Backend too')
+})
