@@ -200,9 +200,9 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
         // (authority-form is CONNECT's, which forward-proxy.ts takes before routing).
         this.authority = authority
         this.host = hostOf(authority)
-        // The access line and the span show no query (it often carries credentials).
+        // The access line and the span show no query (it often carries credentials), nor userinfo.
         const q = target.indexOf('?')
-        this.path = q === -1 ? target : target.slice(0, q)
+        this.path = withoutUserinfo(q === -1 ? target : target.slice(0, q))
         return this.fail(ErrorCode.BAD_REQUEST, 'the request target is neither a path (/...) nor an absolute URI')
       }
     }
@@ -677,6 +677,21 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 }
 
 /** Where an absolute URI's authority ends: at the first '/', '?' or '#' from `from`, or the end. */
+/**
+ * A request target as the access line and the span show it: an absolute URI's
+ * userinfo (`scheme://user:password@host/...`, RFC 3986 §3.2.1) left out, as
+ * the authority field leaves it out. Routed requests show only their path; this
+ * is for the targets shown as sent (refused before routing, or no http(s) URI).
+ */
+function withoutUserinfo(target: string): string {
+  const scheme = target.indexOf('://')
+  if (scheme === -1) return target
+  const from = scheme + 3
+  const end = authorityEnd(target, from)
+  const at = target.lastIndexOf('@', end - 1)
+  return at < from ? target : target.slice(0, from) + target.slice(at + 1)
+}
+
 function authorityEnd(target: string, from: number): number {
   for (let i = from; i < target.length; i++) {
     const c = target.charCodeAt(i)
@@ -861,7 +876,7 @@ export function recordRefusal(env: RouterEnv, table: RouteTable | null, r: Refus
   if (log === null) return
   const q = r.target.indexOf('?')
   log.write({
-    method: r.method, authority: r.authority, path: q === -1 ? r.target : r.target.slice(0, q), status: r.status,
+    method: r.method, authority: r.authority, path: withoutUserinfo(q === -1 ? r.target : r.target.slice(0, q)), status: r.status,
     durationMs: 0, upstreamMs: null, bytesIn: 0, bytesOut: 0, route: '', backend: '', upstream: '', retries: 0,
     protocol: r.protocol, client: r.client, clientNamespace: null, clientServiceAccount: null,
     code: r.code, reason: r.reason, grpcStatus: null,

@@ -8,7 +8,7 @@ import t from 'tap'
 import fs from 'node:fs'
 import http2 from 'node:http2'
 import path from 'node:path'
-import { backendYaml, eventually, freePort, gatewayYaml, metricSum, rawExchange, routeYaml, startCli, tempDir } from './harness.ts'
+import { backendYaml, eventually, freePort, gatewayYaml, metricSum, rawExchange, routeYaml, settleLogs, startCli, tempDir } from './harness.ts'
 import { get } from './extensions-helpers.ts'
 
 /** One HTTP/2 request; its status, or the reset code. */
@@ -86,4 +86,31 @@ t.test('CLI: refusals before routing have access lines and metrics', async (t) =
     (m) => metricSum(m, 'sallyport_downstream_requests_total', { code: '404' }) === 2, 5000, 'two 404s counted')
   t.equal(metricSum(after, 'sallyport_downstream_requests_total', { gateway: 'default/egress', code: '404' }), 1, 'one 404 under default/egress')
   t.equal(metricSum(after, 'sallyport_downstream_requests_total', { gateway: 'default/other', code: '404' }), 1, 'and one under default/other, not both under the first')
+})
+
+// An absolute-form target may carry userinfo (`http://user:password@host/`, what a client
+// configured with a proxy URL sends). A routed request's line shows only its path; a refused
+// one showed the target as sent, password included, breaking the access log's promise of no
+// userinfo (and a target no scheme of ours takes did the same on the routed path, span too).
+t.test('CLI: the access line of a refused absolute-form request carries no userinfo', async (t) => {
+  const [port, adminPort, upPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backend.yaml'), backendYaml('api', upPort))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), routeYaml('api', 'api.example.test', 'api', upPort))
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+
+  t.match(await rawExchange(port, 'GET http://user:s3cret-one@api.example.test/two?k=v HTTP/1.1\r\nHost: api.example.test\r\nHost: other.test\r\n\r\n'), /^HTTP\/1\.1 400 /)
+  t.match(await lineWith(cli, 'bad request: more than one Host field'), { path: 'http://api.example.test/two', status: 400 }, 'two Host fields: the target without its userinfo')
+
+  t.match(await rawExchange(port, 'POST HTTP://user:s3cret-two@api.example.test/coded HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n'), /^HTTP\/1\.1 501 /)
+  t.match(await lineWith(cli, 'not implemented: a transfer coding other than chunked'), { path: 'HTTP://api.example.test/coded', status: 501 }, 'a 501: the same')
+
+  t.match(await rawExchange(port, 'GET ftp://user:s3cret-three@api.example.test/f HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 400 /)
+  t.match(await lineWith(cli, 'bad request: the request target is neither a path (/...) nor an absolute URI'), { path: 'ftp://api.example.test/f', status: 400 },
+    'a target of another scheme, refused by the router: the same')
+
+  await settleLogs()
+  t.notMatch(cli.stdout() + cli.stderr(), /s3cret/, 'no password anywhere in the output')
 })
