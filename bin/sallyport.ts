@@ -141,11 +141,10 @@ function tracingFlags(values: Record<string, unknown>): import('../lib/observe/t
     if (!/^\d+$/.test(v) || n < min || n > max) throw new UsageError(`${name} wants an integer from ${min} to ${max}, got ${JSON.stringify(v)}`)
     return n
   }
-  const maxQueue = env('OTEL_BSP_MAX_QUEUE_SIZE', 1, 1_000_000)
-  const maxBatch = env('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 1, 1_000_000)
   return {
     endpoint: url, protocol, sampling,
-    maxQueue, maxBatch: maxBatch === undefined || maxQueue === undefined ? maxBatch : Math.min(maxBatch, maxQueue),
+    // The Tracer holds a batch to the queue's size, either set or default.
+    maxQueue: env('OTEL_BSP_MAX_QUEUE_SIZE', 1, 1_000_000), maxBatch: env('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 1, 1_000_000),
     delayMs: env('OTEL_BSP_SCHEDULE_DELAY', 0, 3_600_000),
     timeoutMs: env('OTEL_EXPORTER_OTLP_TIMEOUT', 1, 3_600_000),
     serviceName: process.env.OTEL_SERVICE_NAME || undefined,

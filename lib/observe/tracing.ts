@@ -88,9 +88,12 @@ export class Tracer {
       'process.pid', process.pid,
       ...(options.resource ?? []),
     ]
+    // A batch is at most the queue (the SDKs' BatchSpanProcessor clamps it so): a queue set
+    // below the default batch alone would never fill one, and drop spans while it waits.
+    const maxQueue = options.maxQueue ?? 2048
     this.exporter = new OtlpExporter({
       endpoint: options.endpoint, protocol: options.protocol,
-      maxQueue: options.maxQueue ?? 2048, maxBatch: options.maxBatch ?? 512,
+      maxQueue, maxBatch: Math.min(options.maxBatch ?? 512, maxQueue),
       delayMs: options.delayMs ?? 5000, timeoutMs: options.timeoutMs ?? 10_000,
       scope: { resource: resourceValues(resource), scopeName: 'sallyport', scopeVersion: options.serviceVersion ?? '' },
     })
