@@ -157,6 +157,15 @@ t.test('each mode ships one way to find the scrape target: a ServiceMonitor or p
   }
 })
 
+t.test('the admin port stays out of a mesh sidecar\'s inbound capture (its loopback-sourced connections would open /config_dump)', async (t) => {
+  for (const dir of MODES) {
+    const deployment = kustomized(dir).find((d) => d.kind === 'Deployment') as Json
+    const annotations = (((deployment.spec as Json).template as Json).metadata as Json).annotations as Json | undefined
+    t.equal(annotations?.['traffic.sidecar.istio.io/excludeInboundPorts'], '9901', `${path.basename(dir)}: Istio`)
+    t.equal(annotations?.['config.linkerd.io/skip-inbound-ports'], '9901', `${path.basename(dir)}: Linkerd`)
+  }
+})
+
 t.test('the worked example validates and compiles its references', async (t) => {
   const set = await readConfigSet([path.join(DEPLOY, 'examples', 'ai-egress')])
   const snap = buildSnapshot(set.docs, set.problems)
