@@ -121,7 +121,8 @@ function refused(status: number, reason: ConnectRefusal, rule: RouteRule | null,
  */
 export function routeConnect(table: RouteTable, port: number, authority: string, sni: ConnectionSni | null = null): ConnectDecision {
   const target = parseAuthority(authority)
-  if (target === null) return refused(400, 'bad_authority', null, authority)
+  // Logged as sent, less a userinfo's credentials (`user:password@host:443` is no CONNECT target).
+  if (target === null) return refused(400, 'bad_authority', null, authority.slice(authority.lastIndexOf('@') + 1))
   const dest = connectDestination(target.host, target.port)
   const entry = table.ports.get(port)
   if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, dest)

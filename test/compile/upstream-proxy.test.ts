@@ -90,6 +90,9 @@ t.test('a rule without backendRefs on a CONNECT route tunnels to the requested h
   t.same(d.cluster.upstreamProxy, { host: 'proxy.corp', port: 3128, authorization: null }, 'through the Gateway\'s proxy')
   t.match(routeConnect(table, 8080, 'x.evil.test:443'), { ok: false, status: 403, reason: 'destination_denied' }, 'the deny-list decides names')
   t.match(routeConnect(table, 8080, 'api.example.net:8443'), { ok: false, reason: 'port_not_allowed' })
+  const userinfo = routeConnect(table, 8080, 'user:s3cret@api.example.net:443')
+  t.match(userinfo, { ok: false, status: 400, reason: 'bad_authority' }, 'a target with userinfo is not host:port')
+  t.notMatch(userinfo.ok ? '' : userinfo.destination, /s3cret/, 'and its password stays out of the logged destination')
 })
 
 t.test('through an upstream proxy, an allow-list with CIDRs admits no unlisted Backend hostname (its addresses are never seen)', async (t) => {
