@@ -292,7 +292,8 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
   const rl = policy.rateLimit
   if (rl === null || rl.rules.length === 0) return null
   const rules = rl.rules.map((r) => {
-    const key: unknown[] = ['route']
+    // Envoy Gateway: a rule counts per route unless `shared`, one bucket for every route the policy covers.
+    const key: unknown[] = r.shared ? [] : ['route']
     const headers: Array<Record<string, unknown>> = []
     // Every selector's range must hold (AND), as its headers do: none is dropped for the next.
     const ranges: string[] = []
@@ -311,7 +312,7 @@ export function rateLimitExtension(policy: BackendTrafficPolicy): ExtensionSpec 
     }
     const sourceCIDR = ranges.length === 0 ? undefined : ranges.length === 1 ? ranges[0] : ranges
     const match = headers.length + ranges.length === 0 ? undefined : { ...(headers.length > 0 ? { headers } : {}), ...(sourceCIDR === undefined ? {} : { sourceCIDR }) }
-    return { requests: r.requests, unit: r.unit, key, ...(match === undefined ? {} : { match }) }
+    return { requests: r.requests, unit: r.unit, key, ...(r.cost === 1 ? {} : { cost: r.cost }), ...(match === undefined ? {} : { match }) }
   })
   const config: Record<string, unknown> = { rules }
   const redis = policy.meta.annotations[RATE_LIMIT_REDIS]

@@ -50,7 +50,8 @@ function boundPart(v: string | null): string {
 }
 
 function keyParts(list: unknown): KeyPart[] {
-  if (!Array.isArray(list) || list.length === 0) return ['namespace']
+  // No key: a bucket per client namespace. An empty one, `key: []`: one bucket for every request.
+  if (!Array.isArray(list)) return ['namespace']
   const out: KeyPart[] = []
   for (const k of list) {
     if (k === 'namespace' || k === 'serviceAccount' || k === 'route' || k === 'backend' || k === 'client') out.push(k)
@@ -291,7 +292,7 @@ export class Limiter {
  * BackendTrafficPolicy rateLimit shape: every rule whose `match` selects the
  * request takes a token; the first that refuses answers 429).
  */
-interface Rule { readonly limiter: Limiter; readonly match: RequestMatch | null; readonly cost: number }
+interface Rule { readonly limiter: Limiter; readonly match: RequestMatch | null; /** Tokens a request takes; 0: only checks the bucket. */ readonly cost: number }
 
 export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionHooks {
   const blocks = Array.isArray(spec.config.rules) ? spec.config.rules as Array<Record<string, unknown>> : [spec.config]
@@ -302,7 +303,7 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
       // A rule's own `global` (its own Redis and Secret), else the one of the whole config.
       const globalAt = Array.isArray(spec.config.rules) && b.global !== undefined ? `rules[${i}].global` : 'global'
       const match = compileMatch(block.match)
-      rules.push({ limiter: new Limiter(spec, block, redis, 'requests', { globalAt }), match, cost: typeof block.cost === 'number' && block.cost > 0 ? block.cost : 1 })
+      rules.push({ limiter: new Limiter(spec, block, redis, 'requests', { globalAt }), match, cost: typeof block.cost === 'number' && block.cost >= 0 ? block.cost : 1 })
     })
   } catch (err) {
     // A rule that cannot run: the extension fails (builtins.ts); the rules built so far give their clients back.
@@ -316,7 +317,7 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
     const onDecision = (d: Decision): HookResult => d.allowed ? (headersOnSuccess ? limiter.allow(d) : undefined) : limiter.deny(d, 'rate limit exceeded')
     return {
       requestHeaders(req: RequestView) {
-        const d = limiter.decide(limiter.key(req), 'take', cost)
+        const d = limiter.decide(limiter.key(req), cost === 0 ? 'check' : 'take', cost)
         return d instanceof Promise ? d.then(onDecision) : onDecision(d)
       },
       close,
@@ -328,7 +329,8 @@ export function rateLimit(spec: CompiledExtension, redis: RedisPool): ExtensionH
       let tightest: { limiter: Limiter; d: Decision } | null = null
       for (const r of rules) {
         if (r.match !== null && !r.match(req)) continue
-        const d = await r.limiter.decide(r.limiter.key(req), 'take', r.cost)
+        // cost 0 (a BackendTrafficPolicy rule's `cost.request.number: 0`): the bucket is checked, nothing taken.
+        const d = await r.limiter.decide(r.limiter.key(req), r.cost === 0 ? 'check' : 'take', r.cost)
         if (!d.allowed) return r.limiter.deny(d, 'rate limit exceeded')
         // The field names the tightest known count; an unknown one (failed open) only when none is known.
         if (tightest === null || (d !== UNKNOWN && (tightest.d === UNKNOWN || d.remaining < tightest.d.remaining))) tightest = { limiter: r.limiter, d }

@@ -482,6 +482,10 @@ export interface RateLimitRule {
   readonly clientSelectors: ReadonlyArray<Readonly<Record<string, unknown>>>
   readonly requests: number
   readonly unit: 'Second' | 'Minute' | 'Hour' | 'Day'
+  /** `shared: true`: one bucket for every route the policy covers; else one per route. */
+  readonly shared: boolean
+  /** Tokens a request takes: `cost.request.number` when `from: Number`, else 1; 0 only checks the bucket. */
+  readonly cost: number
 }
 
 export interface BackendTrafficPolicy extends ObjectBase<'BackendTrafficPolicy'> {

@@ -161,7 +161,12 @@ function readLoadBalancer(lb: Fields | null): LoadBalancerPolicy | null {
 
 const UNITS = new Set(['Second', 'Minute', 'Hour', 'Day'])
 
-/** ratelimit_types.go: type Local|Global with rules under `local` / `global`; each rule {clientSelectors, limit {requests, unit}}. */
+/**
+ * ratelimit_types.go: type Local|Global with rules under `local` / `global`;
+ * each rule {clientSelectors, limit {requests, unit}, shared, cost}. Of
+ * `cost`, only `request` `{from: Number, number}` is taken (validate warns of
+ * the rest: Metadata is what Envoy filters write, which sallyport has not).
+ */
 function readRateLimit(rl: Fields | null): BackendTrafficPolicy['rateLimit'] {
   if (rl === null) return null
   const local = objectAt(rl, 'local')
@@ -172,10 +177,14 @@ function readRateLimit(rl: Fields | null): BackendTrafficPolicy['rateLimit'] {
   for (const r of listAt(type === 'Local' ? local : global, 'rules')) {
     const limit = objectAt(r, 'limit')
     const unit = textAt(limit, 'unit')
+    const request = objectAt(objectAt(r, 'cost'), 'request')
+    const number = textAt(request, 'from') === 'Number' ? numberAt(request, 'number') : null
     rules.push({
       clientSelectors: listAt(r, 'clientSelectors'),
       requests: numberAt(limit, 'requests') ?? 0,
       unit: (unit !== null && UNITS.has(unit) ? unit : 'Second') as RateLimitRule['unit'],
+      shared: r.shared === true,
+      cost: number !== null && Number.isSafeInteger(number) && number >= 0 ? number : 1,
     })
   }
   return { type, rules }

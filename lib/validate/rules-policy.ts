@@ -106,6 +106,11 @@ export function checkBackendTrafficPolicy(doc: Obj, f: Findings): void {
       // Each rule becomes a RateLimit extension match (compile/extensions.ts rateLimitExtension):
       // a value that does not compile or a range that does not parse would fail or never match.
       for (const [rule, r] of objsAt(objAt(rl, key), 'rules')) {
+        const at = item(`spec.rateLimit.${key}.rules`, r)
+        const request = objAt(objAt(rule, 'cost'), 'request')
+        if (request !== null && strAt(request, 'from') === 'Number' && !has(request, 'number')) f.error(`${at}.cost.request.number`, 'required when from is Number')
+        if (request !== null && strAt(request, 'from') === 'Metadata') f.warn(`${at}.cost.request`, 'a cost from Metadata (what Envoy filters write) is not supported: each request takes 1 token')
+        if (objAt(objAt(rule, 'cost'), 'response') !== null) f.warn(`${at}.cost.response`, 'a response cost is not supported (ignored): to charge by the tokens an AI answer used, give the Backend an AIUsage extension with a budget')
         for (const [sel, s] of objsAt(rule, 'clientSelectors')) {
           const at = `${item(`spec.rateLimit.${key}.rules`, r)}.${item('clientSelectors', s)}`
           for (const [h, i] of objsAt(sel, 'headers')) {

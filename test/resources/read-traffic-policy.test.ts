@@ -69,9 +69,12 @@ t.test('load balancer and rate limit', async (t) => {
   }).rateLimit, {
     type: 'Local',
     rules: [
-      { clientSelectors: [{ headers: [{ name: 'x-user-id', value: 'one' }] }], requests: 10, unit: 'Hour' },
-      { clientSelectors: [], requests: 3, unit: 'Second' },
+      { clientSelectors: [{ headers: [{ name: 'x-user-id', value: 'one' }] }], requests: 10, unit: 'Hour', shared: false, cost: 1 },
+      { clientSelectors: [], requests: 3, unit: 'Second', shared: false, cost: 1 },
     ],
   })
-  t.same(btp({ rateLimit: { global: { rules: [{ limit: { requests: 100, unit: 'Minute' } }] } } }).rateLimit, { type: 'Global', rules: [{ clientSelectors: [], requests: 100, unit: 'Minute' }] })
+  t.same(btp({ rateLimit: { global: { rules: [{ limit: { requests: 100, unit: 'Minute' } }] } } }).rateLimit, { type: 'Global', rules: [{ clientSelectors: [], requests: 100, unit: 'Minute', shared: false, cost: 1 }] })
+  t.same(btp({ rateLimit: { local: { rules: [{ limit: { requests: 5, unit: 'Minute' }, shared: true, cost: { request: { from: 'Number', number: 0 } } }] } } }).rateLimit?.rules[0],
+    { clientSelectors: [], requests: 5, unit: 'Minute', shared: true, cost: 0 }, 'shared and a request cost from Number')
+  t.equal(btp({ rateLimit: { local: { rules: [{ limit: { requests: 5, unit: 'Minute' }, cost: { request: { from: 'Metadata', metadata: { namespace: 'a', key: 'b' } } } }] } } }).rateLimit?.rules[0]?.cost, 1, 'a cost from Metadata is 1')
 })
