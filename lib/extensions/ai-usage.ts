@@ -61,42 +61,97 @@ function usageOf(obj: unknown, into: Usage): boolean {
   return true
 }
 
-/** Incremental SSE reader: only `data:` lines mentioning "usage" are parsed. */
+/** A line end of SSE: CRLF, LF or CR alone (WHATWG HTML §9.2.6). */
+const LINE_END = /[\r\n]/g
+
+/**
+ * Incremental SSE reader, framing events as the SSE specification does: lines
+ * end in CRLF, LF or CR; an event's data is its `data` lines joined by LF (one
+ * JSON object may span several), the event ends at a blank line, comments and
+ * other fields are skipped. Only events whose data mentions "usage" are parsed;
+ * an event's data is held up to MAX_JSON_COPY (a longer one is skipped whole).
+ */
 export class SseUsageReader {
   readonly usage: Usage = { model: '', input: 0, output: 0 }
   found = false
   readonly #decoder = new StringDecoder('utf8')
+  /** The unended line's text so far. */
   #pending = ''
+  /** The last chunk ended in CR: an LF first in the next one ends no second line. */
+  #afterCr = false
+  /** The unended line grew past the bound: it (and its event) is skipped. */
+  #longLine = false
+  /** The current event's data, and whether it has a data line at all. */
+  #data = ''
+  #hasData = false
+  /** The current event had data past the bound: skipped whole. */
+  #skip = false
 
   push(chunk: Buffer): void {
-    const text = this.#pending + this.#decoder.write(chunk)
+    let text = this.#decoder.write(chunk)
+    if (text === '') return
+    if (this.#afterCr && text.charCodeAt(0) === 10) text = text.slice(1)
+    this.#afterCr = false
     let start = 0
-    for (;;) {
-      const nl = text.indexOf('\n', start)
-      if (nl === -1) break
-      this.#line(text.slice(start, nl))
-      start = nl + 1
+    LINE_END.lastIndex = 0
+    for (let m = LINE_END.exec(text); m !== null; m = LINE_END.exec(text)) {
+      const at = m.index
+      const line = this.#pending === '' ? text.slice(start, at) : this.#pending + text.slice(start, at)
+      this.#pending = ''
+      this.#line(line)
+      start = at + 1
+      if (text.charCodeAt(at) === 13) {
+        if (start === text.length) this.#afterCr = true
+        else if (text.charCodeAt(start) === 10) start++
+      }
+      LINE_END.lastIndex = start
     }
-    this.#pending = text.slice(start)
-    // A line without newline longer than the JSON bound is not worth keeping.
-    if (this.#pending.length > MAX_JSON_COPY) this.#pending = ''
+    if (start < text.length) this.#pending += text.slice(start)
+    // A line longer than the JSON bound is not worth keeping: it and its event are skipped.
+    if (this.#pending.length > MAX_JSON_COPY) {
+      this.#pending = ''
+      this.#longLine = true
+    }
   }
 
+  /** The body's end: a last line or event without its blank line still counts. */
   end(): void {
     const rest = this.#pending + this.#decoder.end()
-    if (rest !== '') this.#line(rest)
     this.#pending = ''
+    if (rest !== '' || this.#longLine) this.#line(rest)
+    this.#dispatch()
   }
 
-  #line(raw: string): void {
-    const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw
-    if (!line.startsWith('data:')) return
-    if (line.indexOf('"usage"') === -1) return
-    const data = line.slice(5).trim()
-    if (data === '[DONE]') return
+  #line(line: string): void {
+    if (this.#longLine) {
+      this.#longLine = false
+      this.#skip = true
+      return
+    }
+    if (line === '') return this.#dispatch()
+    if (line.charCodeAt(0) === 58 /* : comment */) return
+    const colon = line.indexOf(':')
+    if ((colon === -1 ? line : line.slice(0, colon)) !== 'data' || this.#skip) return
+    const value = colon === -1 ? '' : line.charCodeAt(colon + 1) === 32 ? line.slice(colon + 2) : line.slice(colon + 1)
+    if (this.#data.length + value.length >= MAX_JSON_COPY) {
+      this.#skip = true
+      this.#data = ''
+      return
+    }
+    this.#data = this.#hasData ? this.#data + '\n' + value : value
+    this.#hasData = true
+  }
+
+  #dispatch(): void {
+    const data = this.#data
+    const parse = this.#hasData && !this.#skip && data.indexOf('"usage"') !== -1
+    this.#data = ''
+    this.#hasData = false
+    this.#skip = false
+    if (!parse) return
     try {
       if (usageOf(JSON.parse(data), this.usage)) this.found = true
-    } catch { /* not JSON: not ours */ }
+    } catch { /* not JSON ([DONE] among them): not ours */ }
   }
 }
 

@@ -5,7 +5,7 @@
 import t from 'tap'
 import type { CompiledExtension } from '../../lib/compile/table.ts'
 import type { ClientInfo, HookResult, RequestView, ResponseView } from '../../lib/extensions/plugin-api.ts'
-import { aiUsage } from '../../lib/extensions/ai-usage.ts'
+import { SseUsageReader, aiUsage } from '../../lib/extensions/ai-usage.ts'
 import { RedisPool } from '../../lib/extensions/redis-client.ts'
 import { registry } from '../../lib/observe/metrics.ts'
 
@@ -61,4 +61,53 @@ t.test('the model label takes at most a bounded number of values', async (t) => 
   t.ok(models.has('model-0'), 'the first models keep their name')
   const total = (metric?.values ?? []).filter(v => v.labels.namespace === 'team-models').reduce((n, v) => n + v.value, 0)
   t.equal(total, 1000, 'every token still counted')
+})
+
+// The SSE reader reads events as the SSE specification (WHATWG HTML §9.2.6)
+// frames them: lines end in CRLF, LF or CR alone; an event's data is its
+// `data` lines joined by LF (a JSON object may span several); `data:` with or
+// without the space; comments; and the bytes may be cut anywhere.
+function readSse(text: string, cut: number | null): { found: boolean; usage: { model: string; input: number; output: number } } {
+  const bytes = Buffer.from(text)
+  const r = new SseUsageReader()
+  if (cut === null) r.push(bytes)
+  else { r.push(bytes.subarray(0, cut)); r.push(bytes.subarray(cut)) }
+  r.end()
+  return { found: r.found, usage: { ...r.usage } }
+}
+
+t.test('SSE usage: every line ending, multi-line data, comments, cut at every byte', async (t) => {
+  const usage = '{"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34}}'
+  const first = '{"model":"gpt-4o-mini","choices":[{"delta":{"content":"Hé ✓"}}],"usage":null}'
+  const want = { model: 'gpt-4o-mini', input: 12, output: 34 }
+  for (const [name, eol] of [['LF', '\n'], ['CRLF', '\r\n'], ['CR', '\r']] as const) {
+    const streams: Record<string, string> = {
+      'one data line': `: keepalive${eol}data: ${first}${eol}${eol}data:${usage}${eol}${eol}data: [DONE]${eol}${eol}`,
+      'data over several lines': `data: ${first}${eol}${eol}event: chunk${eol}data: {"model":"gpt-4o-mini","choices":[],${eol}data: "usage":{"prompt_tokens":12,${eol}data:"completion_tokens":34}}${eol}${eol}data: [DONE]${eol}${eol}`,
+    }
+    for (const [shape, text] of Object.entries(streams)) {
+      const bytes = Buffer.byteLength(text)
+      let wrong = 0
+      for (let cut = 0; cut <= bytes; cut++) {
+        const got = readSse(text, cut)
+        if (!got.found || got.usage.model !== want.model || got.usage.input !== want.input || got.usage.output !== want.output) wrong++
+      }
+      t.equal(wrong, 0, `${name}, ${shape}: read at each of ${bytes + 1} cuts`)
+    }
+  }
+})
+
+t.test('SSE usage: a data line never ended by a blank line still counts at the end', async (t) => {
+  t.same(readSse('data: {"model":"m","usage":{"prompt_tokens":1,"completion_tokens":2}}', null), { found: true, usage: { model: 'm', input: 1, output: 2 } })
+})
+
+t.test('SSE usage: an event past the bound is skipped whole, the next one read', async (t) => {
+  const big = 'x'.repeat(700 * 1024)
+  const r = new SseUsageReader()
+  // One long line cut in pieces, then a long event of two lines: neither is held.
+  r.push(Buffer.from(`data: {"usage":{"prompt_tokens":900,"completion_tokens":900},"pad":"${big}`))
+  r.push(Buffer.from(`${big}"}\n\ndata: {"usage":{"prompt_tokens":900,"pad":"${big}\ndata: ${big}"}}\n\n`))
+  r.push(Buffer.from('data: {"model":"m","usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n'))
+  r.end()
+  t.same({ found: r.found, ...r.usage }, { found: true, model: 'm', input: 1, output: 2 })
 })
