@@ -1,7 +1,10 @@
 // AIUsage: token accounting for OpenAI-compatible APIs. Reads
 // `usage.prompt_tokens` / `usage.completion_tokens` (and `model`) from JSON
 // answers and from server-sent-event streams — the final chunk carries usage
-// when the client asked with `stream_options.include_usage` — as the body
+// when the client asked with `stream_options.include_usage`; the Responses API
+// (`input_tokens` / `output_tokens`) streams it in `response.completed`'s
+// `response`, Anthropic's Messages API in `message_start`'s `message` (input)
+// and `message_delta` (output) — as the body
 // streams past, never holding it back (an SSE answer is parsed line by line;
 // a JSON answer is copied aside up to 1 MiB), decoded by the flow when the
 // upstream compressed it anyway (extensions/flow.ts, Tap). Exports
@@ -44,12 +47,18 @@ function tokenCount(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : null
 }
 
-function usageOf(obj: unknown, into: Usage): boolean {
+function usageOf(obj: unknown, into: Usage, nested = false): boolean {
   if (obj === null || typeof obj !== 'object') return false
   const o = obj as Record<string, unknown>
   if (typeof o.model === 'string' && o.model !== '') into.model = o.model
   const u = o.usage as Record<string, unknown> | null | undefined
-  if (u === null || u === undefined || typeof u !== 'object') return false
+  if (u === null || u === undefined || typeof u !== 'object') {
+    // Streamed inside the event's object: the Responses API's `response.completed`
+    // (`response`), Anthropic's `message_start` (`message`).
+    // One level: an object nested deeper is not a usage report.
+    const inner = nested ? null : o.response ?? o.message
+    return inner !== null && typeof inner === 'object' && !Array.isArray(inner) && usageOf(inner, into, true)
+  }
   // OpenAI chat/completions: prompt/completion; the Responses API: input/output.
   // A count that is not one never lowers the other's charge nor throws; an
   // event without one keeps what an earlier event said.

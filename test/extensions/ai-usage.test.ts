@@ -111,3 +111,22 @@ t.test('SSE usage: an event past the bound is skipped whole, the next one read',
   r.end()
   t.same({ found: r.found, ...r.usage }, { found: true, model: 'm', input: 1, output: 2 })
 })
+
+// The Responses API streams its usage inside the `response` of its
+// `response.completed` event; Anthropic's Messages API streams the input count
+// in `message_start`'s `message` and the output count in `message_delta`.
+t.test('SSE usage: the Responses API and Anthropic Messages stream shapes', async (t) => {
+  const responses = [
+    'event: response.created', 'data: {"type":"response.created","response":{"id":"r1","model":"gpt-4.1","usage":null}}', '',
+    'event: response.output_text.delta', 'data: {"type":"response.output_text.delta","delta":"Hi"}', '',
+    'event: response.completed', 'data: {"type":"response.completed","response":{"id":"r1","model":"gpt-4.1-2025-04-14","usage":{"input_tokens":36,"output_tokens":87,"total_tokens":123}}}', '', '',
+  ].join('\n')
+  t.same(readSse(responses, null), { found: true, usage: { model: 'gpt-4.1-2025-04-14', input: 36, output: 87 } }, 'Responses API')
+  const anthropic = [
+    'event: message_start', 'data: {"type":"message_start","message":{"id":"m1","model":"claude-sonnet-4","usage":{"input_tokens":25,"output_tokens":1}}}', '',
+    'event: content_block_delta', 'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}', '',
+    'event: message_delta', 'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}', '',
+    'event: message_stop', 'data: {"type":"message_stop"}', '', '',
+  ].join('\n')
+  t.same(readSse(anthropic, null), { found: true, usage: { model: 'claude-sonnet-4', input: 25, output: 15 } }, 'Anthropic Messages')
+})
