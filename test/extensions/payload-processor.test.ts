@@ -26,3 +26,30 @@ t.test('no name twice: unchanged bodies pass byte for byte', async (t) => {
   t.equal(run(redactEmail, '{"m":"a\\"m\\":1","k":"\\\\"}'), undefined, 'quotes and backslashes inside strings')
   t.equal(run(redactEmail, '"just a string"'), undefined)
 })
+
+// A card number is often written with what follows it: a CVV, an expiry. The
+// card pattern took the longest digit run (up to 19 digits), the Luhn check
+// failed on card + CVV, and the card passed unredacted (and undenied).
+t.test('card: a number followed or preceded by other digit groups is still found', async (t) => {
+  const redactCard = compileRules({ redact: { patterns: ['card'] } })!
+  const denyCard = compileRules({ deny: [{ pattern: 'card', reason: 'no cards' }] })!
+  const cases: Array<[string, string]> = [
+    ['4111 1111 1111 1111 123', '[REDACTED] 123'],
+    ['card 4111111111111111 12/25', 'card [REDACTED] 12/25'],
+    ['4111-1111-1111-1111-99', '[REDACTED]-99'],
+    ['order 12 4111 1111 1111 1111', 'order 12 [REDACTED]'],
+    ['5500 0000 0000 0004 cvv 123', '[REDACTED] cvv 123'],
+    ['4111 1111 1111 1111', '[REDACTED]'],
+    ['ref 12 34 56 4111 1111 1111 1111', 'ref 12 34 56 [REDACTED]'],
+    ['two: 4111 1111 1111 1111 5500 0000 0000 0004.', 'two: [REDACTED] [REDACTED].'],
+  ]
+  for (const [text, want] of cases) {
+    t.equal(bodyOf(run(redactCard, JSON.stringify({ m: text }))), JSON.stringify({ m: want }), text)
+    t.same(run(denyCard, JSON.stringify({ m: text })), { deny: { status: 403, reason: 'no cards' } }, `${text}: denied`)
+  }
+  // Digit runs with no group passing Luhn stay as they are.
+  t.equal(run(redactCard, JSON.stringify({ m: '1234 5678 9012 3456 789' })), undefined, 'no card in it')
+  t.equal(run(redactCard, JSON.stringify({ m: '41111111111111111' })), undefined, 'one unbroken run is read whole')
+  t.equal(run(redactCard, JSON.stringify({ m: 'id 4111111111111111abc' })), undefined, 'a run going on into a word is no card')
+  t.equal(run(redactCard, JSON.stringify({ m: '1 '.repeat(100000) + 'x' })), undefined, 'a long run of groups is read once')
+})
