@@ -6,7 +6,7 @@
 // `response`, Anthropic's Messages API in `message_start`'s `message` (input)
 // and `message_delta` (output) — as the body
 // streams past, never holding it back (an SSE answer is parsed line by line;
-// a JSON answer is copied aside up to 1 MiB), decoded by the flow when the
+// a JSON answer is copied aside up to maxBodyBytes), decoded by the flow when the
 // upstream compressed it anyway (extensions/flow.ts, Tap). Exports
 // sallyport_ai_tokens_total{model,namespace,service_account,direction} and,
 // with `budget`, charges the tokens to a token bucket per namespace or
@@ -16,6 +16,7 @@
 
 import { StringDecoder } from 'node:string_decoder'
 import type { CompiledExtension } from '../compile/table.ts'
+import { DEFAULT_MAX_BODY_BYTES } from '../extension-types.ts'
 import { aiTokens } from '../observe/extension-metrics.ts'
 import { logger } from '../observe/log.ts'
 import type { ExtensionHooks, HookResult, RequestView, ResponseView, StreamObserver } from './plugin-api.ts'
@@ -24,7 +25,6 @@ import { Limiter } from './rate-limit.ts'
 import type { Decision } from './token-bucket.ts'
 
 const log = logger('ai-usage')
-const MAX_JSON_COPY = 1024 * 1024
 const MAX_MODEL_LABEL = 64
 
 export interface Usage { model: string; input: number; output: number }
@@ -78,11 +78,12 @@ const LINE_END = /[\r\n]/g
  * end in CRLF, LF or CR; an event's data is its `data` lines joined by LF (one
  * JSON object may span several), the event ends at a blank line, comments and
  * other fields are skipped. Only events whose data mentions "usage" are parsed;
- * an event's data is held up to MAX_JSON_COPY (a longer one is skipped whole).
+ * an event's data is held up to `bound` characters (a longer one is skipped whole).
  */
 export class SseUsageReader {
   readonly usage: Usage = { model: '', input: 0, output: 0 }
   found = false
+  readonly #bound: number
   readonly #decoder = new StringDecoder('utf8')
   /** The unended line's text so far. */
   #pending = ''
@@ -95,6 +96,8 @@ export class SseUsageReader {
   #hasData = false
   /** The current event had data past the bound: skipped whole. */
   #skip = false
+
+  constructor(bound = DEFAULT_MAX_BODY_BYTES) { this.#bound = bound }
 
   push(chunk: Buffer): void {
     let text = this.#decoder.write(chunk)
@@ -116,8 +119,8 @@ export class SseUsageReader {
       LINE_END.lastIndex = start
     }
     if (start < text.length) this.#pending += text.slice(start)
-    // A line longer than the JSON bound is not worth keeping: it and its event are skipped.
-    if (this.#pending.length > MAX_JSON_COPY) {
+    // A line longer than the bound is not worth keeping: it and its event are skipped.
+    if (this.#pending.length > this.#bound) {
       this.#pending = ''
       this.#longLine = true
     }
@@ -142,7 +145,7 @@ export class SseUsageReader {
     const colon = line.indexOf(':')
     if ((colon === -1 ? line : line.slice(0, colon)) !== 'data' || this.#skip) return
     const value = colon === -1 ? '' : line.charCodeAt(colon + 1) === 32 ? line.slice(colon + 2) : line.slice(colon + 1)
-    if (this.#data.length + value.length >= MAX_JSON_COPY) {
+    if (this.#data.length + value.length > this.#bound) {
       this.#skip = true
       this.#data = ''
       return
@@ -164,19 +167,21 @@ export class SseUsageReader {
   }
 }
 
-/** JSON answer: copy aside (bounded) while it streams, parse at the end. */
+/** JSON answer: copy aside (up to `bound` bytes) while it streams, parse at the end. */
 class JsonUsageReader {
   readonly usage: Usage = { model: '', input: 0, output: 0 }
   found = false
+  readonly #bound: number
   readonly #chunks: Buffer[] = []
   #size = 0
+  constructor(bound: number) { this.#bound = bound }
   push(chunk: Buffer): void {
-    if (this.#size > MAX_JSON_COPY) return
+    if (this.#size > this.#bound) return
     this.#chunks.push(chunk)
     this.#size += chunk.length
   }
   end(): void {
-    if (this.#size > MAX_JSON_COPY || this.#size === 0) return
+    if (this.#size > this.#bound || this.#size === 0) return
     try {
       this.found = usageOf(JSON.parse(Buffer.concat(this.#chunks, this.#size).toString('utf8')), this.usage)
     } catch { /* not JSON */ }
@@ -189,6 +194,9 @@ function contentType(h: ResponseView['headers']): string {
 }
 
 export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHooks {
+  // The answer is read within maxBodyBytes, as every body extension (extensions/chain.ts).
+  const m = spec.config.maxBodyBytes
+  const bound = typeof m === 'number' && m > 0 ? m : DEFAULT_MAX_BODY_BYTES
   const budgetBlock = spec.config.budget as Record<string, unknown> | undefined
   const budget = budgetBlock === undefined || budgetBlock === null ? null : new Limiter(spec, budgetBlock, redis, 'tokens', { globalAt: 'budget.global' })
   const onCheck = (d: Decision): HookResult => d.allowed || budget === null ? undefined : budget.deny(d, 'token budget exhausted')
@@ -215,7 +223,7 @@ export function aiUsage(spec: CompiledExtension, redis: RedisPool): ExtensionHoo
     responseStream(req: RequestView, res: ResponseView): StreamObserver | null {
       if (res.status < 200 || res.status >= 300) return null
       const ct = contentType(res.headers)
-      const reader = ct.startsWith('text/event-stream') ? new SseUsageReader() : ct.includes('json') ? new JsonUsageReader() : null
+      const reader = ct.startsWith('text/event-stream') ? new SseUsageReader(bound) : ct.includes('json') ? new JsonUsageReader(bound) : null
       if (reader === null) return null
       return {
         chunk(data: Buffer): void { reader.push(data) },

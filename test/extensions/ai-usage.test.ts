@@ -130,3 +130,19 @@ t.test('SSE usage: the Responses API and Anthropic Messages stream shapes', asyn
   ].join('\n')
   t.same(readSse(anthropic, null), { found: true, usage: { model: 'claude-sonnet-4', input: 25, output: 15 } }, 'Anthropic Messages')
 })
+
+// The README: AIUsage reads an answer "within maxBodyBytes". A JSON answer
+// was copied aside up to a fixed 1 MiB whatever maxBodyBytes said, so a 2 MiB
+// answer (logprobs, a long tool result) with maxBodyBytes 4 MiB charged nothing.
+t.test('a JSON answer is read within the extension\'s maxBodyBytes', async (t) => {
+  const pad = 'x'.repeat(2 * 1024 * 1024)
+  const body = JSON.stringify({ model: 'm', pad, usage: { prompt_tokens: 700, completion_tokens: 600 } })
+  const big = aiUsage(spec('big', { maxBodyBytes: 4 * 1024 * 1024, budget: { tokens: 1000, unit: 'Hour', key: ['namespace'] } }), new RedisPool())
+  t.teardown(() => big.close?.())
+  answer(big, view('team-big'), body)
+  t.equal(await remaining(big, view('team-big')), 'denied', '1300 tokens of a 2 MiB answer spend a 1000-token budget')
+  const small = aiUsage(spec('small', { maxBodyBytes: 64 * 1024, budget: { tokens: 1000, unit: 'Hour', key: ['namespace'] } }), new RedisPool())
+  t.teardown(() => small.close?.())
+  answer(small, view('team-small'), JSON.stringify({ model: 'm', pad: 'x'.repeat(128 * 1024), usage: { prompt_tokens: 700, completion_tokens: 600 } }))
+  t.equal(await remaining(small, view('team-small')), -1, 'past a smaller maxBodyBytes: not read, nothing charged')
+})
