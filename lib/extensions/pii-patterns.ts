@@ -52,12 +52,22 @@ function cardsIn(m: string, offset: number, text: string): Array<readonly [numbe
   const found: Array<readonly [number, number]> = []
   if (m.length < 13) return found
   for (let a = 0; a < starts.length;) {
-    let digits = ''
+    // Luhn as the span grows, one digit at a time: `plain` is the sum with the last digit
+    // undoubled (the check), `doubled` with it doubled; a new digit shifts the others' parity.
+    let plain = 0
+    let doubled = 0
+    let count = 0
     let last = -1
-    for (let b = a; b < ends.length; b++) {
-      digits += m.slice(starts[b], ends[b])
-      if (digits.length > 19) break
-      if (digits.length >= 13 && luhn(digits) && (b < ends.length - 1 || !isWordChar(text.charCodeAt(offset + m.length)))) last = b
+    for (let b = a; b < ends.length && count <= 19; b++) {
+      for (let i = starts[b] as number; i < (ends[b] as number) && count <= 19; i++) {
+        const d = m.charCodeAt(i) - 48
+        const next = doubled + d
+        doubled = plain + (d < 5 ? 2 * d : 2 * d - 9)
+        plain = next
+        count++
+      }
+      if (count > 19) break
+      if (count >= 13 && plain % 10 === 0 && (b < ends.length - 1 || !isWordChar(text.charCodeAt(offset + m.length)))) last = b
     }
     if (last === -1) { a++; continue }
     found.push([starts[a] as number, ends[last] as number])
