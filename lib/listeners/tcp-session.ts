@@ -22,6 +22,7 @@ import { ErrorCode, type SallyportError } from '../errors.ts'
 import type { Logger } from '../observe/log.ts'
 import { l4ActiveConnections, recordL4Connection, type L4Code, type L4Reason } from '../observe/l4-metrics.ts'
 import { Splice, type SpliceResult } from '../upstream/l4-splice.ts'
+import { resetSocket } from '../upstream/reset-socket.ts'
 import type { L4Connection, PendingDial, Upstreams } from '../upstream/types.ts'
 import { tracer } from '../observe/tracing.ts'
 
@@ -140,10 +141,13 @@ export class L4Session {
     this.#finish(reason, this.#client.bytesRead, 0)
   }
 
-  /** Listener shutdown past its grace period. */
+  /** Listener shutdown past its grace period: the gateway's cut, a reset (l4-splice.ts), logged at once. */
   abort(): void {
-    if (this.#splice !== null) this.#splice.abort('shutdown')
-    else this.fail('shutdown')
+    if (this.#splice !== null) return this.#splice.abort('shutdown')
+    if (this.#finished) return
+    resetSocket(this.#stream)
+    this.#finish('shutdown', this.#client.bytesRead, 0)
+    this.#dialing?.cancel() // after the finish: its callback then sees the session over
   }
 
   #dial(env: SessionEnv, route: L4Route, order: readonly number[], at: number, originateTls: boolean, connectMs: number | null, lastError: L4Reason | null): void {

@@ -12,7 +12,8 @@
 // - Errors: the first error on either side (a reset) resets the other, never
 //   ends it with a FIN: a client would take a transfer the upstream cut for a
 //   whole one (and the upstream a cut upload). A TLS socket (Terminate, TLS
-//   origination) cannot be reset under its TLS: it is closed instead.
+//   origination) cannot be reset under its TLS: it is closed instead. So does
+//   the gateway's own cut (a listener's grace period ran out).
 // Byte counts come from the client socket's own counters (wire bytes).
 
 import type { Socket } from 'node:net'
@@ -57,11 +58,18 @@ export class Splice {
     relay(upstream, client)
   }
 
-  /** Ends the connection now (listener shutdown past its grace). */
+  /**
+   * Ends the connection now (listener shutdown past its grace): both sides are
+   * reset, as for a reset passed on (a FIN would tell the client the upstream
+   * had finished sending, and the upstream that the client had), and the
+   * result is given at once, not at the sockets' 'close' a turn later: a
+   * draining process may exit before then, and the connection went unlogged.
+   */
   abort(end: SpliceEnd): void {
     this.#end ??= end
-    this.#client.destroy()
-    this.#upstream.destroy()
+    resetSocket(this.#client)
+    resetSocket(this.#upstream)
+    this.#settle()
   }
 
   #onClientError = (): void => {
@@ -84,6 +92,10 @@ export class Splice {
 
   #onClose = (): void => {
     if (--this.#open > 0) return
+    this.#settle()
+  }
+
+  #settle(): void {
     if (this.#finished) return
     this.#finished = true
     this.#client.setTimeout(0)
