@@ -24,6 +24,7 @@ import type { Upstreams } from '../upstream/types.ts'
 import { clientIp } from './exchange-h1.ts'
 import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCert, serverNameOf } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
+import { servingListener } from '../observe/serving-listener.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
 import { L4Session, type SessionEnv } from './tcp-session.ts'
@@ -115,7 +116,8 @@ export class L4Listener {
     const table = this.#plane.current() // the one read of the table for this connection
     const entry = table === null ? undefined : table.ports.get(this.port)
     socket.on('error', noop) // the splice takes errors over; before it, a reset just closes
-    const listener = entry === undefined ? this.#listener : pickListener(entry.listeners, null)
+    // Counted under the port's first listener until the server name (TLS) picks the one it belongs to.
+    const listener = entry === undefined ? this.#listener : entry.listeners[0] ?? null
     const session = new L4Session(socket, {
       gateway: listener?.gateway ?? '', listener: listener?.name ?? '',
       protocol: this.protocol === 'TCP' ? 'tcp' : 'tls',
@@ -137,7 +139,7 @@ export class L4Listener {
       socket.resume()
       readClientHello(socket, this.#plane.l4Limits.clientHelloTimeoutMs, (outcome: HelloOutcome) => {
         if (outcome.kind === 'hello') {
-          session.sni = outcome.sni
+          named(session, entry, outcome.sni)
           session.start(env, matchSni(sni, outcome.sni), socket, false, null)
         } else if (outcome.kind === 'invalid') {
           log.debug({ port: this.port, reason: outcome.reason }, 'unreadable ClientHello')
@@ -187,7 +189,7 @@ export class L4Listener {
       secure.on('error', noop)
       const servername = serverNameOf(secure.servername)
       const name = servername === '' ? null : servername
-      session.sni = name
+      named(session, entry, name)
       session.start(env, matchSni(sni, name), secure, true, null)
     })
     socket.resume()
@@ -217,12 +219,15 @@ function sniCallback(contexts: SecureContexts, conf: ServerTls, port: number): (
   }
 }
 
-/** The listener a connection is counted under: the one whose hostname covers the SNI, else the first. */
-function pickListener(listeners: readonly ListenerRef[], sni: string | null): ListenerRef | null {
-  if (sni !== null && listeners.length > 1) {
-    for (const l of listeners) if (l.hostname === sni) return l
-  }
-  return listeners[0] ?? null
+/**
+ * The client's server name, and the listener it selects on a port several
+ * share (as routing picks it: exact hostname, longest wildcard, the one
+ * without hostname); a name none takes stays with the port's first.
+ */
+function named(session: L4Session, entry: PortEntry, sni: string | null): void {
+  session.sni = sni
+  const l = servingListener(entry, sni ?? '')
+  if (l !== null) session.listenedOn(l.gateway, l.name)
 }
 
 function noop(): void {}

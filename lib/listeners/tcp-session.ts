@@ -89,7 +89,7 @@ export interface SessionLabels {
 }
 
 export class L4Session {
-  readonly #labels: SessionLabels
+  #labels: SessionLabels
   readonly #started = performance.now()
   readonly #client: Socket
   #route: L4Route | null = null
@@ -114,6 +114,19 @@ export class L4Session {
   }
 
   set sni(value: string | null) { this.#sni = value }
+
+  /**
+   * The listener the client's server name selects, once it is known (several
+   * listeners may share a TLS port, told apart by hostname): the connection is
+   * counted and logged under it from here on.
+   */
+  listenedOn(gateway: string, listener: string): void {
+    const l = this.#labels
+    if (this.#finished || (l.gateway === gateway && l.listener === listener)) return
+    l4ActiveConnections.dec({ gateway: l.gateway, listener: l.listener })
+    l4ActiveConnections.inc({ gateway, listener })
+    this.#labels = { ...l, gateway, listener }
+  }
 
   /** The TLSSocket that now owns the accepted socket (Terminate): closing goes through it. */
   set stream(value: Socket) { this.#stream = value }

@@ -132,6 +132,31 @@ t.test('passthrough: malformed hellos are closed, slow ones time out', async (t)
   t.ok(await metricValue('sallyport_l4_errors_total', { reason: 'client_hello_timeout' }) >= 1)
 })
 
+t.test('several listeners on one TLS port: a connection is counted under the listener its SNI selects', async (t) => {
+  // Gateway API: listeners sharing a port are told apart by hostname. Every
+  // connection was counted (metrics, access line) under the port's first one.
+  const ca = createCa('listeners CA')
+  const up = await tlsUpstream(t, ca, 'b', ['x.b.example.com', 'a.example.com'])
+  const listeners = [
+    { gateway: 'test/gw', name: 'la', hostname: 'a.example.com' },
+    { gateway: 'test/gw', name: 'lb', hostname: '*.b.example.com' },
+  ]
+  const passthrough = await freePort()
+  const terminate = await freePort()
+  const cert = serverCert(ca, ['a.example.com', 'x.b.example.com'])
+  const conf = serverTls([{ hostname: null, certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }])
+  await startPlane(t, table([
+    { ...tlsPort(passthrough, sniIndex({ 'a.example.com': l4Route('tls-la', [{ cluster: 'up' }]), '*.b.example.com': l4Route('tls-lb', [{ cluster: 'up' }]) })), listeners },
+    { ...tlsPort(terminate, sniIndex({ 'a.example.com': l4Route('tls-ta', [{ cluster: 'plain' }]), '*.b.example.com': l4Route('tls-tb', [{ cluster: 'plain' }]) }, 'Terminate'), { ...conf, alpn: [] }), listeners },
+  ], [l4Cluster('up', [up]), l4Cluster('plain', [(await echoServer(t)).port])]))
+  for (const [port, route] of [[passthrough, 'test/tls-lb'], [terminate, 'test/tls-tb']] as const) {
+    t.equal((await ask(port, { servername: 'x.b.example.com', ca: ca.certPem }, 'hi')).reply.endsWith('hi'), true, `${route}: served`)
+    await until(async () => await metricValue('sallyport_l4_connections_total', { route }) === 1, 5000, `${route} counted`)
+    t.equal(await metricValue('sallyport_l4_connections_total', { route, listener: 'lb' }), 1, `${route}: counted under the listener its SNI selects`)
+    t.equal(await metricValue('sallyport_l4_active_connections', { listener: 'la' }), 0, `${route}: nothing left open under the other`)
+  }
+})
+
 t.test('terminate: the listener certificate terminates, the decrypted stream goes to the backend (plain or re-encrypted)', async (t) => {
   const ca = createCa('terminate CA')
   const listenerCert = serverCert(ca, ['*.gw.test'])
