@@ -70,6 +70,8 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
   readonly contexts = new SecureContexts()
   readonly #bind: string
   readonly #listeners = new Map<number, PortListener | L4Listener>()
+  /** Listeners a reload removed whose connections are still in their grace period: a drain ends them too. */
+  readonly #retiring = new Set<PortListener | L4Listener>()
   #table: RouteTable | null = null
   #draining = false
   /** Serializes apply() calls so two swaps never race on the same port. */
@@ -116,7 +118,8 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
         // Removed, or its protocol changed (reopened below): close() releases the
         // listening handle at once; its connections get a grace period.
         this.#listeners.delete(port)
-        void listener.close(PORT_CLOSE_GRACE_MS)
+        this.#retiring.add(listener)
+        void listener.close(PORT_CLOSE_GRACE_MS).then(() => { this.#retiring.delete(listener) })
       }
     }
 
@@ -150,7 +153,10 @@ class HttpDataPlane implements DataPlane, PlaneContext, L4PlaneContext {
 
   async drain(graceMs: number): Promise<void> {
     this.#draining = true
-    const listeners = [...this.#listeners.values()]
+    // A port a reload removed is closed again with the drain's grace period, which
+    // may end before its own: the process exits then, and would cut its
+    // connections unaccounted (an orderly FIN, no access line).
+    const listeners = [...this.#listeners.values(), ...this.#retiring]
     this.#listeners.clear()
     await Promise.all(listeners.map((l) => l.close(graceMs)))
   }

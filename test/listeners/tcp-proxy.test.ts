@@ -281,6 +281,26 @@ t.test('a table swap keeps open connections on their table; new connections foll
   t.not(got.how, 'timeout', 'drain closed it after the grace period')
 })
 
+t.test('a drain also ends the connections of a port a reload removed, within its own grace period', async (t) => {
+  // A removed port's connections get 30 s; a SIGTERM in that window drained
+  // the current ports only: the process exited under them (a FIN both ways, no
+  // access line). The drain's grace period bounds them too.
+  const a = await echoServer(t, 'A')
+  const kept = await echoServer(t, 'K')
+  const [removed, stays] = [await freePort(), await freePort()]
+  const { plane } = await startPlane(t, table([tcpPort(removed, l4Route('gone', [{ cluster: 'a' }])), tcpPort(stays, l4Route('kept', [{ cluster: 'k' }]))],
+    [l4Cluster('a', [a.port]), l4Cluster('k', [kept.port])]))
+  const old = await connect(removed)
+  await until(() => old.bytesRead > 0, 5000, 'greeting A')
+  await plane.apply(table([tcpPort(stays, l4Route('kept', [{ cluster: 'k' }]))], [l4Cluster('k', [kept.port])], 2))
+  const o = collect(old, 5000)
+  old.write('still A?')
+  await until(() => old.bytesRead > 1, 5000, 'the removed port\'s connection still flows')
+  await plane.drain(100)
+  t.equal(await metricValue('sallyport_l4_connections_total', { route: 'test/gone', code: 'shutdown' }), 1, 'cut and accounted by the time the drain is over')
+  t.equal((await o).how, 'error:ECONNRESET', 'reset, as the drain\'s other cuts')
+})
+
 t.test('a client that resets while its backend is dialled stops the dial and frees its circuit-breaker slot', async (t) => {
   const proxy = await silentProxy(t)
   const port = await freePort()
