@@ -182,8 +182,19 @@ export class L4Listener {
       handshakeFailed(this.port, err, secure)
       session.fail('client_tls_failed')
     })
+    // The socket allows half-open (for the splice to come), so a client's FIN
+    // mid-handshake raises no error: it held the connection until the timeout,
+    // then counted as one. It is the client going away.
+    const onEnd = (): void => {
+      clearTimeout(timer)
+      handshakeFailed(this.port, Object.assign(new Error('the client closed the connection mid-handshake'), { code: 'ECONNRESET' }), secure)
+      session.fail('client_tls_failed')
+    }
+    secure.once('end', onEnd)
+    secure.once('close', () => { clearTimeout(timer) }) // a drain's cut, say: no late timeout counted
     secure.once('secure', () => {
       clearTimeout(timer)
+      secure.removeListener('end', onEnd)
       if (refusedBelowFloor(conf, secure, this.port)) return session.fail('client_tls_failed')
       secure.removeAllListeners('error')
       secure.on('error', noop)

@@ -214,6 +214,26 @@ t.test('terminate: failed client handshakes are counted by port and reason', asy
   t.pass('counted')
 })
 
+t.test('terminate: a client that ends its connection mid-handshake is closed at once, counted client_closed', async (t) => {
+  // A FIN before the handshake completed left the connection open until the
+  // handshake timeout (10 s by default), then counted it as a 'timeout'.
+  const ca = createCa('terminate CA')
+  const cert = serverCert(ca, ['db.gw.test'])
+  const plain = await echoServer(t)
+  const port = await freePort()
+  const tlsConf = serverTls([{ hostname: 'db.gw.test', certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }])
+  await startPlane(t, table([tlsPort(port, sniIndex({ 'db.gw.test': l4Route('tls-fin', [{ cluster: 'plain' }]) }, 'Terminate'), { ...tlsConf, alpn: [] })], [
+    l4Cluster('plain', [plain.port]),
+  ]), { l4Limits: { handshakeTimeoutMs: 60_000 } })
+  const s = await connect(port)
+  const r = collect(s, 5000)
+  s.end(readFileSync(path.join(CORPUS, 'node-sni.bin')).subarray(0, 50))
+  t.not((await r).how, 'timeout', 'closed without waiting for the handshake timeout')
+  await until(async () => await metricValue('sallyport_downstream_tls_handshake_errors_total', { port: String(port), reason: 'client_closed' }) === 1, 5000, 'client_closed counted')
+  await until(async () => await metricValue('sallyport_l4_connections_total', { route: '', code: 'client_tls_failed', listener: 'tls' }) >= 1, 5000, 'the connection accounted')
+  t.equal(plain.connections(), 0, 'no upstream connection')
+})
+
 t.test('openssl s_client with stdin piped, through passthrough and terminate', async (t) => {
   const ca = createCa('openssl CA')
   const upstream = await tlsUpstream(t, ca, 'upstream', ['svc.example.com'])
