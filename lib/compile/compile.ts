@@ -232,8 +232,10 @@ function compilePass(snapshot: Snapshot, options: CompileOptions, tlsLimits: Tls
             noteListenerUse(listenerUse, listenerKey, [l4])
           }
           if (route.kind === 'TCPRoute') {
-            // Routes arrive oldest first: the first keeps the port.
-            if (tcp.has(port) && tcp.get(port)?.route.name !== route.meta.name) conflicts.push(parent.gatewayKey)
+            // Routes arrive oldest first: the first keeps the port (the same route again,
+            // through another parentRef, keeps it too; a namesake in another namespace does not).
+            const holder = tcp.get(port)?.route
+            if (holder !== undefined && (holder.name !== route.meta.name || holder.namespace !== route.meta.namespace)) conflicts.push(parent.gatewayKey)
             else tcp.set(port, l4)
           } else {
             const list = sni.get(port) ?? []

@@ -141,3 +141,45 @@ t.test('TLS Terminate: TLSRoutes by SNI, the listener certificate, no ALPN, no H
   const route = [...result.status.objects.values()].find((o) => JSON.stringify(o).includes('"terminated"') && JSON.stringify(o).includes('TLSRoute'))
   t.match(JSON.stringify(route), /"type":"Accepted","status":"True"/, 'the TLSRoute is accepted by the Terminate listener')
 })
+
+t.test('TCP port: two TCPRoutes of one name in two namespaces: the older serves the port, the newer is Conflicted', async (t) => {
+  // The conflict check compared route names only: the newer of two same-named
+  // routes took the port over, with no Conflicted condition on either.
+  const route = (ns: string, created: string): string => `apiVersion: v1
+kind: Service
+metadata: { name: db, namespace: ${ns} }
+spec: { ports: [{ name: pg, port: 5432 }] }
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: { name: pg, namespace: ${ns}, creationTimestamp: "${created}" }
+spec:
+  parentRefs: [{ name: egress, namespace: default, sectionName: tcp }]
+  rules: [{ backendRefs: [{ name: db, port: 5432 }] }]
+`
+  const yaml = `apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: sallyport }
+spec: { controllerName: sallyport.io/gateway-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: egress, namespace: default }
+spec:
+  gatewayClassName: sallyport
+  listeners:
+    - { name: tcp, protocol: TCP, port: 5432, allowedRoutes: { namespaces: { from: All } } }
+---
+${route('b', '2024-02-01T00:00:00Z')}---
+${route('a', '2024-01-01T00:00:00Z')}`
+  const p = parseManifests('same-name.yaml', yaml)
+  const r = compile(buildSnapshot(p.docs, p.problems), { now: 0, version: 1, gatewayClass: 'sallyport' })
+  const served = r.table.ports.get(5432)?.tcp?.route
+  t.same(served, { kind: 'TCPRoute', namespace: 'a', name: 'pg' }, 'the older route keeps the port')
+  const statusOf = (ns: string): string => JSON.stringify([...r.status.objects.values()].find((o) => {
+    const s = JSON.stringify(o)
+    return s.includes('"TCPRoute"') && s.includes(`"namespace":"${ns}"`) && s.includes('"name":"pg"')
+  }))
+  t.match(statusOf('b'), /"type":"Conflicted","status":"True"/, 'the newer one says Conflicted')
+  t.notMatch(statusOf('a'), /"type":"Conflicted","status":"True"/, 'the older one does not')
+})
