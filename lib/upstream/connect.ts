@@ -188,7 +188,10 @@ export class Connector {
       try {
         tlsSocket = tlsConnect({
           ...tls.options,
-          ...(tunnel !== undefined ? { socket: tunnel } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
+          // Through a tunnel, `host` is only the name Node checks the certificate against
+          // when the cluster names none (no SNI: a backend reached by IP); without it, Node
+          // takes the tunnel socket's host, the proxy's.
+          ...(tunnel !== undefined ? { socket: tunnel, host: address } : endpoint.kind === 'unix' ? { path: address } : { host: address, port: endpoint.port }),
           servername: tls.servername,
           ALPNProtocols: alpn === null || alpn.length === 0 ? undefined : [...alpn],
           session: offered,

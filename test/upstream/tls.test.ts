@@ -6,6 +6,7 @@ import { createUpstreams } from '../../lib/upstream/registry.ts'
 import { buildClientTls } from '../../lib/upstream/tls.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
 import { createCa, issue } from '../helpers/pki.ts'
+import { startCorpProxy } from '../helpers/corp-proxy.ts'
 
 const ca = createCa('sallyport test CA')
 const otherCa = createCa('someone else')
@@ -159,4 +160,32 @@ t.test('TLS material is made into one SecureContext per cluster, not parsed agai
   t.equal(buildClientTls(clusterTls({ caPem: ca.certPem })).clientCert, false)
   const mismatched = buildClientTls(clusterTls({ caPem: ca.certPem, certPem: client.certPem, keyPem: server.keyPem }))
   t.equal(mismatched.options.secureContext, undefined, 'material OpenSSL refuses: no context, each connection fails (test above)')
+})
+
+t.test('through an upstream proxy, a backend named by its IP is verified against that IP, not against the proxy\'s name', async (t) => {
+  // Node checks the name of tls.connect({ socket }) against the socket's own
+  // host when no servername is sent: the tunnel's, i.e. the proxy's. A backend
+  // reached by IP (no SNI may be sent) then passed with a certificate for the
+  // proxy's name, and failed with one for its own address.
+  const corp = await startCorpProxy(t)
+  const proxy = { host: 'localhost', port: corp.port, authorization: null }
+  const forProxyName = issue(ca, { cn: 'localhost', dns: ['localhost'] })
+  const forAddress = issue(ca, { cn: '127.0.0.1', ips: ['127.0.0.1'] })
+  const up = createUpstreams()
+  t.teardown(() => up.close())
+  const byIp = clusterTls({ caPem: ca.certPem, servername: null, verifyHostname: null })
+  for (const [leaf, expected] of [[forProxyName, 'refused'], [forAddress, 'accepted']] as const) {
+    const s = https.createServer({ key: leaf.keyPem, cert: leaf.certPem }, (_req, res) => res.end('ok'))
+    const port = await listen(s)
+    t.teardown(() => closeServer(s))
+    const out = await forward(up, request(cluster({ protocol: 'HTTP11', endpoints: [endpoint(port)], tls: byIp, upstreamProxy: proxy })))
+    if (expected === 'refused') {
+      t.equal(out.kind, 'error', 'a certificate for the proxy\'s name does not pass for 127.0.0.1')
+      if (out.kind === 'error') t.match(out.err.message, /hostname_mismatch/)
+    } else {
+      t.equal(out.kind, 'response', `a certificate for 127.0.0.1 passes (${out.kind === 'error' ? out.err.message : ''})`)
+      if (out.kind === 'response') t.equal(await readBody(out.res.body), 'ok')
+    }
+  }
+  t.same(corp.tunnels.map((target) => target.split(':')[0]), ['127.0.0.1', '127.0.0.1'], 'both went through the proxy')
 })
