@@ -90,7 +90,7 @@ function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate)
         return tlsError(SpTlsCode.SAN_MISMATCH, `certificate matches none of the ${sans.length} configured subjectAltNames`)
       }
     } else {
-      const err = checkServerIdentity(verifyHostname ?? host, withoutCn(cert))
+      const err = checkServerIdentity(verifyHostname ?? host, namesOnly(cert))
       if (err !== undefined) return err
     }
     if (pins.size > 0) {
@@ -110,16 +110,31 @@ function spkiPinOf(cert: PeerCertificate): string {
   return createHash('sha256').update(spki).digest('base64')
 }
 
-// Node's checkServerIdentity matches the subject CN when the certificate has
-// no DNS subjectAltName; RFC 9525 §6.3 (and Go, and browsers) never do. Hiding
-// the CN leaves Node only the SANs: a certificate without a matching DNS or IP
-// SAN fails ERR_TLS_CERT_ALTNAME_INVALID ("Cert does not contain a DNS name").
-function withoutCn(cert: PeerCertificate): PeerCertificate {
-  return cert.subject?.CN === undefined ? cert : { ...cert, subject: { ...cert.subject, CN: '' } }
+// What Node's checkServerIdentity may match a name against: the DNS and IP
+// subjectAltNames, nothing else (RFC 9525 §6.3, as Go, Envoy and browsers).
+// - Node matches the subject CN when the certificate has no DNS
+//   subjectAltName; hiding the CN leaves it only the SANs: a certificate without
+//   a matching DNS or IP SAN fails ERR_TLS_CERT_ALTNAME_INVALID.
+// - Node takes a wildcard inside the left-most label too (`f*.example.com`,
+//   RFC 6125 §6.4.3), which RFC 9525 dropped and Envoy's dnsNameMatch never
+//   matched: such names are left out, a `*` alone as the left-most label stays.
+// Node's list is `, `-separated; a name with a comma in it is quoted with the
+// comma escaped (\u002c), so splitting on `, ` never cuts one.
+function namesOnly(cert: PeerCertificate): PeerCertificate {
+  const sans = cert.subjectaltname
+  const kept = sans === undefined || !sans.includes('*') ? sans : sans.split(', ').filter((name) => !isPartialWildcard(name)).join(', ')
+  if (cert.subject?.CN === undefined && kept === sans) return cert
+  return { ...cert, subject: { ...cert.subject, CN: '' }, subjectaltname: kept as string }
+}
+
+function isPartialWildcard(name: string): boolean {
+  if (!name.startsWith('DNS:')) return false
+  const first = name.slice(4, name.indexOf('.') === -1 ? undefined : name.indexOf('.'))
+  return first !== '*' && first.includes('*')
 }
 
 function matchesSan(san: { readonly type: 'Hostname' | 'URI'; readonly value: string }, cert: PeerCertificate): boolean {
-  if (san.type === 'Hostname') return checkServerIdentity(san.value, withoutCn(cert)) === undefined
+  if (san.type === 'Hostname') return checkServerIdentity(san.value, namesOnly(cert)) === undefined
   const list = cert.subjectaltname ?? ''
   return list.split(', ').includes(`URI:${san.value}`)
 }

@@ -140,6 +140,23 @@ t.test('a DNS name is never matched against the subject CN (RFC 9525 §6.3): no 
   await ok(t, u.up, tlsCluster(u.port, { subjectAltNames: [{ type: 'URI', value: 'spiffe://cluster.local/ns/pay/sa/api' }] }), 'the URI SAN itself still matches')
 })
 
+t.test('a wildcard matches only as the whole left-most label, one label deep (RFC 9525 §6.3, as Envoy and Go)', async (t) => {
+  // Node's checkServerIdentity also takes partial-label wildcards (RFC 6125's
+  // `f*.example.com`, `*i.example.com`), which RFC 9525 dropped and Envoy never matched.
+  const wild = await setup(t, server(serverCert(inter, ['*.wild.test'])))
+  await ok(t, wild.up, tlsCluster(wild.port, { servername: 'api.wild.test', verifyHostname: 'api.wild.test' }), '*.wild.test names api.wild.test')
+  await ok(t, wild.up, tlsCluster(wild.port, { servername: 'api.wild.test', verifyHostname: 'API.Wild.Test' }), 'whatever the case')
+  t.equal(await reason(wild.up, tlsCluster(wild.port, { servername: 'a.b.wild.test', verifyHostname: 'a.b.wild.test' })), 'hostname_mismatch', 'not two labels deep')
+  t.equal(await reason(wild.up, tlsCluster(wild.port, { servername: 'wild.test', verifyHostname: 'wild.test' })), 'hostname_mismatch', 'not the bare parent')
+  const partial = await setup(t, server(serverCert(inter, ['a*.p.test', '*i.p.test', 'b*d.p.test'])))
+  for (const name of ['api.p.test', 'pi.p.test', 'bad.p.test']) {
+    t.equal(await reason(partial.up, tlsCluster(partial.port, { servername: name, verifyHostname: name })), 'hostname_mismatch', `${name}: a partial-label wildcard names nothing`)
+    t.equal(await reason(partial.up, tlsCluster(partial.port, { subjectAltNames: [{ type: 'Hostname', value: name }] })), 'hostname_mismatch', `${name}: nor as a configured subjectAltName`)
+  }
+  const mixed = await setup(t, server(serverCert(inter, ['a*.p.test', 'api.test'])))
+  await ok(t, mixed.up, tlsCluster(mixed.port, {}), 'the exact name beside a partial wildcard still matches')
+})
+
 t.test('subjectAltNames: Hostname and URI (SPIFFE ID) replace the hostname check', async (t) => {
   const { up, port } = await setup(t, server(good))
   await ok(t, up, tlsCluster(port, { verifyHostname: 'nope.test', subjectAltNames: [{ type: 'URI', value: 'spiffe://cluster.local/ns/pay/sa/api' }] }), 'SPIFFE URI SAN matches')
