@@ -143,22 +143,30 @@ export class RevocationChecker {
     return null
   }
 
-  /** 'none': no usable CRL from this issuer; null: checked and not revoked. */
+  /**
+   * 'none': no usable CRL from this issuer; null: checked and not revoked. A
+   * certificate any of the issuer's CRLs lists is revoked; the issuer's CRLs
+   * are stale only when none of them is current (OpenSSL too prefers a current
+   * CRL): a bundle appended to at rotation keeps the old one beside the new.
+   */
   #checkOne(cert: CertFacts, issuer: CertFacts, crls: readonly Crl[], now: number, validity: Validity): Error | null | 'none' {
-    let found = false
+    let stale: Crl | null = null
+    let current = false
     for (const crl of crls) {
       if (!crl.issuerDer.equals(cert.issuerDer)) continue
       if (!isSignedBy(crl, issuer)) continue
-      found = true
-      if (crl.nextUpdate !== null && crl.nextUpdate < now && this.#stale === 'fail') {
-        return revocationError('CRL_HAS_EXPIRED', `CRL (${crl.source}) of ${issuer.x509.subject.replace(/\n/g, ', ')} is past its nextUpdate ${new Date(crl.nextUpdate).toISOString()}`)
-      }
-      if (crl.nextUpdate !== null && this.#stale === 'fail' && crl.nextUpdate < validity.until) validity.until = crl.nextUpdate
       if (crl.revoked.has(cert.serial)) {
         return revocationError('CERT_REVOKED', `certificate ${cert.serial} (${cert.x509.subject.replace(/\n/g, ', ')}) is revoked by CRL (${crl.source})`)
       }
+      if (crl.nextUpdate !== null && crl.nextUpdate < now) { stale ??= crl; continue }
+      current = true
+      if (crl.nextUpdate !== null && this.#stale === 'fail' && crl.nextUpdate < validity.until) validity.until = crl.nextUpdate
     }
-    return found ? null : 'none'
+    if (!current && stale === null) return 'none'
+    if (!current && stale !== null && this.#stale === 'fail') {
+      return revocationError('CRL_HAS_EXPIRED', `CRL (${stale.source}) of ${issuer.x509.subject.replace(/\n/g, ', ')} is past its nextUpdate ${new Date(stale.nextUpdate as number).toISOString()}`)
+    }
+    return null
   }
 }
 

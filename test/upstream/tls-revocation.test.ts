@@ -77,6 +77,21 @@ t.test('a CRL past nextUpdate fails closed unless crl-stale allows it', async (t
   t.equal(await outcome(up, c(await tlsServer(t, revoked), { crlPem: staleRevoking, crlStale: 'allow' })), 'revoked', 'an allowed stale CRL still revokes')
 })
 
+t.test('a stale CRL beside a current one of the same issuer (a bundle appended to at rotation) does not fail the connection', async (t) => {
+  // OpenSSL prefers an issuer's current CRL to a stale one; the stale one
+  // refused every connection however fresh the CRL next to it.
+  const up = upstreams(t)
+  const old = makeCrl(inter, { thisUpdate: new Date(Date.now() - 2 * DAY), nextUpdate: new Date(Date.now() - DAY) })
+  const current = makeCrl(inter, { revoked: [revoked] })
+  const port = await tlsServer(t, good)
+  t.equal(await outcome(up, c(port, { crlPem: old + current })), 'ok 200', 'stale first, current second')
+  t.equal(await outcome(up, c(port, { crlPem: current + old })), 'ok 200', 'current first, stale second')
+  t.equal(await outcome(up, c(await tlsServer(t, revoked), { crlPem: old + current })), 'revoked', 'the current CRL still revokes')
+  const oldRevoking = makeCrl(inter, { revoked: [revoked], thisUpdate: new Date(Date.now() - 2 * DAY), nextUpdate: new Date(Date.now() - DAY) })
+  t.equal(await outcome(up, c(await tlsServer(t, revoked), { crlPem: oldRevoking + makeCrl(inter) })), 'revoked', 'a revocation is never undone by a later CRL leaving it out')
+  t.equal(await outcome(up, c(port, { crlPem: old + makeCrl(root) })), 'crl_expired', 'an issuer with only a stale CRL still fails closed')
+})
+
 t.test('a CRL not signed by the issuer is ignored; a broken one refuses', async (t) => {
   const up = upstreams(t)
   const port = await tlsServer(t, revoked)
