@@ -25,3 +25,8 @@ function keepNumber(_key: string, value: unknown, context?: { source?: string })
 export function isRawNumber(value: unknown): boolean {
   return raw.isRawJSON(value)
 }
+
+/** The source text of a number parsed by parseKeepingNumbers (`12345678901234567890`, `1e400`, `1.10`). */
+export function numberText(value: unknown): string {
+  return (value as { rawJSON: string }).rawJSON
+}

@@ -2,8 +2,8 @@
 // bound (maxBodyBytes, default 1 MiB). Guardrails first — a deny rule whose
 // pattern matches answers 403 with its reason — then redaction: values at the
 // `fields` selectors are replaced whole, and `patterns` (email, phone, card
-// with Luhn, ssn, or regexes) are replaced inside every string value (or only
-// inside `scope` selectors). Bodies that are not JSON (by content-type) are
+// with Luhn, ssn, or regexes) are replaced inside every string value, and in
+// numbers as written (or only inside `scope` selectors). Bodies that are not JSON (by content-type) are
 // never read: they stream through untouched and unbuffered, whatever their
 // size; a JSON content-type with an unparsable body is a failure (failOpen
 // decides).
@@ -12,7 +12,7 @@ import type { CompiledExtension } from '../compile/table.ts'
 import type { ExtensionHooks, HookResult, OutgoingHeaders } from './plugin-api.ts'
 import { parseSelector, select, type Step } from './json-select.ts'
 import { compilePattern, findMatch, redactText, type Pattern } from './pii-patterns.ts'
-import { isRawNumber, parseKeepingNumbers } from './json-source.ts'
+import { isRawNumber, numberText, parseKeepingNumbers } from './json-source.ts'
 import { duplicateNameAt } from '../json-names.ts'
 
 interface DenyRule { readonly patterns: readonly Pattern[]; readonly fields: readonly Step[][] | null; readonly reason: string }
@@ -53,11 +53,16 @@ function isJson(headers: OutgoingHeaders): boolean {
   return ct.includes('json')
 }
 
-/** Every string value in `root` (or under the selectors), with a setter. */
+/**
+ * Every string value in `root` (or under the selectors), and every number as
+ * its source text (a card or phone number sent as a number), with a setter (a
+ * number set is a string from then on).
+ */
 function eachString(root: unknown, scope: readonly Step[][] | null, fn: (s: string, set: (v: string) => void) => void): void {
   const visit = (parent: Record<string, unknown> | unknown[], key: string | number, value: unknown): void => {
     if (typeof value === 'string') fn(value, v => { (parent as Record<string | number, unknown>)[key] = v })
-    else if (value !== null && typeof value === 'object' && !isRawNumber(value)) {
+    else if (isRawNumber(value)) fn(numberText(value), v => { (parent as Record<string | number, unknown>)[key] = v })
+    else if (value !== null && typeof value === 'object') {
       if (Array.isArray(value)) value.forEach((_, i) => visit(value, i, value[i]))
       else for (const k of Object.keys(value)) visit(value as Record<string, unknown>, k, (value as Record<string, unknown>)[k])
     }

@@ -53,3 +53,20 @@ t.test('card: a number followed or preceded by other digit groups is still found
   t.equal(run(redactCard, JSON.stringify({ m: 'id 4111111111111111abc' })), undefined, 'a run going on into a word is no card')
   t.equal(run(redactCard, JSON.stringify({ m: '1 '.repeat(100000) + 'x' })), undefined, 'a long run of groups is read once')
 })
+
+// A card or phone number is often sent as a JSON number, not a string: the
+// patterns read numbers as written too. A redacted number becomes the
+// replacement string (a number cannot hold it); one that matches nothing keeps
+// its text; a deny sees numbers as it sees strings.
+t.test('numbers are read by the patterns as they are written', async (t) => {
+  const redactCard = compileRules({ redact: { patterns: ['card'] } })!
+  const denyCard = compileRules({ deny: [{ pattern: 'card', reason: 'no cards' }] })!
+  t.equal(bodyOf(run(redactCard, '{"card":4111111111111111,"qty":2,"big":12345678901234567890}')), '{"card":"[REDACTED]","qty":2,"big":12345678901234567890}', 'a card number sent as a number')
+  t.equal(run(redactCard, '{"qty":2,"price":1.10,"id":12345678901234567890}'), undefined, 'numbers that match nothing: the body passes as sent')
+  t.same(run(denyCard, '{"payment":{"pan":4111111111111111}}'), { deny: { status: 403, reason: 'no cards' } }, 'a deny sees a number')
+  t.equal(run(denyCard, '{"n":[1,2,3]}'), undefined, 'and lets other numbers be')
+  const scoped = compileRules({ redact: { patterns: ['card'], scope: ['$.pay'] } })!
+  t.equal(bodyOf(run(scoped, '{"pay":{"pan":4111111111111111},"other":4111111111111111}')), '{"pay":{"pan":"[REDACTED]"},"other":4111111111111111}', 'within a scope only')
+  const exact = compileRules({ redact: { patterns: ['card'], scope: ['$.pan'] } })!
+  t.equal(bodyOf(run(exact, '{"pan":4111111111111111}')), '{"pan":"[REDACTED]"}', 'a scope selecting the number itself')
+})
