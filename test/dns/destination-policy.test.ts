@@ -87,6 +87,34 @@ spec:
   controllerName: sallyport.io/gateway-controller
 `
 
+/** An ExternalName Service (`labels`: flow-style map entries, e.g. `"sallyport.io/region": eu-west-1`). */
+function externalNameService(name: string, externalName: string, labels = ''): string {
+  return `apiVersion: v1
+kind: Service
+metadata:
+  name: ${name}
+  namespace: default
+${labels === '' ? '' : `  labels: { ${labels} }\n`}spec:
+  type: ExternalName
+  externalName: ${externalName}
+  ports: [{ name: http, port: 80 }]
+`
+}
+
+/** An HTTPRoute for `host` to the Service `name`, port 80. */
+function serviceRoute(name: string, host: string): string {
+  return `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: ${name}
+  namespace: default
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${host}]
+  rules: [{ backendRefs: [{ name: ${name}, port: 80 }] }]
+`
+}
+
 function run(docs: string[], options: Partial<CompileOptions> = {}): { table: RouteTable; status: Status } {
   const parsed = parseManifests('test.yaml', [CLASS, ...docs].join('---\n'))
   const snapshot = buildSnapshot(parsed.docs, parsed.problems)
@@ -175,30 +203,10 @@ t.test('hostname deny-list and allow-list (exact and wildcard)', async t => {
 })
 
 t.test('an ExternalName Service names an external host: the Gateway\'s hostname lists apply to it too', async t => {
-  const svc = (name: string, externalName: string): string => `apiVersion: v1
-kind: Service
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  type: ExternalName
-  externalName: ${externalName}
-  ports: [{ name: http, port: 80 }]
-`
-  const svcRoute = (name: string, host: string): string => `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  parentRefs: [{ name: egress }]
-  hostnames: [${host}]
-  rules: [{ backendRefs: [{ name: ${name}, port: 80 }] }]
-`
   const { table } = run([
     gateway({ 'sallyport.io/destination-allowlist': 'api.example.com', 'sallyport.io/destination-denylist': 'evil.example.com' }),
-    svc('ok', 'api.example.com'), svc('other', 'other.example.net'), svc('evil', 'evil.example.com'),
-    svcRoute('ok', 'ok.test'), svcRoute('other', 'other.test'), svcRoute('evil', 'evil.test'),
+    externalNameService('ok', 'api.example.com'), externalNameService('other', 'other.example.net'), externalNameService('evil', 'evil.example.com'),
+    serviceRoute('ok', 'ok.test'), serviceRoute('other', 'other.test'), serviceRoute('evil', 'evil.test'),
   ])
   t.equal(ruleFor(table, 'ok.test').direct, null, 'a listed name')
   t.equal(ruleFor(table, 'other.test').direct?.status, 403, 'a name the allow-list does not list')
@@ -206,7 +214,7 @@ spec:
   const c = table.clusters.get('Service/default/ok:80')
   t.same(c?.destination?.gateways.map(g => g.gateway), ['default/egress'], 'its resolved addresses are checked for the Gateway (upstream/)')
   // externalName: 169.254.169.254 is a valid DNS-1123 subdomain: an address in a name's place, guarded when dialled.
-  const meta = run([gateway({}), svc('meta', '169.254.169.254'), svcRoute('meta', 'meta.test')])
+  const meta = run([gateway({}), externalNameService('meta', '169.254.169.254'), serviceRoute('meta', 'meta.test')])
   t.same(meta.table.clusters.get('Service/default/meta:80')?.endpoints.map(e => e.kind), ['hostname'], 'an address externalName is resolved (and guarded) like a name')
   t.ok(meta.table.clusters.get('Service/default/meta:80')?.destination !== null, 'with its Gateway\'s address policy')
 })
@@ -280,26 +288,6 @@ t.test('bad annotation entries are reported on the Gateway and ignored', async t
 })
 
 t.test('an ExternalName Service behind a Backend, or under a region lock, is judged as the external name it is', async t => {
-  const svc = (name: string, externalName: string, labels = ''): string => `apiVersion: v1
-kind: Service
-metadata:
-  name: ${name}
-  namespace: default
-${labels === '' ? '' : `  labels: { ${labels} }\n`}spec:
-  type: ExternalName
-  externalName: ${externalName}
-  ports: [{ name: http, port: 80 }]
-`
-  const svcRoute = (name: string, host: string): string => `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  parentRefs: [{ name: egress }]
-  hostnames: [${host}]
-  rules: [{ backendRefs: [{ name: ${name}, port: 80 }] }]
-`
   // The egress proposal's Backend of type KubernetesService naming an ExternalName Service.
   const wrapper = (name: string, service: string): string => `apiVersion: gateway.networking.k8s.io/v1alpha1
 kind: Backend
@@ -326,18 +314,18 @@ spec:
 `
   const lists = run([
     gateway({ 'sallyport.io/destination-denylist': 'evil.example.com' }),
-    svc('evil', 'evil.example.com'), wrapper('evil-wrapped', 'evil'), wrapperRoute('evil-wrapped', 'wrapped.test'),
-    svc('fine', 'api.example.com'), wrapper('fine-wrapped', 'fine'), wrapperRoute('fine-wrapped', 'fine.test'),
+    externalNameService('evil', 'evil.example.com'), wrapper('evil-wrapped', 'evil'), wrapperRoute('evil-wrapped', 'wrapped.test'),
+    externalNameService('fine', 'api.example.com'), wrapper('fine-wrapped', 'fine'), wrapperRoute('fine-wrapped', 'fine.test'),
   ])
   t.equal(ruleFor(lists.table, 'wrapped.test').direct?.status, 403, 'a Backend wrapping an ExternalName Service of a denied name is denied')
   t.equal(ruleFor(lists.table, 'fine.test').direct, null, 'one wrapping an allowed name is not')
 
   const regions = run([
     gateway({ 'sallyport.io/allowed-regions': 'eu-west-1' }),
-    svc('unlabelled', 'api.us.example.com'), svcRoute('unlabelled', 'unlabelled.test'),
-    svc('us', 'api.us.example.com', '"sallyport.io/region": us-east-1'), svcRoute('us', 'us.test'),
-    svc('eu', 'api.eu.example.com', '"sallyport.io/region": eu-west-1'), svcRoute('eu', 'eu.test'),
-    svc('wrapped', 'api.us.example.com'), wrapper('wrapper', 'wrapped'), wrapperRoute('wrapper', 'wrapper.test'),
+    externalNameService('unlabelled', 'api.us.example.com'), serviceRoute('unlabelled', 'unlabelled.test'),
+    externalNameService('us', 'api.us.example.com', '"sallyport.io/region": us-east-1'), serviceRoute('us', 'us.test'),
+    externalNameService('eu', 'api.eu.example.com', '"sallyport.io/region": eu-west-1'), serviceRoute('eu', 'eu.test'),
+    externalNameService('wrapped', 'api.us.example.com'), wrapper('wrapper', 'wrapped'), wrapperRoute('wrapper', 'wrapper.test'),
   ])
   t.equal(ruleFor(regions.table, 'unlabelled.test').direct?.status, 403, 'an unlabelled ExternalName Service is outside every allowed region')
   t.equal(ruleFor(regions.table, 'us.test').direct?.status, 403, 'one labelled with another region is refused')
