@@ -1,7 +1,8 @@
 // Step 4: policy attachment (Envoy Gateway BackendTrafficPolicy, sallyport
 // EgressExtension). Precedence: Route > Backend > Gateway listener (sectionName)
-// > whole Gateway, for rule-scope fields (forRoute) and cluster-scope fields
-// (forCluster) alike; between policies on the same target the oldest
+// > whole Gateway, for rule-scope fields (forRule: a Backend's policy decides a
+// rule all of whose backendRefs name Backends under that one policy) and
+// cluster-scope fields (forCluster) alike; between policies on the same target the oldest
 // creationTimestamp, then namespace/name, wins and the others are Conflicted.
 // A winning policy replaces a less specific one whole (Envoy Gateway's default,
 // no field-level merge); the less specific one gets Overridden=True.
@@ -80,16 +81,39 @@ export class PolicyIndex<P extends Policy> {
    * specific ones Overridden.
    */
   forRoute(routeKind: string, routeNs: string, routeName: string, gatewayKey: string, listener: string): P | null {
+    return this.forRule(routeKind, routeNs, routeName, gatewayKey, listener, null)
+  }
+
+  /**
+   * The policy for one rule of a route through a Gateway listener: the route's
+   * own; else the policy of the Backends the rule sends to, when every one of
+   * its backendRefs names a Backend (`backendSlots`, null when one does not)
+   * and they all have the same policy; else the listener's, else the
+   * Gateway's. Marks the less specific ones Overridden.
+   */
+  forRule(routeKind: string, routeNs: string, routeName: string, gatewayKey: string, listener: string, backendSlots: readonly string[] | null): P | null {
     if (this.winners.size === 0) return null // the common case: no policies at all; skip building three keys per route (issue 11)
     const route = this.get(`${routeKind}/${routeNs}/${routeName}`)
+    const backend = route === null && backendSlots !== null ? this.#shared(backendSlots) : null
     const section = this.get(`Listener/${gatewayKey}/${listener}`)
     const gateway = this.get(`Gateway/${gatewayKey}`)
-    const chosen = route ?? section ?? gateway
+    const chosen = route ?? backend ?? section ?? gateway
     if (chosen === null) return null
     for (const lower of [section, gateway]) {
       if (lower !== null && lower !== chosen) this.#override(lower, chosen)
     }
     return chosen
+  }
+
+  /** The one policy every slot has; null when one has none or two differ. */
+  #shared(slots: readonly string[]): P | null {
+    let found: P | null = null
+    for (const slot of slots) {
+      const p = this.get(slot)
+      if (p === null || (found !== null && p !== found)) return null
+      found = p
+    }
+    return found
   }
 
   /**

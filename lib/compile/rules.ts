@@ -8,7 +8,8 @@ import type {
 import { ErrorCode } from '../errors.ts'
 import type { Cluster, HeaderEdits, HeaderMatcher, Mirror, PathMatcher, PathRewrite, Redirect, RetrySpec, RouteRule, RouteTimeouts, WeightedCluster } from './table.ts'
 import { GATEWAY_GROUP } from './conditions.ts'
-import type { BackendResolver } from './backends.ts'
+import { isBackendKind, type BackendResolver } from './backends.ts'
+import { backendKey } from '../resources/model.ts'
 import type { PolicyIndex } from './policies.ts'
 import { mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
@@ -56,7 +57,7 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
   const droppedRules: RuleDrop[] = []
   const grpc = route.kind === 'GRPCRoute'
   const dropped = route.droppedRules.length === 0 ? null : new Set(route.droppedRules.map(d => d.index))
-  const { policy, routeExt } = routePolicies(route, ctx.traffic, ctx.extensions, ctx.gatewayKey, ctx.listenerName)
+  const { policy, routeExt, rulePolicies } = routePolicies(route, ctx.traffic, ctx.extensions, ctx.gatewayKey, ctx.listenerName)
   const gatewayExt = ctx.extensions.get(`Gateway/${ctx.gatewayKey}`)
 
   route.rules.forEach((r, ruleIndex) => {
@@ -78,7 +79,7 @@ export function compileHttpLikeRoute(route: HTTPRoute | GRPCRoute, ctx: RuleCont
       }
     }
     const rule = compileRule(route, ruleIndex, r.name, r.filters, r.backendRefs, grpc ? null : (r as HTTPRoute['rules'][number]).timeouts,
-      grpc ? null : (r as HTTPRoute['rules'][number]).retry, policy, [gatewayExt?.extensions ?? null, routeExt !== gatewayExt ? routeExt?.extensions ?? null : null], ctx, refProblems)
+      grpc ? null : (r as HTTPRoute['rules'][number]).retry, rulePolicies?.[ruleIndex] ?? policy, [gatewayExt?.extensions ?? null, routeExt !== gatewayExt ? routeExt?.extensions ?? null : null], ctx, refProblems)
     rules.push(rule)
     built.forEach((compiled, matchIndex) => matches.push({ ...compiled, rule, route, ruleIndex, matchIndex }))
   })
@@ -131,11 +132,24 @@ export function unsupportedFields(route: HTTPRoute | GRPCRoute): string[] {
  */
 export function routePolicies(
   route: HTTPRoute | GRPCRoute, traffic: PolicyIndex<BackendTrafficPolicy>, extensions: PolicyIndex<EgressExtension>, gatewayKey: string, listenerName: string,
-): { policy: BackendTrafficPolicy | null; routeExt: EgressExtension | null } {
-  return {
-    policy: traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName),
-    routeExt: extensions.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName),
+): { policy: BackendTrafficPolicy | null; routeExt: EgressExtension | null; rulePolicies: ReadonlyArray<BackendTrafficPolicy | null> | null } {
+  const policy = traffic.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName)
+  // A rule sending only to Backends under one policy takes that policy's rule-scope fields (unless the route has its own).
+  const own = policy !== null && traffic.get(`${route.kind}/${route.meta.namespace}/${route.meta.name}`) === policy
+  const rulePolicies = traffic.winners.size === 0 || own ? null
+    : route.rules.map(r => traffic.forRule(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName, backendSlots(r.backendRefs)))
+  return { policy, routeExt: extensions.forRoute(route.kind, route.meta.namespace, route.meta.name, gatewayKey, listenerName), rulePolicies }
+}
+
+/** The policy slots of a rule's backendRefs when every one names a Backend; null otherwise (none, or a Service among them). */
+function backendSlots(refs: readonly BackendRef[]): string[] | null {
+  if (refs.length === 0) return null
+  const out: string[] = []
+  for (const ref of refs) {
+    if (!isBackendKind(ref.group, ref.kind)) return null
+    out.push(`Backend/${backendKey(ref.group, ref.kind, ref.namespace, ref.name)}`)
   }
+  return out
 }
 
 /**

@@ -136,3 +136,31 @@ t.test('cluster scope: a listener (sectionName) policy sets backend-level fields
   t.equal(three.table.clusters.get(id)?.lb?.type, 'LeastRequest', 'Backend beats listener')
   t.equal(conditions(three.status, 'ls-pol').Overridden, 'True/Overridden')
 })
+
+t.test('rule scope: a Backend policy sets retry and timeouts for the rules that send only to that Backend, between Route and listener', async t => {
+  const ext = b.externalBackend('ext', 'api.example.com')
+  const alt = b.externalBackend('alt', 'alt.example.com')
+  const refTo = (name: string) => b.backendRef(name, 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })
+  const only = b.httpRoute('only', [b.rule([b.match('/')], [refTo('ext')])], { hostnames: ['only.example'] })
+  const split = b.httpRoute('split', [b.rule([b.match('/')], [refTo('ext'), refTo('alt')])], { hostnames: ['split.example'] })
+  const gwPol = b.trafficPolicy('gw-pol', { kind: 'Gateway', name: 'gw' }, timeout(30000), at(1))
+  const bePol = b.trafficPolicy('be-pol', { group: 'gateway.networking.x-k8s.io', kind: 'XBackend', name: 'ext' }, { timeout: { connectMs: null, requestMs: 5000, idleMs: 1000 } }, at(2))
+
+  const r = run([ext, alt, only, split, gwPol, bePol])
+  t.equal(ruleFor(r.table, 'only.example')?.timeouts.requestMs, 5000, 'the Backend policy beats the Gateway policy for a rule sending only to it')
+  t.equal(ruleFor(r.table, 'only.example')?.timeouts.idleMs, 1000, 'its connectionIdleTimeout too')
+  t.equal(ruleFor(r.table, 'split.example')?.timeouts.requestMs, 30000, 'a rule also sending elsewhere keeps the Gateway policy')
+  t.same(conditions(r.status, 'gw-pol'), { Accepted: 'True/Accepted', Overridden: 'True/Overridden' })
+
+  const rtPol = b.trafficPolicy('rt-pol', { kind: 'HTTPRoute', name: 'only' }, timeout(7000), at(3))
+  const withRoute = run([ext, alt, only, split, gwPol, bePol, rtPol])
+  t.equal(ruleFor(withRoute.table, 'only.example')?.timeouts.requestMs, 7000, 'the Route policy beats the Backend policy')
+  t.equal(conditions(withRoute.status, 'be-pol').Overridden, 'True/Overridden')
+
+  // Two Backends with the same policy: it applies.
+  const both = b.trafficPolicy('both-pol', { group: 'gateway.networking.x-k8s.io', kind: 'XBackend', name: 'alt' }, timeout(9000), at(4))
+  const shared = run([ext, alt, split, gwPol, { ...bePol, targetRefs: [...bePol.targetRefs, { group: 'gateway.networking.x-k8s.io', kind: 'XBackend', name: 'alt', sectionName: null }] } as Obj])
+  t.equal(ruleFor(shared.table, 'split.example')?.timeouts.requestMs, 5000, 'every Backend of the rule under one policy: that policy')
+  const differ = run([ext, alt, split, gwPol, bePol, both])
+  t.equal(ruleFor(differ.table, 'split.example')?.timeouts.requestMs, 30000, 'Backends under different policies: neither decides the rule')
+})
