@@ -65,3 +65,27 @@ spec:
   t.equal(steady.code, 0, 'a slow body that never pauses for the bound passes')
   t.equal(steady.stdout, Array.from({ length: 8 }, (_, i) => `chunk ${i}\n`).join(''))
 })
+
+t.test('CLI: a policy on the Backend sets the bound for the routes that send only to it', async (t) => {
+  const up = http.createServer((req) => { if (req.url === '/silent') return })
+  const upPort = await listenLoopback(up)
+  t.teardown(() => { up.closeAllConnections(); up.close() })
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backend.yaml'), backendYaml('api', upPort))
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `${routeYaml('api', 'api.example.test', 'api', upPort)}---
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: { name: backend-bound, namespace: default }
+spec:
+  targetRefs: [{ group: gateway.envoyproxy.io, kind: Backend, name: api }]
+  timeout:
+    http: { connectionIdleTimeout: 1s }
+`)
+  const cli = startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => get(`http://127.0.0.1:${adminPort}/readyz`, 'x'), (r) => r.status === 200, 20000, '/readyz 200')
+  const silent = await curl(['-H', 'Host: api.example.test', '-m', '20', '-w', '\n%{http_code}', `http://127.0.0.1:${port}/silent`])
+  t.equal(silent.stdout, 'upstream timeout\n\n504', 'the Backend policy\'s bound ended the silent request')
+  await cli.waitFor(/"path":"\/silent","status":504/, 5000)
+})
