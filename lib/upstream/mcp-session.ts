@@ -44,13 +44,21 @@ function isTagChar(c: number): boolean {
 
 /**
  * Whether a client's session id has the gateway's form `<tag>.<id>`: a tag of
- * TAG_LENGTH base64url characters, a dot, a non-empty id. Anything else (an id
- * from before the gateway tagged them, a garbled one) is not the gateway's and
- * goes to the upstream as it came.
+ * TAG_LENGTH base64url characters, a dot, a non-empty id of visible ASCII
+ * (0x21-0x7E, as MCP has session ids). Anything else (an id from before the
+ * gateway tagged them, a garbled one) is not the gateway's and goes to the
+ * upstream as it came. That includes several Mcp-Session-Id fields: node joins
+ * repeated fields into one value with ", " (HTTP/1.1 and HTTP/2), and the
+ * space cannot be in an id; stripping the first tag of such a value would send
+ * the upstream neither what the client sent nor one id.
  */
 export function isTagged(value: string): boolean {
   if (value.length <= TAG_LENGTH + 1 || value.charCodeAt(TAG_LENGTH) !== 46 /* . */) return false
   for (let i = 0; i < TAG_LENGTH; i++) if (!isTagChar(value.charCodeAt(i))) return false
+  for (let i = TAG_LENGTH + 1; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 0x21 || c > 0x7e) return false
+  }
   return true
 }
 

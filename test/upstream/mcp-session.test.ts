@@ -32,6 +32,13 @@ t.test('isTagged: the gateway form only', async (t) => {
   for (const v of ['', 'abc', `${tag}.`, `${tag}abc`, `${tag.slice(1)}.abc`, `%%%%%%%%%%%%.abc`, `${tag.slice(0, 11)}..abc`, '0f8b1c2e-5d7a-4c3b-9e1f-2a6b7c8d9e0f']) {
     t.notOk(isTagged(v), JSON.stringify(v))
   }
+  // Several Mcp-Session-Id fields reach the gateway joined into one value (node joins
+  // repeated fields with ", ", over HTTP/1.1 and HTTP/2); an MCP session id is visible
+  // ASCII only (0x21-0x7E), so a value with a space, a tab or a control character is
+  // not one id the gateway issued.
+  for (const v of [`${tag}.X, ${tag}.Y`, `${tag}.X, Y`, `${tag}.a b`, `${tag}.a\tb`, `${tag}.a\u007fb`, `${tag}.caf\u00e9`]) {
+    t.notOk(isTagged(v), JSON.stringify(v))
+  }
 })
 
 t.test('tagSessionHeader: one non-empty id is tagged; anything else is left as sent', async (t) => {
@@ -107,6 +114,16 @@ t.test('registry: a tagged session goes back to its endpoint, untagged', async (
   await ask(up, c, 'AAAAAAAAAAAA.x')
   await ask(up, c, 'AAAAAAAAAAA.x')
   t.same([...a.seen, ...b.seen].sort(), ['AAAAAAAAAAA.x', 'x'])
+
+  // Several fields (joined by the listener into one value): passed on as sent, not
+  // pinned by the first tag with the rest left behind.
+  a.seen.length = 0
+  b.seen.length = 0
+  const tagB = `${sessionTag(c.id, `127.0.0.1:${b.port}`)}.b-session`
+  const spreadTwo = new Set<string>()
+  for (let i = 0; i < 4; i++) spreadTwo.add((await ask(up, c, `${tagA}, ${tagB}`)).body)
+  t.same([...spreadTwo].sort(), ['a', 'b'], 'balanced as usual')
+  t.same(new Set([...a.seen, ...b.seen]), new Set([`${tagA}, ${tagB}`]), 'as sent')
 })
 
 t.test('registry: an ejected endpoint\'s sessions are balanced as usual', async (t) => {
