@@ -303,9 +303,26 @@ function noteParentProblems(into: Map<string, RefProblem[]>, gatewayKey: string,
   }
 }
 
-/** attachedRoutes: one more route on each listener a parentRef of it counts toward. */
+/**
+ * attachedRoutes: one more route on each listener some parentRef of it counts
+ * toward. Gateway API counts Routes, so a listener two of a route's parentRefs
+ * reach (one without sectionName, one naming it; one spelling out the
+ * namespace, one not) counts the route once.
+ */
 function countAttached(attached: Map<ServedListener, number>, attachment: RouteAttachment): void {
-  for (const parent of attachment.parents) for (const l of parent.counted) attached.set(l, (attached.get(l) ?? 0) + 1)
+  const parents = attachment.parents
+  if (parents.length === 1) {
+    for (const l of parents[0].counted) attached.set(l, (attached.get(l) ?? 0) + 1)
+    return
+  }
+  const seen = new Set<ServedListener>()
+  for (const parent of parents) {
+    for (const l of parent.counted) {
+      if (seen.has(l)) continue
+      seen.add(l)
+      attached.set(l, (attached.get(l) ?? 0) + 1)
+    }
+  }
 }
 
 function place(placed: Map<number, PlacedMatch[]>, port: number, matches: readonly PlacedMatch[]): void {

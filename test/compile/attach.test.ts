@@ -152,6 +152,22 @@ t.test('attachedRoutes counts routes on listeners that are not programmed (Gatew
   t.equal(accepted(status, 'HTTPRoute/default/r'), 'True/Accepted')
 })
 
+t.test('attachedRoutes counts a route once per listener, however many of its parentRefs reach that listener', async t => {
+  // Gateway API ListenerStatus.attachedRoutes is "the total number of Routes
+  // that have been successfully attached to this Listener": a count of routes,
+  // not of parentRefs. The CRD's CEL lets a route name one Gateway twice when
+  // only one ref spells out the namespace, and the files are not held to it.
+  const gw = b.gateway('gw', [b.listener('a', 8081), b.listener('b', 8082)])
+  const { status } = run([gw,
+    route('twice', { parentRefs: [parent(), parent('a')] }),
+    route('spelled', { parentRefs: [{ ...parent(), namespace: 'default' }, parent(null, 8082)] }),
+    route('once', { parentRefs: [parent('b')] }),
+  ])
+  t.equal(listenerStatus(status, 'a').attached, 2, 'twice and spelled, each once')
+  t.equal(listenerStatus(status, 'b').attached, 3, 'twice, spelled and once, each once')
+  t.equal(status.get('HTTPRoute/default/twice')?.parents.length, 2, 'each parentRef still has its own RouteParentStatus')
+})
+
 t.test('an HTTPRoute and a GRPCRoute sharing a listener hostname: the older is accepted, the other is turned away there', async t => {
   // GRPCRouteSpec.hostnames: with intersecting hostnames on one listener the
   // implementation "MUST accept exactly one of these two routes" (oldest, then
