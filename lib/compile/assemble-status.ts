@@ -2,7 +2,7 @@
 // Routes per parent, Backends, policies per ancestor, and the objects the
 // source dropped as invalid (snapshot.problems).
 
-import type { BackendTrafficPolicy, EgressExtension, GRPCRoute, HTTPRoute } from '../resources/model.ts'
+import type { BackendTLSPolicy, BackendTrafficPolicy, EgressExtension, GRPCRoute, HTTPRoute } from '../resources/model.ts'
 import { unsupportedFields } from './rules.ts'
 import { backendKey, keyOfBackend } from '../resources/model.ts'
 import type { Snapshot } from '../resources/snapshot.ts'
@@ -168,7 +168,7 @@ export function assembleStatus(input: StatusInput): Status {
     else if (conflictedWith !== undefined) conditions = [condition('Accepted', false, 'Conflicted', `BackendTLSPolicy ${conflictedWith} is older and targets the same Service port`, gen)]
     else if (error !== undefined) conditions = [condition('Accepted', false, 'NoValidCACertificate', error.message, gen), condition('ResolvedRefs', false, error.reason, error.message, gen)]
     else conditions = [condition('Accepted', true, 'Accepted', '', gen), condition('ResolvedRefs', true, 'ResolvedRefs', '', gen)]
-    put({ kind: 'BackendTLSPolicy', apiVersion: p.apiVersion, namespace: p.meta.namespace, name: p.meta.name, generation: gen, conditions, parents: ancestors(input.resolver.tlsPolicyUse.get(key) ?? [], conditions), listeners: [] })
+    put({ kind: 'BackendTLSPolicy', apiVersion: p.apiVersion, namespace: p.meta.namespace, name: p.meta.name, generation: gen, conditions, parents: ancestors(tlsPolicyAncestors(input.resolver, p), conditions), listeners: [] })
   }
 
   const policyStatus = (p: BackendTrafficPolicy | EgressExtension, index: PolicyIndex<BackendTrafficPolicy> | PolicyIndex<EgressExtension>): void => {
@@ -209,6 +209,26 @@ export function assembleStatus(input: StatusInput): Status {
   if (input.secretRefs !== undefined) addSecretRefConditions(objects, input.secretRefs)
   const sorted = new Map([...objects].sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
   return { objects: sorted, servedGateways: new Set(input.plan.served.map(sg => sg.key)) }
+}
+
+/**
+ * The Gateways a BackendTLSPolicy's status.ancestors names: those whose routes
+ * use it, and, where it is not applied (conflicted, its CA refs broken, a
+ * Backend target), those whose routes reach its target — else the
+ * Accepted=False saying why would have no entry to be written in (Gateway API
+ * conformance reads it from the Gateway's entry). Never a Gateway its full
+ * ancestors list refused (ancestor-limit.ts).
+ */
+function tlsPolicyAncestors(resolver: BackendResolver, p: BackendTLSPolicy): Set<string> {
+  const key = `${p.meta.namespace}/${p.meta.name}`
+  const out = new Set(resolver.tlsPolicyUse.get(key))
+  const refused = resolver.tlsPolicyRefused.get(key)
+  for (const g of resolver.tlsPolicyReach.get(key) ?? []) if (refused === undefined || !refused.has(g)) out.add(g)
+  for (const t of p.targetRefs) {
+    if (t.kind !== 'Backend' && t.kind !== 'XBackend') continue
+    for (const g of resolver.backendUse.get(backendKey(t.group, t.kind, p.meta.namespace, t.name)) ?? []) out.add(g)
+  }
+  return out
 }
 
 /**

@@ -15,7 +15,7 @@ import type { From, Resolved } from './refs.ts'
 import { fail, isReferenceAllowed, refNotPermitted } from './refs.ts'
 import type { TlsPolicyPlan } from './tls.ts'
 import { DestinationPolicies, type Denial } from './destination-policy.ts'
-import { buildClusterTls, buildMeshTls, tlsPolicyFor } from './tls.ts'
+import { buildClusterTls, buildMeshTls, tlsPolicyContenders, tlsPolicyFor } from './tls.ts'
 import { ANCESTORS_FULL, MAX_POLICY_ANCESTORS, NO_LIMITS, type TlsAncestorLimits } from './ancestor-limit.ts'
 
 export type RouteKind = 'HTTPRoute' | 'GRPCRoute' | 'TCPRoute' | 'TLSRoute'
@@ -66,6 +66,14 @@ export class BackendResolver {
   /** Cluster id → the BackendTLSPolicy its TLS comes from (a Service port, or a Backend wrapping one). */
   readonly #clusterPolicy = new Map<string, string>()
   readonly tlsPolicyErrors = new Map<string, { reason: string; message: string }>()
+  /**
+   * BackendTLSPolicy key → Gateways whose routes reach a Service port it
+   * targets, whether it applies there or not (conflicted, its CA refs broken):
+   * the ancestors its status is written under when it is not applied.
+   */
+  readonly tlsPolicyReach = new Map<string, Set<string>>()
+  /** Cluster id → the BackendTLSPolicies contending for its Service port (tlsPolicyContenders), set as the cluster is built, even when that fails. */
+  readonly #clusterContenders = new Map<string, readonly string[]>()
   /** Backend key → Gateways whose routes use it. */
   readonly backendUse = new Map<string, Set<string>>()
 
@@ -134,7 +142,7 @@ export class BackendResolver {
     if (!isReferenceAllowed(this.#snapshot, from, target)) {
       return fail('RefNotPermitted', refNotPermitted(this.#snapshot, `${ref.kind} ${ref.namespace}/${ref.name}`, ref.namespace))
     }
-    let r = isService ? this.#service(ref, routeKind) : this.#backend(ref, routeKind, gatewayKey)
+    let r = isService ? this.#service(ref, routeKind, gatewayKey) : this.#backend(ref, routeKind, gatewayKey)
     if (!r.ok) return r
     const policy = this.#clusterPolicy.get(r.value)
     if (policy !== undefined) {
@@ -189,7 +197,7 @@ export class BackendResolver {
     })
   }
 
-  #service(ref: BackendRef, routeKind: RouteKind): Resolved<string> {
+  #service(ref: BackendRef, routeKind: RouteKind, gatewayKey: string): Resolved<string> {
     const svc = this.#snapshot.services.get(`${ref.namespace}/${ref.name}`)
     if (svc === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} not found`)
     if (ref.port === null) return fail('BackendNotFound', `backendRef to Service ${ref.namespace}/${ref.name} needs a port`)
@@ -197,7 +205,15 @@ export class BackendResolver {
     if (port === undefined) return fail('BackendNotFound', `Service ${ref.namespace}/${ref.name} has no port ${ref.port}`)
     const id = `Service/${ref.namespace}/${ref.name}:${port.port}${l4Suffix(routeKind)}`
     if (svc.type !== 'ExternalName') this.#inCluster.add(id)
-    return this.#cache(id, () => this.#serviceCluster(svc, port, routeKind, id))
+    const r = this.#cache(id, () => this.#serviceCluster(svc, port, routeKind, id))
+    this.#noteReach(id, gatewayKey)
+    return r
+  }
+
+  /** The BackendTLSPolicies contending for cluster `id`'s Service port have `gatewayKey` among their ancestors. */
+  #noteReach(id: string, gatewayKey: string): void {
+    const keys = this.#clusterContenders.get(id)
+    if (keys !== undefined) for (const key of keys) noteGateway(this.tlsPolicyReach, key, gatewayKey)
   }
 
   /** TLS of a BackendTLSPolicy for a Service port; a failure is recorded for the policy's status and fails the ref. */
@@ -217,6 +233,7 @@ export class BackendResolver {
     // originate TLS too; TLSRoute passthrough never does — the data plane dials
     // without the cluster's TLS there (lib/upstream/l4-dial.ts).
     const policy = tlsPolicyFor(this.tlsPlan, ns, svc.meta.name, port.name)
+    if (policy !== null) this.#clusterContenders.set(id, tlsPolicyContenders(this.tlsPlan, ns, svc.meta.name, port.name))
     let protocol = serviceProtocol(port.appProtocol, routeKind, policy !== null)
     let tls: ClusterTls | null = null
     if (policy !== null) {
@@ -246,7 +263,9 @@ export class BackendResolver {
     const id = `${key}:${port.port}${l4Suffix(routeKind)}`
     const d = backend.destination
     if (d.type === 'EndpointSelector' || (d.type === 'Service' && this.#snapshot.services.get(`${d.service.namespace}/${d.service.name}`)?.type !== 'ExternalName')) this.#inCluster.add(id)
-    return this.#cache(id, () => this.#backendCluster(backend, port, routeKind, id))
+    const r = this.#cache(id, () => this.#backendCluster(backend, port, routeKind, id))
+    this.#noteReach(id, gatewayKey)
+    return r
   }
 
   #backendCluster(backend: Backend, port: Backend['ports'][number], routeKind: RouteKind, id: string): Resolved<Cluster> {
@@ -320,6 +339,7 @@ export class BackendResolver {
       // The Backend itself is never a BackendTLSPolicy target (planTlsPolicies).
       const policy = tlsPolicyFor(this.tlsPlan, wrapped.svc.meta.namespace, wrapped.svc.meta.name, wrapped.port.name)
       if (policy !== null) {
+        this.#clusterContenders.set(id, tlsPolicyContenders(this.tlsPlan, wrapped.svc.meta.namespace, wrapped.svc.meta.name, wrapped.port.name))
         const r = this.#policyTls(policy, protocol)
         if (!r.ok) return r
         tls = r.value

@@ -195,6 +195,13 @@ export interface TlsPolicyPlan {
   readonly conflicted: ReadonlyMap<string, string>
   /** Policies targeting a Backend (not applied, GEP-4488) or an unsupported kind: key → message. */
   readonly invalid: ReadonlyMap<string, string>
+  /**
+   * `namespace/service#sectionName` → every policy targeting it, the winner
+   * first, then those conflicted there: a Gateway whose routes reach the
+   * Service port is an ancestor of each (Gateway API PolicyAncestorStatus),
+   * so the losers' Accepted=False has an entry to be written in.
+   */
+  readonly contenders: ReadonlyMap<string, readonly string[]>
 }
 
 export function planTlsPolicies(snapshot: Snapshot): TlsPolicyPlan {
@@ -202,6 +209,7 @@ export function planTlsPolicies(snapshot: Snapshot): TlsPolicyPlan {
   const conflicted = new Map<string, string>()
   const invalid = new Map<string, string>()
   const owners = new Map<string, string>() // target+section → winning policy key
+  const contenders = new Map<string, string[]>()
   const policies = [...snapshot.backendTLSPolicies.values()].sort(compareAge)
   for (const policy of policies) {
     const key = `${policy.meta.namespace}/${policy.meta.name}`
@@ -209,6 +217,9 @@ export function planTlsPolicies(snapshot: Snapshot): TlsPolicyPlan {
       if (ref.group === '' && ref.kind === 'Service') {
         const target = `${policy.meta.namespace}/${ref.name}`
         const slot = `${target}#${ref.sectionName ?? ''}`
+        const all = contenders.get(slot)
+        if (all === undefined) contenders.set(slot, [key])
+        else if (!all.includes(key)) all.push(key)
         const owner = owners.get(slot)
         if (owner !== undefined && owner !== key) { conflicted.set(key, owner); continue }
         owners.set(slot, key)
@@ -223,7 +234,7 @@ export function planTlsPolicies(snapshot: Snapshot): TlsPolicyPlan {
       }
     }
   }
-  return { byService, conflicted, invalid }
+  return { byService, conflicted, invalid, contenders }
 }
 
 /** The policy for one Service port: one naming the port wins over one for the whole Service. */
@@ -233,6 +244,15 @@ export function tlsPolicyFor(plan: TlsPolicyPlan, namespace: string, service: st
   const named = list.find(p => p.sectionName !== null && p.sectionName === portName)
   if (named !== undefined) return named.policy
   return list.find(p => p.sectionName === null)?.policy ?? null
+}
+
+/** The policies contending for one Service port (tlsPolicyFor's slot): the applied one first, then the conflicted ones. */
+export function tlsPolicyContenders(plan: TlsPolicyPlan, namespace: string, service: string, portName: string): readonly string[] {
+  const list = plan.byService.get(`${namespace}/${service}`)
+  if (list === undefined) return []
+  const named = list.find(p => p.sectionName !== null && p.sectionName === portName)
+  const section = named !== undefined ? named.sectionName : list.some(p => p.sectionName === null) ? '' : null
+  return section === null ? [] : plan.contenders.get(`${namespace}/${service}#${section}`) ?? []
 }
 
 /**

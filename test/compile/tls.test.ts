@@ -162,6 +162,33 @@ t.test('a Backend is not a BackendTLSPolicy target (GEP-4488): status says it is
   t.match(c?.message, /not applied.*not valid BackendTLSPolicy targets \(GEP-4488\)/)
 })
 
+t.test('a BackendTLSPolicy that is not applied still names, as its ancestors, the Gateways whose routes reach its target', async t => {
+  // Gateway API conformance (BackendTLSPolicyInvalidCACertificateRef,
+  // BackendTLSPolicyConflictResolution) reads the policy's conditions from
+  // its status.ancestors entry for the Gateway: with no ancestor, the status
+  // writer has nowhere to put Accepted=False and writes nothing at all.
+  const gw = (name: string): string => `default/${name}`
+  const ancestorsOf = (status: ReadonlyMap<string, ObjectStatus>, policy: string): string[] =>
+    (status.get(`BackendTLSPolicy/default/${policy}`)?.parents ?? []).map(p => `${p.parentRef.namespace}/${p.parentRef.name}:${p.conditions.map(c => `${c.type}=${c.status}/${c.reason}`).join(',')}`)
+  const route = b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('api', 443)])])
+
+  const badCa = b.tlsPolicy('bad-ca', 'Service', 'api', null, b.upstreamTls({ hostname: 'api.internal', caCertificateRefs: [ref('ConfigMap', 'missing')], wellKnownCACertificates: null }))
+  t.same(ancestorsOf(run([svc, eps, badCa, route]).status, 'bad-ca'), [`${gw('gw')}:Accepted=False/NoValidCACertificate,ResolvedRefs=False/InvalidCACertificateRef`], 'an unresolvable CA ref')
+
+  const older = b.tlsPolicy('first', 'Service', 'api', null, b.upstreamTls({ hostname: 'api.internal' }))
+  const younger = b.tlsPolicy('second', 'Service', 'api', null, b.upstreamTls({ hostname: 'api.internal' }), { creationTimestamp: '2024-02-01T00:00:00Z' })
+  const both = run([svc, eps, older, younger, route]).status
+  t.same(ancestorsOf(both, 'first'), [`${gw('gw')}:Accepted=True/Accepted,ResolvedRefs=True/ResolvedRefs`])
+  t.same(ancestorsOf(both, 'second'), [`${gw('gw')}:Accepted=False/Conflicted`], 'the younger of two on one Service')
+
+  const backend = b.externalBackend('ext', 'api.example.com', 443, null)
+  const onBackend = b.tlsPolicy('on-backend', 'Backend', 'ext', null, b.upstreamTls())
+  const viaBackend = b.httpRoute('web', [b.rule([b.match('/')], [b.backendRef('ext', 443, { group: 'gateway.networking.x-k8s.io', kind: 'Backend' })])])
+  t.same(ancestorsOf(run([backend, onBackend, viaBackend]).status, 'on-backend'), [`${gw('gw')}:Accepted=False/Invalid`], 'a Backend target (GEP-4488)')
+
+  t.same(ancestorsOf(run([svc, eps, badCa]).status, 'bad-ca'), [], 'no route reaches the Service: no ancestor')
+})
+
 t.test('a Backend wrapping a Service (EndpointSelector selectorRef) picks up the Service\'s BackendTLSPolicy', async t => {
   const wrapper: Backend = {
     kind: 'Backend', apiVersion: `${b.G}/v1alpha1`, meta: b.meta('wrapped'), source, flavor: 'GEP4488',
