@@ -2,7 +2,8 @@
 // RequestRedirect (Location), URLRewrite (path), and the weighted backend pick.
 // Header modifiers live in headers.ts.
 
-import type { PathMatcher, PathRewrite, Redirect, RouteRule, WeightedCluster } from '../compile/table.ts'
+import type { Cluster, PathMatcher, PathRewrite, Redirect, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
+import { TAG_LENGTH, isTagged } from '../upstream/mcp-session.ts'
 
 // hot path
 /**
@@ -55,6 +56,27 @@ function defaultPort(scheme: string): number {
  * One random number over the cumulative weights of the primary (priority 0)
  * backends. Returns null when no weight is left (Gateway API: 500).
  */
+/**
+ * MCP session affinity across Backends: a rule splitting traffic between MCP
+ * Backends (a canary) sends a request whose session id the gateway tagged to
+ * the Backend one of whose endpoints issued it, whatever its weight (a Backend
+ * weighted down to 0 still serves its sessions while it drains); within it,
+ * the registry pins the endpoint. null: no tagged id, or no Backend of the
+ * rule issued it (balanced as usual: the upstream's 404 starts a new session).
+ */
+export function sessionBackend(
+  rule: RouteRule, table: RouteTable, sessionId: string | string[] | undefined, issued: (cluster: Cluster, tag: string) => boolean,
+): { backend: WeightedCluster; cluster: Cluster } | null {
+  if (typeof sessionId !== 'string' || !isTagged(sessionId) || rule.backends === null) return null
+  const tag = sessionId.slice(0, TAG_LENGTH)
+  for (const b of rule.backends) {
+    if (b.denied !== undefined || b.cluster === null) continue
+    const cluster = table.clusters.get(b.cluster)
+    if (cluster !== undefined && cluster.protocol === 'MCP' && issued(cluster, tag)) return { backend: b, cluster }
+  }
+  return null
+}
+
 export function pickBackend(rule: RouteRule, random: number): WeightedCluster | null {
   const backends = rule.backends
   if (backends === null || rule.totalWeight <= 0) return null

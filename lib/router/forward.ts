@@ -20,7 +20,8 @@ import { downstreamActiveStreams, recordRequest, type RequestKey, type RequestLa
 import type { Exchange, ExchangeObserver } from './exchange.ts'
 import { matchOnPort, type MatchInput } from './match.ts'
 import { addForwarded, addReplyHeaders, applyHeaderEdits, forwardableHeaders, authorityProblem, hostOf, keepFraming, markHop, namesH2c, stripResponseHopByHop } from './headers.ts'
-import { pickBackend, redirectLocation, rewritePath } from './filters.ts'
+import { pickBackend, redirectLocation, rewritePath, sessionBackend } from './filters.ts'
+import { SESSION_HEADER } from '../upstream/mcp-session.ts'
 import { mirrorRequest, type MirrorCopies } from './mirror.ts'
 import { attemptPlanOf, pickFailover, startAttempts, type AttemptSink } from './attempts.ts'
 import type { ExtensionChain } from '../compile/table.ts'
@@ -248,13 +249,23 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
 
     // Issue 6: priority levels, retries or a parent gateway → the attempt loop (attempts.ts).
     const plan = attemptPlanOf(rule, this.table)
-    const picked = plan === null ? null : pickFailover(plan, this.table, this.env.upstreams.resilience, null, Math.random())
-    const backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
+    let picked = plan === null ? null : pickFailover(plan, this.table, this.env.upstreams.resilience, null, Math.random())
+    let backend = plan === null ? pickBackend(rule, Math.random()) : picked === null ? null : picked.backend
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
+    let cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
+    // MCP: a rule splitting traffic between MCP Backends sends a tagged session to the Backend that issued it.
+    if (cluster !== undefined && cluster.protocol === 'MCP' && rule.backends !== null && rule.backends.length > 1 && this.env.upstreams.issuedSession !== undefined) {
+      const upstreams = this.env.upstreams
+      const owner = sessionBackend(rule, this.table, ex.headers[SESSION_HEADER], (c, tag) => upstreams.issuedSession?.(c, tag) === true)
+      if (owner !== null && owner.backend !== backend) {
+        backend = owner.backend
+        cluster = owner.cluster
+        if (plan !== null) picked = { backend, level: Math.max(0, plan.levels.findIndex(l => l.includes(owner.backend))) }
+      }
+    }
     this.backend = backend
     // Issue 5: the Gateway's destination policy denies this backend (403, decided in compile).
     if (backend.denied !== undefined) return this.answerDirect(backend.denied)
-    const cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
     if (cluster === undefined) return this.fail(ErrorCode.BACKEND_INVALID)
     this.cluster = cluster
 

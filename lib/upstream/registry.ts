@@ -211,6 +211,19 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     return this.#resilience
   }
 
+  /**
+   * Whether an endpoint of `cluster` (an MCP Backend) issued the sessions tagged
+   * `tag` (mcp-session.ts): a rule splitting traffic between MCP Backends sends
+   * a session back to the Backend whose endpoint has it. A cluster whose names
+   * are not resolved yet has issued none here.
+   */
+  issuedSession(cluster: Cluster, tag: string): boolean {
+    const state = hasHostnames(cluster) ? this.#resolvedState(cluster) : this.#stateOf(cluster)
+    if (state === null) return false
+    const tags = state.sessionTags ?? (state.sessionTags = endpointsByTag(cluster.id, state.labels))
+    return tags.has(tag)
+  }
+
   // hot path
   /** Circuit breaker admission, then the first attempt to the balancer's endpoint. */
   #start(req: UpstreamRequest, handler: UpstreamHandler, state: ClusterState): void {

@@ -166,6 +166,8 @@ export interface Upstreams {
   forward(req: UpstreamRequest, handler: UpstreamHandler): void
   /** L4: connect to an endpoint of the cluster, the next endpoint on connect failure (lib/upstream/l4-dial.ts). */
   dialL4(req: L4DialRequest, callback: L4DialCallback): PendingDial
+  /** MCP: whether an endpoint of `cluster` issued the sessions tagged `tag` (absent in test doubles: none). */
+  issuedSession?(cluster: Cluster, tag: string): boolean
   /** After a swap: keep pools the new table references, drain and close the rest. */
   retain(table: RouteTable): void
   /** Pool statistics for /config_dump and metrics. */

@@ -268,3 +268,48 @@ t.test('CLI: MCP sessions stay on the endpoint that issued them, on every worker
   await settleLogs()
   t.match(cli.stdout(), /"upstream":"127\.0\.0\.2:\d+"/)
 })
+
+t.test('CLI: a rule splitting traffic between two MCP Backends sends a session back to the Backend that issued it', async (t) => {
+  const a = await mcpServer(t, 'a', '127.0.0.1', 0)
+  const b = await mcpServer(t, 'b', '127.0.0.1', 0)
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const backend = (name: string, upPort: number): string => backendYaml(upPort, ['127.0.0.1']).replace('name: tools', `name: ${name}`)
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(port))
+  fs.writeFileSync(path.join(dir, 'backends.yaml'), `${backend('tools-a', a.port)}---\n${backend('tools-b', b.port)}`)
+  // A canary: half the new sessions to each Backend.
+  fs.writeFileSync(path.join(dir, 'route.yaml'), `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: { name: tools, namespace: default }
+spec:
+  parentRefs: [{ name: egress }]
+  hostnames: [${HOST}]
+  rules:
+    - backendRefs:
+        - { group: gateway.networking.k8s.io, kind: Backend, name: tools-a, port: ${a.port}, weight: 50 }
+        - { group: gateway.networking.k8s.io, kind: Backend, name: tools-b, port: ${b.port}, weight: 50 }
+`)
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+
+  const sessions: string[] = []
+  const issuers = new Set<string>()
+  // Enough sessions that both Backends issue some (a 50/50 split; bounded).
+  for (let i = 0; i < 40 && issuers.size < 2; i++) {
+    const init = await h1(port, 'POST', null, INIT)
+    t.equal(init.status, 200)
+    const sid = sessionOf(init)
+    sessions.push(sid)
+    issuers.add(issuerOf(sid, [a.server, b.server]).server.name)
+  }
+  t.same([...issuers].sort(), ['a', 'b'], 'both Backends issued sessions')
+  let wrong = 0
+  for (const sid of sessions) {
+    const issuer = issuerOf(sid, [a.server, b.server])
+    for (let k = 0; k < 4; k++) {
+      const r = await h1(port, 'POST', sid, LIST)
+      if (r.status !== 200 || JSON.parse(r.body).result?.server !== issuer.server.name) wrong++
+    }
+  }
+  t.equal(wrong, 0, 'every follow-up reached the Backend (and endpoint) that issued its session')
+})
