@@ -394,6 +394,12 @@ export interface Endpoint {
   readonly kind: 'ip' | 'hostname' | 'unix'
   readonly weight: number
   readonly zone: string | null
+  /**
+   * Never set by compile: on an address the data path resolved from a hostname
+   * endpoint, that hostname — the TLS server name of its connections when the
+   * cluster's TLS names none (upstream/tls.ts endpointServername).
+   */
+  readonly name?: string
 }
 
 export interface ClusterTls {

@@ -27,7 +27,7 @@ import { logger } from '../observe/log.ts'
 import { Connector, type PendingConnect } from './connect.ts'
 import type { EndpointHealth } from './outlier.ts'
 import type { Resolver } from './resolve.ts'
-import { buildClientTls, type ClientTls } from './tls.ts'
+import { buildClientTls, endpointServername, type ClientTls } from './tls.ts'
 
 const log = logger('upstream')
 
@@ -237,7 +237,8 @@ export class HealthChecker {
   constructor(cluster: Cluster, endpoint: Endpoint, health: EndpointHealth, config: ActiveHealthCheck, resolver: Resolver, verdicts: AddressVerdicts | null = null) {
     this.#config = config
     this.#health = health
-    const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls)
+    // A name's probes, each address's too, send and verify that name when the cluster's TLS names none (as its pools).
+    const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls, endpointServername(cluster.tls, endpoint))
     // The Host a probe asks for: the check's own `http.hostname`, else the Backend's name, else the endpoint.
     const authority = config.http?.hostname ?? cluster.hostname ?? (endpoint.kind === 'unix' ? 'localhost' : endpoint.port === 80 || endpoint.port === 443 ? endpoint.host : `${endpoint.host}:${endpoint.port}`)
     this.#target = {

@@ -20,7 +20,7 @@ import { upstreamConnectErrors } from '../observe/upstream-metrics.ts'
 import { WeightedRoundRobin } from './balancer.ts'
 import type { Connector, PendingConnect } from './connect.ts'
 import { connectReason, normalizeUpstreamError } from './normalize-error.ts'
-import { buildClientTls, type ClientTls } from './tls.ts'
+import { buildClientTls, endpointServername, type ClientTls } from './tls.ts'
 import type { L4Connection, L4DialCallback, L4DialRequest, PendingDial } from './types.ts'
 
 /** Builds a Connector the way the registry builds its pools'. */
@@ -42,13 +42,16 @@ export interface L4DialerOptions {
 }
 
 interface ClusterState {
-  /** What the state was built from (labels joined): a DNS change rebuilds it. */
+  /** What the state was built from (keyOf): a DNS change rebuilds it. */
   readonly key: string
   readonly endpoints: readonly Endpoint[]
   readonly balancer: WeightedRoundRobin
   readonly labels: readonly string[]
-  /** Built once per Cluster object, on first TLS dial. */
-  clientTls: ClientTls | null
+  /**
+   * Built once per Cluster object and TLS server name, on first TLS dial: '' the
+   * cluster's own; else an endpoint's own name (tls.ts endpointServername).
+   */
+  readonly clientTls: Map<string, ClientTls>
   /** `${index}|${tls}|${timeoutMs}` → Connector (it keeps the TLS session ticket for resumption). */
   readonly connectors: Map<string, Connector>
 }
@@ -120,7 +123,8 @@ export class L4Dialer {
       const r = resolutions[i]
       if (r === null) { endpoints.push(e); return }
       if (r.error !== null) error ??= r.error
-      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone })
+      // The name stays with its addresses: their connections' TLS server name.
+      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone, name: e.host })
     })
     if (endpoints.length > 0) return { endpoints, error: null }
     return { endpoints, error: error ?? new SallyportError(ErrorCode.NO_HEALTHY_UPSTREAM, `no usable addresses for ${cluster.id}`) }
@@ -184,8 +188,9 @@ export class L4Dialer {
     if (c === undefined) {
       let clientTls: ClientTls | null = null
       if (tls && cluster.tls !== null) {
-        state.clientTls ??= buildClientTls(cluster.tls)
-        clientTls = state.clientTls
+        const name = endpointServername(cluster.tls, state.endpoints[index])
+        clientTls = state.clientTls.get(name ?? '') ?? null
+        if (clientTls === null) state.clientTls.set(name ?? '', clientTls = buildClientTls(cluster.tls, name))
       }
       c = this.#factory(cluster, state.endpoints[index], clientTls, timeoutMs)
       state.connectors.set(key, c)
@@ -196,11 +201,10 @@ export class L4Dialer {
   #stateOf(cluster: Cluster, endpoints: readonly Endpoint[]): ClusterState {
     const state = this.#clusters.get(cluster)
     if (state !== undefined && (state.endpoints === endpoints || state.key === keyOf(endpoints))) return state
-    const labels = endpoints.map(endpointLabel)
     const fresh: ClusterState = {
-      key: labels.join(','), endpoints, labels,
+      key: keyOf(endpoints), endpoints, labels: endpoints.map(endpointLabel),
       balancer: new WeightedRoundRobin(endpoints),
-      clientTls: state?.clientTls ?? null,
+      clientTls: state?.clientTls ?? new Map(),
       connectors: new Map(),
     }
     this.#clusters.set(cluster, fresh)
@@ -208,8 +212,9 @@ export class L4Dialer {
   }
 }
 
+/** Addresses and, for a name's, the name (its connections' TLS server name): two names may share an address. */
 function keyOf(endpoints: readonly Endpoint[]): string {
-  return endpoints.map(endpointLabel).join(',')
+  return endpoints.map((e) => e.name === undefined ? endpointLabel(e) : `${endpointLabel(e)}#${e.name}`).join(',')
 }
 
 function hasHostnames(cluster: Cluster): boolean {

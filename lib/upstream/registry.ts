@@ -28,7 +28,7 @@ import { H2Pool } from './h2-pool.ts'
 import type { Http1Client, PoolSettings, UpstreamPool } from './pool.ts'
 import { DestinationResolver, type DnsSettings, type Resolution, type ResolveFn, type Resolver } from './resolve.ts'
 import type { GuardOptions } from './destination-guard.ts'
-import { buildClientTls } from './tls.ts'
+import { buildClientTls, endpointServername } from './tls.ts'
 import { L4Dialer } from './l4-dial.ts'
 import { SESSION_HEADER, TAG_LENGTH, endpointsByTag, isTagged } from './mcp-session.ts'
 import type { L4DialCallback, L4DialRequest, PendingDial } from './types.ts'
@@ -127,7 +127,10 @@ function clusterState(cluster: Cluster, endpoints: readonly Endpoint[], error: S
 
 function poolKey(cluster: Cluster, endpoint: Endpoint): string {
   const where = endpoint.kind === 'unix' ? `unix:${endpoint.host}` : `${endpoint.host}:${endpoint.port}`
-  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}${poolVariant(cluster)}${proxyKey(cluster)}`
+  // An endpoint's own TLS server name (several fqdn endpoints, no sni): two names on one
+  // address and port get two pools, so a connection made for one never serves the other.
+  const name = endpointServername(cluster.tls, endpoint)
+  return `${where}|${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}${name === null ? '' : `|sni=${name}`}${poolVariant(cluster)}${proxyKey(cluster)}`
 }
 
 function endpointLabel(endpoint: Endpoint): string {
@@ -289,7 +292,8 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
       const r = resolutions[i]
       if (e.kind !== 'hostname' || r === null || r === undefined) { endpoints.push(e); return }
       if (r.error !== null) error ??= r.error
-      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone })
+      // The name stays with its addresses: their connections' TLS server name (tls.ts endpointServername).
+      for (const host of r.addresses) endpoints.push({ host, port: e.port, kind: 'ip', weight: e.weight, zone: e.zone, name: e.host })
     })
     const state = clusterState(cluster, endpoints, endpoints.length === 0 ? error : null, this.#resilience)
     this.#dynamic.set(cluster, { resolutions, state })
@@ -521,7 +525,7 @@ class UpstreamRegistry implements Upstreams, Redispatcher {
     // Per-cluster connect timeout and connection cap (BackendTrafficPolicy; the pool key carries them).
     const settings = poolSettingsFor(cluster, this.#settings)
     // h2c is cleartext by definition; every other protocol originates TLS when the cluster has it.
-    const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls)
+    const clientTls = tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(tls, endpointServername(tls, endpoint))
     if (tls !== null && tls.insecureSkipVerify) log.warn({ backend: cluster.id }, 'upstream TLS verification disabled by configuration')
     const connector = new Connector({ endpoint, tls: clientTls, resolver: this.#resolver, timeoutMs: settings.connectTimeoutMs, backend: cluster.id, proxy: cluster.upstreamProxy ?? null })
     return { pool: newPool(cluster, connector, settings, clientTls === null ? null : tls), connector }

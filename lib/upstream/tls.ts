@@ -14,7 +14,7 @@
 import { constants, createHash, X509Certificate } from 'node:crypto'
 import { isIP } from 'node:net'
 import { checkServerIdentity, createSecureContext, type ConnectionOptions, type PeerCertificate, type SecureContextOptions } from 'node:tls'
-import type { ClusterTls } from '../compile/table.ts'
+import type { ClusterTls, Endpoint } from '../compile/table.ts'
 import { buildPeerVerifier, type PeerVerifier } from './tls-verify.ts'
 import type { CrlSource } from './revocation.ts'
 
@@ -39,9 +39,29 @@ export interface ClientTls {
   readonly verifier: PeerVerifier | null
 }
 
-/** `fetcher`: where fetched CRLs come from (tests); default the process-wide cache. */
-export function buildClientTls(tls: ClusterTls, fetcher: CrlSource | null = null): ClientTls {
-  const servername = tls.servername !== null && isIP(tls.servername) === 0 ? tls.servername : undefined
+/**
+ * The TLS server name of one endpoint's connections when the cluster's TLS
+ * names none — no `sni`, validation hostname or Backend hostname, as for a
+ * Backend with several fqdn endpoints: the endpoint's own hostname, sent as SNI
+ * and verified against the certificate (checked against the dialled address
+ * instead, every connection failed as hostname_mismatch). null: the cluster's settings
+ * apply (a name of its own, an IP endpoint, mesh TLS that checks no name).
+ * Decided once per pool; the pool key carries it (registry.ts).
+ */
+export function endpointServername(tls: ClusterTls | null, endpoint: Endpoint): string | null {
+  if (tls === null || tls.servername !== null || tls.verifyHostname !== null || !tls.verifyName) return null
+  const name = endpoint.name ?? (endpoint.kind === 'hostname' ? endpoint.host : null)
+  return name === null || isIP(name) !== 0 ? null : name.toLowerCase()
+}
+
+/**
+ * `endpointName`: the endpoint's own server name (endpointServername), used
+ * when the cluster names none. `fetcher`: where fetched CRLs come from (tests);
+ * default the process-wide cache.
+ */
+export function buildClientTls(tls: ClusterTls, endpointName: string | null = null, fetcher: CrlSource | null = null): ClientTls {
+  const name = tls.servername ?? endpointName
+  const servername = name !== null && isIP(name) === 0 ? name : undefined
   const context: SecureContextOptions = {
     minVersion: tls.minVersion,
     // A server's request to renegotiate (TLS 1.2) is refused, as Envoy does by default
@@ -58,7 +78,7 @@ export function buildClientTls(tls: ClusterTls, fetcher: CrlSource | null = null
   }
   const options: ConnectionOptions = {
     rejectUnauthorized: !tls.insecureSkipVerify,
-    checkServerIdentity: tls.insecureSkipVerify ? skipIdentity : identityChecker(tls),
+    checkServerIdentity: tls.insecureSkipVerify ? skipIdentity : identityChecker(tls, endpointName),
   }
   try {
     options.secureContext = createSecureContext(context)
@@ -77,8 +97,9 @@ function skipIdentity(): undefined {
   return undefined
 }
 
-function identityChecker(tls: ClusterTls): (host: string, cert: PeerCertificate) => Error | undefined {
-  const verifyHostname = tls.verifyHostname
+function identityChecker(tls: ClusterTls, endpointName: string | null): (host: string, cert: PeerCertificate) => Error | undefined {
+  // Node passes the SNI as `host` when there is one, else the address dialled.
+  const verifyHostname = tls.verifyHostname ?? endpointName
   const verifyName = tls.verifyName
   const sans = tls.subjectAltNames
   const pins: ReadonlySet<string> = new Set(tls.spkiPins.map((p) => p.replace(/^sha256\//, '')))

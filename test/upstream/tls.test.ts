@@ -3,7 +3,7 @@ import https from 'node:https'
 import http2 from 'node:http2'
 import type { TLSSocket } from 'node:tls'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
-import { buildClientTls } from '../../lib/upstream/tls.ts'
+import { buildClientTls, endpointServername } from '../../lib/upstream/tls.ts'
 import { cluster, clusterTls, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
 import { createCa, issue } from '../helpers/pki.ts'
 import { startCorpProxy } from '../helpers/corp-proxy.ts'
@@ -188,4 +188,24 @@ t.test('through an upstream proxy, a backend named by its IP is verified against
     }
   }
   t.same(corp.tunnels.map((target) => target.split(':')[0]), ['127.0.0.1', '127.0.0.1'], 'both went through the proxy')
+})
+
+t.test('an endpoint\'s own name is its TLS server name only when the cluster names none', async (t) => {
+  // A Backend with several fqdn endpoints compiles to TLS without a name (no
+  // single Backend hostname); each endpoint's connections send and verify its own.
+  const unnamed = clusterTls({ servername: null, verifyHostname: null })
+  const resolved = { host: '127.0.0.1', port: 443, kind: 'ip' as const, weight: 1, zone: null, name: 'A.example.test' }
+  const named = { host: 'b.example.test', port: 443, kind: 'hostname' as const, weight: 1, zone: null }
+  t.equal(endpointServername(unnamed, resolved), 'a.example.test', 'an address keeps the name it was resolved from')
+  t.equal(endpointServername(unnamed, named), 'b.example.test', 'a name the connector (or an upstream proxy) resolves')
+  t.equal(endpointServername(unnamed, { ...named, host: '10.0.0.1' }), null, 'an address in a name\'s place is never SNI')
+  t.equal(endpointServername(unnamed, endpoint(443)), null, 'a static address has no name')
+  t.equal(endpointServername(clusterTls({ servername: 'api.test', verifyHostname: 'api.test' }), resolved), null, 'sni / validation.hostname wins for every endpoint')
+  t.equal(endpointServername(clusterTls({ servername: null, verifyHostname: '10.0.0.1' }), resolved), null, 'an IP validation.hostname wins too')
+  t.equal(endpointServername(clusterTls({ servername: null, verifyHostname: null, verifyName: false }), resolved), null, 'mesh TLS sends no name')
+  t.equal(endpointServername(null, resolved), null)
+  const made = buildClientTls(unnamed, 'a.example.test')
+  t.equal(made.servername, 'a.example.test', 'sent as SNI')
+  t.equal(buildClientTls(clusterTls({ servername: 'api.test' }), 'a.example.test').servername, 'api.test', 'the cluster\'s own name first')
+  t.equal(buildClientTls(unnamed).servername, undefined, 'no name: no SNI, as before')
 })
