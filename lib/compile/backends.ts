@@ -323,7 +323,8 @@ export class BackendResolver {
           : e.kind === 'ip'
             ? { host: e.address, port: e.port, kind: 'ip' as const, weight: 1, zone: null }
             : hostEndpoint(e.hostname, e.port))
-        if (endpoints.length === 1 && endpoints[0].kind === 'hostname') hostname = endpoints[0].host
+        // One name across every endpoint (a:443 and a:8443) is the Backend's: its Host and TLS name.
+        if (endpoints.length > 0 && endpoints.every(e => e.kind === 'hostname' && e.host === endpoints[0].host)) hostname = endpoints[0].host
         break
     }
     let tls: ClusterTls | null = null
