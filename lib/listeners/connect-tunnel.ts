@@ -129,6 +129,9 @@ export function h1Client(socket: Socket, address: string): ClientSide {
 
 /** HTTP/2 CONNECT stream (RFC 9113 §8.5): the stream itself is the tunnel. */
 export function h2Client(stream: http2.ServerHttp2Stream, address: string): ClientSide {
+  // Its session's end (a protocol error later in the read that opened it) is emitted on the
+  // stream: a refused one, or one still dialling, had nobody listening and took the process down.
+  stream.on('error', noop)
   return {
     protocol: 'h2',
     address,

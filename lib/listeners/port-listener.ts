@@ -522,17 +522,17 @@ export class PortListener {
   #onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[], info: SessionInfo): void {
     const table = this.#plane.current() // the one read of the table for this request
     info.streams++
-    if (table === null) { stream.respond({ ':status': 503 }, { endStream: true }); return }
+    if (table === null) { answerRefused(stream, 503, null); return }
     // SETTINGS_MAX_HEADER_LIST_SIZE is only advisory to peers; enforce it like HTTP/1.1's
     // maxHeaderSize (431), and the field limit with a reset, as Envoy answers it.
     const limits = this.#plane.limits
     const over = headerListOver(rawHeaders, limits.maxHeaderSize, limits.maxHeaders)
     if (over !== null) {
-      this.#refusedStream(info, headers, 431, ErrorCode.HEADERS_TOO_LARGE, over === 'size'
+      this.#refusedStream(stream, info, headers, 431, ErrorCode.HEADERS_TOO_LARGE, over === 'size'
         ? 'request header list over the size limit'
         : 'request header list over the field limit: stream reset ENHANCE_YOUR_CALM')
       if (over === 'size') {
-        stream.respond({ ':status': 431 }, { endStream: true })
+        answerRefused(stream, 431, null)
       } else {
         stream.on('error', noop) // node reports the reset we send as the stream's error
         stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
@@ -543,9 +543,8 @@ export class PortListener {
     // (sallyport routes by :authority; a proxy in front may have taken the Host).
     const host = headers.host
     if (host !== undefined && hostDiffers(host, headers[':authority'])) {
-      this.#refusedStream(info, headers, HOST_DIFFERS.status, ErrorCode.BAD_REQUEST, HOST_DIFFERS.body.slice(0, -1))
-      stream.respond({ ':status': HOST_DIFFERS.status, 'content-type': 'text/plain; charset=utf-8' })
-      stream.end(HOST_DIFFERS.body)
+      this.#refusedStream(stream, info, headers, HOST_DIFFERS.status, ErrorCode.BAD_REQUEST, HOST_DIFFERS.body.slice(0, -1))
+      answerRefused(stream, HOST_DIFFERS.status, HOST_DIFFERS.body)
       return
     }
     // RFC 9113 §8.5: CONNECT without :protocol is a tunnel (issue 9); with :protocol it is RFC 8441 (WebSocket).
@@ -558,9 +557,8 @@ export class PortListener {
       // h2c is never tunnelled (h2c smuggling, router/headers.ts namesH2c): an HTTP/1.1 upstream
       // would get it as `Upgrade: h2c`.
       if (namesH2c(protocol)) {
-        this.#refusedStream(info, headers, H2C_TUNNEL.status, ErrorCode.NOT_IMPLEMENTED, H2C_TUNNEL.body.slice(0, -1))
-        stream.respond({ ':status': H2C_TUNNEL.status, 'content-type': 'text/plain; charset=utf-8' })
-        stream.end(H2C_TUNNEL.body)
+        this.#refusedStream(stream, info, headers, H2C_TUNNEL.status, ErrorCode.NOT_IMPLEMENTED, H2C_TUNNEL.body.slice(0, -1))
+        answerRefused(stream, H2C_TUNNEL.status, H2C_TUNNEL.body)
         return
       }
     }
@@ -577,13 +575,33 @@ export class PortListener {
     session.destroy(new Error('rapid reset'), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM)
   }
 
-  #refusedStream(info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {
+  /** The access line of a stream refused before routing: 499 if its connection was gone before the answer could be given. */
+  #refusedStream(stream: ServerHttp2Stream, info: SessionInfo | undefined, headers: IncomingHttpHeaders, status: number, code: ErrorCode, reason: string): void {
     const authority = headers[':authority'] ?? headers.host ?? ''
-    this.#refused('h2', info?.address ?? '', headers[':method'] ?? '', typeof authority === 'string' ? authority : '', headers[':path'] ?? '', status, code, reason)
+    const gone = stream.destroyed
+    this.#refused('h2', info?.address ?? '', headers[':method'] ?? '', typeof authority === 'string' ? authority : '', headers[':path'] ?? '',
+      gone ? 499 : status, gone ? ErrorCode.CLIENT_ABORTED : code, gone ? `${reason} (the connection closed before the answer)` : reason)
   }
 }
 
 function noop(): void {}
+
+/**
+ * The gateway's own answer on a stream it refuses before routing (`body`: text,
+ * or null for none). node emits a stream's 'stream' event a tick after reading
+ * its HEADERS: a protocol error later in the same read (a DATA frame longer
+ * than its content-length, RFC 9113 §8.1.1, which node answers by destroying
+ * the whole session) has destroyed the stream by then, and respond() on it
+ * threw, out of the event handler: the process died. So did the session's
+ * error, emitted on the refused streams not yet closed with nobody listening.
+ */
+function answerRefused(stream: ServerHttp2Stream, status: number, body: string | null): void {
+  stream.on('error', noop)
+  if (stream.destroyed) return
+  if (body === null) { stream.respond({ ':status': status }, { endStream: true }); return }
+  stream.respond({ ':status': status, 'content-type': 'text/plain; charset=utf-8' })
+  stream.end(body)
+}
 
 /** Whether an HTTP/2 request's Host field names another host than its :authority (case and port aside: routes match hosts). */
 function hostDiffers(host: string, authority: string | string[] | undefined): boolean {
