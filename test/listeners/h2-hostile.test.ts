@@ -86,6 +86,8 @@ t.test('a stream refused before routing, its connection ended by a protocol erro
       frame(1, 0x0, 1, Buffer.concat([getFields('/big', 'example.com'), bigField('x-a', 9000)])),
       frame(9, 0x4, 1, bigField('x-b', 9000)),
     ])],
+    // A reset (ENHANCE_YOUR_CALM): more than 100 fields.
+    ['header list over the field limit', frame(1, 0x5, 1, Buffer.concat([getFields('/fields', 'example.com'), ...Array.from({ length: 101 }, (_, i) => bigField(`x-${i}`, 1))]))],
     // 400: Host naming another host than :authority (host is static entry 38: 4-bit prefix 15, then 23).
     ['Host differs from :authority', frame(1, 0x5, 1, Buffer.concat([getFields('/host', 'a.example.com'), Buffer.from([0x0f, 23, 13]), Buffer.from('b.example.com')]))],
     // 501: an extended CONNECT naming h2c (:method CONNECT, :protocol h2c, :scheme, :path, :authority).
