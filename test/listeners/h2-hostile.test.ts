@@ -111,3 +111,28 @@ t.test('a stream refused before routing, its connection ended by a protocol erro
   // 431, or 499 when its session was gone already as the stream reached the listener (timing).
   t.match(big, /"status":(431|499),.*"code":"SP_ERR_(HEADERS_TOO_LARGE|CLIENT_ABORTED)"/, 'the refused stream still has its access line')
 })
+
+t.test('control-frame floods end the flooding connection; other clients are served', async (t) => {
+  const { port } = await gateway(t)
+  const ping = (i: number): Buffer => { const p = Buffer.alloc(8); p.writeUInt32BE(i); return frame(6, 0, 0, p) }
+  const priority = (i: number): Buffer => { const p = Buffer.alloc(5); p[4] = 15; return frame(2, 0, 3 + 2 * (i % 1000), p) }
+  const open = frame(1, 0x4, 1, getFields('/open', 'example.com')) // stream 1, its request not ended
+  const floods: Array<[string, Buffer, (i: number) => Buffer]> = [
+    // nghttp2: over 1000 acknowledgements queued (PING, SETTINGS) is a flood.
+    ['PING', Buffer.alloc(0), ping],
+    ['SETTINGS', Buffer.alloc(0), () => frame(4, 0, 0, Buffer.alloc(0))],
+    // nghttp2's glitch limit.
+    ['PRIORITY', Buffer.alloc(0), priority],
+    ['unknown frame types', Buffer.alloc(0), () => frame(0x20, 0, 0, Buffer.alloc(0))],
+    // node: maxSessionInvalidFrames (1000).
+    ['empty DATA', open, () => frame(0, 0, 1, Buffer.alloc(0))],
+    // CVE-2024-27316: a header block that never ends.
+    ['empty CONTINUATION', frame(1, 0x0, 1, getFields('/cont', 'example.com')), () => frame(9, 0, 1, Buffer.alloc(0))],
+    ['CONTINUATION of fields', frame(1, 0x0, 1, getFields('/cont', 'example.com')), (i) => frame(9, 0, 1, bigField(`x-${i}`, 100))],
+  ]
+  for (const [name, first, each] of floods) {
+    const r = await hostile(port, Buffer.concat([first, ...Array.from({ length: 20_000 }, (_, i) => each(i))]))
+    t.ok(r.closed && r.goaway, `${name}: 20,000 in one write end the connection (GOAWAY)`)
+    t.equal((await h2(port, { path: '/after' })).status, 200, `${name}: others still served`)
+  }
+})
