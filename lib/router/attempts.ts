@@ -110,12 +110,15 @@ export function retryPlanOf(rule: RouteRule): RetryPlan {
   const triggers = new Set(fromRoute ? ['connect-failure', 'reset', 'timeout', 'retriable-status-codes'] : p.triggers.length > 0 ? p.triggers : DEFAULT_TRIGGERS)
   const codes = spec.codes.length > 0 ? spec.codes : fromRoute ? [] : p.httpStatusCodes.length > 0 ? p.httpStatusCodes : triggers.has('retriable-status-codes') ? DEFAULT_CODES : []
   const baseMs = spec.backoffMs ?? p?.backoffBase ?? DEFAULT_BACKOFF_BASE_MS
+  // Envoy's RetryStateImpl::wouldRetryFromReset: `reset`, `5xx` and `gateway-error` retry any
+  // reset — a refused connection, a dropped one, a try cut by its per-try timeout (a local reset).
+  const anyReset = triggers.has('reset') || triggers.has('5xx') || triggers.has('gateway-error')
   return {
     retries: Math.max(0, spec.attempts),
-    connect: triggers.has('connect-failure'),
-    reset: triggers.has('reset') || triggers.has('5xx'),
+    connect: anyReset || triggers.has('connect-failure'),
+    reset: anyReset,
     refusedStream: triggers.has('refused-stream'),
-    timeout: triggers.has('timeout') || triggers.has('5xx') || triggers.has('gateway-error'),
+    timeout: anyReset || triggers.has('timeout'),
     status5xx: triggers.has('5xx'),
     gatewayError: triggers.has('gateway-error'),
     codes: new Set(triggers.has('retriable-status-codes') || fromRoute ? codes : []),

@@ -312,3 +312,32 @@ t.test('refused-stream trigger: a stream reset with any other code (INTERNAL_ERR
   t.same(seen, ['amount=100'], 'the POST reached the upstream once')
   t.equal(await metric('sallyport_upstream_retries_total', { backend: 'ie', reason: 'refused_stream' }), before, 'no refused_stream retry counted')
 })
+
+t.test('5xx and gateway-error cover connect failures and resets, and reset covers a per-try timeout (Envoy\'s retry_on)', async (t) => {
+  // Envoy retries any reset (a refused connection, a dropped one, a try cut by
+  // its per-try timeout) under `reset`, `5xx` and `gateway-error` alike.
+  const dead = await closedPort()
+  for (const trigger of ['5xx', 'gateway-error']) {
+    const id = `refuse-${trigger}`
+    const gw = await serve(t, [cluster(id, dead)], { retry: policy({ numRetries: 2, triggers: [trigger] }) })
+    const before = await metric('sallyport_upstream_retries_total', { backend: id, reason: 'connect' })
+    t.equal((await ask(gw.port)).status, 503, `${trigger}: still refused in the end`)
+    t.equal(await metric('sallyport_upstream_retries_total', { backend: id, reason: 'connect' }) - before, 2, `${trigger}: a refused connection is retried twice`)
+  }
+
+  let n = 0
+  const u = await upstream(t, 'u', (req, res) => { if (++n === 1) req.socket.destroy(); else res.end('ok') })
+  const gw = await serve(t, [cluster('reset-gw', u.port)], { retry: policy({ triggers: ['gateway-error'] }) })
+  const r = await ask(gw.port)
+  t.equal(r.status, 200, 'gateway-error: a reset is retried')
+  t.equal(u.hits, 2)
+
+  let m = 0
+  const slow = await upstream(t, 'slow', (_req, res) => { if (++m > 1) res.end('second') })
+  const gw2 = await serve(t, [cluster('pt-reset', slow.port)], { retry: policy({ numRetries: 1, perTryTimeout: 150, triggers: ['reset'] }) })
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'pt-reset', reason: 'timeout' })
+  const r2 = await ask(gw2.port)
+  t.equal(r2.status, 200, 'reset: a try cut by perRetry.timeout is retried')
+  t.equal(r2.body, 'second')
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'pt-reset', reason: 'timeout' }) - before, 1)
+})
