@@ -226,7 +226,8 @@ export function cookieValue(header: string | string[] | undefined, name: string)
  * proportional to its weight; a key goes to the owner of the first point at or
  * after its hash, skipping unavailable owners. Adding or removing one endpoint
  * moves only that endpoint's share of keys. A request without the key
- * (header or cookie absent) gets a random endpoint.
+ * (header or cookie absent) gets a random point of the ring, so a random
+ * available endpoint, weighted.
  */
 export class ConsistentHash implements Balancer {
   readonly #points: Uint32Array
@@ -257,10 +258,10 @@ export class ConsistentHash implements Balancer {
     if (n === 0) return null
     if (n === 1) return 0
     const key = this.#keyOf(input)
-    if (key === null) return (Math.random() * n) | 0
     const points = this.#points
-    // First point >= hash (binary search), wrapping.
-    const h = hash32(key)
+    // First point >= hash (binary search), wrapping. Without the key, a random
+    // point: a weighted random pick that skips unavailable (and weight-0) endpoints.
+    const h = key === null ? (Math.random() * 0x1_0000_0000) >>> 0 : hash32(key)
     let lo = 0
     let hi = points.length
     while (lo < hi) {
