@@ -230,6 +230,8 @@ export class HealthChecker {
   readonly #name: NameTarget | null
   #timer: NodeJS.Timeout | null = null
   #stopped = false
+  /** What of the cluster its probes use (sameAs). */
+  readonly #probedAs: string
   /** Checks run so far (tests, dump). */
   runs = 0
 
@@ -237,6 +239,7 @@ export class HealthChecker {
   constructor(cluster: Cluster, endpoint: Endpoint, health: EndpointHealth, config: ActiveHealthCheck, resolver: Resolver, verdicts: AddressVerdicts | null = null) {
     this.#config = config
     this.#health = health
+    this.#probedAs = probedAs(cluster)
     // A name's probes, each address's too, send and verify that name when the cluster's TLS names none (as its pools).
     const tls = cluster.tls === null || cluster.protocol === 'H2C' ? null : buildClientTls(cluster.tls, endpointServername(cluster.tls, endpoint))
     // The Host a probe asks for: the check's own `http.hostname`, else the Backend's name, else the endpoint.
@@ -254,9 +257,14 @@ export class HealthChecker {
     }
   }
 
-  /** Same configuration (a new table with an equal check keeps its checker and counters). */
-  sameAs(config: ActiveHealthCheck): boolean {
-    return JSON.stringify(config) === JSON.stringify(this.#config)
+  /**
+   * Same check of the same target (a new table with an equal check keeps its
+   * checker and counters). The target is the cluster as probes see it: a new
+   * table may keep the cluster's id and check but change its Host, TLS,
+   * protocol or upstream proxy, which a kept checker would go on probing with.
+   */
+  sameAs(config: ActiveHealthCheck, cluster: Cluster): boolean {
+    return JSON.stringify(config) === JSON.stringify(this.#config) && probedAs(cluster) === this.#probedAs
   }
 
   /** The resolved addresses checked now (a hostname checked per address; else none). */
@@ -345,6 +353,11 @@ export class HealthChecker {
     if (!this.#stopped) applyVerdict(this.#health, ok, this.#config)
     this.#schedule(jittered(this.#config.intervalMs))
   }
+}
+
+/** The cluster's settings a check's probes are made with: protocol, TLS identity, Host, upstream proxy. */
+function probedAs(cluster: Cluster): string {
+  return `${cluster.protocol}|${cluster.tls?.identityHash ?? 'plain'}|${cluster.hostname ?? ''}|${JSON.stringify(cluster.upstreamProxy ?? null)}`
 }
 
 /** One check's outcome for one endpoint: thresholds, then in or out of rotation. */

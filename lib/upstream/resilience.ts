@@ -322,7 +322,7 @@ export class Resilience implements ResilienceView {
         const key = `${cluster.id}|${label}`
         wantedCheckers.add(key)
         const existing = this.#checkers.get(key)?.checker
-        if (existing !== undefined && existing.sameAs(active)) continue
+        if (existing !== undefined && existing.sameAs(active, cluster)) continue
         if (existing !== undefined) this.#stopChecker(cluster.id, existing)
         // A name whose addresses the registry balances over is checked per address (no upstream proxy).
         const perAddress = endpoint.kind === 'hostname' && cluster.upstreamProxy == null ? this.#addressVerdicts(cluster.id) : null

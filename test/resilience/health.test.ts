@@ -254,3 +254,21 @@ t.test('active HTTP check over HTTP/2 (h2c backend): a 503 health answer takes t
   sick = false
   t.ok(await until(() => dumpOf(gw, 'h2hc', port)?.activeCheckHealthy === true), 'healthy again')
 })
+
+t.test('a new table that changes the backend (its hostname) but not the check: the checker probes the backend as it is now', async (t) => {
+  // The upstream is healthy only for the Host it serves now; the check's config is unchanged.
+  let hosts: string[] = []
+  const a = await upstream(t, 'a', (req, res) => {
+    if (req.url === '/healthz') { hosts.push(req.headers.host ?? ''); res.writeHead(req.headers.host === 'new.example' ? 200 : 404).end(); return }
+    res.end('a')
+  })
+  const port = await freePort()
+  const table = (hostname: string): ReturnType<typeof buildTable> => buildTable({ [port]: { routes: [{ name: 'r', rules: [{ backends: [{ cluster: 'hn' }] }] }] } },
+    [cluster('hn', a.port, { hostname, healthCheck: { active: { ...HTTP_CHECK, unhealthyThreshold: 1 }, passive: null } })])
+  const gw = await gateway(t, table('old.example'))
+  t.ok(await until(() => dumpOf(gw, 'hn', a.port)?.activeCheckHealthy === false), 'checked as old.example: 404, unhealthy')
+  gw.upstreams.retain(table('new.example'))
+  hosts = []
+  t.ok(await until(() => hosts.length >= 2), 'checks go on')
+  t.ok(await until(() => dumpOf(gw, 'hn', a.port)?.activeCheckHealthy === true, 2000), `checked as the new hostname: healthy (Hosts asked for: ${[...new Set(hosts)].join(', ')})`)
+})
