@@ -113,15 +113,20 @@ export function retryPlanOf(rule: RouteRule): RetryPlan {
   // Envoy's RetryStateImpl::wouldRetryFromReset: `reset`, `5xx` and `gateway-error` retry any
   // reset — a refused connection, a dropped one, a try cut by its per-try timeout (a local reset).
   const anyReset = triggers.has('reset') || triggers.has('5xx') || triggers.has('gateway-error')
+  // `reset-before-request`: a reset before any byte went upstream — a refused connection, a refused stream.
+  const beforeRequest = triggers.has('reset-before-request')
+  const statuses = new Set(triggers.has('retriable-status-codes') || fromRoute ? codes : [])
+  // `retriable-4xx`: Envoy's only retriable 4xx is 409 (a conflict another try may not meet).
+  if (triggers.has('retriable-4xx')) statuses.add(409)
   return {
     retries: Math.max(0, spec.attempts),
-    connect: anyReset || triggers.has('connect-failure'),
+    connect: anyReset || beforeRequest || triggers.has('connect-failure'),
     reset: anyReset,
-    refusedStream: triggers.has('refused-stream'),
+    refusedStream: beforeRequest || triggers.has('refused-stream'),
     timeout: anyReset || triggers.has('timeout'),
     status5xx: triggers.has('5xx'),
     gatewayError: triggers.has('gateway-error'),
-    codes: new Set(triggers.has('retriable-status-codes') || fromRoute ? codes : []),
+    codes: statuses,
     grpcStatuses: new Set([...triggers].flatMap((name) => GRPC_TRIGGERS[name] === undefined ? [] : [GRPC_TRIGGERS[name]])),
     baseMs,
     maxMs: p?.backoffMax ?? baseMs * 10,

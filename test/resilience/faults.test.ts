@@ -341,3 +341,22 @@ t.test('5xx and gateway-error cover connect failures and resets, and reset cover
   t.equal(r2.body, 'second')
   t.equal(await metric('sallyport_upstream_retries_total', { backend: 'pt-reset', reason: 'timeout' }) - before, 1)
 })
+
+t.test('retriable-4xx retries a 409 (Envoy\'s only retriable 4xx); reset-before-request retries a refused connection', async (t) => {
+  let n = 0
+  const u = await upstream(t, 'conflict', (req, res) => {
+    if (req.url === '/404') return void res.writeHead(404).end('no')
+    res.writeHead(++n === 1 ? 409 : 200).end('x')
+  })
+  const gw = await serve(t, [cluster('r4', u.port)], { retry: policy({ triggers: ['retriable-4xx'] }) })
+  t.equal((await ask(gw.port)).status, 200, '409, then the retry')
+  t.equal(u.hits, 2)
+  t.equal((await ask(gw.port, { path: '/404' })).status, 404, 'a 404 is not retriable')
+  t.equal(u.hits, 3)
+
+  const dead = await closedPort()
+  const gw2 = await serve(t, [cluster('rbr', dead)], { retry: policy({ numRetries: 2, triggers: ['reset-before-request'] }) })
+  const before = await metric('sallyport_upstream_retries_total', { backend: 'rbr', reason: 'connect' })
+  t.equal((await ask(gw2.port)).status, 503)
+  t.equal(await metric('sallyport_upstream_retries_total', { backend: 'rbr', reason: 'connect' }) - before, 2, 'the refused connection is retried twice')
+})
