@@ -92,6 +92,9 @@ export class OutlierDetector {
   /** An HTTP answer from the endpoint (headers received). */
   // hot path
   onStatus(ep: EndpointHealth, status: number, now: number): void {
+    // An answer means the connection worked: a run of local-origin failures ends
+    // here, whatever the status (Envoy's LOCAL_ORIGIN_CONNECT_SUCCESS, split mode).
+    ep.consecutiveLocal = 0
     if (status >= 500) {
       ep.consecutive5xx++
       if (isGatewayStatus(status)) ep.consecutiveGateway++
@@ -101,7 +104,6 @@ export class OutlierDetector {
     }
     ep.consecutive5xx = 0
     ep.consecutiveGateway = 0
-    ep.consecutiveLocal = 0
     if (ep.ejections > 0 && ep.ejectedUntil === 0 && now - ep.quietSince >= this.#config.intervalMs) {
       ep.ejections--
       ep.quietSince = now
