@@ -475,6 +475,13 @@ class H2Attempt implements Attempt {
     // INTERNAL); the stream's abort signal resets it with CANCEL alone.
     if (stream.writableEnded || this.#aborter === null) stream.close(constants.NGHTTP2_CANCEL)
     else this.#aborter.abort()
+    // What already arrived is not wanted: node closes a stream only once its readable
+    // side is consumed. A stream reset with DATA already buffered and nobody reading
+    // it (a :status 600 whose HEADERS and DATA came in one read) never closed: the
+    // request waited for good (no timer fires on a closed stream), its slot on the
+    // session stayed taken and the pool could not close.
+    stream.removeListener('data', onStreamData)
+    stream.resume()
   }
 
   resume(): void {

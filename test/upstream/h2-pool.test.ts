@@ -3,7 +3,7 @@ import http2 from 'node:http2'
 import net from 'node:net'
 import { PassThrough, Readable } from 'node:stream'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
-import { cluster, endpoint, expectError, expectResponse, forward, listen, readBody, request } from './fixtures.ts'
+import { cluster, endpoint, expectError, expectResponse, forward, listen, readBody, request, table } from './fixtures.ts'
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
 
@@ -261,4 +261,58 @@ t.test('h2c: a second session opens when the first is at SETTINGS_MAX_CONCURRENT
   for (const stream of held) { stream.respond({ ':status': 200 }); stream.end('ok') }
   for (const o of await Promise.all(pending)) t.equal(await readBody(expectResponse(o).body), 'ok')
   t.equal(ports.size, 3, 'one session per concurrent stream')
+})
+
+t.test('h2c: a bad :status with DATA in the same read is a 502 at once, and frees its stream slot', async (t) => {
+  // node closes a stream only once its readable side is consumed: a reset stream
+  // whose DATA nobody read stayed open, its slot on the session taken for good.
+  // nghttp2 takes any three digits for :status; node's server will not send 600, so the frames are hand-written.
+  const frame = (type: number, flags: number, stream: number, payload: Buffer): Buffer => {
+    const head = Buffer.alloc(9)
+    head.writeUIntBE(payload.length, 0, 3)
+    head[3] = type
+    head[4] = flags
+    head.writeUInt32BE(stream, 5)
+    return Buffer.concat([head, payload])
+  }
+  const literal = (n: string, v: string): Buffer => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n, 'latin1'), Buffer.from([v.length]), Buffer.from(v, 'latin1')])
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((sock) => {
+    sockets.add(sock)
+    sock.on('error', () => {})
+    sock.write(frame(4, 0, 0, Buffer.alloc(0)))
+    let buf = Buffer.alloc(0)
+    let preface = false
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d])
+      if (!preface) {
+        if (buf.length < 24) return
+        buf = buf.subarray(24)
+        preface = true
+      }
+      while (buf.length >= 9) {
+        const length = buf.readUIntBE(0, 3)
+        if (buf.length < 9 + length) return
+        const [type, flags, stream] = [buf[3], buf[4], buf.readUInt32BE(5) & 0x7fffffff]
+        buf = buf.subarray(9 + length)
+        if (type === 4 && (flags & 1) === 0) sock.write(frame(4, 1, 0, Buffer.alloc(0)))
+        if (type === 1) sock.write(Buffer.concat([frame(1, 4, stream, Buffer.concat([literal(':status', '600'), literal('content-length', '2')])), frame(0, 1, stream, Buffer.from('ok'))]))
+      }
+    })
+  })
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  up.retain(table([c]))
+  // A client that gives up only so that the old failure ends (the request waited for good, past the idle bound).
+  const err = expectError(await forward(up, request(c, { signal: AbortSignal.timeout(3000) })))
+  t.equal(err.code, 'SP_ERR_UPSTREAM_PROTOCOL', 'a 502 at once (HEADERS and DATA in one read left the request waiting for good)')
+  await until(() => up.stats()[0]?.running === 0, 2000)
+  t.equal(up.stats()[0]?.running, 0, 'the reset stream no longer counts on its session')
+  let closed = false
+  const closing = up.close().then(() => { closed = true })
+  await until(() => closed, 2000)
+  t.ok(closed, 'the pool closes: its session has no stream left open')
+  if (closed) await closing
 })
