@@ -51,10 +51,17 @@ export interface Redispatcher {
 }
 
 /**
- * Interim responses passed on per exchange at most: an upstream that sends 1xx
- * heads without end cannot make the client read them without end.
+ * Interim (1xx) responses an upstream may send per exchange before its final
+ * one, 100 Continue included, and their heads' bytes together (HTTP/1.1 wire
+ * size; an HTTP/2 head counted the same way). Past either the exchange fails
+ * as an upstream protocol error (502) and its connection or stream is closed:
+ * an upstream sending 1xx heads without end would otherwise hold the request,
+ * its connection and the client's reads until the idle bound.
  */
 export const MAX_INFORMATIONAL = 16
+export const MAX_INFORMATIONAL_BYTES = 64 * 1024
+/** What a status line and the blank line after the fields add to a head's size. */
+const STATUS_LINE_BYTES = 'HTTP/1.1 100 \r\n\r\n'.length
 
 export class Exchange {
   readonly req: UpstreamRequest
@@ -96,6 +103,7 @@ export class Exchange {
   #deadline: NodeJS.Timeout | null = null
   #deadlineSet = false
   #informational = 0
+  #informationalBytes = 0
   /** A tunnel handed to the listener and not yet closed: still active (tunnel()). */
   #tunnelOpen = false
 
@@ -178,8 +186,18 @@ export class Exchange {
    * the upstream: the gateway answered its own client's expectation.
    */
   informational(status: number, raw: Readonly<Record<string, string | string[] | number | undefined>>): void {
-    if (this.#answered || this.#finished || status <= 101 || status > 199) return
-    if (++this.#informational > MAX_INFORMATIONAL) return
+    if (this.#answered || this.#finished) return
+    this.#informationalBytes += headBytes(raw)
+    if (++this.#informational > MAX_INFORMATIONAL || this.#informationalBytes > MAX_INFORMATIONAL_BYTES) {
+      const attempt = this.#attempt
+      const err = new SallyportError(ErrorCode.UPSTREAM_PROTOCOL,
+        `upstream ${this.endpoint} sent more than ${MAX_INFORMATIONAL} interim (1xx) responses or ${MAX_INFORMATIONAL_BYTES / 1024} KiB of them`,
+        { detail: 'too many interim (1xx) responses' })
+      this.fail(err)
+      if (attempt !== null) attempt.cancel(err)
+      return
+    }
+    if (status <= 101 || status > 199) return
     this.#handler.onInformational?.(status, responseHeaders(raw, null))
   }
 
@@ -273,6 +291,18 @@ export class Exchange {
     if (this.guard !== null) this.guard.finished(this)
     this.#series.active--
   }
+}
+
+/** An interim head's size as HTTP/1.1 writes it: status line, `name: value\r\n` per field, blank line. */
+function headBytes(raw: Readonly<Record<string, string | string[] | number | undefined>>): number {
+  let n = STATUS_LINE_BYTES
+  for (const name in raw) {
+    const v = raw[name]
+    if (v === undefined) continue
+    if (Array.isArray(v)) for (const one of v) n += name.length + one.length + 4
+    else n += name.length + String(v).length + 4
+  }
+  return n
 }
 
 function onDeadline(ex: Exchange): void {
