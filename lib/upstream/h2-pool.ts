@@ -145,6 +145,10 @@ export class H2Pool implements UpstreamPool {
     for (let i = 0; i < sessions.length; i++) {
       const s = sessions[i]
       if (!s.ready || s.dead) continue
+      // Destroyed under us (nghttp2 found a response malformed enough to end the
+      // session: DATA on a 204): its 'close' comes a few ticks later, and a stream
+      // asked of it now fails without being sent.
+      if (s.session.destroyed) { s.dead = true; continue }
       const limit = Math.min(s.session.remoteSettings.maxConcurrentStreams ?? 100, MAX_STREAMS_PER_SESSION)
       if (s.active < limit) return s
     }

@@ -316,3 +316,58 @@ t.test('h2c: a bad :status with DATA in the same read is a 502 at once, and free
   t.ok(closed, 'the pool closes: its session has no stream left open')
   if (closed) await closing
 })
+
+t.test('h2c: a request right after nghttp2 tore a session down (DATA on a 204) goes on a new session, not the dead one', async (t) => {
+  // A response nghttp2 finds malformed this way destroys the whole session, whose
+  // 'close' comes a few ticks later: a request picked it in between and failed
+  // (ERR_HTTP2_INVALID_SESSION, a 502) without a byte sent.
+  const frame = (type: number, flags: number, stream: number, payload: Buffer): Buffer => {
+    const head = Buffer.alloc(9)
+    head.writeUIntBE(payload.length, 0, 3)
+    head[3] = type
+    head[4] = flags
+    head.writeUInt32BE(stream, 5)
+    return Buffer.concat([head, payload])
+  }
+  const literal = (n: string, v: string): Buffer => Buffer.concat([Buffer.from([0, n.length]), Buffer.from(n, 'latin1'), Buffer.from([v.length]), Buffer.from(v, 'latin1')])
+  const sockets = new Set<net.Socket>()
+  let answered = 0
+  const server = net.createServer((sock) => {
+    sockets.add(sock)
+    sock.on('error', () => {})
+    sock.write(frame(4, 0, 0, Buffer.alloc(0)))
+    let buf = Buffer.alloc(0)
+    let preface = false
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d])
+      if (!preface) {
+        if (buf.length < 24) return
+        buf = buf.subarray(24)
+        preface = true
+      }
+      while (buf.length >= 9) {
+        const length = buf.readUIntBE(0, 3)
+        if (buf.length < 9 + length) return
+        const [type, flags, stream] = [buf[3], buf[4], buf.readUInt32BE(5) & 0x7fffffff]
+        buf = buf.subarray(9 + length)
+        if (type === 4 && (flags & 1) === 0) sock.write(frame(4, 1, 0, Buffer.alloc(0)))
+        if (type === 1) sock.write(Buffer.concat([frame(1, 4, stream, literal(':status', answered++ === 0 ? '204' : '200')), frame(0, 1, stream, Buffer.from('ok'))]))
+      }
+    })
+  })
+  const port = await listen(server)
+  const up = createUpstreams()
+  t.teardown(async () => { for (const s of sockets) s.destroy(); await up.close(); server.close() })
+  const c = cluster({ protocol: 'H2C', endpoints: [endpoint(port)] })
+  up.retain(table([c]))
+  const first = expectResponse(await forward(up, request(c)))
+  t.equal(first.status, 204)
+  // The next request as soon as the first one's failure is known.
+  const next = await new Promise<Awaited<ReturnType<typeof forward>>>((resolve) => {
+    first.body.once('error', () => { resolve(forward(up, request(c))) })
+    first.body.resume()
+  })
+  const res = expectResponse(next)
+  t.equal(res.status, 200, 'answered on a new session')
+  t.equal(await readBody(res.body), 'ok')
+})
