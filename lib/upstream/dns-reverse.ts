@@ -4,14 +4,23 @@
 // AND that host resolves back to the same address (forward-confirmed reverse
 // DNS, FCrDNS). The PTR alone proves nothing — whoever controls the address
 // block writes it — but the round trip ties the address to a name in a zone
-// the admin trusts. Verdicts are cached per address.
+// the admin trusts. Verdicts are cached per address; a verdict the resolver
+// kept us from reaching (SERVFAIL, timeout on the PTR or the forward query) is
+// a refusal too (fail closed), but kept only FAILURE_HOLD_MS, as the DNS cache
+// keeps a failure: a resolver blip must not refuse an address for the max TTL.
 
 import { parseIp } from '../address-ranges.ts'
-import type { DnsClient } from './dns.ts'
+import { DnsError, type DnsClient } from './dns.ts'
+import { FAILURE_HOLD_MS } from './dns-cache.ts'
 
 interface Verified {
   readonly names: Promise<readonly string[]>
-  readonly expiresAt: number
+  expiresAt: number
+}
+
+/** A lookup that failed for want of an answer (not NXDOMAIN / NODATA). */
+function isTransient(err: unknown): boolean {
+  return !(err instanceof DnsError) || !err.authoritative
 }
 
 /** `name` equals a suffix written without a leading dot, or lies under any suffix. */
@@ -41,31 +50,45 @@ export class ReverseDnsChecker {
     const now = Date.now()
     const hit = this.#cache.get(address)
     if (hit !== undefined && now < hit.expiresAt) return hit.names
-    const names = this.#verify(address)
-    this.#cache.set(address, { names, expiresAt: now + this.#ttlMs })
+    const verdict = this.#verify(address)
+    const entry: Verified = {
+      names: verdict.then((v) => {
+        if (v.transient) entry.expiresAt = Math.min(entry.expiresAt, Date.now() + FAILURE_HOLD_MS)
+        return v.names
+      }),
+      expiresAt: now + this.#ttlMs,
+    }
+    this.#cache.set(address, entry)
     if (this.#cache.size > MAX_VERDICTS) this.#sweep(now)
-    return names
+    return entry.names
   }
 
-  async #verify(address: string): Promise<readonly string[]> {
+  /** When the verdict of `address` (once settled) is to be taken again; 0 when none is cached. */
+  expiresAt(address: string): number {
+    return this.#cache.get(address)?.expiresAt ?? 0
+  }
+
+  async #verify(address: string): Promise<{ names: readonly string[]; transient: boolean }> {
     let ptrs: string[]
     try {
       ptrs = await this.#client.reverse(address)
-    } catch {
-      return []
+    } catch (err) {
+      return { names: [], transient: isTransient(err) }
     }
     const ip = parseIp(address)
-    if (ip === null) return []
+    if (ip === null) return { names: [], transient: false }
     const confirmed: string[] = []
+    let transient = false
     for (const name of ptrs.slice(0, 8)) {
       try {
         const answer = await this.#client.query(name, ip.family)
         if (answer.addresses.some(a => sameIp(a, address))) confirmed.push(name)
-      } catch {
-        // a PTR name that does not resolve does not confirm
+      } catch (err) {
+        // a PTR name that does not resolve does not confirm; one the resolver failed on may yet
+        if (isTransient(err)) transient = true
       }
     }
-    return confirmed
+    return { names: confirmed, transient: transient && confirmed.length === 0 }
   }
 
   /** Expired verdicts go; if none had expired, the oldest, down to 3/4 of the bound (not one sweep per new address). */

@@ -10,6 +10,7 @@
 
 import { Resolver } from 'node:dns/promises'
 import { isIP } from 'node:net'
+import { parseIp } from '../address-ranges.ts'
 import { dnsFailures, dnsLookups } from '../observe/dns-metrics.ts'
 
 export type DnsFailureKind = 'nxdomain' | 'nodata' | 'servfail' | 'refused' | 'timeout' | 'unreachable' | 'other'
@@ -70,6 +71,17 @@ export function parseDnsServer(text: string): string {
   return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`
 }
 
+/** `4.3.2.1.in-addr.arpa` / the ip6.arpa nibble name of an address; null when it is not one. */
+export function arpaName(address: string): string | null {
+  const ip = parseIp(address)
+  if (ip === null) return null
+  if (ip.family === 4) {
+    const v = ip.value
+    return `${v & 255n}.${(v >> 8n) & 255n}.${(v >> 16n) & 255n}.${v >> 24n}.in-addr.arpa`
+  }
+  return `${[...ip.value.toString(16).padStart(32, '0')].reverse().join('.')}.ip6.arpa`
+}
+
 export class DnsClient {
   readonly #resolver: Resolver
   readonly servers: readonly string[]
@@ -98,10 +110,17 @@ export class DnsClient {
     }
   }
 
-  /** PTR names of an address (lowercased, no trailing dot); rejects with a DnsError. */
+  /**
+   * PTR names of an address (lowercased, no trailing dot); rejects with a DnsError.
+   * A PTR query of the arpa name rather than Resolver#reverse: that one (c-ares
+   * gethostbyaddr) turns every failure into ENOTFOUND, so a SERVFAIL or a
+   * timeout would read as "no PTR record" (dns-reverse.ts keeps that verdict long).
+   */
   async reverse(address: string): Promise<string[]> {
     try {
-      const names = await this.#resolver.reverse(address)
+      const arpa = arpaName(address)
+      if (arpa === null) throw Object.assign(new Error(`${address} is not an IP address`), { code: 'EBADNAME' })
+      const names = await this.#resolver.resolvePtr(arpa)
       dnsLookups.inc({ type: 'PTR', result: 'ok' })
       return names.map(n => n.toLowerCase().replace(/\.$/, ''))
     } catch (err) {

@@ -55,6 +55,10 @@ interface Slot {
   readonly a6: CachedAnswer | null
   /** With no address from either family: the kind of failure reported (`''` otherwise). */
   readonly failure: string
+  /** An address in a name's place: judged once, no DNS answer to follow. */
+  readonly literal: boolean
+  /** When a reverse-DNS verdict it used expires (Date.now()): checked again then; Infinity without one. */
+  recheckAt: number
   done: Resolution | null
   readonly pending: Promise<Resolution>
 }
@@ -115,6 +119,9 @@ export class DestinationResolver {
   /** The current resolution without waiting; null when DNS (or a check) must be waited for. */
   // hot path
   peek(cluster: Cluster, hostname: string): Resolution | null {
+    const slot = this.#slots.get(cluster)?.get(hostname)
+    if (slot !== undefined && slot.recheckAt !== Infinity && Date.now() >= slot.recheckAt) return null
+    if (slot !== undefined && slot.literal) return slot.done
     const a4 = this.#cache.peek(hostname, 4)
     let a6: CachedAnswer | null = null
     if (cluster.enableIPv6) {
@@ -122,31 +129,47 @@ export class DestinationResolver {
       // One family's addresses are used while the other's query is still out (RESOLUTION_DELAY_MS).
       if (a4 === null ? !(hasAddresses(a6) && this.#cache.isPending(hostname, 4)) : a6 === null && !(hasAddresses(a4) && this.#cache.isPending(hostname, 6))) return null
     } else if (a4 === null) return null
-    const slot = this.#slots.get(cluster)?.get(hostname)
     if (slot === undefined || slot.a4 !== a4 || slot.a6 !== a6) return null
     return slot.done
   }
 
   /** Resolve (querying as needed) and check. Never rejects: failures are in `error`. */
   async resolve(cluster: Cluster, hostname: string): Promise<Resolution> {
-    // An address in a name's place (a CONNECT to a requested IP, issue 9): no DNS, the same checks.
-    if (isIP(hostname) !== 0) return this.#check(cluster, hostname, { addresses: [hostname], error: null }, null, null)
+    let slots = this.#slots.get(cluster)
+    if (slots === undefined) this.#slots.set(cluster, slots = new Map())
+    // An address in a name's place (an ExternalName Service's, a CONNECT to a requested IP,
+    // issue 9): no DNS, the same checks — once per cluster, like an answer's, so requests
+    // reuse the registry's endpoint list and a refusal is logged and counted once.
+    if (isIP(hostname) !== 0) {
+      const known = slots.get(hostname)
+      if (known !== undefined && known.literal && isCurrent(known)) return known.done ?? known.pending
+      return this.#settle(cluster, slots, hostname, null, null, '', true, { addresses: [hostname], error: null }, null, null)
+    }
     const p4 = outcome(this.#cache.lookup(hostname, 4))
     const [o4, o6] = cluster.enableIPv6 ? await bothFamilies(p4, outcome(this.#cache.lookup(hostname, 6))) : [await p4, null]
     const a4 = o4 instanceof DnsError ? null : o4
     const a6 = o6 instanceof DnsError ? null : o6
     const failure = hasAddresses(a4) || hasAddresses(a6) ? null : failureOf(o4, o6)
     const kind = failure === null ? '' : failure.kind
-    let slots = this.#slots.get(cluster)
-    if (slots === undefined) this.#slots.set(cluster, slots = new Map())
     // The same answers (or the same kind of failure) give the same Resolution object: the registry rebuilds on a new one.
     const slot = slots.get(hostname)
-    if (slot !== undefined && slot.a4 === a4 && slot.a6 === a6 && slot.failure === kind) return slot.done ?? slot.pending
-    const pending = this.#check(cluster, hostname, a4, a6, failure)
-    const next: Slot = { a4, a6, failure: kind, done: null, pending }
+    if (slot !== undefined && slot.a4 === a4 && slot.a6 === a6 && slot.failure === kind && isCurrent(slot)) return slot.done ?? slot.pending
+    return this.#settle(cluster, slots, hostname, a4, a6, kind, false, a4, a6, failure)
+  }
+
+  /** Checks the answers into a new slot; a re-check (reverse-DNS verdicts expired) that comes to the same keeps the Resolution object. */
+  async #settle(cluster: Cluster, slots: Map<string, Slot>, hostname: string, a4: CachedAnswer | null, a6: CachedAnswer | null, kind: string, literal: boolean,
+    c4: CachedAnswer | null, c6: CachedAnswer | null, failure: DnsError | null): Promise<Resolution> {
+    const previous = slots.get(hostname)
+    const same = previous !== undefined && previous.a4 === a4 && previous.a6 === a6 && previous.failure === kind && previous.literal === literal ? previous.done : null
+    let resolve!: (r: Resolution) => void
+    const next: Slot = { a4, a6, failure: kind, literal, recheckAt: Infinity, done: null, pending: new Promise<Resolution>((r) => { resolve = r }) }
     slots.set(hostname, next)
-    const done = await pending
+    const checked = await this.#check(cluster, hostname, c4, c6, failure)
+    const done = same !== null && sameResolution(same, checked.resolution) ? same : checked.resolution
+    next.recheckAt = checked.recheckAt
     next.done = done
+    resolve(done)
     return done
   }
 
@@ -195,10 +218,11 @@ export class DestinationResolver {
     this.#client?.cancel()
   }
 
-  async #check(cluster: Cluster, hostname: string, a4: CachedAnswer | null, a6: CachedAnswer | null, failure: DnsError | null): Promise<Resolution> {
+  async #check(cluster: Cluster, hostname: string, a4: CachedAnswer | null, a6: CachedAnswer | null, failure: DnsError | null): Promise<{ resolution: Resolution; recheckAt: number }> {
     const raw = [...(a4?.addresses ?? []), ...(a6?.addresses ?? [])]
-    if (raw.length === 0) return { addresses: [], error: dnsFailure(hostname, failure) }
-    if (!this.#guard.applies(cluster)) return { addresses: raw, error: null }
+    if (raw.length === 0) return { resolution: { addresses: [], error: dnsFailure(hostname, failure) }, recheckAt: Infinity }
+    if (!this.#guard.applies(cluster)) return { resolution: { addresses: raw, error: null }, recheckAt: Infinity }
+    let recheckAt = Infinity
     const usable: string[] = []
     const refused: Array<{ address: string; reason: string }> = []
     const ptr = reverseDnsRequirements(cluster)
@@ -206,6 +230,7 @@ export class DestinationResolver {
       let reason = this.#guard.check(cluster, address)
       if (reason === null && ptr.length > 0) {
         const names = await this.#reverse.verifiedNames(address)
+        recheckAt = Math.min(recheckAt, this.#reverse.expiresAt(address))
         if (!ptr.every(suffixes => names.some(n => isUnderSuffixes(n, suffixes)))) reason = RefusalReason.REVERSE_DNS
       }
       if (reason === null) usable.push(address)
@@ -215,10 +240,22 @@ export class DestinationResolver {
       destinationRefusals.inc({ backend: cluster.id, reason: r.reason })
       log.warn({ backend: cluster.id, hostname, address: r.address, reason: r.reason }, 'destination address refused')
     }
-    if (usable.length > 0) return { addresses: usable, error: null }
+    if (usable.length > 0) return { resolution: { addresses: usable, error: null }, recheckAt }
     const list = refused.map(r => `${r.address} (${r.reason})`).join(', ')
-    return { addresses: [], error: new SallyportError(ErrorCode.DESTINATION_REFUSED, `destination refused: ${hostname} resolves only to refused addresses: ${list}`) }
+    return { resolution: { addresses: [], error: new SallyportError(ErrorCode.DESTINATION_REFUSED, `destination refused: ${hostname} resolves only to refused addresses: ${list}`) }, recheckAt }
   }
+}
+
+/** A slot whose reverse-DNS verdicts (if any) are still good. */
+function isCurrent(slot: Slot): boolean {
+  return slot.recheckAt === Infinity || Date.now() < slot.recheckAt
+}
+
+/** Same addresses in the same order, or the same refusal. */
+function sameResolution(a: Resolution, b: Resolution): boolean {
+  if ((a.error === null) !== (b.error === null)) return false
+  if (a.error !== null && b.error !== null) return a.error.message === b.error.message
+  return a.addresses.length === b.addresses.length && a.addresses.every((x, i) => x === b.addresses[i])
 }
 
 function hasAddresses(o: Outcome | null | undefined): boolean {

@@ -276,3 +276,19 @@ t.test('an ExternalName Service\'s name is guarded like a Backend\'s: it must no
   t.same((await r.resolve(extName('pub.extname.test'), 'pub.extname.test')).addresses, ['203.0.113.50'])
   t.match((await r.resolve(extName('169.254.169.254'), '169.254.169.254')).error?.message, /\(link-local\)/, 'externalName: 169.254.169.254')
 })
+
+t.test('reverse-DNS check: a PTR lookup the resolver fails (SERVFAIL) refuses the address only until the check succeeds', { skip: skip ?? false }, async (t) => {
+  const dns = await startDnsmasq(t, { hosts: ['203.0.113.23 edge2.trusted.example api.ptr-blip.test'] })
+  const sw = await startDnsSwitch(t, dns.server)
+  // Verdicts are kept for the max TTL (60 s here): far longer than this test waits.
+  const r = new DestinationResolver({ dns: { servers: [sw.server], timeoutMs: 500, tries: 1, maxTtlMs: 60_000 } })
+  t.teardown(() => r.close())
+  const c = hostCluster('api.ptr-blip.test', { destination: destination([], ['.trusted.example']) })
+  sw.set('servfail', { name: '23.113.0.203.in-addr.arpa' })
+  const blip = await r.resolve(c, 'api.ptr-blip.test')
+  t.match(blip.error?.message, /reverse-dns/, 'no verdict while the resolver fails: refused (fail closed)')
+  sw.set('pass')
+  let res: Resolution | null = null
+  await until(async () => { res = r.peek(c, 'api.ptr-blip.test') ?? await r.resolve(c, 'api.ptr-blip.test'); return res.error === null }, 'the address checked again once the resolver answers', 8000)
+  t.same(res!.addresses, ['203.0.113.23'])
+})
