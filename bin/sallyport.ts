@@ -37,7 +37,7 @@ serve [options]
   --max-connections N      Open client connections per listening port (per process); past it new ones are closed at accept (default: 10000)
   --removed-series-seconds N  Metric series naming a Gateway, listener, route, backend, port or extension a reload removed leave /metrics N s later (default: 300)
   --dns-server ADDR[:PORT] DNS server for Backend hostnames (repeatable; default: the system's nameservers)
-  --dns-min-ttl SECONDS    Shortest time a DNS answer is kept, whatever its TTL (default: 5)
+  --dns-min-ttl SECONDS    Shortest time a DNS answer is kept, whatever its TTL, at least 1 (default: 5)
   --dns-max-ttl SECONDS    Longest time a DNS answer is kept, whatever its TTL (default: 300)
   --dns-stale-ttl SECONDS  How long past expiry the last answer is served while it is refreshed or DNS fails; 0: never (default: 60)
   --allow-destination-cidr CIDR  Allow a guarded range (loopback, private, link-local...) for every Gateway (repeatable)
@@ -168,7 +168,8 @@ async function destinationFlags(values: Record<string, unknown>): Promise<{
     if (parsed === null) throw new UsageError(`--${name} ${JSON.stringify(c)} is not a CIDR (e.g. 10.0.0.0/8, fd00::/8)`)
     return parsed.text
   })
-  const minTtl = integer(values, 'dns-min-ttl', 5, 0, 86400)
+  // At least 1 s: with 0, a name whose answers carry TTL 0 was queried once per request.
+  const minTtl = integer(values, 'dns-min-ttl', 5, 1, 86400)
   const maxTtl = integer(values, 'dns-max-ttl', 300, 0, 86400 * 7)
   if (maxTtl < minTtl) throw new UsageError('--dns-max-ttl must not be less than --dns-min-ttl')
   const stale = integer(values, 'dns-stale-ttl', 60, 0, 86400)

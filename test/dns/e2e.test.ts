@@ -122,6 +122,8 @@ t.test('DNS and guard flags are checked before anything starts (exit 2, usage)',
     [['--cluster-cidr', 'pods'], /--cluster-cidr "pods" is not a CIDR/],
     [['--dns-min-ttl', '10', '--dns-max-ttl', '5'], /--dns-max-ttl must not be less than --dns-min-ttl/],
     [['--dns-stale-ttl', '1.5'], /--dns-stale-ttl wants an integer/],
+    // 0 would query the DNS server once per request for a TTL-0 name (Envoy never refreshes faster than a floor).
+    [['--dns-min-ttl', '0'], /--dns-min-ttl wants an integer from 1 to 86400, got "0"/],
   ] as const) {
     const r = await runCli(t, ['serve', '--config', 'fixtures/quickstart', '--admin', 'off', ...args])
     t.equal(r.code, 2, args.join(' '))
