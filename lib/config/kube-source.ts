@@ -27,6 +27,13 @@
 // result and does not trigger a recompile. It goes to the status listener
 // instead (onStatusChange): a status someone else erased is written again
 // without compiling anything.
+//
+// With `serve --workers N` one set of informers serves the whole replica: the
+// primary's source runs them without building snapshots (relay(): every change
+// goes to a listener, kube-relay.ts sends it to the workers), and each worker's
+// source runs none and is fed those changes instead (the `feed` option). The
+// store, the snapshots built from it, the status-change notifications and
+// lookup()/reference() work the same either way.
 
 import { SerialPasses } from './serial-passes.ts'
 import { performance } from 'node:perf_hooks'
@@ -50,8 +57,28 @@ const log = logger('kube-source')
 /** A watch that ends cleanly sooner than this, having delivered nothing, counts as a failed one (backoff). */
 const SHORT_WATCH_MS = 250
 
-export interface KubeSourceOptions {
-  readonly client: KubeClient
+/** Where a KubeSource's objects come from: its own informers (`client`), or a feed of another's changes (`feed`). */
+export type KubeSourceOptions = KubeSourceSettings & ({ readonly client: KubeClient; readonly feed?: undefined } | { readonly feed: KubeFeed; readonly client?: undefined })
+
+/**
+ * What hears every change of a store, in order: an object put (added, changed,
+ * or only its status changed), an object removed, and the first sync (every
+ * kind listed, or found absent or forbidden).
+ */
+export interface KubeStoreListener {
+  put(obj: KubeObject): void
+  remove(obj: KubeObject): void
+  synced(): void
+}
+
+/** A source of store changes for a KubeSource without informers (a --workers worker: the primary's, kube-relay.ts). */
+export interface KubeFeed {
+  /** From now on `listener` hears every change, the current store first (as puts). */
+  subscribe(listener: KubeStoreListener): void
+  close(): void
+}
+
+interface KubeSourceSettings {
   /** Namespaces to watch namespaced kinds in; empty: all namespaces. */
   readonly namespaces?: readonly string[]
   /** Label selector every watched object must match (the API server filters). */
@@ -125,7 +152,13 @@ interface Informer {
 }
 
 export class KubeSource {
-  readonly #client: KubeClient
+  /** null: fed (#feed), no informers. */
+  readonly #client: KubeClient | null
+  readonly #feed: KubeFeed | null
+  /** The feed's source has synced (fed sources only). */
+  #feedSynced = false
+  /** relay(): hears every change (and no snapshot is built). */
+  #relay: KubeStoreListener | null = null
   readonly #namespaces: readonly string[]
   /** The snapshot's watchedNamespaces: one object for the source's life, so compiles can tell it did not change. */
   readonly #watched: ReadonlySet<string> | null
@@ -160,7 +193,8 @@ export class KubeSource {
   readonly #delays = new Set<NodeJS.Timeout>()
 
   constructor(options: KubeSourceOptions) {
-    this.#client = options.client
+    this.#client = options.client ?? null
+    this.#feed = options.feed ?? null
     this.#namespaces = [...new Set(options.namespaces ?? [])].sort()
     this.#watched = this.#namespaces.length === 0 ? null : new Set(this.#namespaces)
     this.#labelSelector = options.labelSelector === null || options.labelSelector === '' ? undefined : options.labelSelector
@@ -171,7 +205,7 @@ export class KubeSource {
     this.#backoff = options.backoffMs ?? { base: 500, max: 30_000 }
     this.#notFoundRetryMs = options.notFoundRetryMs ?? 5 * 60_000
     this.#watchSilenceMs = options.watchSilenceMs ?? WATCH_SILENCE_MS
-    for (const resource of options.resources ?? KUBE_RESOURCES) {
+    for (const resource of this.#feed !== null ? [] : options.resources ?? KUBE_RESOURCES) {
       const scopes: Array<string | null> = resource.namespaced && this.#namespaces.length > 0 ? [...this.#namespaces] : [null]
       for (const namespace of scopes) {
         this.#informers.push({ resource, namespace, versionIndex: 0, lw: null, state: 'pending', failures: 0, shortWatches: 0, timer: null, keys: new Set(), unlisted: null, lastResourceVersion: null, resourceVersionUnavailable: false })
@@ -183,9 +217,20 @@ export class KubeSource {
   async start(onSnapshot: SnapshotListener): Promise<void> {
     this.#onSnapshot = onSnapshot
     const first = new Promise<void>((resolve) => { this.#firstSync = resolve })
+    if (this.#feed !== null) this.#feed.subscribe(this.#fedBy())
     for (const inf of this.#informers) this.#run(inf)
     await first
     await this.#schedule()
+  }
+
+  /**
+   * Start every informer without building snapshots: `listener` hears every
+   * change of the store (and the first sync). The primary of `serve --workers`
+   * relays them to its workers (kube-relay.ts).
+   */
+  relay(listener: KubeStoreListener): void {
+    this.#relay = listener
+    for (const inf of this.#informers) this.#run(inf)
   }
 
   /** Called (after the first sync) for every change of an object's status alone: spec and metadata as they were. */
@@ -206,6 +251,7 @@ export class KubeSource {
 
   close(): void {
     this.#closed = true
+    this.#feed?.close()
     if (this.#timer !== null) clearTimeout(this.#timer)
     for (const inf of this.#informers) {
       if (inf.timer !== null) clearTimeout(inf.timer)
@@ -281,8 +327,18 @@ export class KubeSource {
 
   // ───────────── informers ─────────────
 
+  /** What a feed tells a fed source. */
+  #fedBy(): KubeStoreListener {
+    return {
+      put: (obj) => { if (!this.#closed) this.#putObject(storeKey(obj.resource, obj.raw), obj) },
+      remove: (obj) => { if (!this.#closed) this.#removeKey(storeKey(obj.resource, obj.raw), obj) },
+      synced: () => { this.#feedSynced = true; this.#checkFirstSync() },
+    }
+  }
+
   #run(inf: Informer): void {
-    if (this.#closed) return
+    const client = this.#client
+    if (this.#closed || client === null) return
     const res = inf.resource
     const version = res.versions[inf.versionIndex] as string
     const path = resourcePath(res, version, inf.namespace)
@@ -296,14 +352,14 @@ export class KubeSource {
       const from = listFrom(inf)
       let list: KubernetesListObject<KubernetesObject>
       try {
-        list = await this.#listAll(path, res.fieldSelector, from)
+        list = await this.#listAll(client, path, res.fieldSelector, from)
       } catch (err) {
         if (from === '' || !isResourceVersionUnavailable(err)) throw err
         // client-go's reflector: the version is gone (410) or this server's cache is behind it
         // (504 too large); list again at once from etcd, which has everything up to now.
         log.info({ resource: res.plural, group: res.group, namespace: inf.namespace ?? '*', resourceVersion: from, err: errorText(err) }, 'resourceVersion unavailable for the list; listing the latest (a quorum read)')
         inf.resourceVersionUnavailable = true
-        list = await this.#listAll(path, res.fieldSelector, '')
+        list = await this.#listAll(client, path, res.fieldSelector, '')
       }
       inf.resourceVersionUnavailable = false
       const rv = list.metadata?.resourceVersion ?? ''
@@ -314,7 +370,7 @@ export class KubeSource {
       setImmediate(() => this.#listed(inf))
       return list
     }
-    const watcher = this.#client.watcher({
+    const watcher = client.watcher({
       silenceMs: this.#watchSilenceMs, onSilent: (w) => { if (inf.lw === lw) this.#silent(inf, w) }, transform: slim,
       onResourceVersion: (rv) => { if (inf.lw === lw) inf.lastResourceVersion = rv },
     })
@@ -329,7 +385,7 @@ export class KubeSource {
     }
     lw.on('add', put)
     lw.on('update', put)
-    lw.on('delete', (raw) => { if (inf.lw === lw) this.#remove(inf, raw) })
+    lw.on('delete', (raw) => { if (inf.lw === lw) this.#remove(inf, version, raw) })
     lw.on('error', (err: unknown) => { if (inf.lw === lw) this.#failed(inf, err) })
     void lw.start()
   }
@@ -379,7 +435,7 @@ export class KubeSource {
    * that version, 410 once compacted, where without one its watch cache answers
    * (client-go's reflector turns paging off for it too).
    */
-  async #listAll(path: string, fieldSelector: string | null, from: string): Promise<KubernetesListObject<KubernetesObject>> {
+  async #listAll(client: KubeClient, path: string, fieldSelector: string | null, from: string): Promise<KubernetesListObject<KubernetesObject>> {
     const limit = from === '' || from === '0' ? String(this.#pageSize) : undefined
     for (let attempt = 0; ; attempt++) {
       const items: KubernetesObject[] = []
@@ -387,7 +443,7 @@ export class KubeSource {
       let token: string | undefined
       try {
         do {
-          const page = await this.#client.request<KubernetesListObject<KubernetesObject>>('GET', path, {
+          const page = await client.request<KubernetesListObject<KubernetesObject>>('GET', path, {
             // A continued page carries the token alone: it pins the list's version.
             query: { limit, continue: token, resourceVersion: token === undefined ? from : undefined, labelSelector: this.#labelSelector, fieldSelector: fieldSelector ?? undefined },
           })
@@ -410,7 +466,7 @@ export class KubeSource {
     inf.unlisted = null
     for (const key of unlisted ?? []) {
       const raw = this.#store.get(key)?.obj.raw
-      if (raw !== undefined) this.#remove(inf, raw)
+      if (raw !== undefined) this.#remove(inf, inf.resource.versions[inf.versionIndex] as string, raw)
     }
     if (inf.state !== 'synced') log.info({ resource: inf.resource.plural, group: inf.resource.group, version: inf.resource.versions[inf.versionIndex], namespace: inf.namespace ?? '*', objects: inf.keys.size }, 'informer synced')
     inf.state = 'synced'
@@ -497,8 +553,9 @@ export class KubeSource {
 
   #checkFirstSync(): void {
     if (this.#synced) return
-    if (this.#informers.some((i) => i.state === 'pending')) return
+    if (this.#feed !== null ? !this.#feedSynced : this.#informers.some((i) => i.state === 'pending')) return
     this.#synced = true
+    this.#relay?.synced()
     const resolve = this.#firstSync
     this.#firstSync = null
     resolve?.()
@@ -507,10 +564,15 @@ export class KubeSource {
   #put(inf: Informer, version: string, raw: KubernetesObject): void {
     const key = storeKey(inf.resource, raw)
     inf.unlisted?.delete(key)
-    const fingerprint = fingerprintOf(inf.resource.modelKind, raw)
-    const obj: KubeObject = { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> }
-    const old = this.#store.get(key)
     inf.keys.add(key)
+    this.#putObject(key, { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> })
+  }
+
+  #putObject(key: string, obj: KubeObject): void {
+    this.#relay?.put(obj)
+    const raw = obj.raw
+    const fingerprint = fingerprintOf(obj.resource.modelKind, raw)
+    const old = this.#store.get(key)
     if (old !== undefined && old.fingerprint === fingerprint) {
       const before = old.obj.raw.status
       old.obj = obj // newer resourceVersion / status; the model object is unchanged
@@ -520,7 +582,7 @@ export class KubeSource {
     }
     if (old === undefined) {
       this.#sortedKeys = null
-      const byName = nameKey(inf.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
+      const byName = nameKey(obj.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
       let keys = this.#byName.get(byName)
       if (keys === undefined) this.#byName.set(byName, keys = new Set())
       keys.add(key)
@@ -529,12 +591,18 @@ export class KubeSource {
     this.#changed()
   }
 
-  #remove(inf: Informer, raw: KubernetesObject): void {
+  #remove(inf: Informer, version: string, raw: KubernetesObject): void {
     const key = storeKey(inf.resource, raw)
     inf.keys.delete(key)
+    this.#removeKey(key, { resource: inf.resource, version, raw: raw as KubernetesObject & Record<string, unknown> })
+  }
+
+  #removeKey(key: string, obj: KubeObject): void {
     if (!this.#store.delete(key)) return
+    this.#relay?.remove(obj)
     this.#sortedKeys = null
-    const byName = nameKey(inf.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
+    const raw = obj.raw
+    const byName = nameKey(obj.resource.modelKind, raw.metadata?.namespace ?? '', raw.metadata?.name ?? '')
     const keys = this.#byName.get(byName)
     keys?.delete(key)
     if (keys?.size === 0) this.#byName.delete(byName)
@@ -544,7 +612,7 @@ export class KubeSource {
   // ───────────── snapshots ─────────────
 
   #changed(): void {
-    if (this.#closed || !this.#synced) return
+    if (this.#closed || !this.#synced || this.#onSnapshot === null) return
     const now = performance.now()
     let delay: number
     if (this.#burstStart === null) {

@@ -89,10 +89,11 @@ export class ClusterMetrics {
     }
   }
 
-  /** Prometheus text: the live workers' last answers and the retained counts of those gone. */
-  async render(): Promise<string> {
+  /** Prometheus text: the live workers' last answers, the retained counts of those gone, and `own`: what the primary itself counts. */
+  async render(own: readonly MetricJson[] = []): Promise<string> {
     this.#forgetRemoved()
     const lists: Array<readonly MetricJson[]> = [...this.#last.values()]
+    if (own.length > 0) lists.push(own)
     if (this.#retained.size > 0) lists.push(this.#retainedJson())
     if (lists.length === 0) return ''
     return AggregatorRegistry.aggregate(lists).metrics()

@@ -1,5 +1,6 @@
 // `serve --kubernetes`: the pieces around the Runtime in Kubernetes mode.
-//   source     KubeSource (informers), or files + API server (CombinedSource)
+//   source     KubeSource (informers; with --workers N the primary's, relayed:
+//              kube-relay.ts), or files + API server (CombinedSource)
 //   leader     LeaderElector on a Lease (POD_NAMESPACE / POD_NAME)
 //   status     StatusWriter, writing only while leader
 //   events     KubeEventRecorder (every replica), fed config problems (one worker
@@ -9,7 +10,7 @@
 import { FileSource } from '../config/file-source.ts'
 import { CombinedSource, type ConfigSource } from '../config/kube-combined-source.ts'
 import { KubeClient } from '../config/kube-client.ts'
-import { KubeSource } from '../config/kube-source.ts'
+import { KubeSource, type KubeFeed } from '../config/kube-source.ts'
 import { apiVersion } from '../config/kube-resources.ts'
 import { logger } from '../observe/log.ts'
 import { ConfigEvents } from './events-config.ts'
@@ -28,6 +29,11 @@ export interface KubeModeOptions {
   readonly client?: KubeClient
   readonly namespaces?: readonly string[]
   readonly labelSelector?: string | null
+  /**
+   * Objects fed by the primary of `serve --workers` (kube-relay.ts primaryFeed) instead of
+   * informers of our own; the client then only writes (status, Events, the Lease).
+   */
+  readonly feed?: KubeFeed
   /** Files served together with the API server's objects (file wins on collisions). */
   readonly configPaths?: readonly string[]
   /** Campaign for leadership and write status (false: a --workers worker other than the first). */
@@ -65,10 +71,8 @@ export interface KubeMode {
 
 export function createKubeMode(options: KubeModeOptions): KubeMode {
   const client = options.client ?? (options.kubeconfig == null ? KubeClient.inCluster() : KubeClient.fromFile(options.kubeconfig))
-  const kubeSource = new KubeSource({
-    client, namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null,
-    debounceMs: options.debounceMs, backoffMs: options.backoffMs,
-  })
+  const settings = { namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, debounceMs: options.debounceMs, backoffMs: options.backoffMs }
+  const kubeSource = options.feed === undefined ? new KubeSource({ client, ...settings }) : new KubeSource({ feed: options.feed, ...settings })
   const paths = options.configPaths ?? []
   const source: ConfigSource = paths.length === 0 ? kubeSource : new CombinedSource(new FileSource(paths, { debounceMs: options.debounceMs ?? 200 }), kubeSource)
   const pod = podIdentity()
@@ -104,7 +108,7 @@ export function createKubeMode(options: KubeModeOptions): KubeMode {
   }
   const writer = statusWriter
   const recordConfigEvents = options.configEvents ?? true
-  log.info({ server: client.server(), namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, files: paths, identity, leaseNamespace }, 'kubernetes mode')
+  log.info({ server: client.server(), namespaces: options.namespaces ?? [], labelSelector: options.labelSelector ?? null, files: paths, identity, leaseNamespace, objectsFrom: options.feed === undefined ? 'api-server' : 'primary' }, 'kubernetes mode')
   return {
     client, kubeSource, elector, statusWriter, events,
     runtimeOptions: {

@@ -3,7 +3,11 @@
 // Worker mode — who compiles: every worker runs its own Runtime (file source,
 // watch, compile, data plane). That keeps workers independent (no snapshot
 // shipped over IPC, no primary on the request path) at the cost of N compiles per
-// change; the files are the same, so they converge on the same table. The
+// change; the files are the same, so they converge on the same table. In
+// Kubernetes mode the primary alone lists and watches the API server and relays
+// the raw objects to the workers (kube-relay.ts), so a replica puts one
+// informer set's load on the API server, not N; each worker still builds its
+// snapshots, compiles and writes (status from the first, Events from each). The
 // listening sockets are shared through cluster (the primary owns the handles).
 // The primary runs only the admin server: /metrics aggregates every worker's
 // registry, keeping the counts of workers that died (lib/observe/cluster-metrics.ts),
@@ -22,6 +26,8 @@ import type { DnsSettings } from '../upstream/resolve.ts'
 import type { GuardOptions } from '../upstream/destination-guard.ts'
 import type { Http1Client } from '../upstream/pool.ts'
 import { installTracer, shutdownTracer, type TracingOptions } from '../observe/tracing.ts'
+import type { KubeRelay, KubeSubscribeMessage } from './kube-relay.ts'
+import { configReloadFailures } from '../observe/metrics.ts'
 
 const log = logger('serve')
 
@@ -98,12 +104,14 @@ async function serveSingle(options: ServeOptions): Promise<void> {
 
 /** Kubernetes mode pieces (loaded only then: client-node is large). `writeStatus`: campaign for the lease. */
 /** `first`: the process that campaigns for the lease, writes status and records config Events (serve alone, or worker 0). */
-async function kubeMode(options: ServeOptions, first: boolean): Promise<import('./kube-mode.ts').KubeMode | null> {
+/** `relayed`: a --workers worker, fed its objects by the primary (kube-relay.ts) rather than watching the API server itself. */
+async function kubeMode(options: ServeOptions, first: boolean, relayed = false): Promise<import('./kube-mode.ts').KubeMode | null> {
   const k = options.kubernetes
   if (k == null) return null
   const { createKubeMode } = await import('./kube-mode.ts')
+  const feed = relayed ? (await import('./kube-relay.ts')).primaryFeed() : undefined
   return createKubeMode({
-    kubeconfig: k.kubeconfig, namespaces: k.namespaces, labelSelector: k.labelSelector,
+    kubeconfig: k.kubeconfig, namespaces: k.namespaces, labelSelector: k.labelSelector, feed,
     configPaths: options.configPaths, writeStatus: first, configEvents: first, gatewayClass: options.gatewayClass,
   })
 }
@@ -126,6 +134,8 @@ type ToPrimary =
   | { readonly type: 'sallyport:metrics'; readonly id: number; readonly metrics: unknown; readonly names: unknown }
   /** The answer to a watchdog ping: the worker's event loop runs. */
   | { readonly type: 'sallyport:pong' }
+  /** Kubernetes mode: the worker's source listens; send it the store, then its changes (kube-relay.ts). */
+  | KubeSubscribeMessage
 type ToWorker =
   | { readonly type: 'sallyport:shutdown' }
   | { readonly type: 'sallyport:ping' }
@@ -147,6 +157,13 @@ async function servePrimary(options: ServeOptions): Promise<void> {
   let nextId = 1
   let shuttingDown = false
   const clusterMetrics = new ClusterMetrics()
+  // Kubernetes mode: the replica's one informer set, its store relayed to the workers.
+  let relay: KubeRelay | null = null
+  if (options.kubernetes != null) {
+    const { KubeRelay } = await import('./kube-relay.ts')
+    relay = new KubeRelay(options.kubernetes)
+    relay.start()
+  }
 
   const fork = (index: number): void => {
     const worker = cluster.fork({ [WORKER_INDEX_ENV]: String(index) })
@@ -161,11 +178,14 @@ async function servePrimary(options: ServeOptions): Promise<void> {
         pending.get(msg.id)?.(msg.json)
       } else if (msg?.type === 'sallyport:metrics') {
         pending.get(msg.id)?.({ metrics: msg.metrics, names: msg.names })
+      } else if (msg?.type === 'sallyport:kube-subscribe') {
+        relay?.subscribe(worker)
       }
     })
     worker.on('exit', (code, signal) => {
       // Its counters and histograms stay in the aggregate (as of its last scrape).
       clusterMetrics.exited(worker.id)
+      relay?.unsubscribe(worker)
       const entry = workers.get(index)
       if (entry?.worker !== worker) return
       entry.ready = false
@@ -229,7 +249,9 @@ async function servePrimary(options: ServeOptions): Promise<void> {
       // A worker still starting (not heard from) is left out rather than waited for: it has counted
       // next to nothing, and is in the next scrape; leaving it out takes nothing away from the aggregate.
       await Promise.all([...workers.values()].filter((w) => w.heard && w.worker.isConnected()).map((w) => scrapeWorker(w.worker)))
-      return { contentType: registry.contentType, body: await clusterMetrics.render() }
+      // The primary's own failed lists and watches (Kubernetes mode: its informers are the replica's).
+      const own = relay === null ? null : parseMetricJson([await configReloadFailures.get()])
+      return { contentType: registry.contentType, body: await clusterMetrics.render(own ?? []) }
     },
     configDump: async () => {
       const live = [...workers.values()].find((w) => w.worker.isConnected())
@@ -253,6 +275,7 @@ async function servePrimary(options: ServeOptions): Promise<void> {
       try { worker.send({ type: 'sallyport:shutdown' } satisfies ToWorker) } catch { worker.process.kill('SIGTERM') }
     }))
     await Promise.all(exits)
+    relay?.close()
     await admin?.close()
     log.info('stopped')
   })
@@ -274,9 +297,9 @@ async function serveWorker(options: ServeOptions): Promise<void> {
   })
   if (options.tracing != null) installTracer(options.tracing)
   // One identity per Pod: only the first worker campaigns for the lease, writes status and records
-  // config Events (each worker compiles the same configuration). Every worker runs its own
-  // informers still: N list/watch sets per Pod.
-  const kube = await kubeMode(options, index === 0)
+  // config Events (each worker compiles the same configuration). No worker lists or watches: the
+  // primary's informers feed them all (kube-relay.ts), one list/watch set per Pod.
+  const kube = await kubeMode(options, index === 0, true)
   const runtime = new Runtime({
     ...kube?.runtimeOptions,
     configPaths: options.configPaths, gatewayClass: options.gatewayClass, bind: options.bind, accessLog: options.accessLog,
