@@ -9,7 +9,7 @@ import t from 'tap'
 import { KUBE_RESOURCES, resourcePath } from '../../lib/config/kube-resources.ts'
 import { startDemoUpstream } from '../../lib/runtime/demo-upstream.ts'
 import type { FakeApiServer } from '../helpers/fake-apiserver.ts'
-import { eventually, freePort, request, settleLogs, startCli } from '../e2e/harness.ts'
+import { eventually, freePort, metricSum, request, settleLogs, startCli } from '../e2e/harness.ts'
 import { backend, gateway, gatewayClass, kubeconfigFile, route, startFake } from './fixtures.ts'
 
 const WORKERS = 3
@@ -79,6 +79,9 @@ t.test('serve --kubernetes --workers 3: one list and one watch per kind; every w
   await eventually(() => statuses(port, 'one.example.test'), (codes) => codes.every((c) => c === 404), 30_000, 'the deleted route gone from every worker')
   t.same(await statuses(port, 'two.example.test'), Array(WORKERS * 3).fill(200), 'the rest still served everywhere')
   t.ok((listWatchCounts(fake).get('HTTPRoute.gateway.networking.k8s.io')?.lists ?? 0) >= 2, 'the deletion came from a relist (the history was gone)')
+  // The primary's failed watches (the server gone) are in /metrics with the workers' counts.
+  const metrics = (await request(`${admin}/metrics`)).body
+  t.ok(metricSum(metrics, 'sallyport_config_reload_failures_total', { source: 'kubernetes', reason: 'watch' }) >= 1, 'the failed watches counted')
 
   cli.child.kill('SIGTERM')
   t.equal(await cli.exited, 0)
