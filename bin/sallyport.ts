@@ -29,7 +29,7 @@ serve [options]
   --bind ADDR              Address the Gateway listeners bind, one of this host's (default: ::, every address of both families; 0.0.0.0 where the kernel has no IPv6)
   --admin ADDR:PORT|off    Admin server with /healthz /readyz /metrics /config_dump; :PORT is every address (default: :9901)
   --config-dump local|on|off  Who may read /config_dump: loopback clients (kubectl port-forward), any client, nobody (default: local)
-  --workers N              Fork N worker processes sharing the listeners; 0 serves in one process (default: 0)
+  --workers N              Fork N worker processes sharing the listeners (with --kubernetes the primary watches the API server for all of them); 0 serves in one process (default: 0)
   --worker-watchdog-seconds N  With --workers: a worker whose event loop answers no ping for N s is killed and replaced; 0: never (default: 30)
   --access-log on|off      One JSON log line per request (default: on)
   --log-level LEVEL        trace, debug, info, warn, error, fatal or silent (default: info)
