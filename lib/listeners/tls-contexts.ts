@@ -6,7 +6,7 @@
 // swaps in a certificate's context, whose own range is never read), and each
 // listener's higher floor is checked once the handshake names its listener.
 
-import { constants } from 'node:crypto'
+import { constants, createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import { createSecureContext, type SecureContext, type Server, type TLSSocket } from 'node:tls'
 import type { RouteTable, ServerCert, ServerTls } from '../compile/table.ts'
@@ -111,9 +111,25 @@ export function refusedBelowFloor(conf: ServerTls | null, socket: TLSSocket, por
   return true
 }
 
-/** What a port's contexts share besides the certificate: TLS versions and client CA. */
+/** What a port's contexts share besides the certificate: TLS versions and client validation (mode and CA). */
 function contextKey(tls: ServerTls): string {
-  return `${tls.minVersion}|${tls.maxVersion}|${tls.clientValidation === null ? '' : tls.clientValidation.caPem}`
+  const v = tls.clientValidation
+  return `${tls.minVersion}|${tls.maxVersion}|${v === null ? 'none' : `${v.required ? 'required' : 'optional'}|${v.caPem}`}`
+}
+
+/**
+ * The session id context of a context (SSL_CTX_set_session_id_context): a
+ * session resumes only in the context it was made in, as OpenSSL checks it.
+ * Without one, OpenSSL refuses every resumption on a context that asks for
+ * client certificates with a fatal internal_error ("session id context
+ * uninitialized"), and a context that does not would resume sessions of any
+ * other. It names the validation (mode and CA), so a session made without a
+ * certificate, or with one of another CA, never resumes where that validation
+ * would have refused it: its resumption is a full handshake. 32 bytes, the most
+ * OpenSSL takes.
+ */
+export function sessionIdContext(tls: ServerTls): string {
+  return createHash('sha256').update(contextKey(tls)).digest('hex').slice(0, 32)
 }
 
 export class SecureContexts {
@@ -134,7 +150,7 @@ export class SecureContexts {
       try {
         ctx = createSecureContext({
           cert: cert.certPem, key: cert.keyPem, minVersion: tls.minVersion, maxVersion: tls.maxVersion, ciphers: LISTENER_CIPHERS, secureOptions: LISTENER_SECURE_OPTIONS,
-          ...(ca === '' ? {} : { ca }),
+          sessionIdContext: sessionIdContext(tls), ...(ca === '' ? {} : { ca }),
         })
       } catch (err) {
         refused(port, cert, err)

@@ -13,7 +13,8 @@ import tls from 'node:tls'
 import { fileURLToPath } from 'node:url'
 import { configureLogger } from '../../lib/observe/log.ts'
 import { createUpstreams } from '../../lib/upstream/registry.ts'
-import { createCa, serverCert, type TestCa } from '../helpers/pki.ts'
+import { clientCert, createCa, serverCert, type TestCa } from '../helpers/pki.ts'
+import type { PortEntry, ServerTls } from '../../lib/compile/table.ts'
 import { serverTls } from '../helpers/table-builder.ts'
 import {
   clusterTls, collect, connect, echoServer, freePort, l4Cluster, l4Route, listenOn, metricValue, recordingServer,
@@ -232,6 +233,71 @@ t.test('terminate: a client that ends its connection mid-handshake is closed at 
   await until(async () => await metricValue('sallyport_downstream_tls_handshake_errors_total', { port: String(port), reason: 'client_closed' }) === 1, 5000, 'client_closed counted')
   await until(async () => await metricValue('sallyport_l4_connections_total', { route: '', code: 'client_tls_failed', listener: 'tls' }) >= 1, 5000, 'the connection accounted')
   t.equal(plain.connections(), 0, 'no upstream connection')
+})
+
+interface Resumed { readonly reused: boolean; readonly reply: string; readonly session: Buffer | null }
+
+/**
+ * One connection that sends `hi` once its handshake is done and reads the echo
+ * (bounded): whether it resumed `options.session`, and the session it was
+ * issued. A handshake refused rejects; one the server refuses after the
+ * client's side is done (TLS 1.3 client certificates) is an empty reply.
+ */
+function resumable(port: number, options: tls.ConnectionOptions): Promise<Resumed> {
+  return new Promise((resolve, reject) => {
+    let session: Buffer | null = null
+    const s = tls.connect({ host: '127.0.0.1', port, ...options })
+    s.on('session', (b: Buffer) => { session = b })
+    s.once('error', reject)
+    s.once('secureConnect', () => {
+      const reused = s.isSessionReused()
+      const r = collect(s, 5000)
+      s.end('hi')
+      r.then((c) => resolve({ reused, reply: c.data.toString(), session }), reject)
+    })
+  })
+}
+
+t.test('terminate with client-certificate validation: a client resumes its TLS session; a session never skips a validation it did not pass', async (t) => {
+  // Every resumption attempt on a Terminate listener that validates client
+  // certificates failed the handshake with an internal_error alert (OpenSSL's
+  // "session id context uninitialized"): clients that keep sessions (Go, Java,
+  // node's https.Agent, browsers) had every reconnection refused.
+  const ca = createCa('terminate CA')
+  const cert = serverCert(ca, ['db.gw.test'])
+  const clientCa = createCa('client CA')
+  const workload = clientCert(clientCa, 'workload')
+  const plain = await echoServer(t)
+  const [port, fallbackPort] = [await freePort(), await freePort()]
+  const conf = (required: boolean): ServerTls => ({ ...serverTls([{ hostname: 'db.gw.test', certPem: cert.certPem, keyPem: cert.keyPem, id: cert.id }], { caPem: clientCa.certPem, required }), alpn: [] })
+  const ports = (fallbackRequired: boolean): PortEntry[] => [
+    tlsPort(port, sniIndex({ 'db.gw.test': l4Route('tls-valid-only', [{ cluster: 'plain' }]) }, 'Terminate'), conf(true)),
+    tlsPort(fallbackPort, sniIndex({ 'db.gw.test': l4Route('tls-fallback', [{ cluster: 'plain' }]) }, 'Terminate'), conf(fallbackRequired)),
+  ]
+  const { plane } = await startPlane(t, table(ports(false), [l4Cluster('plain', [plain.port])]))
+  const base = { servername: 'db.gw.test', ca: ca.certPem }
+  for (const maxVersion of ['TLSv1.2', 'TLSv1.3'] as const) {
+    const withCert = { ...base, maxVersion, cert: workload.certPem, key: workload.keyPem }
+    const first = await resumable(port, withCert)
+    t.same({ reused: first.reused, reply: first.reply }, { reused: false, reply: 'hi' }, `${maxVersion}: a full handshake with a valid certificate`)
+    t.ok(first.session !== null, `${maxVersion}: a session issued`)
+    const again = await resumable(port, { ...base, maxVersion, session: first.session ?? undefined })
+    t.equal(again.reused, true, `${maxVersion}: the session resumes (its certificate was validated)`)
+    if (maxVersion === 'TLSv1.3') t.equal(again.reply, 'hi', `${maxVersion}: and is routed`)
+
+    // AllowInsecureFallback on another port, same certificate and CA: a session without a certificate.
+    const anonymous = await resumable(fallbackPort, { ...base, maxVersion })
+    t.same({ reused: anonymous.reused, reply: anonymous.reply }, { reused: false, reply: 'hi' }, `${maxVersion}: AllowInsecureFallback takes a client without certificate`)
+    const back = await resumable(fallbackPort, { ...base, maxVersion, session: anonymous.session ?? undefined })
+    t.equal(back.reused, true, `${maxVersion}: and resumes its session there`)
+    const crossed = await resumable(port, { ...base, maxVersion, session: anonymous.session ?? undefined }).catch(() => null)
+    t.ok(crossed === null || (!crossed.reused && crossed.reply === ''), `${maxVersion}: that session does not resume on the AllowValidOnly port: refused without certificate`)
+  }
+  // The same port turned AllowValidOnly (same CA): a session from before, without certificate, is refused.
+  const anonymous = await resumable(fallbackPort, { ...base, maxVersion: 'TLSv1.3' })
+  await plane.apply(table(ports(true), [l4Cluster('plain', [plain.port])], 2))
+  const after = await resumable(fallbackPort, { ...base, maxVersion: 'TLSv1.3', session: anonymous.session ?? undefined }).catch(() => null)
+  t.ok(after === null || (!after.reused && after.reply === ''), 'a session from before the port required certificates does not skip it')
 })
 
 t.test('openssl s_client with stdin piped, through passthrough and terminate', async (t) => {
