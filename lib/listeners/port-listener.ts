@@ -312,7 +312,7 @@ export class PortListener {
     socket.once('close', () => { this.#secure.delete(socket) })
     // A listener whose min-version is above the port's: a connection its SNI selected it
     // for that settled below it is closed before anything is read (tls-contexts.ts).
-    if (refusedBelowFloor(this.#plane.current()?.ports.get(this.port)?.serverTls ?? null, socket, this.port)) { socket.destroy(); return }
+    if (refusedBelowFloor(this.#plane.current()?.ports.get(this.port)?.serverTls ?? null, socket, this.port, serverNameOf(socket.servername))) { socket.destroy(); return }
     // Issue 7: a verified client certificate's SPIFFE ID, read while the connection has it
     // (cached per socket for HTTP/1.1): requests are recorded after they end, and a closed
     // socket's certificate, or a closed stream's session, is gone by then.

@@ -26,7 +26,7 @@ import { SecureContexts, defaultCert, noCertificate, refusedBelowFloor, selectCe
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { servingListener } from '../observe/serving-listener.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
-import { matchSni, readClientHello, type HelloOutcome } from './tls-passthrough.ts'
+import { matchSni, peekClientHello, readClientHello, type HelloOutcome, type PeekOutcome } from './tls-passthrough.ts'
 import { L4Session, type SessionEnv } from './tcp-session.ts'
 
 const log = logger('listener')
@@ -155,7 +155,12 @@ export class L4Listener {
     this.#terminate(socket, session, entry, env)
   }
 
-  /** TLS Terminate: handshake with the listener's certificate, then route by the negotiated SNI. */
+  /**
+   * TLS Terminate: handshake with the listener's certificate, then route by
+   * the server name the ClientHello sent (read first, peekClientHello: a
+   * resumed TLS 1.2 session has none in node, and went to the route without
+   * hostnames). One timer bounds the hello and the handshake.
+   */
   #terminate(socket: Socket, session: L4Session, entry: PortEntry, env: SessionEnv): void {
     const conf = entry.serverTls
     const sni = entry.sni
@@ -163,47 +168,57 @@ export class L4Listener {
     const contexts = this.#plane.contexts
     const secureContext = contexts.defaultContext(conf, this.port)
     if (secureContext === null) return session.fail('client_tls_failed')
-    const secure = new tls.TLSSocket(socket, {
-      isServer: true,
-      secureContext,
-      SNICallback: sniCallback(contexts, conf, this.port),
-      requestCert: conf.clientValidation !== null,
-      rejectUnauthorized: conf.clientValidation !== null && conf.clientValidation.required,
-      ...(conf.alpn.length > 0 ? { ALPNProtocols: [...conf.alpn] } : {}),
-    })
-    secure.allowHalfOpen = true
-    session.stream = secure
+    let secure: tls.TLSSocket | null = null
     const timer = setTimeout(() => {
       handshakeFailed(this.port, Object.assign(new Error('TLS handshake timeout'), { code: 'ERR_TLS_HANDSHAKE_TIMEOUT' }), secure)
       session.fail('client_tls_failed')
     }, this.#plane.l4Limits.handshakeTimeoutMs)
-    secure.once('error', (err: Error) => {
-      clearTimeout(timer)
-      handshakeFailed(this.port, err, secure)
-      session.fail('client_tls_failed')
-    })
-    // The socket allows half-open (for the splice to come), so a client's FIN
-    // mid-handshake raises no error: it held the connection until the timeout,
-    // then counted as one. It is the client going away.
-    const onEnd = (): void => {
+    // A client's FIN mid-handshake is the client going away (the socket allows half-open
+    // for the splice to come, so it raises no error: it held the connection until the timeout).
+    const closed = (): void => {
       clearTimeout(timer)
       handshakeFailed(this.port, Object.assign(new Error('the client closed the connection mid-handshake'), { code: 'ECONNRESET' }), secure)
       session.fail('client_tls_failed')
     }
-    secure.once('end', onEnd)
-    secure.once('close', () => { clearTimeout(timer) }) // a drain's cut, say: no late timeout counted
-    secure.once('secure', () => {
-      clearTimeout(timer)
-      secure.removeListener('end', onEnd)
-      if (refusedBelowFloor(conf, secure, this.port)) return session.fail('client_tls_failed')
-      secure.removeAllListeners('error')
-      secure.on('error', noop)
-      const servername = serverNameOf(secure.servername)
-      const name = servername === '' ? null : servername
-      named(session, entry, name)
-      session.start(env, matchSni(sni, name), secure, true, null)
+    peekClientHello(socket, (hello: PeekOutcome) => {
+      if (hello.kind === 'closed') {
+        // Its timeout or a drain's cut (the session ended it) is no client going away.
+        if (session.finished) clearTimeout(timer)
+        else closed()
+        return
+      }
+      const tlsSocket = new tls.TLSSocket(socket, {
+        isServer: true,
+        secureContext,
+        SNICallback: sniCallback(contexts, conf, this.port),
+        requestCert: conf.clientValidation !== null,
+        rejectUnauthorized: conf.clientValidation !== null && conf.clientValidation.required,
+        ...(conf.alpn.length > 0 ? { ALPNProtocols: [...conf.alpn] } : {}),
+      })
+      secure = tlsSocket
+      tlsSocket.allowHalfOpen = true
+      session.stream = tlsSocket
+      tlsSocket.once('error', (err: Error) => {
+        clearTimeout(timer)
+        handshakeFailed(this.port, err, tlsSocket)
+        session.fail('client_tls_failed')
+      })
+      tlsSocket.once('end', closed)
+      tlsSocket.once('close', () => { clearTimeout(timer) }) // a drain's cut, say: no late timeout counted
+      tlsSocket.once('secure', () => {
+        clearTimeout(timer)
+        tlsSocket.removeListener('end', closed)
+        const servername = serverNameOf(hello.kind === 'hello' ? hello.sni : tlsSocket.servername)
+        if (refusedBelowFloor(conf, tlsSocket, this.port, servername)) return session.fail('client_tls_failed')
+        tlsSocket.removeAllListeners('error')
+        tlsSocket.on('error', noop)
+        const name = servername === '' ? null : servername
+        named(session, entry, name)
+        session.start(env, matchSni(sni, name), tlsSocket, true, null)
+      })
+      // Not socket.resume(): the hello's bytes wait in the socket's buffer, where the
+      // TLSSocket takes them (a flowing socket would hand them to nobody).
     })
-    socket.resume()
   }
 
   #track(socket: Socket, session: L4Session): void {

@@ -147,6 +147,9 @@ export class L4Session {
   }
 
   /** Ends a connection that never reached an upstream. */
+  /** Whether the connection was accounted for (failed, cut or spliced and closed). */
+  get finished(): boolean { return this.#finished }
+
   fail(reason: L4Reason): void {
     if (this.#finished) return
     // A TLSSocket owns the accepted socket's handle: destroy it, never the socket under it.

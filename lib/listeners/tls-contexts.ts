@@ -101,11 +101,12 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
  * Whether a handshake settled a TLS version below the lowest its listener
  * accepts (ServerCert.minVersion; the port offered its listeners' widest
  * range); counted as protocol_version. The caller closes the connection
- * before reading any request.
+ * before reading any request. `servername`: the connection's (serverNameOf),
+ * which selects its listener.
  */
-export function refusedBelowFloor(conf: ServerTls | null, socket: TLSSocket, port: number): boolean {
+export function refusedBelowFloor(conf: ServerTls | null, socket: TLSSocket, port: number, servername: string): boolean {
   if (conf === null || conf.minVersion === 'TLSv1.3') return false // the port refused anything less already
-  const cert = selectCert(conf, serverNameOf((socket as TLSSocket & { servername?: string | false | null }).servername)) ?? defaultCert(conf)
+  const cert = selectCert(conf, servername) ?? defaultCert(conf)
   if (cert === null || cert.minVersion !== 'TLSv1.3' || socket.getProtocol() === 'TLSv1.3') return false
   handshakeFailed(port, Object.assign(new Error(`${socket.getProtocol() ?? 'TLS'} is below the listener's min-version TLSv1.3`), { code: BELOW_MIN_VERSION }), socket)
   return true

@@ -60,3 +60,46 @@ export function readClientHello(socket: Socket, timeoutMs: number, done: (outcom
   socket.once('end', onEnd)
   socket.once('close', onEnd)
 }
+
+export type PeekOutcome =
+  | { readonly kind: 'hello'; readonly sni: string | null }
+  /** Not a ClientHello we read (malformed, past the bound): TLS reports it itself. */
+  | { readonly kind: 'unreadable' }
+  | { readonly kind: 'closed' }
+
+/**
+ * For a connection this process terminates: the server name of the
+ * ClientHello at the start of `socket`, read as passthrough reads it, with
+ * every byte read put back (the socket paused) for TLS to read, whatever they
+ * were. TLS itself does not always tell the name: on a resumed TLS 1.2
+ * session node reports none (OpenSSL gives the session's, which node never
+ * stores). Unbounded in time: the caller's handshake timer destroys the
+ * socket, which ends this read ('closed').
+ */
+export function peekClientHello(socket: Socket, done: (outcome: PeekOutcome) => void): void {
+  let buffered: Buffer | null = null
+  let settled = false
+  const finish = (outcome: PeekOutcome): void => {
+    if (settled) return
+    settled = true
+    socket.removeListener('data', onData)
+    socket.removeListener('end', onEnd)
+    socket.removeListener('close', onEnd)
+    if (outcome.kind !== 'closed') {
+      socket.pause()
+      if (buffered !== null) socket.unshift(buffered)
+    }
+    done(outcome)
+  }
+  const onData = (chunk: Buffer): void => {
+    buffered = buffered === null ? chunk : Buffer.concat([buffered, chunk])
+    const r = parseClientHello(buffered)
+    if (r.kind === 'hello') finish(r)
+    else if (r.kind === 'invalid' || buffered.length > MAX_CLIENT_HELLO_BYTES) finish({ kind: 'unreadable' })
+  }
+  const onEnd = (): void => finish({ kind: 'closed' })
+  socket.on('data', onData)
+  socket.once('end', onEnd)
+  socket.once('close', onEnd)
+  socket.resume()
+}
