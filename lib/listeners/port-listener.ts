@@ -16,7 +16,7 @@ import http2, { type IncomingHttpHeaders, type ServerHttp2Session, type ServerHt
 import net, { type Socket } from 'node:net'
 import tls, { type TLSSocket } from 'node:tls'
 import type { Duplex } from 'node:stream'
-import type { PortEntry, RouteTable } from '../compile/table.ts'
+import type { PortEntry, RouteTable, ServerTls } from '../compile/table.ts'
 import { handleExchange, recordRefusal, type RouterEnv } from '../router/forward.ts'
 import { markCut, type Exchange } from '../router/exchange.ts'
 import { hostOf, namesH2c } from '../router/headers.ts'
@@ -319,7 +319,7 @@ export class PortListener {
     const spiffeId = peerSpiffeId(socket)
     // GEP-3567: the server name the connection was made for, which selects its listener (router/misdirected.ts).
     const servername = serverNameOf(socket.servername)
-    const sni = servername.length > 0 ? new ConnectionSni(servername) : null
+    const sni = servername.length > 0 ? new ConnectionSni(servername) : withoutNameBelowFloor(this.#plane.current()?.ports.get(this.port)?.serverTls ?? null, socket)
     if (socket.alpnProtocol === 'h2') { this.#toH2(socket, clientIp(socket.remoteAddress), spiffeId, sni); return }
     const h1 = (first: Buffer | null): void => {
       if (sni !== null) setConnectionSni(socket, sni)
@@ -748,3 +748,17 @@ function onTlsError(port: number, err: Error, socket: TLSSocket): void {
   raw.end(PLAIN_HTTP_ANSWER, () => { clearTimeout(cut); socket.destroy() })
 }
 
+/**
+ * A connection without a server name that settled below TLS 1.3 on a port one
+ * of whose listeners wants TLS 1.3 (`sallyport.io/min-version`): its requests
+ * for that listener's hosts are refused (router/misdirected.ts), as a
+ * connection with that listener's name would have been at the handshake.
+ * null otherwise (the common case: routed by host, as before).
+ */
+function withoutNameBelowFloor(tls: ServerTls | null, socket: TLSSocket): ConnectionSni | null {
+  if (tls === null || tls.minVersion === 'TLSv1.3' || socket.getProtocol() === 'TLSv1.3') return null
+  let floor = tls.fallback?.minVersion === 'TLSv1.3'
+  for (const cert of tls.exact.values()) floor ||= cert.minVersion === 'TLSv1.3'
+  for (const w of tls.wildcards) floor ||= w.value.minVersion === 'TLSv1.3'
+  return floor ? new ConnectionSni('', true) : null
+}

@@ -126,8 +126,7 @@ export function routeConnect(table: RouteTable, port: number, authority: string,
   const dest = connectDestination(target.host, target.port)
   const entry = table.ports.get(port)
   if (entry === undefined || entry.http === null) return refused(403, 'no_route', null, dest)
-  const names = entry.serverTls?.listenerNames ?? null
-  if (sni !== null && names !== null && sni.misdirects(names, target.host)) return refused(421, 'misdirected', null, dest)
+  if (sni !== null && entry.serverTls !== null && sni.refuses(entry.serverTls, target.host)) return refused(421, 'misdirected', null, dest)
   const match = matchOnPort(entry.http, target.host, CONNECT_INPUT)
   if (match === null) return refused(403, 'no_route', null, dest)
   const rule = match.rule

@@ -230,7 +230,7 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     const sni = ex.sni
     if (sni != null) {
       const tls = entry.serverTls
-      if (tls !== null && tls.listenerNames !== null && sni.misdirects(tls.listenerNames, this.host)) return this.fail(ErrorCode.MISDIRECTED, MISDIRECTED_DETAIL)
+      if (tls !== null && sni.refuses(tls, this.host)) return this.fail(ErrorCode.MISDIRECTED, MISDIRECTED_DETAIL)
     }
     const match = matchOnPort(entry.http, this.host, this)
     if (match === null) return this.fail(ErrorCode.NO_ROUTE)

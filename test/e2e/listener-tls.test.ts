@@ -125,6 +125,37 @@ ${httpsListener('legacy', httpsPort, 'legacy', 'legacy.example.test')}`))
   t.equal((await get(httpsPort, 'legacy.example.test', { maxVersion: 'TLSv1.2' })).status, 200, 'TLS 1.2 to the other listener of the port')
   const metrics = await eventually(() => request(`http://127.0.0.1:${adminPort}/metrics`), (r) => metricSum(r.body, 'sallyport_downstream_tls_handshake_errors_total', { reason: 'protocol_version' }) === 1, 10000, 'counted')
   t.equal(metricSum(metrics.body, 'sallyport_downstream_tls_handshake_errors_total', { port: String(httpsPort), reason: 'protocol_version' }), 1, 'counted as protocol_version')
+
+})
+
+t.test('min-version TLSv1.3 beside a TLS 1.2 default listener: a client without a server name over TLS 1.2 gets 421 for the strict listener\'s hosts', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const strict = serverCert(ca, ['strict.example.test'])
+  const legacy = serverCert(ca, ['legacy.example.test'])
+  // The legacy listener first: its certificate is the port's default, so a client without SNI gets through the handshake over TLS 1.2.
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, `${httpsListener('legacy', httpsPort, 'legacy', 'legacy.example.test')}${httpsListener('strict', httpsPort, 'strict', 'strict.example.test')}        options:
+          sallyport.io/min-version: TLSv1.3
+`))
+  fs.writeFileSync(path.join(dir, 'secrets.yaml'), `${tlsSecretYaml('strict', strict.certPem, strict.keyPem)}---\n${tlsSecretYaml('legacy', legacy.certPem, legacy.keyPem)}`)
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('s', 'strict.example.test', 'up', upstream.address.port), routeYaml('l', 'legacy.example.test', 'up', upstream.address.port)].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+  // Without a server name (a client of the gateway's address; node reports none for a resumed
+  // TLS 1.2 session either) no handshake checked the strict listener's floor: its hosts are 421.
+  const noName = (host: string, tls: https.RequestOptions): Promise<number> => new Promise((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port: httpsPort, servername: '', path: '/', headers: { host }, ca: ca.certPem, agent: false, checkServerIdentity: () => undefined, ...tls }, (res) => {
+      res.resume().on('end', () => resolve(res.statusCode ?? 0))
+    })
+    req.setTimeout(5000, () => req.destroy(new Error('timed out')))
+    req.on('error', reject)
+    req.end()
+  })
+  t.equal(await noName('strict.example.test', { maxVersion: 'TLSv1.2' }), 421, 'no server name, TLS 1.2, the strict listener\'s host: 421')
+  t.equal(await noName('legacy.example.test', { maxVersion: 'TLSv1.2' }), 200, 'the other listener\'s host: routed')
+  t.equal(await noName('strict.example.test', { minVersion: 'TLSv1.3' }), 200, 'no server name over TLS 1.3: routed')
 })
 
 t.test('an IP address as the TLS server name is taken as no server name: the port\'s default certificate, routed by Host', async (t) => {

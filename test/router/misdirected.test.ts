@@ -46,3 +46,16 @@ t.test('ConnectionSni: the SNI\'s listener is selected again in a new table', as
   t.equal(conn.misdirects(merged, 'c.example.com'), false, 'the connection\'s name now selects the wildcard listener too')
   t.equal(conn.misdirects(merged, 'other.test'), true)
 })
+
+t.test('a connection without a server name below TLS 1.3: the hosts of a TLSv1.3 listener are refused, others not', async (t) => {
+  const cert = (hostname: string | null, minVersion: 'TLSv1.2' | 'TLSv1.3') => ({ id: hostname ?? 'default', hostname, certPem: '', keyPem: '', minVersion })
+  const tls = {
+    exact: new Map([['strict.test', cert('strict.test', 'TLSv1.3')], ['legacy.test', cert('legacy.test', 'TLSv1.2')]]),
+    wildcards: [], fallback: null, clientValidation: null, alpn: [], listenerNames: null, minVersion: 'TLSv1.2', maxVersion: 'TLSv1.3',
+  } as unknown as import('../../lib/compile/table.ts').ServerTls
+  const below = new ConnectionSni('', true)
+  t.equal(below.refuses(tls, 'strict.test'), true, 'the strict listener\'s host')
+  t.equal(below.refuses(tls, 'legacy.test'), false)
+  t.equal(below.refuses(tls, 'nobody.test'), false, 'a host no listener takes: a 404 as anywhere')
+  t.equal(new ConnectionSni('', false).refuses(tls, 'strict.test'), false, 'over TLS 1.3')
+})
