@@ -33,7 +33,7 @@ import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel
 import { endAndDiscard } from './linger.ts'
 import { cutConnection } from './tunnel-ends.ts'
 import type { Logger } from '../observe/log.ts'
-import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
+import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, defaultContextKey, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
@@ -111,6 +111,8 @@ export class PortListener {
   readonly #plane: PlaneContext
   readonly #scheme: 'http' | 'https'
   readonly #server: net.Server
+  /** defaultContextKey of the TLS server's current server-wide context; null: none set yet. */
+  #defaultContext: string | null = null
   readonly #h1: http.Server
   readonly #h2: http2.Http2Server
   readonly #sockets = new Set<Socket>()
@@ -228,7 +230,12 @@ export class PortListener {
     const server = this.#server as tls.Server & { requestCert: boolean; rejectUnauthorized: boolean }
     server.requestCert = tlsConf !== null && tlsConf.clientValidation !== null
     server.rejectUnauthorized = tlsConf !== null && tlsConf.clientValidation !== null && tlsConf.clientValidation.required
-    if (tlsConf !== null) setDefaultContext(server, tlsConf, this.port)
+    if (tlsConf === null) return
+    // The same certificates and validation: the context stays, and the TLS sessions it issued resume.
+    const key = defaultContextKey(tlsConf)
+    if (key === this.#defaultContext) return
+    this.#defaultContext = key
+    setDefaultContext(server, tlsConf, this.port)
   }
 
   /**

@@ -98,6 +98,16 @@ export function setDefaultContext(server: Server, conf: ServerTls, port: number)
 }
 
 /**
+ * What the server-wide context is made of (its certificates in the order
+ * setDefaultContext tries them, TLS versions, client validation): a reload
+ * that leaves it the same keeps the context, and with it the ticket keys that
+ * clients' TLS sessions resume with (a new context has new keys).
+ */
+export function defaultContextKey(conf: ServerTls): string {
+  return `${contextKey(conf)}|${byPreference(conf).map(c => c.id).join(',')}`
+}
+
+/**
  * Whether a handshake settled a TLS version below the lowest its listener
  * accepts (ServerCert.minVersion; the port offered its listeners' widest
  * range); counted as protocol_version. The caller closes the connection

@@ -382,3 +382,44 @@ t.test('a listener certificate that does not name the listener\'s hostname is a 
   t.notMatch(v.stdout, /Secret default\/wild:/, 'a wildcard certificate names b.example.test')
   t.notMatch(v.stdout, /Secret default\/exact2/, 'a listener without hostname names nothing to check')
 })
+
+t.test('a reload that leaves a port\'s TLS as it was keeps its TLS sessions: clients resume instead of a full handshake', async (t) => {
+  const upstream = await startDemoUpstream({ host: '127.0.0.1', port: 0, name: 'up' })
+  t.teardown(() => upstream.close())
+  const [httpPort, httpsPort, adminPort] = [await freePort(), await freePort(), await freePort()]
+  const dir = tempDir(t)
+  const a = serverCert(ca, ['a.example.test'])
+  fs.writeFileSync(path.join(dir, 'gateway.yaml'), gatewayYaml(httpPort, httpsListener('a', httpsPort, 'a', null)))
+  fs.writeFileSync(path.join(dir, 'secrets.yaml'), tlsSecretYaml('a', a.certPem, a.keyPem))
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port)].join('---\n'))
+  startCli(t, ['serve', '--config', dir, '--bind', '127.0.0.1', '--admin', `127.0.0.1:${adminPort}`])
+  await eventually(() => request(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200, 20000, '/readyz 200')
+
+  /** One request over a new TLS connection (offering `session`): its status, whether it resumed, and the session to offer next. */
+  const once = (host: string, session: Buffer | null): Promise<{ status: number; reused: boolean; session: Buffer | null }> => new Promise((resolve, reject) => {
+    let next: Buffer | null = null
+    let reused = false
+    const socket = tls.connect({ host: '127.0.0.1', port: httpsPort, servername: 'a.example.test', ca: ca.certPem, ALPNProtocols: ['http/1.1'], ...(session === null ? {} : { session }) }, () => {
+      reused = socket.isSessionReused() // read while connected: null once the socket is gone
+      socket.write(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)
+    })
+    socket.on('session', (s: Buffer) => { next = s })
+    let text = ''
+    socket.setEncoding('utf8')
+    socket.on('data', (d: string) => { text += d })
+    socket.on('error', reject)
+    socket.on('close', () => resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0), reused, session: next }))
+  })
+  const first = await once('a.example.test', null)
+  t.equal(first.status, 200)
+  t.ok(first.session !== null, 'a session ticket')
+  const again = await once('a.example.test', first.session)
+  t.ok(again.reused, 'resumed before any reload')
+
+  // A reload that changes routes only: a new host served.
+  fs.writeFileSync(path.join(dir, 'routes.yaml'), [backendYaml('up', upstream.address.port), routeYaml('a', 'a.example.test', 'up', upstream.address.port), routeYaml('b', 'b.example.test', 'up', upstream.address.port)].join('---\n'))
+  await eventually(() => once('b.example.test', null), (r) => r.status === 200, 20000, 'the reload is served')
+  const after = await once('a.example.test', again.session ?? first.session)
+  t.equal(after.status, 200)
+  t.ok(after.reused, 'the session made before the reload resumes after it')
+})
