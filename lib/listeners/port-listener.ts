@@ -33,7 +33,7 @@ import { h1Client, h2Client, openTunnel, type TunnelEnv } from './connect-tunnel
 import { endAndDiscard } from './linger.ts'
 import { cutConnection } from './tunnel-ends.ts'
 import type { Logger } from '../observe/log.ts'
-import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, defaultContextKey, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
+import { LISTENER_CIPHERS, LISTENER_SECURE_OPTIONS, SecureContexts, defaultContextKey, hasTls13Floor, noCertificate, refusedBelowFloor, selectCert, serverNameOf, setDefaultContext } from './tls-contexts.ts'
 import { handshakeFailed } from './tls-handshake-errors.ts'
 import { DEFAULT_MAX_CONNECTIONS, limitConnections } from './connection-limit.ts'
 import { peerSpiffeId } from '../extensions/client.ts'
@@ -763,9 +763,6 @@ function onTlsError(port: number, err: Error, socket: TLSSocket): void {
  * null otherwise (the common case: routed by host, as before).
  */
 function withoutNameBelowFloor(tls: ServerTls | null, socket: TLSSocket): ConnectionSni | null {
-  if (tls === null || tls.minVersion === 'TLSv1.3' || socket.getProtocol() === 'TLSv1.3') return null
-  let floor = tls.fallback?.minVersion === 'TLSv1.3'
-  for (const cert of tls.exact.values()) floor ||= cert.minVersion === 'TLSv1.3'
-  for (const w of tls.wildcards) floor ||= w.value.minVersion === 'TLSv1.3'
-  return floor ? new ConnectionSni('', true) : null
+  if (tls === null || socket.getProtocol() === 'TLSv1.3' || !hasTls13Floor(tls)) return null
+  return new ConnectionSni('', true)
 }

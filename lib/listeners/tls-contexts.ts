@@ -70,8 +70,18 @@ export function defaultCert(tls: ServerTls): ServerCert | null {
 /** The port's certificates, its default one (defaultCert) first. */
 function byPreference(conf: ServerTls): ServerCert[] {
   const first = defaultCert(conf)
-  const all = [...conf.exact.values(), ...conf.wildcards.map(w => w.value), ...(conf.fallback === null ? [] : [conf.fallback])]
+  const all = certificatesOf(conf)
   return first === null ? all : [first, ...all.filter(c => c !== first)]
+}
+
+/** Every certificate of a port: its listeners' exact hostnames, wildcards, then the one without hostname. */
+function certificatesOf(conf: ServerTls): ServerCert[] {
+  return [...conf.exact.values(), ...conf.wildcards.map(w => w.value), ...(conf.fallback === null ? [] : [conf.fallback])]
+}
+
+/** Whether a listener of a port that also takes TLS 1.2 wants TLS 1.3 (`sallyport.io/min-version`). */
+export function hasTls13Floor(conf: ServerTls): boolean {
+  return conf.minVersion === 'TLSv1.2' && certificatesOf(conf).some(c => c.minVersion === 'TLSv1.3')
 }
 
 function refused(port: number, cert: ServerCert, err: unknown): void {

@@ -4,6 +4,7 @@
 
 import type { Cluster, PathMatcher, PathRewrite, Redirect, RouteRule, RouteTable, WeightedCluster } from '../compile/table.ts'
 import { TAG_LENGTH, isTagged } from '../upstream/mcp-session.ts'
+import type { Upstreams } from '../upstream/types.ts'
 
 // hot path
 /**
@@ -51,11 +52,6 @@ function defaultPort(scheme: string): number {
   return scheme === 'https' ? 443 : 80
 }
 
-// hot path
-/**
- * One random number over the cumulative weights of the primary (priority 0)
- * backends. Returns null when no weight is left (Gateway API: 500).
- */
 /**
  * MCP session affinity across Backends: a rule splitting traffic between MCP
  * Backends (a canary) sends a request whose session id the gateway tagged to
@@ -65,18 +61,23 @@ function defaultPort(scheme: string): number {
  * rule issued it (balanced as usual: the upstream's 404 starts a new session).
  */
 export function sessionBackend(
-  rule: RouteRule, table: RouteTable, sessionId: string | string[] | undefined, issued: (cluster: Cluster, tag: string) => boolean,
+  rule: RouteRule, table: RouteTable, sessionId: string | string[] | undefined, upstreams: Pick<Upstreams, 'issuedSession'>,
 ): { backend: WeightedCluster; cluster: Cluster } | null {
-  if (typeof sessionId !== 'string' || !isTagged(sessionId) || rule.backends === null) return null
+  if (typeof sessionId !== 'string' || upstreams.issuedSession === undefined || !isTagged(sessionId) || rule.backends === null) return null
   const tag = sessionId.slice(0, TAG_LENGTH)
   for (const b of rule.backends) {
     if (b.denied !== undefined || b.cluster === null) continue
     const cluster = table.clusters.get(b.cluster)
-    if (cluster !== undefined && cluster.protocol === 'MCP' && issued(cluster, tag)) return { backend: b, cluster }
+    if (cluster !== undefined && cluster.protocol === 'MCP' && upstreams.issuedSession(cluster, tag)) return { backend: b, cluster }
   }
   return null
 }
 
+// hot path
+/**
+ * One random number over the cumulative weights of the primary (priority 0)
+ * backends. Returns null when no weight is left (Gateway API: 500).
+ */
 export function pickBackend(rule: RouteRule, random: number): WeightedCluster | null {
   const backends = rule.backends
   if (backends === null || rule.totalWeight <= 0) return null

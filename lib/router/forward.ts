@@ -254,9 +254,8 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
     if (backend === null) return this.fail(ErrorCode.BACKEND_INVALID)
     let cluster = backend.cluster === null ? undefined : this.table.clusters.get(backend.cluster)
     // MCP: a rule splitting traffic between MCP Backends sends a tagged session to the Backend that issued it.
-    if (cluster !== undefined && cluster.protocol === 'MCP' && rule.backends !== null && rule.backends.length > 1 && this.env.upstreams.issuedSession !== undefined) {
-      const upstreams = this.env.upstreams
-      const owner = sessionBackend(rule, this.table, ex.headers[SESSION_HEADER], (c, tag) => upstreams.issuedSession?.(c, tag) === true)
+    if (cluster !== undefined && cluster.protocol === 'MCP' && rule.backends !== null && rule.backends.length > 1) {
+      const owner = sessionBackend(rule, this.table, ex.headers[SESSION_HEADER], this.env.upstreams)
       if (owner !== null && owner.backend !== backend) {
         backend = owner.backend
         cluster = owner.cluster
@@ -687,7 +686,6 @@ class RequestContext implements MatchInput, UpstreamHandler, ExchangeObserver, F
   }
 }
 
-/** Where an absolute URI's authority ends: at the first '/', '?' or '#' from `from`, or the end. */
 /**
  * A request target as the access line and the span show it: an absolute URI's
  * userinfo (`scheme://user:password@host/...`, RFC 3986 §3.2.1) left out, as
@@ -703,6 +701,7 @@ function withoutUserinfo(target: string): string {
   return at < from ? target : target.slice(0, from) + target.slice(at + 1)
 }
 
+/** Where an absolute URI's authority ends: at the first '/', '?' or '#' from `from`, or the end. */
 function authorityEnd(target: string, from: number): number {
   for (let i = from; i < target.length; i++) {
     const c = target.charCodeAt(i)
