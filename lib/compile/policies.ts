@@ -22,10 +22,15 @@ export interface PolicyVerdict {
   overriddenBy: Set<string>
 }
 
+/** The policy slot of a Backend object (its snapshot key, resources/model.ts backendKey). */
+export function backendSlot(key: string): string {
+  return `Backend/${key}`
+}
+
 function slotOf(ref: PolicyTargetRef, namespace: string): string | null {
   if (ref.group === GATEWAY_GROUP && ref.kind === 'Gateway') return ref.sectionName === null ? `Gateway/${namespace}/${ref.name}` : `Listener/${namespace}/${ref.name}/${ref.sectionName}`
   if (ref.group === GATEWAY_GROUP && (ref.kind === 'HTTPRoute' || ref.kind === 'GRPCRoute' || ref.kind === 'TCPRoute' || ref.kind === 'TLSRoute')) return `${ref.kind}/${namespace}/${ref.name}`
-  if (isBackendKind(ref.group, ref.kind)) return `Backend/${backendKey(ref.group, ref.kind, namespace, ref.name)}`
+  if (isBackendKind(ref.group, ref.kind)) return backendSlot(backendKey(ref.group, ref.kind, namespace, ref.name))
   return null
 }
 
@@ -126,7 +131,7 @@ export class PolicyIndex<P extends Policy> {
   forCluster(backendKey: string | null, routeSlots: readonly string[], gatewayKeys: readonly string[], listenerKeys: readonly string[] = []): P | null {
     if (this.winners.size === 0) return null
     const routes = routeSlots.map(s => this.get(s)).filter((p): p is P => p !== null).sort(compareAge)
-    const backend = backendKey === null ? null : this.get(`Backend/${backendKey}`)
+    const backend = backendKey === null ? null : this.get(backendSlot(backendKey))
     const listeners = listenerKeys.map(l => this.get(`Listener/${l}`)).filter((p): p is P => p !== null).sort(compareAge)
     const gateways = gatewayKeys.map(g => this.get(`Gateway/${g}`)).filter((p): p is P => p !== null).sort(compareAge)
     const chosen = routes[0] ?? backend ?? listeners[0] ?? gateways[0] ?? null

@@ -11,7 +11,7 @@ import { GATEWAY_GROUP } from './conditions.ts'
 import { isBackendKind, type BackendResolver } from './backends.ts'
 import { backendKey } from '../resources/model.ts'
 import type { PolicyIndex } from './policies.ts'
-import { mergeExtensions } from './policies.ts'
+import { backendSlot, mergeExtensions } from './policies.ts'
 import type { MatchSpec } from './precedence.ts'
 import { egressExtensionOwner, rateLimitExtension, trafficPolicyOwner, type ExtensionCompiler, type ScopedExtensions } from './extensions.ts'
 import { ANNOTATIONS, parseBool, parseConnectPorts } from '../validate/annotations.ts'
@@ -147,7 +147,7 @@ function backendSlots(refs: readonly BackendRef[]): string[] | null {
   const out: string[] = []
   for (const ref of refs) {
     if (!isBackendKind(ref.group, ref.kind)) return null
-    out.push(`Backend/${backendKey(ref.group, ref.kind, ref.namespace, ref.name)}`)
+    out.push(backendSlot(backendKey(ref.group, ref.kind, ref.namespace, ref.name)))
   }
   return out
 }
